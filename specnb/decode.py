@@ -1,0 +1,159 @@
+"""generate(): prefill, then draft -> verify -> accept -> keep KV, until EOS or max_new_tokens.
+
+With ``drafter=None`` the same loop is the autoregressive baseline: every draft is empty, so each call
+verifies just the root and produces one token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .draft import Draft
+from .drafters.base import DecodeState, Drafter
+from .metrics import CallStats, RunStats
+from .models import LoadedModel
+from .prompts import PromptLike, encode_prompt
+from .sampling import SamplingConfig, probabilities, sample
+from .verify import Acceptance, Verifier, VerifyMode, accept_greedy, accept_sampled
+
+
+@dataclass
+class Generation:
+    """The result of one :func:`generate` call.
+
+    prompt_ids: the encoded prompt; tokens: the new tokens (EOS included if one was produced);
+    text: the decoded new tokens; stats: per-call statistics and wall times (see :mod:`specnb.metrics`);
+    stop_reason: ``"eos"`` or ``"max_new_tokens"``; top2_gaps: for greedy runs with ``record_gaps``, the
+    target's top-1 minus top-2 logit at every generated position (used to judge bf16 divergences).
+    """
+
+    prompt_ids: list[int]
+    tokens: list[int]
+    text: str
+    stats: RunStats
+    stop_reason: str
+    top2_gaps: list[float] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = None, *,
+             max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
+             verify: VerifyMode = "tree", seed: int = 0, stop_at_eos: bool = True,
+             record_gaps: bool = False) -> Generation:
+    """Decode up to ``max_new_tokens`` new tokens from ``prompt`` (text, chat messages or token ids).
+
+    Greedy (``temperature=0``) output equals the target's own greedy output token for token; sampled
+    output follows the target's distribution (after temperature and top-p) whatever the drafter.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    config = SamplingConfig(temperature, top_p)
+    prompt_ids = encode_prompt(target, prompt)
+    if prompt_ids.shape[0] + max_new_tokens > target.max_context:
+        raise ValueError(f"prompt ({prompt_ids.shape[0]} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                         f"model's context of {target.max_context} tokens")
+    eos = torch.tensor(sorted(target.eos_token_ids) if stop_at_eos else [], dtype=torch.long)
+    generator = torch.Generator().manual_seed(seed)
+    verifier = Verifier(target.model, verify, want_hidden=bool(drafter and drafter.needs_hidden_state))
+    # One buffer for prompt + output; drafters see a view of its filled part (no copies per step).
+    buffer = torch.empty(prompt_ids.shape[0] + max_new_tokens, dtype=torch.long)
+    buffer[:prompt_ids.shape[0]] = prompt_ids
+    length = prompt_ids.shape[0]
+    stats = RunStats(prompt_tokens=length)
+    gaps: list[float] = []
+
+    start = time.perf_counter()
+    first = verifier.prefill(prompt_ids)
+    root = _pick(first.logits[-1], config, generator, gaps if record_gaps else None)
+    hidden = None if first.hidden is None else first.hidden[-1]
+    stats.prefill_seconds = time.perf_counter() - start
+    buffer[length] = root
+    length += 1
+    if drafter is not None:
+        drafter.reset(prompt_ids)
+    stop_reason = "eos" if root in target.eos_token_ids and stop_at_eos else "max_new_tokens"
+
+    while stop_reason != "eos" and length - prompt_ids.shape[0] < max_new_tokens:
+        remaining = max_new_tokens - (length - prompt_ids.shape[0])
+        t0 = time.perf_counter()
+        draft = None
+        if drafter is not None:
+            draft = drafter.propose(DecodeState(buffer[:length], hidden, target.model, remaining - 1,
+                                                prompt_ids.shape[0]))
+        draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
+        t1 = time.perf_counter()
+        past = verifier.cache_len
+        result = verifier.forward(root, draft)
+        t2 = time.perf_counter()
+        if config.greedy:
+            acceptance = accept_greedy(draft, result.logits)
+        else:
+            acceptance = _accept(draft, result.logits, config, generator)
+        verifier.keep(past, result, acceptance.nodes)
+        if record_gaps:
+            gaps.extend(_top2_gaps(result.logits[torch.cat([torch.zeros(1, dtype=torch.long),
+                                                            acceptance.nodes + 1])]).tolist())
+
+        committed = torch.cat([draft.tokens[acceptance.nodes], torch.tensor([acceptance.bonus])])
+        hits = torch.nonzero(torch.isin(committed, eos))
+        if hits.numel():  # EOS accepted mid-block: keep it, drop what follows
+            committed = committed[:int(hits[0]) + 1]
+            stop_reason = "eos"
+        buffer[length:length + committed.shape[0]] = committed
+        length += committed.shape[0]
+        root = int(committed[-1])
+        if result.hidden is not None:
+            last = int(acceptance.nodes[-1]) + 1 if acceptance.nodes.numel() else 0
+            hidden = result.hidden[last]
+        if drafter is not None:
+            drafter.update(committed)
+        t3 = time.perf_counter()
+        stats.calls.append(CallStats(
+            drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth, accepted=int(acceptance.nodes.numel()),
+            new_tokens=int(committed.shape[0]), draft_seconds=t1 - t0, verify_seconds=t2 - t1,
+            overhead_seconds=t3 - t2,
+            accepted_row=_accepted_row(draft, acceptance),
+            info=dict(drafter.last_info) if drafter is not None else {}))
+    stats.decode_seconds = time.perf_counter() - start - stats.prefill_seconds
+
+    tokens = buffer[prompt_ids.shape[0]:length].tolist()
+    if record_gaps:
+        gaps = gaps[:len(tokens)]
+    text = target.tokenizer.decode(tokens, skip_special_tokens=True)
+    return Generation(prompt_ids.tolist(), tokens, text, stats, stop_reason, gaps)
+
+
+def _pick(logits: Tensor, config: SamplingConfig, generator: torch.Generator, gaps: list[float] | None) -> int:
+    """The target's own choice from one logits vector (used after prefill)."""
+    if gaps is not None:
+        gaps.extend(_top2_gaps(logits[None]).tolist())
+    if config.greedy:
+        return int(logits.argmax())
+    return sample(probabilities(logits, config), generator)
+
+
+def _accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: torch.Generator) -> Acceptance:
+    """Sampling acceptance: deterministic drafts use one target draw per node; drafts carrying draft
+    distributions ``q`` use multi-candidate speculative sampling (:mod:`specnb.sampling`)."""
+    if draft.q is None:
+        return accept_sampled(draft, logits, config, generator)
+    from .sampling import accept_mcss  # provided with the draft-model drafters
+
+    return accept_mcss(draft, logits, config, generator)
+
+
+def _top2_gaps(logits: Tensor) -> Tensor:
+    """Top-1 minus top-2 logit for each row of [m, V] (float32)."""
+    top = logits.float().topk(2, dim=-1).values
+    return top[:, 0] - top[:, 1]
+
+
+def _accepted_row(draft: Draft, acceptance: Acceptance) -> int | None:
+    """Which of the drafter's rows the accepted path came from (None when nothing was accepted)."""
+    if draft.source_row is None or acceptance.nodes.numel() == 0:
+        return None
+    return int(draft.source_row[acceptance.nodes[-1]])

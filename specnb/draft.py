@@ -1,0 +1,173 @@
+"""The Draft: a token tree rooted at the token the target just produced.
+
+Indexing convention used everywhere in specnb: *node i* (0-based) is ``tokens[i]``; its parent is
+``parents[i]`` with -1 meaning the root. In verification the root is prepended, so "full" index ``i + 1``
+is node ``i`` and full index 0 is the root; ``parents[i] + 1`` is then the parent's full index.
+Parents always come before their children (``parents[i] < i``), so one pass over the nodes in order
+visits every parent before its children.
+
+A k x w batch of drafts is stored as a trie: rows that share a prefix share nodes. This is exact for
+verification (two nodes with the same prefix see the same context) and never costs extra target work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+class DraftError(ValueError):
+    """An invalid draft shape or content."""
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A token tree.
+
+    tokens:  int64 [n], the proposed token ids.
+    parents: int64 [n], parent node index or -1 for a child of the root; ``parents[i] < i``.
+    q:       float [n, V] or None: the draft distribution each token was drawn from (at its parent),
+             needed for speculative sampling with a draft model. Deterministic drafters leave it None.
+    source_row: int64 [n] or None: for drafts built from rows, the first row that proposed the node
+             (used to report which of the k drafts was accepted).
+    """
+
+    tokens: Tensor
+    parents: Tensor
+    q: Tensor | None = None
+    source_row: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        n = self.tokens.shape[0]
+        if self.tokens.dim() != 1 or self.parents.shape != (n,):
+            raise DraftError(f"tokens and parents must be 1-D of equal length, got {tuple(self.tokens.shape)} "
+                             f"and {tuple(self.parents.shape)}")
+        if n and (self.parents.min() < -1 or (self.parents >= torch.arange(n)).any()):
+            raise DraftError("every parent must be -1 (the root) or an earlier node")
+        if n and self.tokens.min() < 0:
+            raise DraftError("draft tokens must be non-negative ids")
+        if self.q is not None and self.q.shape[0] != n:
+            raise DraftError(f"q must have one row per node, got {self.q.shape[0]} rows for {n} nodes")
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def empty(cls) -> Draft:
+        """A draft with no nodes: verification then decodes one token, like plain AR decoding."""
+        return cls(torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long))
+
+    @classmethod
+    def chain(cls, tokens: Tensor | list[int]) -> Draft:
+        """A single path root -> tokens[0] -> tokens[1] -> ..."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        return cls(tokens, torch.arange(tokens.shape[0]) - 1)
+
+    @classmethod
+    def from_rows(cls, rows: Tensor | list[list[int]], pad: int = -1) -> Draft:
+        """Build the trie of k drafts.
+
+        rows: int [k, w] (or a list of lists of any lengths); entries equal to ``pad`` (and everything after
+        the first pad of a row) are ignored. Nodes are numbered in order of first appearance, row by row,
+        so equal inputs give equal trees.
+        """
+        if isinstance(rows, Tensor):
+            if rows.dim() != 2:
+                raise DraftError(f"rows must be a [k, w] tensor, got shape {tuple(rows.shape)}")
+            rows = rows.tolist()
+        node_of: dict[tuple[int, ...], int] = {}
+        tokens: list[int] = []
+        parents: list[int] = []
+        source: list[int] = []
+        for r, row in enumerate(rows):
+            parent, prefix = -1, ()
+            for token in row:
+                if token == pad:
+                    break
+                prefix = (*prefix, token)
+                node = node_of.get(prefix)
+                if node is None:
+                    node = node_of[prefix] = len(tokens)
+                    tokens.append(token)
+                    parents.append(parent)
+                    source.append(r)
+                parent = node
+        as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
+        return cls(as_long(tokens), as_long(parents), source_row=as_long(source))
+
+    # ------------------------------------------------------------------ shape
+
+    @property
+    def num_nodes(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def depth(self) -> Tensor:
+        """int64 [n]: 1 for children of the root, 2 for their children, ..."""
+        return self._ancestors()[1:, 1:].sum(1)
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max()) if self.num_nodes else 0
+
+    @property
+    def is_chain(self) -> bool:
+        """True when the tree is one path in node order (plain causal attention verifies it)."""
+        return bool((self.parents == torch.arange(self.num_nodes) - 1).all())
+
+    def _ancestors(self) -> Tensor:
+        """bool [n+1, n+1] over full indices: ``A[i, j]`` is True when j is i itself or an ancestor of i."""
+        n = self.num_nodes
+        parent_full = torch.cat([torch.zeros(1, dtype=torch.long), self.parents + 1])  # root is its own parent
+        anc = torch.eye(n + 1, dtype=torch.bool)
+        cur = torch.arange(n + 1)
+        while True:  # one step up the tree per iteration: O(depth) vector operations
+            nxt = parent_full[cur]
+            if torch.equal(nxt, cur):
+                break
+            anc[torch.arange(n + 1), nxt] = True
+            cur = nxt
+        return anc
+
+    def attention(self) -> tuple[Tensor, Tensor]:
+        """Tree attention over [root, nodes]: (bool mask [n+1, n+1] of ancestor-or-self, depth [n+1] from 0)."""
+        anc = self._ancestors()
+        return anc, anc.sum(1) - 1
+
+    def paths(self) -> Tensor:
+        """int64 [num_leaves, max_depth]: full indices (1-based) of each root-to-leaf path, -1 padded.
+
+        Leaves are ordered by node index, so the first path is the one through the earliest nodes.
+        """
+        n = self.num_nodes
+        if n == 0:
+            return torch.empty(0, 0, dtype=torch.long)
+        anc = self._ancestors()
+        depth = anc.sum(1) - 1
+        has_child = torch.zeros(n + 1, dtype=torch.bool)
+        has_child[self.parents + 1] = True
+        leaves = torch.nonzero(~has_child[1:]).squeeze(1) + 1
+        out = torch.full((leaves.shape[0], int(depth.max())), -1, dtype=torch.long)
+        rows, cols = torch.nonzero(anc[leaves][:, 1:], as_tuple=True)
+        out[rows, depth[cols + 1] - 1] = cols + 1
+        return out
+
+    # ------------------------------------------------------------------ edits
+
+    def truncate(self, max_depth: int, max_nodes: int | None = None) -> Draft:
+        """Drop nodes deeper than ``max_depth`` and, if given, every node past the first ``max_nodes``.
+
+        Keeping a prefix of the node order keeps every kept node's parent, since parents come first.
+        """
+        keep = self.depth <= max_depth
+        if max_nodes is not None:
+            keep &= torch.arange(self.num_nodes) < max_nodes
+        if bool(keep.all()):
+            return self
+        new_index = torch.cumsum(keep, 0) - 1
+        parents = self.parents[keep]
+        parents = torch.where(parents >= 0, new_index[parents.clamp(min=0)], parents)
+        return Draft(self.tokens[keep], parents,
+                     None if self.q is None else self.q[keep],
+                     None if self.source_row is None else self.source_row[keep])

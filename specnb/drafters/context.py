@@ -1,0 +1,80 @@
+"""Context n-grams / prompt lookup decoding (N-Grammys §4.2, Saxena 2023).
+
+Find earlier occurrences of the last q tokens anywhere in prompt + generated text and propose the w tokens
+that followed them. Continuations are ranked by how often they occur, ties going to the most recent one.
+With ``longest_first`` the query lengths are tried from ``max_ngram`` down to ``min_ngram`` and drafts from
+longer matches come first; ``k=1`` with ``longest_first`` is classic prompt lookup decoding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..draft import Draft
+from .base import DecodeState, Drafter
+
+
+class ContextNgramDrafter(Drafter):
+    """Up to ``k`` drafts of up to ``w`` tokens copied from the context after matches of its last tokens."""
+
+    name = "pld"
+
+    def __init__(self, k: int = 1, w: int = 10, max_ngram: int = 3, min_ngram: int = 1, longest_first: bool = True):
+        if k < 1 or w < 1:
+            raise ValueError(f"context n-gram drafter needs k >= 1 and w >= 1, got k={k}, w={w}")
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.k, self.w = k, w
+        self.ngram_sizes = range(max_ngram, min_ngram - 1, -1) if longest_first else [max_ngram]
+        self._info: dict[str, int] = {}
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        rows = self.candidates(state.tokens.numpy(), min(self.w, state.max_depth))
+        self._info = {"matched_rows": len(rows)}
+        return Draft.from_rows(rows) if rows else None
+
+    @property
+    def last_info(self) -> dict[str, int]:
+        return self._info
+
+    def candidates(self, context: np.ndarray, w: int) -> list[list[int]]:
+        """Up to k distinct continuations (lists of <= w ids) of the context's last tokens, best first."""
+        drafts: list[list[int]] = []
+        seen: set[tuple[int, ...]] = set()
+        if w < 1:
+            return drafts
+        for q in self.ngram_sizes:
+            for row in continuations(context, q, w):
+                key = tuple(row)
+                if key not in seen:
+                    seen.add(key)
+                    drafts.append(row)
+                    if len(drafts) == self.k:
+                        return drafts
+        return drafts
+
+
+def continuations(context: np.ndarray, q: int, w: int) -> list[list[int]]:
+    """Distinct w-token continuations of earlier matches of ``context[-q:]``, ranked by count then recency.
+
+    context: int [n]. A match must end before the last token, so every continuation has at least one
+    token; continuations cut short by the end of the context are kept at their shorter length.
+    """
+    n = context.shape[0]
+    if n <= q:
+        return []
+    query = context[n - q:]
+    # Match windows context[i:i+q] with i + q <= n - 1; filter candidates one query token at a time.
+    starts = np.flatnonzero(context[q - 1:n - 1] == query[-1])
+    for back in range(1, q):
+        starts = starts[context[starts + q - 1 - back] == query[-1 - back]]
+    if starts.size == 0:
+        return []
+    begin = starts + q
+    index = begin[:, None] + np.arange(w)
+    rows = np.where(index < n, context[np.minimum(index, n - 1)], -1)
+    unique, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    recency = np.zeros(unique.shape[0], dtype=np.int64)
+    np.maximum.at(recency, inverse.reshape(-1), begin)
+    order = np.lexsort((-recency, -counts))  # by count, then most recent
+    return [[int(t) for t in unique[i] if t >= 0] for i in order]

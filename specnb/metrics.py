@@ -1,0 +1,114 @@
+"""Run statistics and the metric definitions used by every notebook and the bench.
+
+Definitions (DESIGN §5), all computed from per-call records after prefill:
+
+* **tokens per call** (block efficiency): new tokens / target forward calls after prefill. The token
+  produced by prefill is not counted, so AR decoding has exactly 1.0.
+* **accepted length**: accepted draft tokens per call (= tokens per call - 1).
+* **acceptance rate** (MAR in DReSD): accepted draft tokens / draft depth offered, per call; averaged over
+  the calls that offered a draft, then over prompts. The denominator is the *depth* (longest path),
+  not the number of nodes: a 10 x 10 batch fully accepted along one row scores 1.0.
+* **speedup**: AR wall time / method wall time, same process, same prompts and max tokens, after warm-up.
+* **tokens/s**: new tokens (prefill's included) / wall time including prefill.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class CallStats:
+    """One target forward call after prefill. Times are in seconds."""
+
+    drafted_nodes: int  # nodes in the (truncated) draft tree
+    draft_depth: int  # depth of the deepest node
+    accepted: int  # draft tokens accepted
+    new_tokens: int  # tokens committed (accepted + bonus, cut at EOS)
+    draft_seconds: float  # time in drafter.propose
+    verify_seconds: float  # the target forward call
+    overhead_seconds: float  # acceptance, KV bookkeeping, drafter.update
+    accepted_row: int | None = None  # which of the drafter's rows the accepted path came from
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunStats:
+    """All calls of one generation plus its wall times (seconds)."""
+
+    prompt_tokens: int = 0
+    calls: list[CallStats] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+
+    @property
+    def num_calls(self) -> int:
+        return len(self.calls)
+
+    @property
+    def new_tokens(self) -> int:
+        """All generated tokens, the one from prefill included."""
+        return 1 + sum(c.new_tokens for c in self.calls)
+
+    @property
+    def seconds(self) -> float:
+        return self.prefill_seconds + self.decode_seconds
+
+    @property
+    def tokens_per_call(self) -> float:
+        """Block efficiency: tokens committed per target call after prefill."""
+        return sum(c.new_tokens for c in self.calls) / max(1, self.num_calls)
+
+    @property
+    def accepted_length(self) -> float:
+        """Accepted draft tokens per call."""
+        return sum(c.accepted for c in self.calls) / max(1, self.num_calls)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Mean over calls that offered a draft of accepted / draft depth (NaN if no draft was offered)."""
+        rates = [c.accepted / c.draft_depth for c in self.calls if c.draft_depth > 0]
+        return sum(rates) / len(rates) if rates else float("nan")
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def verify_seconds(self) -> float:
+        return sum(c.verify_seconds for c in self.calls)
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(c.draft_seconds for c in self.calls)
+
+    @property
+    def outside_forward_fraction(self) -> float:
+        """Share of decode wall time spent outside the target's forward calls (drafting, acceptance, KV)."""
+        if self.decode_seconds <= 0:
+            return float("nan")
+        return 1.0 - self.verify_seconds / self.decode_seconds
+
+    def summary(self) -> dict[str, float]:
+        """The headline numbers of this run as a flat dict."""
+        return {
+            "new_tokens": self.new_tokens,
+            "calls": self.num_calls,
+            "seconds": self.seconds,
+            "tokens_per_s": self.tokens_per_second,
+            "tokens_per_call": self.tokens_per_call,
+            "accepted_length": self.accepted_length,
+            "acceptance_rate": self.acceptance_rate,
+            "draft_seconds": self.draft_seconds,
+            "verify_seconds": self.verify_seconds,
+            "outside_forward_fraction": self.outside_forward_fraction,
+        }
+
+
+def first_divergence(reference: list[int], other: list[int]) -> int | None:
+    """Index of the first position where two token lists differ (a length difference counts), or None."""
+    for i, (a, b) in enumerate(zip(reference, other, strict=False)):
+        if a != b:
+            return i
+    return None if len(reference) == len(other) else min(len(reference), len(other))

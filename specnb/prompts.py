@@ -1,0 +1,69 @@
+"""Prompt representation and encoding: plain text, chat messages or token ids -> int64 token ids."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .models import LoadedModel
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One evaluation prompt: ``text`` for completion models, ``messages`` for chat models (either or both).
+
+    When both are given, chat models use ``messages`` and base models ``text``.
+    """
+
+    id: str
+    text: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.text is None and not self.messages:
+            raise ValueError(f"prompt {self.id!r} has neither text nor messages")
+
+
+PromptLike = str | Prompt | Sequence[dict[str, str]] | Sequence[int] | Tensor
+
+
+def encode_prompt(target: LoadedModel, prompt: PromptLike) -> Tensor:
+    """Token ids (int64 [L]) for ``prompt``; chat models get their chat template with a generation prompt.
+
+    Raises ValueError for an empty prompt.
+    """
+    if isinstance(prompt, Prompt):
+        if prompt.messages and (target.chat or prompt.text is None):
+            prompt = list(prompt.messages)
+        else:
+            prompt = prompt.text
+    if isinstance(prompt, Tensor):
+        ids = prompt.flatten().long()
+    elif isinstance(prompt, str):
+        if not prompt:
+            raise ValueError("empty prompt")
+        if target.chat:
+            ids = _chat_ids(target, [{"role": "user", "content": prompt}])
+        else:
+            ids = torch.tensor(target.tokenizer(prompt).input_ids, dtype=torch.long)
+    elif len(prompt) and isinstance(prompt[0], dict):
+        ids = _chat_ids(target, list(prompt))
+    else:
+        ids = torch.tensor(list(prompt), dtype=torch.long)
+    if ids.numel() == 0:
+        raise ValueError("empty prompt")
+    if int(ids.min()) < 0 or int(ids.max()) >= target.vocab_size:
+        raise ValueError(f"prompt token ids must lie in [0, {target.vocab_size})")
+    return ids
+
+
+def _chat_ids(target: LoadedModel, messages: list[dict[str, str]]) -> Tensor:
+    if target.tokenizer.chat_template is None:  # base model: join the turns as plain text
+        text = "\n\n".join(m["content"] for m in messages)
+        return torch.tensor(target.tokenizer(text).input_ids, dtype=torch.long)
+    ids = target.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                               return_dict=False)
+    return torch.tensor(ids, dtype=torch.long).flatten()

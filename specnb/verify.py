@@ -1,0 +1,208 @@
+"""One target forward call over a Draft, the acceptance rules, and keeping the accepted KV entries.
+
+Two executions of the same tree give the same logits (up to floating-point rounding):
+
+* ``tree``:  one row ``[root, nodes...]`` with a 4D attention mask (each node sees the cache and its
+  ancestors) and per-node position ids. Sliding-window layers (Gemma 3) get their own mask.
+* ``batch``: one row per root-to-leaf path, the KV cache expanded to that many rows, plain causal
+  attention. Works with any attention kernel; costs k times the cache reads.
+
+A chain (one path) needs no mask at all, so both modes run it as a plain causal call.
+
+The KV cache is a Hugging Face ``DynamicCache`` built without a config, so every layer keeps all
+positions; sliding windows are enforced by the masks. After acceptance :meth:`Verifier.keep` leaves
+exactly the root and the accepted nodes in the cache: nothing is ever recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel
+
+from .draft import Draft
+from .sampling import SamplingConfig, probabilities, sample
+
+VerifyMode = Literal["tree", "batch"]
+
+
+@dataclass
+class Verification:
+    """What one target call says about a draft.
+
+    logits: [n+1, V] target logits at the root (row 0) and at every node (row i+1 = node i).
+    hidden: [n+1, d] last hidden states at the same places, or None if not requested.
+    batch_paths: for batch mode, the [P, D] path matrix that was run (full indices), else None.
+    """
+
+    logits: Tensor
+    hidden: Tensor | None
+    batch_paths: Tensor | None = None
+
+
+@dataclass
+class Acceptance:
+    """The outcome of one verification: accepted node indices (0-based, root excluded, in path order) and
+    the bonus token the target produces after the last accepted node."""
+
+    nodes: Tensor
+    bonus: int
+
+
+class Verifier:
+    """Runs the target on drafts and maintains its KV cache. One instance per generation."""
+
+    def __init__(self, model: PreTrainedModel, mode: VerifyMode = "tree", want_hidden: bool = False):
+        if mode not in ("tree", "batch"):
+            raise ValueError(f"verification mode must be 'tree' or 'batch', got {mode!r}")
+        self.model = model
+        self.mode = mode
+        self.want_hidden = want_hidden
+        self.cache = DynamicCache()
+        config = model.config.get_text_config()
+        self.layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
+        self.sliding_window = getattr(config, "sliding_window", None)
+        self.dtype = next(model.parameters()).dtype
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache.get_seq_length()
+
+    def _call(self, input_ids: Tensor, **kwargs) -> tuple[Tensor, Tensor | None]:
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                         output_hidden_states=self.want_hidden, **kwargs)
+        return out.logits, (out.hidden_states[-1] if self.want_hidden else None)
+
+    @torch.inference_mode()
+    def prefill(self, prompt_ids: Tensor) -> Verification:
+        """Run the prompt (int64 [L]) through the target; logits/hidden of the last position only."""
+        logits, hidden = self._call(prompt_ids[None], logits_to_keep=1)
+        return Verification(logits[0], None if hidden is None else hidden[0, -1:])
+
+    @torch.inference_mode()
+    def forward(self, root: int, draft: Draft) -> Verification:
+        """One target call over ``[root] + draft`` appended to the cache."""
+        if draft.num_nodes and int(draft.tokens.max()) >= self.model.get_output_embeddings().weight.shape[0]:
+            raise ValueError("draft contains a token id outside the target's vocabulary")
+        ids = torch.cat([torch.tensor([root]), draft.tokens])
+        if draft.is_chain:
+            logits, hidden = self._call(ids[None])
+            return Verification(logits[0], None if hidden is None else hidden[0])
+        if self.mode == "tree":
+            return self._forward_tree(ids, draft)
+        return self._forward_batch(ids, draft)
+
+    def _forward_tree(self, ids: Tensor, draft: Draft) -> Verification:
+        past = self.cache_len
+        visible, depth = draft.attention()  # [n+1, n+1], [n+1]
+        positions = past + depth
+        masks = {kind: self._tree_mask(visible, positions, past, kind) for kind in self.layer_types}
+        mask = masks if len(masks) > 1 or "full_attention" not in masks else masks["full_attention"]
+        logits, hidden = self._call(ids[None], attention_mask=mask, position_ids=positions[None])
+        return Verification(logits[0], None if hidden is None else hidden[0])
+
+    def _tree_mask(self, visible: Tensor, positions: Tensor, past: int, kind: str) -> Tensor:
+        """Float mask [1, 1, n+1, past+n+1]: 0 where a query may attend, -inf elsewhere."""
+        key_positions = torch.cat([torch.arange(past), positions])
+        allowed = torch.cat([torch.ones(len(positions), past, dtype=torch.bool), visible], dim=1)
+        if kind == "sliding_attention" and self.sliding_window:
+            allowed &= key_positions[None, :] > positions[:, None] - self.sliding_window
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None]
+
+    def _forward_batch(self, ids: Tensor, draft: Draft) -> Verification:
+        paths = draft.paths()  # [P, D] full indices, -1 padded
+        padded = torch.cat([torch.zeros(paths.shape[0], 1, dtype=torch.long), paths], dim=1)  # root first
+        rows = ids[padded.clamp(min=0)]  # padding repeats the root token; its outputs are never read
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys = layer.keys.expand(rows.shape[0], -1, -1, -1)
+                layer.values = layer.values.expand(rows.shape[0], -1, -1, -1)
+        logits, hidden = self._call(rows)
+        # Every node's outputs, taken from the first path that contains it.
+        n = draft.num_nodes
+        flat = padded.flatten()
+        valid = torch.nonzero(flat >= 0).squeeze(1)
+        first = torch.full((n + 1,), flat.numel(), dtype=torch.long).scatter_reduce_(
+            0, flat[valid], valid, reduce="amin")
+        pick = lambda t: t.flatten(0, 1)[first]  # noqa: E731
+        return Verification(pick(logits), None if hidden is None else pick(hidden), batch_paths=paths)
+
+    # ------------------------------------------------------------------ KV bookkeeping
+
+    def keep(self, past: int, verification: Verification, accepted: Tensor) -> None:
+        """Keep root + accepted nodes (0-based node indices in path order) after a call that began at
+        cache length ``past``; drop every other entry the call added."""
+        paths = verification.batch_paths
+        for layer in self.cache.layers:
+            if not layer.is_initialized:
+                continue
+            if paths is not None:  # batch: pick the row of the path holding the accepted nodes
+                row = _row_of(paths, accepted)
+                keys, values = layer.keys[row:row + 1], layer.values[row:row + 1]
+                end = past + 1 + accepted.shape[0]
+                layer.keys, layer.values = keys[:, :, :end], values[:, :, :end]
+            else:
+                keep = torch.cat([torch.arange(past + 1), past + 1 + accepted])
+                if keep.shape[0] == layer.keys.shape[2]:
+                    continue
+                contiguous = bool((accepted == torch.arange(accepted.shape[0])).all())
+                if contiguous:  # accepted nodes are the first ones: a crop, no copy
+                    layer.keys, layer.values = layer.keys[:, :, :keep.shape[0]], layer.values[:, :, :keep.shape[0]]
+                else:
+                    layer.keys = layer.keys.index_select(2, keep)
+                    layer.values = layer.values.index_select(2, keep)
+
+
+def _row_of(paths: Tensor, accepted: Tensor) -> int:
+    """Index of the first path whose prefix is the accepted node sequence."""
+    if accepted.numel() == 0:
+        return 0
+    prefix = paths[:, :accepted.shape[0]]
+    return int(torch.nonzero((prefix == accepted[None] + 1).all(1))[0])
+
+
+# ---------------------------------------------------------------------- acceptance rules
+
+
+def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
+    """Longest root-to-leaf prefix whose every token is the target's argmax at its parent.
+
+    Ties between equally long paths go to the path through the earliest nodes. The bonus token is the
+    argmax after the last accepted node.
+    """
+    predicted = logits.argmax(-1)  # [n+1]
+    if draft.num_nodes == 0:
+        return Acceptance(torch.empty(0, dtype=torch.long), int(predicted[0]))
+    match = torch.cat([torch.tensor([True]), draft.tokens == predicted[draft.parents + 1]])  # full indices
+    paths = draft.paths()
+    along = match[paths.clamp(min=0)] & (paths >= 0)  # padding never matches
+    lengths = along.cumprod(1).sum(1)
+    best = int(lengths.argmax())  # first maximum
+    nodes = paths[best, :int(lengths[best])]
+    last = int(nodes[-1]) if nodes.numel() else 0
+    return Acceptance(nodes - 1, int(predicted[last]))
+
+
+def accept_sampled(draft: Draft, logits: Tensor, config: SamplingConfig,
+                   generator: torch.Generator | None) -> Acceptance:
+    """Speculative sampling for deterministic drafts (no q): walk down from the root, drawing one token
+    from the target's distribution at the current node; move to the child holding that token if there is
+    one (the first such child), else stop and emit the token as the bonus.
+
+    Every emitted token is a fresh draw from the target at its true context, so the output distribution
+    is exactly the target's. Only nodes on the walk are sampled (at most depth + 1 draws).
+    """
+    nodes: list[int] = []
+    current = 0  # full index
+    while True:
+        token = sample(probabilities(logits[current], config), generator)
+        children = torch.nonzero((draft.parents + 1 == current) & (draft.tokens == token))
+        if children.numel() == 0:
+            return Acceptance(torch.tensor(nodes, dtype=torch.long), token)
+        node = int(children[0])
+        nodes.append(node)
+        current = node + 1
