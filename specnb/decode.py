@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .draft import Draft
+from .draft import Acceptance, Draft
 from .drafters.base import DecodeState, Drafter
 from .metrics import CallStats, RunStats
 from .models import LoadedModel
 from .prompts import PromptLike, encode_prompt
 from .sampling import SamplingConfig, probabilities, sample
-from .verify import Acceptance, Verifier, VerifyMode, accept_greedy, accept_sampled
+from .verify import Verifier, VerifyMode, accept_greedy, accept_sampled
 
 
 @dataclass

@@ -18,6 +18,15 @@ import torch
 from torch import Tensor
 
 
+@dataclass(frozen=True)
+class Acceptance:
+    """The outcome of one verification: accepted node indices (0-based, root excluded, in path order) and
+    the bonus token the target produces after the last accepted node."""
+
+    nodes: Tensor
+    bonus: int
+
+
 class DraftError(ValueError):
     """An invalid draft shape or content."""
 

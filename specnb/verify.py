@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
-from .draft import Draft
+from .draft import Acceptance, Draft
 from .sampling import SamplingConfig, probabilities, sample
 
 VerifyMode = Literal["tree", "batch"]
@@ -41,15 +41,6 @@ class Verification:
     logits: Tensor
     hidden: Tensor | None
     batch_paths: Tensor | None = None
-
-
-@dataclass
-class Acceptance:
-    """The outcome of one verification: accepted node indices (0-based, root excluded, in path order) and
-    the bonus token the target produces after the last accepted node."""
-
-    nodes: Tensor
-    bonus: int
 
 
 class Verifier:
