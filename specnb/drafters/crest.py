@@ -1,0 +1,287 @@
+"""CREST: REST compacted into a dictionary n-gram -> precomputed token tree (CREST paper, §3.3-4.2).
+
+Build: count every n-gram (n = 1..m, never across a document boundary) with the REST suffix array (an n-gram's
+occurrences are one suffix-array range; ranges are cut where the LCP drops below n), keep the ``t`` most
+frequent n-grams of each n (or of a single n), compute each one's REST tree with exactly that n-gram as the
+query, and store them in SQLite:
+
+    CREATE TABLE trees (ngram BLOB PRIMARY KEY, tree BLOB NOT NULL) WITHOUT ROWID
+        ngram: the n token ids as big-endian int32 bytes (n = len / 4)
+        tree:  zlib(tokens as little-endian int32 [k] + parent index + 1 as uint8 [k])   (k <= max_nodes)
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)   tokenizer, m, t, REST parameters, counts
+
+Lookups go to the file through SQLite's B-tree (the store is never loaded whole); the drafter asks for all
+suffixes of the context of stored lengths in one query and uses the longest one found. The build writes to a
+temporary file and renames it, so an interrupted build leaves no store under the final name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..corpus import CorpusError, TokenizerInfo
+from ..draft import Draft
+from .base import DecodeState, Drafter
+from .rest import DEFAULT_SEARCH, SEPARATOR, RestIndex, SearchConfig, default_store, disk_bytes
+from .retrieval_tree import RetrievalTree, build_tree
+
+FORMAT_VERSION = 1
+
+
+# ------------------------------------------------------------------------------------ n-gram counting
+
+
+class NgramCounter:
+    """Distinct n-grams of a REST datastore and their counts, from its suffix array and LCP array."""
+
+    def __init__(self, index: RestIndex):
+        from pydivsufsort import kasai
+
+        self.index = index
+        text = np.asarray(index.text, dtype=np.int32)
+        sa = np.array(index.sa)  # kasai needs a writable array
+        self.lcp = kasai(text, sa)  # lcp[i] = common prefix of suffixes sa[i] and sa[i + 1]
+        # Tokens before the next separator, for each suffix in suffix-array order.
+        separators = np.flatnonzero(text == SEPARATOR)
+        self.room = separators[np.searchsorted(separators, sa)] - sa
+
+    def groups(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(first suffix-array row, count) of every distinct n-gram that lies inside one document."""
+        cut = np.flatnonzero(self.lcp[:-1] < n) + 1  # row i starts a new n-gram when lcp(i-1, i) < n
+        starts = np.concatenate([[0], cut])
+        sizes = np.diff(np.concatenate([starts, [self.lcp.shape[0]]]))
+        valid = self.room[starts] >= n
+        return starts[valid], sizes[valid]
+
+    def counts(self, n: int) -> np.ndarray:
+        """int64 [distinct n-grams]: occurrence counts, most frequent first (Table 1 is its length)."""
+        return -np.sort(-self.groups(n)[1])
+
+    def top(self, n: int, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(first row, count) of the ``t`` most frequent n-grams, ties in suffix-array (lexicographic) order."""
+        starts, sizes = self.groups(n)
+        order = np.lexsort((starts, -sizes))[:t]
+        return starts[order], sizes[order]
+
+
+# ----------------------------------------------------------------------------------------- encoding
+
+
+def encode_key(ngram: np.ndarray) -> bytes:
+    return np.asarray(ngram, dtype=">i4").tobytes()
+
+
+def encode_tree(tree: RetrievalTree) -> bytes:
+    if tree.num_nodes > 255:
+        raise ValueError("CREST trees hold at most 255 nodes (parents are stored as uint8)")
+    raw = tree.tokens.astype("<i4").tobytes() + (tree.parents.astype(np.int16) + 1).astype(np.uint8).tobytes()
+    return zlib.compress(raw, 9)
+
+
+def decode_tree(blob: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens int32 [k], parents int64 [k] with -1 = root) of an encoded tree."""
+    raw = zlib.decompress(blob)
+    k = len(raw) // 5
+    tokens = np.frombuffer(raw, dtype="<i4", count=k)
+    parents = np.frombuffer(raw, dtype=np.uint8, offset=4 * k).astype(np.int64) - 1
+    return tokens, parents
+
+
+@dataclass
+class NgramTrees:
+    """Precomputed (key, encoded tree, nodes) for the top n-grams of one n, most frequent first, so that stores
+    of any ``t`` up to the computed one are written without recomputing trees."""
+
+    n: int
+    keys: list[bytes]
+    blobs: list[bytes]
+    nodes: np.ndarray  # int [t]: tree size of each n-gram
+    counts: np.ndarray  # int [t]: occurrences of each n-gram
+
+
+def ngram_trees(index: RestIndex, counter: NgramCounter, n: int, t: int, config: SearchConfig = DEFAULT_SEARCH,
+                progress: bool = True) -> NgramTrees:
+    """REST's tree for each of the ``t`` most frequent n-grams (query = exactly the n-gram)."""
+    starts, sizes = counter.top(n, t)
+    sa = index.sa
+    keys, blobs, nodes = [], [], np.zeros(starts.shape[0], dtype=np.int64)
+    for i, (start, size) in enumerate(tqdm(zip(starts.tolist(), sizes.tolist(), strict=True), total=starts.shape[0],
+                                           desc=f"trees n={n}", disable=not progress, mininterval=2)):
+        position = int(sa[start])
+        tree = build_tree(index.continuations(start, start + size, n, config.max_matches, config.length),
+                          config.max_nodes)
+        keys.append(index.text[position:position + n].tobytes())  # text is big-endian int32: already the key
+        blobs.append(encode_tree(tree))
+        nodes[i] = tree.num_nodes
+    return NgramTrees(n, keys, blobs, nodes, sizes)
+
+
+# -------------------------------------------------------------------------------------------- store
+
+
+def write_store(path: str | Path, tables: Sequence[NgramTrees], t: int | Sequence[int], meta: dict[str, Any]) -> Path:
+    """Write the first ``t`` entries of each table (``t`` per table or one for all) to SQLite at ``path``,
+    atomically (temporary file + rename)."""
+    path = Path(path)
+    ts = [t] * len(tables) if isinstance(t, int) else list(t)
+    entries = sorted((k, b) for table, tt in zip(tables, ts, strict=True)
+                     for k, b in zip(table.keys[:tt], table.blobs[:tt], strict=True))
+    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        db = sqlite3.connect(tmp)
+        db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
+                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                         "CREATE TABLE trees (ngram BLOB PRIMARY KEY, tree BLOB NOT NULL) WITHOUT ROWID;")
+        db.executemany("INSERT INTO trees VALUES (?, ?)", entries)  # sorted keys: a compact B-tree
+        full = {**meta, "format": FORMAT_VERSION, "kind": "crest", "ns": [table.n for table in tables], "t": ts,
+                "num_entries": len(entries)}
+        db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in full.items()])
+        db.commit()
+        db.close()
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def build_crest(index: RestIndex, path: str | Path, ns: Sequence[int] = (1, 2, 3, 4, 5), t: int = 10_000,
+                config: SearchConfig = DEFAULT_SEARCH, progress: bool = True) -> CrestStore:
+    """Build a CREST store with the top ``t`` n-grams for every n in ``ns`` (one n = the single-n variant)."""
+    start = time.perf_counter()
+    counter = NgramCounter(index)
+    tables = [ngram_trees(index, counter, n, t, config, progress) for n in ns]
+    write_store(path, tables, t, store_meta(index, config, time.perf_counter() - start))
+    return CrestStore(path)
+
+
+def store_meta(index: RestIndex, config: SearchConfig, seconds: float) -> dict[str, Any]:
+    """What a CREST store records about how it was built."""
+    return {"tokenizer": index.meta["tokenizer"], "rest_corpus": index.meta.get("corpus"),
+            "rest_tokens": index.meta["num_tokens"], "max_matches": config.max_matches, "length": config.length,
+            "max_nodes": config.max_nodes, "codec": "zlib", "build_seconds": round(seconds, 2)}
+
+
+class CrestStore:
+    """A read-only CREST store on disk. ``lookup(context)`` returns the tree of its longest stored suffix."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise CorpusError(f"no CREST store at {self.path}; build it with `specnb datastore build crest`")
+        try:
+            self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            page_size, pages = (self.db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count"))
+            if page_size * pages != self.path.stat().st_size:
+                raise sqlite3.DatabaseError(f"file holds {self.path.stat().st_size} bytes, header says "
+                                            f"{page_size * pages}")
+            self.meta = {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+            self.db.execute("SELECT ngram, tree FROM trees LIMIT 1").fetchall()
+        except (sqlite3.DatabaseError, json.JSONDecodeError) as exc:
+            raise CorpusError(f"{self.path} is not a valid CREST store (corrupt or not SQLite: {exc})") from None
+        if self.meta.get("kind") != "crest" or self.meta.get("format") != FORMAT_VERSION:
+            raise CorpusError(f"{self.path} is not a CREST store of format {FORMAT_VERSION}; build it again")
+        self.ns = sorted(self.meta["ns"], reverse=True)  # longest first
+
+    @property
+    def tokenizer(self) -> TokenizerInfo:
+        return TokenizerInfo(**self.meta["tokenizer"])
+
+    @property
+    def storage_bytes(self) -> int:
+        return disk_bytes(self.path)
+
+    def __len__(self) -> int:
+        return int(self.meta["num_entries"])
+
+    def get(self, ngram: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(tokens, parents) stored for exactly ``ngram``, or None."""
+        row = self.db.execute("SELECT tree FROM trees WHERE ngram = ?", (encode_key(np.asarray(ngram)),)).fetchone()
+        return None if row is None else decode_tree(row[0])
+
+    def lookup(self, context: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(tokens, parents, n) for the longest stored suffix of ``context`` (int [L]); n = 0 if none."""
+        raw = np.asarray(context[-self.ns[0]:], dtype=">i4").tobytes()
+        keys = [raw[len(raw) - 4 * n:] for n in self.ns if 4 * n <= len(raw)]
+        if not keys:
+            return np.empty(0, np.int32), np.empty(0, np.int64), 0
+        marks = ",".join("?" * len(keys))
+        rows = self.db.execute(f"SELECT ngram, tree FROM trees WHERE ngram IN ({marks})", keys).fetchall()
+        if not rows:
+            return np.empty(0, np.int32), np.empty(0, np.int64), 0
+        key, blob = max(rows, key=lambda row: len(row[0]))
+        tokens, parents = decode_tree(blob)
+        return tokens, parents, len(key) // 4
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# ------------------------------------------------------------------------------------------ drafter
+
+
+class CrestDrafter(Drafter):
+    """Drafts the precomputed tree of the longest stored n-gram ending at the root."""
+
+    name = "crest"
+
+    def __init__(self, store: CrestStore):
+        self.store = store
+        self._info: dict[str, int] = {}
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        import torch
+
+        tokens, parents, n = self.store.lookup(state.tokens[-self.store.ns[0]:].numpy())
+        self._info = {"match_len": n, "tree_nodes": int(tokens.shape[0])}
+        if tokens.shape[0] == 0:
+            return None
+        return Draft(torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(parents))
+
+    @property
+    def last_info(self) -> dict[str, int]:
+        return self._info
+
+
+def open_crest(target: Any, path: str | Path | None) -> CrestStore:
+    """Load a CREST store (default: the code store of ``target``) and check it matches its tokenizer."""
+    path = Path(path) if path else default_store(target.name, "crest")
+    store = CrestStore(path)
+    store.tokenizer.check(target, f"CREST store {path}")
+    return store
+
+
+def make_crest(target: Any, options: Any) -> CrestDrafter:
+    """Bench factory: ``--datastore PATH.sqlite`` or the default code store built for the target."""
+    return CrestDrafter(open_crest(target, options.datastore))
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def add_build_arguments(parser: argparse.ArgumentParser) -> None:
+    """CREST options of ``specnb datastore build crest``."""
+    parser.add_argument("--m", type=int, default=5, help="CREST: keep n-grams of n = 1..m")
+    parser.add_argument("--single-n", type=int, default=None, help="CREST: keep only n-grams of this n")
+    parser.add_argument("--t", type=int, default=20_000, help="CREST: n-grams kept per n (most frequent)")
+
+
+def build_crest_cli(args: argparse.Namespace, index: RestIndex, source: str) -> None:
+    ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
+    out = Path(args.out) if args.out else default_store(args.model, "crest", source)
+    store = build_crest(index, out, ns=ns, t=args.t)
+    print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes")

@@ -1,0 +1,96 @@
+"""Merge retrieved continuations into a token tree ranked by how many continuations pass through each node.
+
+This is REST's tree construction (He et al. 2023), shared by :mod:`specnb.drafters.rest` (built at every
+step) and :mod:`specnb.drafters.crest` (built once per stored n-gram). Given m continuations of up to L
+tokens, every distinct prefix of a continuation is a candidate node whose *count* is the number of
+continuations starting with it. The tree keeps the ``max_nodes`` nodes with the highest counts, ties broken
+first by depth (shallower first) and then by the position of the first continuation holding the node
+(lexicographic order when the rows come from a suffix array range). Because a node's count never exceeds its
+parent's and the parent is shallower, the kept set is always closed under taking parents: it is a tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..draft import Draft
+
+
+@dataclass(frozen=True)
+class RetrievalTree:
+    """A token tree in breadth-first order (all depth-1 nodes, then depth 2, ...; within a depth, by the first
+    continuation that holds the node).
+
+    tokens: int32 [n]; parents: int16 [n], -1 = the root (parents[i] < i); counts: int32 [n], continuations
+    through each node.
+    """
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def to_draft(self) -> Draft:
+        import torch
+
+        return Draft(torch.from_numpy(self.tokens.astype(np.int64)), torch.from_numpy(self.parents.astype(np.int64)))
+
+    def sequences(self) -> set[tuple[int, ...]]:
+        """Every node as the token sequence from the root to it (for comparing trees built differently)."""
+        paths: list[tuple[int, ...]] = []
+        for token, parent in zip(self.tokens.tolist(), self.parents.tolist(), strict=True):
+            paths.append((*(paths[parent] if parent >= 0 else ()), token))
+        return set(paths)
+
+    @classmethod
+    def empty(cls) -> RetrievalTree:
+        return cls(np.empty(0, np.int32), np.empty(0, np.int16), np.empty(0, np.int32))
+
+
+def sort_rows(rows: np.ndarray) -> np.ndarray:
+    """Rows in lexicographic order (-1 padding sorts first), which makes equal prefixes contiguous."""
+    if rows.shape[0] == 0:
+        return rows
+    return rows[np.lexsort(rows.T[::-1])]
+
+
+def build_tree(rows: np.ndarray, max_nodes: int = 64) -> RetrievalTree:
+    """The token tree of continuations ``rows`` keeping the ``max_nodes`` most common prefixes.
+
+    rows: int [m, L] continuations; ``-1`` marks a missing token and every entry after a -1 must be -1 too.
+    Rows sharing a prefix must be contiguous (true for rows taken from a suffix array range, or after
+    :func:`sort_rows`). Vectorised: no Python loop over rows or tokens.
+    """
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
+    m, length = rows.shape
+    if m == 0 or length == 0:
+        return RetrievalTree.empty()
+    rows = rows.astype(np.int64, copy=False)
+    valid = rows >= 0
+    differs = np.ones((m, length), dtype=bool)
+    differs[1:] = rows[1:] != rows[:-1]
+    # (i, d) opens a new node when row i's prefix of length d+1 differs from row i-1's.
+    new = np.logical_or.accumulate(differs, axis=1) & valid
+    # Node ids in depth-major order (depth 0 first, rows in order within a depth): parents come first.
+    node_of = (np.cumsum(new.T.ravel()) - 1).reshape(length, m).T  # [m, L], meaningful where valid
+    num_nodes = int(new.sum())
+    counts = np.bincount(node_of[valid], minlength=num_nodes)
+    first_row, depth = np.nonzero(new.T)[::-1]  # same depth-major order as node ids
+    tokens = rows[first_row, depth]
+    parent = np.where(depth > 0, node_of[first_row, np.maximum(depth - 1, 0)], -1)
+    if num_nodes > max_nodes:
+        rank = np.lexsort((first_row, depth, -counts))  # most common first, then shallower, then earlier
+        keep = np.sort(rank[:max_nodes])
+    else:
+        keep = np.arange(num_nodes)
+    new_index = np.full(num_nodes, -1, dtype=np.int64)
+    new_index[keep] = np.arange(keep.shape[0])
+    kept_parent = parent[keep]
+    parents = np.where(kept_parent >= 0, new_index[np.maximum(kept_parent, 0)], -1)
+    return RetrievalTree(tokens[keep].astype(np.int32), parents.astype(np.int16), counts[keep].astype(np.int32))

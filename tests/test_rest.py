@@ -1,0 +1,134 @@
+"""REST: suffix-array search vs a brute-force scan, tree construction, the drafter's losslessness."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specnb.corpus import CorpusError, TokenCorpus
+from specnb.decode import generate
+from specnb.drafters.rest import RestDrafter, RestIndex, SearchConfig, disk_bytes
+from specnb.drafters.retrieval_tree import build_tree, sort_rows
+from tests.conftest import tiny
+
+META = {"tokenizer": {"name": "tiny-llama", "vocab_size": 259, "fingerprint": "x"}, "name": "test"}
+
+
+def make_corpus(docs: list[list[int]], meta: dict | None = None) -> TokenCorpus:
+    starts = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    return TokenCorpus(np.concatenate([np.asarray(d, dtype=np.int32) for d in docs]), starts, dict(meta or META))
+
+
+def brute_continuations(docs: list[list[int]], query: list[int], length: int) -> Counter:
+    """Every continuation (up to ``length`` tokens, cut at the document end) of every in-document occurrence."""
+    found: Counter = Counter()
+    q = len(query)
+    for doc in docs:
+        for i in range(len(doc) - q + 1):
+            if doc[i:i + q] == query:
+                found[tuple(doc[i + q:i + q + length])] += 1
+    return found
+
+
+docs_strategy = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=30), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(docs=docs_strategy, context=st.lists(st.integers(0, 3), min_size=1, max_size=6), length=st.integers(1, 5))
+def test_search_equals_brute_force(docs, context, length):
+    index = RestIndex.build(make_corpus(docs), progress=False)
+    context_np = np.asarray(context)
+    q, lo, hi = index.longest_match(context_np, max_query=6, min_query=1)
+    expected_q = max((n for n in range(1, len(context) + 1) if brute_continuations(docs, context[-n:], 1)),
+                     default=0)
+    assert q == expected_q
+    if q == 0:
+        return
+    rows = index.continuations(lo, hi, q, max_matches=10_000, length=length)
+    got = Counter(tuple(int(t) for t in row if t >= 0) for row in rows)
+    assert got == brute_continuations(docs, context[-q:], length)
+    # Every n-gram (not only the longest) agrees too, including those that would cross a boundary.
+    for n in range(1, len(context) + 1):
+        lo_n, hi_n = index.find(context_np[-n:])
+        assert hi_n - lo_n == sum(brute_continuations(docs, context[-n:], 0).values())
+
+
+def all_prefix_counts(rows: np.ndarray) -> Counter:
+    counts: Counter = Counter()
+    for row in rows.tolist():
+        row = [t for t in row if t >= 0]
+        counts.update(tuple(row[:i]) for i in range(1, len(row) + 1))
+    return counts
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.integers(0, 3), min_size=0, max_size=6), min_size=1, max_size=40),
+       budget=st.integers(1, 20))
+def test_tree_budget_counts_and_determinism(rows, budget):
+    padded = np.full((len(rows), 6), -1, dtype=np.int64)
+    for i, row in enumerate(rows):
+        padded[i, :len(row)] = row
+    padded = sort_rows(padded)
+    tree = build_tree(padded, budget)
+    expected = all_prefix_counts(padded)
+    assert tree.num_nodes == min(budget, len(expected))
+    assert np.all(tree.parents < np.arange(tree.num_nodes))
+    sequences = []
+    for token, parent in zip(tree.tokens.tolist(), tree.parents.tolist(), strict=True):
+        sequences.append((*(sequences[parent] if parent >= 0 else ()), token))
+    assert [expected[s] for s in sequences] == tree.counts.tolist()
+    dropped = [c for s, c in expected.items() if s not in set(sequences)]
+    assert not dropped or min(tree.counts.tolist()) >= max(dropped)  # kept = most common
+    again = build_tree(padded.copy(), budget)
+    assert all(np.array_equal(a, b) for a, b in zip((tree.tokens, tree.parents, tree.counts),
+                                                     (again.tokens, again.parents, again.counts), strict=True))
+
+
+def test_search_budget_and_save(tmp_path):
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 5, 200).tolist() for _ in range(20)]
+    corpus = make_corpus(docs)
+    index = RestIndex.build(corpus, tmp_path / "rest", progress=False)
+    tree, q = index.search(np.array(docs[3][50:66]), SearchConfig(max_nodes=16, max_matches=7))
+    assert q == 16 and 0 < tree.num_nodes <= 16 and tree.counts.max() <= 7
+    assert disk_bytes(tmp_path / "rest") >= index.storage_bytes == 8 * (corpus.num_tokens + corpus.num_docs)
+    assert not list(tmp_path.glob("*.partial-*"))
+    (tmp_path / "rest" / "sa.npy").write_bytes(b"x")
+    with pytest.raises(CorpusError, match="corrupt"):
+        RestIndex.load(tmp_path / "rest")
+    with pytest.raises(CorpusError, match="no REST datastore"):
+        RestIndex.load(tmp_path / "missing")
+
+
+def self_corpus(target, prompts: list[str], tokens: int = 48) -> TokenCorpus:
+    """A corpus of the model's own greedy continuations, so that retrieval drafts get accepted."""
+    docs = [generate(target, p, max_new_tokens=tokens).tokens for p in prompts]
+    return make_corpus(docs, {"tokenizer": {"name": target.name, "vocab_size": len(target.tokenizer),
+                                            "fingerprint": "x"}, "name": "self"})
+
+
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+def test_rest_drafter_greedy_lossless(verify):
+    target = tiny("llama")
+    prompts = ["def add(a, b):", "import numpy as np\n", "class Stack:\n"]
+    index = RestIndex.build(self_corpus(target, prompts + ["for i in range(10):"]), progress=False)
+    drafter = RestDrafter(index)
+    for prompt in prompts + ["while True:"]:
+        ar = generate(target, prompt, max_new_tokens=40)
+        sd = generate(target, prompt, drafter, max_new_tokens=40, verify=verify)
+        assert sd.tokens == ar.tokens
+    assert sd.stats.num_calls < 40 or sd.stats.accepted_length == 0
+
+
+def test_rest_lossless_gemma3_window():
+    """Gemma3's sliding window (16 in the tiny model) with a context longer than it."""
+    target = tiny("gemma3")
+    prompt = "x = [1, 2, 3]\nprint(x)\n" * 2
+    index = RestIndex.build(self_corpus(target, [prompt], tokens=64), progress=False)
+    ar = generate(target, prompt, max_new_tokens=64)
+    sd = generate(target, prompt, RestDrafter(index), max_new_tokens=64)
+    assert sd.tokens == ar.tokens and sd.stats.accepted_length > 1
