@@ -1,0 +1,118 @@
+"""CREST: n-gram counts, the SQLite store (exact trees, bad stores, atomic builds), the drafter."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from specnb.corpus import CorpusError
+from specnb.decode import generate
+from specnb.drafters import crest
+from specnb.drafters.crest import CrestDrafter, CrestStore, NgramCounter, build_crest
+from specnb.drafters.rest import RestIndex
+from tests.conftest import tiny
+from tests.test_rest import make_corpus, self_corpus
+
+
+@pytest.fixture(scope="module")
+def docs():
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, 4, int(rng.integers(5, 80))).tolist() for _ in range(30)]
+
+
+def test_ngram_counts_match_brute_force(docs):
+    counter = NgramCounter(RestIndex.build(make_corpus(docs), progress=False))
+    for n in (1, 2, 3, 5):
+        expected = Counter(tuple(d[i:i + n]) for d in docs for i in range(len(d) - n + 1))
+        assert counter.counts(n).tolist() == sorted(expected.values(), reverse=True)
+        starts, sizes = counter.top(n, 4)
+        assert sizes.tolist() == sorted(expected.values(), reverse=True)[:4]
+
+
+def test_lookup_returns_exactly_the_stored_tree(docs, tmp_path):
+    index = RestIndex.build(make_corpus(docs), progress=False)
+    store = build_crest(index, tmp_path / "c.sqlite", ns=(1, 2, 3), t=5, progress=False)
+    assert len(store) == 4 + 5 + 5  # only 4 distinct unigrams and store.storage_bytes == (tmp_path / "c.sqlite").stat().st_size
+    counter = NgramCounter(index)
+    for n in (1, 2, 3):
+        for start in counter.top(n, 5)[0]:
+            ngram = np.asarray(index.text[int(index.sa[start]):int(index.sa[start]) + n], dtype=np.int64)
+            tokens, parents = store.get(ngram)
+            tree = index.tree_of(ngram)
+            assert tokens.tolist() == tree.tokens.tolist() and parents.tolist() == tree.parents.tolist()
+    # The longest stored suffix wins.
+    top3 = np.asarray(index.text[int(index.sa[counter.top(3, 1)[0][0]]):][:3], dtype=np.int64)
+    tokens, _, n = store.lookup(np.concatenate([[9, 9], top3]))
+    assert n == 3 and tokens.tolist() == index.tree_of(top3).tokens.tolist()
+    assert store.lookup(np.array([9, 9]))[2] == 0
+
+
+def test_bad_stores(docs, tmp_path):
+    index = RestIndex.build(make_corpus(docs), progress=False)
+    path = tmp_path / "c.sqlite"
+    with pytest.raises(CorpusError, match="no CREST store"):
+        CrestStore(path)
+    path.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(CorpusError, match="not a valid CREST store"):
+        CrestStore(path)
+    build_crest(index, path, ns=(2,), t=10, progress=False)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.raises(CorpusError, match="not a valid CREST store"):
+        CrestStore(path)
+    store = build_crest(index, path, ns=(2,), t=10, progress=False)
+    foreign = tiny("llama").tokenizer
+    with pytest.raises(CorpusError, match="rebuild it with"):
+        store.tokenizer.check(foreign, "CREST store")
+
+
+def test_interrupted_build_leaves_nothing(docs, tmp_path, monkeypatch):
+    index = RestIndex.build(make_corpus(docs), progress=False)
+    calls = {"n": 0}
+    real = crest.encode_tree
+
+    def failing(tree):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt
+        return real(tree)
+
+    monkeypatch.setattr(crest, "encode_tree", failing)
+    with pytest.raises(KeyboardInterrupt):
+        build_crest(index, tmp_path / "c.sqlite", ns=(1, 2), t=10, progress=False)
+    monkeypatch.setattr(crest, "write_store", _interrupting_writer(crest.write_store))
+    monkeypatch.setattr(crest, "encode_tree", real)
+    with pytest.raises(KeyboardInterrupt):
+        build_crest(index, tmp_path / "c.sqlite", ns=(1, 2), t=10, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(CorpusError):
+        CrestStore(tmp_path / "c.sqlite")
+
+
+def _interrupting_writer(write_store):
+    """write_store whose SQLite inserts fail half-way (after the temporary file exists)."""
+    def wrapped(path, tables, t, meta):
+        tables[-1].blobs[-1] = None  # NOT NULL violation -> sqlite3.IntegrityError mid-insert
+        try:
+            return write_store(path, tables, t, meta)
+        except Exception as exc:
+            raise KeyboardInterrupt from exc
+    return wrapped
+
+
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+def test_crest_drafter_greedy_lossless(verify, tmp_path):
+    target = tiny("qwen2")
+    prompts = ["def add(a, b):", "import os\n"]
+    index = RestIndex.build(self_corpus(target, prompts + ["if x:\n"]), progress=False)
+    store = build_crest(index, tmp_path / "c.sqlite", ns=(1, 2, 3, 4), t=200, progress=False)
+    drafter = CrestDrafter(store)
+    accepted = 0.0
+    for prompt in prompts + ["while True:"]:
+        ar = generate(target, prompt, max_new_tokens=40)
+        sd = generate(target, prompt, drafter, max_new_tokens=40, verify=verify)
+        assert sd.tokens == ar.tokens
+        accepted += sd.stats.accepted_length
+    assert accepted > 0
