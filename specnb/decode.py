@@ -27,8 +27,9 @@ class Generation:
 
     prompt_ids: the encoded prompt; tokens: the new tokens (EOS included if one was produced);
     text: the decoded new tokens; stats: per-call statistics and wall times (see :mod:`specnb.metrics`);
-    stop_reason: ``"eos"`` or ``"max_new_tokens"``; top2_gaps: for greedy runs with ``record_gaps``, the
-    target's top-1 minus top-2 logit at every generated position (used to judge bf16 divergences).
+    stop_reason: ``"eos"`` or ``"max_new_tokens"``; with ``record_gaps``, top1_logits and top2_gaps hold the
+    target's top-1 logit and its margin over the top-2 at every generated position (to judge whether a
+    divergence between two runs sits where rounding can flip the argmax).
     """
 
     prompt_ids: list[int]
@@ -36,6 +37,7 @@ class Generation:
     text: str
     stats: RunStats
     stop_reason: str
+    top1_logits: list[float] = field(default_factory=list)
     top2_gaps: list[float] = field(default_factory=list)
 
 
@@ -64,11 +66,11 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
     buffer[:prompt_ids.shape[0]] = prompt_ids
     length = prompt_ids.shape[0]
     stats = RunStats(prompt_tokens=length)
-    gaps: list[float] = []
+    tops: list[tuple[float, float]] = []  # (top-1 logit, top-1 minus top-2)
 
     start = time.perf_counter()
     first = verifier.prefill(prompt_ids)
-    root = _pick(first.logits[-1], config, generator, gaps if record_gaps else None)
+    root = _pick(first.logits[-1], config, generator, tops if record_gaps else None)
     hidden = None if first.hidden is None else first.hidden[-1]
     stats.prefill_seconds = time.perf_counter() - start
     buffer[length] = root
@@ -95,8 +97,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             acceptance = _accept(draft, result.logits, config, generator)
         verifier.keep(past, result, acceptance.nodes)
         if record_gaps:
-            gaps.extend(_top2_gaps(result.logits[torch.cat([torch.zeros(1, dtype=torch.long),
-                                                            acceptance.nodes + 1])]).tolist())
+            tops.extend(_top2(result.logits[torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1])]))
 
         committed = torch.cat([draft.tokens[acceptance.nodes], torch.tensor([acceptance.bonus])])
         hits = torch.nonzero(torch.isin(committed, eos))
@@ -121,16 +122,17 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
     stats.decode_seconds = time.perf_counter() - start - stats.prefill_seconds
 
     tokens = buffer[prompt_ids.shape[0]:length].tolist()
-    if record_gaps:
-        gaps = gaps[:len(tokens)]
+    tops = tops[:len(tokens)]
     text = target.tokenizer.decode(tokens, skip_special_tokens=True)
-    return Generation(prompt_ids.tolist(), tokens, text, stats, stop_reason, gaps)
+    return Generation(prompt_ids.tolist(), tokens, text, stats, stop_reason,
+                      [t for t, _ in tops], [g for _, g in tops])
 
 
-def _pick(logits: Tensor, config: SamplingConfig, generator: torch.Generator, gaps: list[float] | None) -> int:
+def _pick(logits: Tensor, config: SamplingConfig, generator: torch.Generator,
+          tops: list[tuple[float, float]] | None) -> int:
     """The target's own choice from one logits vector (used after prefill)."""
-    if gaps is not None:
-        gaps.extend(_top2_gaps(logits[None]).tolist())
+    if tops is not None:
+        tops.extend(_top2(logits[None]))
     if config.greedy:
         return int(logits.argmax())
     return sample(probabilities(logits, config), generator)
@@ -146,10 +148,10 @@ def _accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: tor
     return accept_mcss(draft, logits, config, generator)
 
 
-def _top2_gaps(logits: Tensor) -> Tensor:
-    """Top-1 minus top-2 logit for each row of [m, V] (float32)."""
+def _top2(logits: Tensor) -> list[tuple[float, float]]:
+    """(top-1 logit, top-1 minus top-2) for each row of [m, V]."""
     top = logits.float().topk(2, dim=-1).values
-    return top[:, 0] - top[:, 1]
+    return list(zip(top[:, 0].tolist(), (top[:, 0] - top[:, 1]).tolist(), strict=True))
 
 
 def _accepted_row(draft: Draft, acceptance: Acceptance) -> int | None:

@@ -1,0 +1,177 @@
+"""Side-by-side benchmark: our methods and Hugging Face's, same process, same prompts, same token budget.
+
+For every prompt, every method runs once (methods interleaved per prompt, so slow drift of the machine
+hits all of them alike), after one warm-up run of each method. One row per (method, prompt), then one
+summary row per method (``prompt_id == "ALL"``) with ``speedup_vs_ar``: our AR loop's total wall time over
+the method's. Greedy runs are checked token for token against our AR output; where they differ, the
+first divergence is reported with the AR top-1/top-2 logit gap there, and whether that gap is within the
+rounding of the model's dtype (so a bf16 flip can be told from a bug).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from .decode import generate
+from .methods import HF_BASELINES, MethodOptions, make_drafter, method_names
+from .metrics import first_divergence
+from .models import LoadedModel, load_model
+from .prompts import Prompt, encode_prompt
+
+# Relative precision of a logit in each dtype (unit roundoff); a top-2 gap below a few units of the top
+# logit's magnitude can flip between two mathematically equal computations.
+ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+
+
+@dataclass
+class BenchConfig:
+    methods: list[str]
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    verify: str = "tree"
+    options: MethodOptions | None = None
+    warmup_tokens: int = 16
+
+
+def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True) -> pd.DataFrame:
+    """Run every method on every prompt; returns per-prompt rows followed by one summary row per method."""
+    unknown = [m for m in config.methods if m not in method_names()]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(method_names())}")
+    if not prompts:
+        raise ValueError("no prompts to benchmark")
+    methods = list(dict.fromkeys(["ar", *config.methods]))  # AR always runs: it is the reference
+    options = config.options or MethodOptions()
+    runners = {m: _runner(m, target, options, config) for m in methods}
+    for method in methods:  # warm-up: allocator, kernels, lazily built tables
+        runners[method](prompts[0], config.warmup_tokens)
+
+    rows = []
+    counter = _CallCounter(target.model)
+    for prompt in tqdm(prompts, desc="bench", disable=not progress):
+        reference: dict = {}
+        for method in methods:
+            counter.calls = 0
+            out = runners[method](prompt, config.max_new_tokens)
+            out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
+            row = {"method": method, "prompt_id": prompt.id, **out}
+            if method == "ar":
+                reference = dict(out)
+            rows.append(_compare(row, reference, config, target))
+        counter.calls = 0
+    counter.remove()
+    per_prompt = pd.DataFrame(rows)
+    return pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True)
+
+
+def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
+    """One row per method: totals, tokens/s over all prompts, mean tokens per call, speedup vs our AR."""
+    ar_seconds = per_prompt.loc[per_prompt.method == "ar", "seconds"].sum()
+    rows = []
+    for method, group in per_prompt.groupby("method", sort=False):
+        rows.append({
+            "method": method, "prompt_id": "ALL",
+            "new_tokens": group.new_tokens.sum(), "calls": group.calls.sum(), "seconds": group.seconds.sum(),
+            "tokens_per_s": group.new_tokens.sum() / group.seconds.sum(),
+            "tokens_per_call": group.new_tokens.sum() / max(1, group.calls.sum()),
+            "accepted_length": group.accepted_length.mean() if "accepted_length" in group else math.nan,
+            "identical_to_ar": group.identical_to_ar.mean(),
+            "outside_forward_fraction": group.outside_forward_fraction.mean(),
+            "speedup_vs_ar": ar_seconds / group.seconds.sum(),
+        })
+    return pd.DataFrame(rows)
+
+
+def _compare(row: dict, reference: dict, config: BenchConfig, target: LoadedModel) -> dict:
+    """Add identical_to_ar and, for greedy runs that differ, where and how close the AR call was there."""
+    tokens = row.pop("tokens")
+    for private in [key for key in row if key.startswith("_")]:
+        del row[private]
+    if config.temperature > 0:  # sampled runs differ by design; their check is statistical (tests)
+        return {**row, "identical_to_ar": math.nan}
+    index = first_divergence(reference["tokens"], tokens)
+    row["identical_to_ar"] = index is None
+    row["first_divergence"] = index
+    if index is not None and index < len(reference["_gaps"]):
+        gap, logit = reference["_gaps"][index], reference["_top1"][index]
+        dtype = next(target.model.parameters()).dtype
+        row["first_divergence_gap"] = gap
+        # A few units of roundoff of the logit's magnitude: rounding in the last layers and the LM head.
+        row["gap_within_rounding"] = gap <= 8 * ROUNDOFF.get(dtype, 2.0**-8) * max(1.0, abs(logit))
+    return row
+
+
+def _runner(method: str, target: LoadedModel, options: MethodOptions, config: BenchConfig):
+    """A function (prompt, max_new_tokens) -> result dict for one method."""
+    if method in HF_BASELINES:
+        return _hf_runner(method, target, options, config)
+    drafter = make_drafter(method, target, options)
+
+    def run(prompt: Prompt, max_new_tokens: int) -> dict:
+        out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=config.temperature,
+                       top_p=config.top_p, verify=config.verify, seed=config.seed, record_gaps=method == "ar")
+        result = {**out.stats.summary(), "calls": out.stats.num_calls, "tokens": out.tokens}
+        if method == "ar":  # what comparisons need; underscored keys stay out of the CSV
+            result.update(_gaps=out.top2_gaps, _top1=out.top1_logits)
+        return result
+
+    return run
+
+
+def _hf_runner(method: str, target: LoadedModel, options: MethodOptions, config: BenchConfig):
+    """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model."""
+    kwargs: dict = {}
+    if method == "hf-pld":
+        kwargs["prompt_lookup_num_tokens"] = options.get("w", 10)
+    if method == "hf-assisted":
+        if not options.draft or options.draft.startswith("self:"):
+            raise ValueError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
+        kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype).model
+    sampling = dict(do_sample=True, temperature=config.temperature, top_p=config.top_p) if config.temperature > 0 \
+        else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+    eos = sorted(target.eos_token_ids) or None
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
+
+    def run(prompt: Prompt, max_new_tokens: int) -> dict:
+        ids = encode_prompt(target, prompt)[None]
+        torch.manual_seed(config.seed)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                        eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
+        seconds = time.perf_counter() - start
+        tokens = out[0, ids.shape[1]:].tolist()
+        return {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds,
+                "tokens": tokens}
+
+    return run
+
+
+class _CallCounter:
+    """Counts forward calls of a model (for HF methods, whose loops we cannot instrument)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.calls = 0
+        self._handle = model.register_forward_pre_hook(self._count)
+
+    def _count(self, module, args) -> None:
+        self.calls += 1
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def format_table(results: pd.DataFrame) -> str:
+    """The summary rows as a fixed-width table for the terminal."""
+    summary = results[results.prompt_id == "ALL"]
+    columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
+               "identical_to_ar", "outside_forward_fraction"]
+    return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")
