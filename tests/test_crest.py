@@ -34,7 +34,8 @@ def test_ngram_counts_match_brute_force(docs):
 def test_lookup_returns_exactly_the_stored_tree(docs, tmp_path):
     index = RestIndex.build(make_corpus(docs), progress=False)
     store = build_crest(index, tmp_path / "c.sqlite", ns=(1, 2, 3), t=5, progress=False)
-    assert len(store) == 4 + 5 + 5  # only 4 distinct unigrams and store.storage_bytes == (tmp_path / "c.sqlite").stat().st_size
+    assert len(store) == 4 + 5 + 5  # only 4 distinct unigrams
+    assert store.storage_bytes == (tmp_path / "c.sqlite").stat().st_size
     counter = NgramCounter(index)
     for n in (1, 2, 3):
         for start in counter.top(n, 5)[0]:
@@ -102,17 +103,17 @@ def _interrupting_writer(write_store):
     return wrapped
 
 
-@pytest.mark.parametrize("verify", ["tree", "batch"])
-def test_crest_drafter_greedy_lossless(verify, tmp_path):
+def test_crest_drafter_greedy_lossless(tmp_path):
     target = tiny("qwen2")
     prompts = ["def add(a, b):", "import os\n"]
-    index = RestIndex.build(self_corpus(target, prompts + ["if x:\n"]), progress=False)
+    index = RestIndex.build(self_corpus(target, prompts), progress=False)
     store = build_crest(index, tmp_path / "c.sqlite", ns=(1, 2, 3, 4), t=200, progress=False)
     drafter = CrestDrafter(store)
     accepted = 0.0
-    for prompt in prompts + ["while True:"]:
-        ar = generate(target, prompt, max_new_tokens=40)
-        sd = generate(target, prompt, drafter, max_new_tokens=40, verify=verify)
-        assert sd.tokens == ar.tokens
-        accepted += sd.stats.accepted_length
+    for prompt in [*prompts, "while True:"]:
+        ar = generate(target, prompt, max_new_tokens=32)
+        for verify in ("tree", "batch"):
+            sd = generate(target, prompt, drafter, max_new_tokens=32, verify=verify)
+            assert sd.tokens == ar.tokens
+            accepted += sd.stats.accepted_length
     assert accepted > 0

@@ -37,7 +37,7 @@ def brute_continuations(docs: list[list[int]], query: list[int], length: int) ->
 docs_strategy = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=30), min_size=1, max_size=8)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(docs=docs_strategy, context=st.lists(st.integers(0, 3), min_size=1, max_size=6), length=st.integers(1, 5))
 def test_search_equals_brute_force(docs, context, length):
     index = RestIndex.build(make_corpus(docs), progress=False)
@@ -65,7 +65,7 @@ def all_prefix_counts(rows: np.ndarray) -> Counter:
     return counts
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rows=st.lists(st.lists(st.integers(0, 3), min_size=0, max_size=6), min_size=1, max_size=40),
        budget=st.integers(1, 20))
 def test_tree_budget_counts_and_determinism(rows, budget):
@@ -114,7 +114,7 @@ def self_corpus(target, prompts: list[str], tokens: int = 48) -> TokenCorpus:
 @pytest.mark.parametrize("verify", ["tree", "batch"])
 def test_rest_drafter_greedy_lossless(verify):
     target = tiny("llama")
-    prompts = ["def add(a, b):", "import numpy as np\n", "class Stack:\n"]
+    prompts = ["def add(a, b):", "import numpy as np\n"]
     index = RestIndex.build(self_corpus(target, prompts + ["for i in range(10):"]), progress=False)
     drafter = RestDrafter(index)
     for prompt in prompts + ["while True:"]:
