@@ -56,6 +56,8 @@ FACTORIES: dict[str, Any] = {
     "ar": _ar,
     "pld": _pld,
     # Later methods register here as "module:function" strings.
+    "sd": "specnb.drafters.draft_model:make_sd",
+    "mcsd": "specnb.drafters.draft_model:make_mcsd",
 }
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")

@@ -1,0 +1,308 @@
+"""Draft-model speculative decoding: vanilla SD and Multi-Candidate Speculative Decoding (MCSD).
+
+A small LM that shares the target's tokenizer drafts a k_1 x k_2 x ... x k_L tree level by level: every
+node of level l gets k_{l+1} children sampled from the draft's distribution q at that node. Vanilla SD
+(Leviathan et al. 2023) is the 1 x 1 x ... x 1 chain. Each level is *one* draft call: the level's nodes
+go in as one row with a tree-attention mask (every node sees the context and its own ancestors) and
+per-node positions, on top of the draft's own KV cache. After verification the draft cache keeps the
+context plus the accepted nodes it already computed; nothing is ever recomputed.
+
+Draft models: any model with the target's vocabulary (``qwen2.5-coder-0.5b-instruct`` for the 1.5B
+target), or ``self:L``, the target's own first L layers with its final norm and LM head (no extra
+weights). Temperature 0 drafting is deterministic (the top-k_l tokens, or the top-1 chain when drawing
+with replacement, as in the MCSD paper) and carries no q; temperature > 0 returns a
+:class:`~specnb.sampling.CandidateDraft` whose ``q`` and ``scheme`` drive :func:`~specnb.sampling.accept_mcss`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache, PreTrainedModel
+
+from ..draft import Draft
+from ..methods import MethodOptions
+from ..models import LoadedModel, load_model
+from ..sampling import SCHEMES, CandidateDraft, SamplingConfig, Scheme, probabilities
+from .base import DecodeState, Drafter
+
+
+class VocabularyError(ValueError):
+    """The draft model's tokenizer differs from the target's."""
+
+
+# ------------------------------------------------------------------------------------ draft models
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"4x2x2x1"`` -> (4, 2, 2, 1): children per node at each draft level (``"1x1x1"`` = vanilla SD)."""
+    try:
+        shape = tuple(int(part) for part in str(text).lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise ValueError(f"invalid draft shape {text!r}: expected positive integers joined by 'x', e.g. 4x2x2x1")
+    return shape
+
+
+def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
+    """The target truncated to its first ``layers`` decoder layers, sharing every weight with it.
+
+    Hugging Face decoders run ``self.layers[:config.num_hidden_layers]``, so a shallow copy of the model
+    objects with a config of ``layers`` layers is the whole early-exit model: same embeddings, first layers,
+    final norm and LM head, no copied tensors.
+    """
+    config = copy.deepcopy(target.model.config)
+    text = config.get_text_config()
+    total = text.num_hidden_layers
+    if not 1 <= layers < total:
+        raise ValueError(f"self-draft needs 1 <= L < {total} (the target's layer count), got L={layers}")
+    text.num_hidden_layers = layers
+    if getattr(text, "layer_types", None):
+        text.layer_types = text.layer_types[:layers]
+    outer = target.model
+    base = copy.copy(outer.base_model)  # new object, same submodules (and so the same weights)
+    base.config = text
+    model = copy.copy(outer)
+    model._modules = {**outer._modules, outer.base_model_prefix: base}  # never mutate the target's dict
+    model.config = config
+    return LoadedModel(model, target.tokenizer, f"{target.name}:self:{layers}", target.chat, target.eos_token_ids)
+
+
+def check_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
+    """Raise :class:`VocabularyError` unless both tokenizers map the same strings to the same ids."""
+    if draft.tokenizer is target.tokenizer:
+        return
+    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+        raise VocabularyError(
+            f"draft model {draft.name!r} has a different vocabulary ({len(draft.tokenizer)} tokens) than the "
+            f"target {target.name!r} ({len(target.tokenizer)} tokens); a draft model must share the target's "
+            f"tokenizer (use self:L for an early-exit draft of the target)")
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cached(name: str, dtype: torch.dtype) -> LoadedModel:
+    return load_model(name, dtype=dtype)
+
+
+def load_draft(target: LoadedModel, name: str) -> LoadedModel:
+    """A draft model by name: ``self:L`` (the target's first L layers) or any :func:`load_model` name,
+    loaded in the target's dtype and checked to share its vocabulary."""
+    if name.startswith("self:"):
+        try:
+            layers = int(name.removeprefix("self:"))
+        except ValueError:
+            raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L") from None
+        return self_draft(target, layers)
+    draft = _load_cached(name, next(target.model.parameters()).dtype)
+    check_vocabulary(target, draft)
+    return draft
+
+
+# ------------------------------------------------------------------------------------------ drafter
+
+
+class DraftModelDrafter(Drafter):
+    """Drafts a ``shape`` tree (children per node at each level) with a draft LM and its own KV cache.
+
+    draft: the draft model (see :func:`load_draft`); target_vocab: rows of the target's LM head (the
+    draft's logits are cut or padded with -inf to it); scheme: how candidates are drawn at temperature > 0
+    (``mcss``: with replacement, ``mcss-wor`` and ``mcns``: without); temperature / top_p: the draft's own
+    sampling (use the target's for the best acceptance; any value keeps decoding lossless).
+    """
+
+    name = "draft-model"
+
+    def __init__(self, draft: LoadedModel, shape: tuple[int, ...] | str, target_vocab: int, *,
+                 scheme: Scheme = "mcss-wor", temperature: float = 0.0, top_p: float = 1.0, seed: int = 0):
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown acceptance scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+        self.draft = draft
+        self.model: PreTrainedModel = draft.model
+        self.shape = parse_shape(shape) if isinstance(shape, str) else tuple(shape)
+        if not self.shape or min(self.shape) < 1:
+            raise ValueError(f"invalid draft shape {self.shape}")
+        self.target_vocab = target_vocab
+        self.scheme: Scheme = scheme
+        self.config = SamplingConfig(temperature, top_p)
+        self.seed = seed
+        text = self.model.config.get_text_config()
+        self.layer_types = set(getattr(text, "layer_types", None) or ["full_attention"])
+        self.sliding_window = getattr(text, "sliding_window", None)
+        self.dtype = next(self.model.parameters()).dtype
+        self.reset(torch.empty(0, dtype=torch.long))
+
+    # -------------------------------------------------------------- protocol
+
+    def reset(self, prompt_ids: Tensor) -> None:
+        self.cache = DynamicCache()
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.prefix = 0  # leading cache slots = tokens[:prefix] of the context, positions 0..prefix-1
+        self._forget_tree()
+        self._info: dict[str, int] = {}
+
+    def _forget_tree(self) -> None:
+        empty = torch.empty(0, dtype=torch.long)
+        self.tree_tokens, self.tree_parents = empty, empty
+        self.tree_slot = empty  # cache slot of each node, -1 if never fed to the draft
+
+    @property
+    def last_info(self) -> dict[str, int]:
+        return self._info
+
+    @torch.inference_mode()
+    def propose(self, state: DecodeState) -> Draft | None:
+        depth = min(len(self.shape), state.max_depth)
+        if depth < 1:
+            return None
+        context = state.tokens.shape[0]
+        self.prefix = min(self.prefix, context - 1)  # the root's logits are needed, so it is always fed
+        self._crop(torch.arange(self.prefix))  # drop a tree that update() did not see
+        # Level 0: the tokens the draft has not seen yet (accepted leaves, the root) as one causal chain.
+        pending = state.tokens[self.prefix:]
+        logits = self._fit(self.model(input_ids=pending[None], past_key_values=self.cache, use_cache=True,
+                                      logits_to_keep=1).logits[0])  # [1, V]
+        self.prefix = context
+        frontier = torch.tensor([-1])  # nodes whose children are drawn next (-1 = the root)
+        tokens, parents, slots, qs = [], [], [], []
+        fed: list[Tensor] = []  # node ids in cache-slot order after the prefix
+        count, calls = 0, 1
+        for level in range(depth):
+            children, q = self._draw(logits, self.shape[level])  # [m, k], [m, V] or None
+            m, k = children.shape
+            new = count + torch.arange(m * k)
+            tokens.append(children.flatten())
+            parents.append(frontier.repeat_interleave(k))
+            if q is not None:
+                qs.append(q.repeat_interleave(k, 0))
+            # Expand only the first copy of a token among siblings: a repeated candidate can never be
+            # accepted after the first copy was rejected, so its subtree would be wasted work.
+            first = ~((children[:, :, None] == children[:, None, :]) & _earlier(k)).any(-1).flatten()
+            count += m * k
+            slots.append(torch.full((m * k,), -1, dtype=torch.long))
+            if level == depth - 1:
+                break
+            frontier = new[first]
+            all_tokens, all_parents = torch.cat(tokens), torch.cat(parents)
+            logits = self._forward_level(all_tokens, all_parents, fed, frontier, context)
+            slots[-1][first] = self.prefix + sum(f.shape[0] for f in fed) + torch.arange(frontier.shape[0])
+            fed.append(frontier)
+            calls += 1
+        self.tree_tokens, self.tree_parents = torch.cat(tokens), torch.cat(parents)
+        self.tree_slot = torch.cat(slots)
+        self._info = {"draft_calls": calls, "draft_nodes": count}
+        if self.config.greedy:
+            return Draft(self.tree_tokens, self.tree_parents)
+        return CandidateDraft(self.tree_tokens, self.tree_parents, torch.cat(qs), scheme=self.scheme)
+
+    def update(self, committed: Tensor) -> None:
+        """Keep the cache entries of the accepted nodes the draft already computed.
+
+        The accepted draft tokens are ``committed[:-1]`` (the last one is the target's bonus token, whose
+        logits the draft has not computed yet). They are followed down the tree by token id.
+        """
+        keep: list[int] = []
+        current = -1
+        for token in committed[:-1].tolist():
+            child = torch.nonzero((self.tree_parents == current) & (self.tree_tokens == token))
+            if child.numel() == 0 or int(self.tree_slot[child[0, 0]]) < 0:
+                break
+            current = int(child[0, 0])
+            keep.append(int(self.tree_slot[current]))
+        self._crop(torch.cat([torch.arange(self.prefix), torch.tensor(keep, dtype=torch.long)]))
+        self.prefix += len(keep)
+        self._forget_tree()
+
+    # -------------------------------------------------------------- internals
+
+    def _draw(self, logits: Tensor, k: int) -> tuple[Tensor, Tensor | None]:
+        """Children tokens [m, k'] for each of m frontier rows of draft logits [m, V], and q [m, V].
+
+        Temperature 0: the top-k tokens (top-1 when drawing with replacement), no q. Otherwise k draws from
+        q, i.i.d. for ``mcss`` or without replacement (never more than q's smallest support).
+        """
+        with_replacement = self.scheme == "mcss"
+        if self.config.greedy:
+            return logits.topk(1 if with_replacement else k, dim=-1).indices, None
+        q = probabilities(logits, self.config)
+        if not with_replacement:
+            k = min(k, int((q > 0).sum(-1).min()))
+        return torch.multinomial(q, k, replacement=with_replacement, generator=self.generator), q
+
+    def _forward_level(self, tokens: Tensor, parents: Tensor, fed: list[Tensor], frontier: Tensor,
+                       context: int) -> Tensor:
+        """One draft call over the ``frontier`` nodes; returns their draft logits [m, V].
+
+        Keys are the cache (context prefix, then the nodes fed at earlier levels in ``fed`` order) and the
+        frontier itself; a node sees the whole prefix and exactly its ancestors and itself among the rest.
+        """
+        ancestors, depth = Draft(tokens, parents).attention()
+        ancestors, depth = ancestors[1:, 1:], depth[1:]  # drop the root: it is part of the prefix
+        key_nodes = torch.cat([*fed, frontier])
+        query_pos = context - 1 + depth[frontier]
+        key_pos = torch.cat([torch.arange(self.prefix), context - 1 + depth[key_nodes]])
+        allowed = torch.cat([torch.ones(frontier.shape[0], self.prefix, dtype=torch.bool),
+                             ancestors[frontier][:, key_nodes]], dim=1)
+        masks = {kind: self._mask(allowed, query_pos, key_pos, kind) for kind in self.layer_types}
+        mask = masks if len(masks) > 1 or "full_attention" not in masks else masks["full_attention"]
+        out = self.model(input_ids=tokens[frontier][None], past_key_values=self.cache, use_cache=True,
+                         attention_mask=mask, position_ids=query_pos[None])
+        return self._fit(out.logits[0])
+
+    def _mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, kind: str) -> Tensor:
+        """Float mask [1, 1, m, K] (0 = attend, dtype min = blocked); sliding layers also hide old keys."""
+        if kind == "sliding_attention" and self.sliding_window:
+            allowed = allowed & (key_pos[None, :] > query_pos[:, None] - self.sliding_window)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None]
+
+    def _fit(self, logits: Tensor) -> Tensor:
+        """Draft logits [m, Vd] -> [m, V] of the target's head size (extra rows cut, missing ones -inf)."""
+        extra = self.target_vocab - logits.shape[-1]
+        if extra < 0:
+            return logits[:, :self.target_vocab]
+        if extra > 0:
+            return torch.cat([logits, logits.new_full((logits.shape[0], extra), float("-inf"))], dim=-1)
+        return logits
+
+    def _crop(self, keep: Tensor) -> None:
+        """Keep only the cache slots ``keep`` (int64, increasing) in every layer."""
+        for layer in self.cache.layers:
+            if not layer.is_initialized or layer.keys.shape[2] == keep.shape[0]:
+                continue
+            layer.keys = layer.keys.index_select(2, keep)
+            layer.values = layer.values.index_select(2, keep)
+
+
+@functools.cache
+def _earlier(k: int) -> Tensor:
+    """bool [k, k]: ``[i, j]`` is True when j < i (candidate j was drawn before candidate i)."""
+    return torch.ones(k, k, dtype=torch.bool).tril(-1)
+
+
+# ------------------------------------------------------------------------------------- bench methods
+
+
+def _make(target: LoadedModel, options: MethodOptions, shape: str, scheme: str) -> DraftModelDrafter:
+    name = options.get("draft", "self:2" if target.name.startswith("tiny-") else None)
+    if name is None:
+        raise ValueError("draft-model methods need --draft NAME or --draft self:L")
+    return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.get("scheme", scheme),
+                             temperature=options.get("temperature", 0.0), top_p=options.get("top_p", 1.0),
+                             seed=options.get("seed", 0))
+
+
+def make_sd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
+    """Vanilla SD: one chain of ``w`` tokens (default 4), or ``--draft-shape 1x1x...``."""
+    shape = options.get("draft_shape", "x".join(["1"] * options.get("w", 4)))
+    if max(parse_shape(shape)) > 1:
+        raise ValueError(f"sd drafts one chain; draft shape {shape!r} has several candidates per level (use mcsd)")
+    return _make(target, options, shape, "mcss")
+
+
+def make_mcsd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
+    """MCSD: a ``--draft-shape`` tree (default 4x2x2x1), MCSS without replacement unless ``-o scheme=``."""
+    return _make(target, options, options.get("draft_shape", "4x2x2x1"), "mcss-wor")
