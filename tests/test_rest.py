@@ -132,3 +132,21 @@ def test_rest_lossless_gemma3_window():
     ar = generate(target, prompt, max_new_tokens=64)
     sd = generate(target, prompt, RestDrafter(index), max_new_tokens=64)
     assert sd.tokens == ar.tokens and sd.stats.accepted_length > 1
+
+
+def test_draftretriever_comparison_classifies_every_difference(tmp_path):
+    """PyPI draftretriever is ADED's tri-gram/MCTS fork: its candidates differ from REST's, and every
+    difference must fall in one of the explained classes."""
+    from specnb.drafters.draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, 6, int(rng.integers(5, 60))).tolist() for _ in range(30)]
+    corpus = make_corpus(docs)
+    contexts = [np.asarray(docs[i][:12]) for i in range(10)]
+    table = compare_candidates(corpus, contexts, tmp_path)
+    extra = table.nodes_theirs - table.common
+    assert (table.only_theirs_crossing + table.only_theirs_invented == extra).all()
+    assert (table.q_ours >= 2).all() and (table.nodes_ours <= 64).all()
+    latency = compare_latency(RestIndex.build(corpus, progress=False), write_draftretriever(corpus, tmp_path / "d.idx"),
+                              contexts[:3], repeats=1)
+    assert (latency.rest_ms > 0).all() and (latency.draftretriever_ms > 0).all()
