@@ -81,7 +81,8 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
             "method": method, "prompt_id": "ALL",
             "new_tokens": group.new_tokens.sum(), "calls": group.calls.sum(), "seconds": group.seconds.sum(),
             "tokens_per_s": group.new_tokens.sum() / group.seconds.sum(),
-            "tokens_per_call": group.new_tokens.sum() / max(1, group.calls.sum()),
+            # the prefill's token is not a call's: (new tokens - 1 per prompt) / calls, as in metrics.py
+            "tokens_per_call": (group.new_tokens.sum() - len(group)) / max(1, group.calls.sum()),
             "accepted_length": group.accepted_length.mean() if "accepted_length" in group else math.nan,
             "identical_to_ar": group.identical_to_ar.mean(),
             "outside_forward_fraction": group.outside_forward_fraction.mean(),

