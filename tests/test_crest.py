@@ -117,3 +117,32 @@ def test_crest_drafter_greedy_lossless(tmp_path):
             assert sd.tokens == ar.tokens
             accepted += sd.stats.accepted_length
     assert accepted > 0
+
+
+def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
+    """`specnb datastore build rest|crest` (default paths under the cache) then the bench factories."""
+    import argparse
+
+    from specnb.drafters import rest
+    from specnb.methods import MethodOptions, make_drafter
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
+    parser = argparse.ArgumentParser()
+    kinds = parser.add_subparsers(dest="kind")
+    rest.add_parser(kinds)
+    crest.add_parser(kinds)
+    for argv in (["rest"], ["crest", "--t", "50"]):
+        args = parser.parse_args([*argv, str(src), "--model", "tiny-llama"])
+        assert args.func(args) == 0
+    target = tiny("llama")
+    for method, suffix in (("rest", ""), ("crest", ".sqlite")):
+        store = tmp_path / "cache" / "datastores" / f"{method}-src-tiny-llama{suffix}"
+        drafter = make_drafter(method, target, MethodOptions(datastore=str(store)))
+        assert generate(target, "def f1(x):", drafter, max_new_tokens=8).tokens == \
+            generate(target, "def f1(x):", max_new_tokens=8).tokens
+    with pytest.raises(CorpusError, match="no CREST store"):
+        make_drafter("crest", target, MethodOptions(datastore=str(tmp_path / "nope.sqlite")))

@@ -29,12 +29,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from ..corpus import CorpusError, TokenizerInfo
 from ..draft import Draft
 from .base import DecodeState, Drafter
-from .rest import DEFAULT_SEARCH, SEPARATOR, RestIndex, SearchConfig, default_store, disk_bytes
+from .rest import (
+    DEFAULT_SEARCH,
+    SEPARATOR,
+    RestIndex,
+    SearchConfig,
+    add_source_arguments,
+    default_store,
+    disk_bytes,
+    ensure_rest,
+    source_tag,
+)
 from .retrieval_tree import RetrievalTree, build_tree
 
 FORMAT_VERSION = 1
@@ -244,8 +255,6 @@ class CrestDrafter(Drafter):
         self._info: dict[str, int] = {}
 
     def propose(self, state: DecodeState) -> Draft | None:
-        import torch
-
         tokens, parents, n = self.store.lookup(state.tokens[-self.store.ns[0]:].numpy())
         self._info = {"match_len": n, "tree_nodes": int(tokens.shape[0])}
         if tokens.shape[0] == 0:
@@ -273,15 +282,25 @@ def make_crest(target: Any, options: Any) -> CrestDrafter:
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def add_build_arguments(parser: argparse.ArgumentParser) -> None:
-    """CREST options of ``specnb datastore build crest``."""
-    parser.add_argument("--m", type=int, default=5, help="CREST: keep n-grams of n = 1..m")
-    parser.add_argument("--single-n", type=int, default=None, help="CREST: keep only n-grams of this n")
-    parser.add_argument("--t", type=int, default=20_000, help="CREST: n-grams kept per n (most frequent)")
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb datastore build crest [code|chat|PATH] --model NAME [--m 5 | --single-n N] [--t T]`` (hangs under
+    ``datastore build``). Uses (or first builds) the REST store of the same corpus."""
+    parser = subparsers.add_parser("crest", help="CREST store: top-t n-grams -> precomputed REST trees, SQLite")
+    add_source_arguments(parser)
+    parser.add_argument("--rest", default=None, help="REST store to compute the trees from (default: the "
+                        "default REST store of this corpus and model, built if missing)")
+    parser.add_argument("--m", type=int, default=5, help="keep n-grams of n = 1..m")
+    parser.add_argument("--single-n", type=int, default=None, help="keep only n-grams of this n")
+    parser.add_argument("--t", type=int, default=10_000, help="n-grams kept per n (the most frequent)")
+    parser.set_defaults(func=_cli_build)
+    return parser
 
 
-def build_crest_cli(args: argparse.Namespace, index: RestIndex, source: str) -> None:
+def _cli_build(args: argparse.Namespace) -> int:
+    index = ensure_rest(args.source, args.model, args.max_tokens, args.rest)
     ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
-    out = Path(args.out) if args.out else default_store(args.model, "crest", source)
+    out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
     store = build_crest(index, out, ns=ns, t=args.t)
-    print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes")
+    print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes "
+          f"(REST: {index.storage_bytes:,})")
+    return 0

@@ -263,35 +263,43 @@ def make_rest(target: Any, options: Any) -> RestDrafter:
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb datastore build rest|crest ...``: REST here, CREST options from :mod:`.crest`."""
-    from .crest import add_build_arguments
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Corpus and output options shared by ``specnb datastore build rest`` and ``... crest``."""
+    parser.add_argument("source", nargs="?", default="code", help="corpus: code (stdlib), chat (ShareGPT), a "
+                        "directory or a file")
+    parser.add_argument("--model", required=True, help="model whose tokenizer the store is for")
+    parser.add_argument("--max-tokens", type=int, default=None, help="corpus limit (tokens)")
+    parser.add_argument("--out", default=None, help="output path (default: under the specnb cache, where "
+                        "`specnb bench --methods rest,crest` looks without --datastore)")
 
-    parser = subparsers.add_parser("datastore", help="retrieval datastores (REST suffix array, CREST n-gram store)")
-    sub = parser.add_subparsers(dest="datastore_command", required=True)
-    build = sub.add_parser("build", help="build a datastore from a token corpus")
-    build.add_argument("kind", choices=["rest", "crest"])
-    build.add_argument("source", nargs="?", default="code", help="corpus: code, chat, a directory or a file")
-    build.add_argument("--model", required=True, help="model whose tokenizer the store is for")
-    build.add_argument("--max-tokens", type=int, default=None, help="corpus limit (tokens)")
-    build.add_argument("--out", default=None, help="output path (default: under the specnb cache, used by bench)")
-    add_build_arguments(build)
-    build.set_defaults(func=_cli_build)
+
+def source_tag(source: str) -> str:
+    """Short name of a corpus source for default store names."""
+    return source if source in ("code", "chat") else Path(source).stem
+
+
+def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str | Path | None = None) -> RestIndex:
+    """The REST store for (source, model): loaded if it exists at ``out`` (default path), else built."""
+    path = Path(out) if out else default_store(model, "rest", source_tag(source))
+    if (path / "meta.json").exists():
+        return RestIndex.load(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb datastore build rest [code|chat|PATH] --model NAME [--max-tokens N] [--out DIR]`` (hangs under
+    ``datastore build``, like the other datastore kinds)."""
+    parser = subparsers.add_parser("rest", help="REST datastore: token corpus + suffix array")
+    add_source_arguments(parser)
+    parser.set_defaults(func=_cli_build)
     return parser
 
 
 def _cli_build(args: argparse.Namespace) -> int:
-    from .crest import build_crest_cli
-
-    corpus = build_corpus(args.source, args.model, max_tokens=args.max_tokens)
-    source = args.source if args.source in ("code", "chat") else Path(args.source).stem
-    rest_path = default_store(args.model, "rest", source)
-    if args.kind == "rest" or not rest_path.exists():
-        out = Path(args.out) if args.out and args.kind == "rest" else rest_path
-        out.parent.mkdir(parents=True, exist_ok=True)
-        index = RestIndex.build(corpus, out)
-        print(f"REST {out}: {index.meta['num_tokens']:,} tokens, {disk_bytes(out):,} bytes")
-    if args.kind == "crest":
-        build_crest_cli(args, RestIndex.load(rest_path), source)
+    path = Path(args.out) if args.out else default_store(args.model, "rest", source_tag(args.source))
+    if path.exists():
+        shutil.rmtree(path)  # an explicit build command rebuilds
+    index = ensure_rest(args.source, args.model, args.max_tokens, path)
+    print(f"REST {index.path}: {index.meta['num_tokens']:,} tokens, {disk_bytes(index.path):,} bytes")
     return 0
-

@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from ..draft import Draft
+from .base import DecodeState, Drafter
 
 
 @dataclass(frozen=True)
@@ -36,8 +38,6 @@ class RetrievalTree:
         return int(self.tokens.shape[0])
 
     def to_draft(self) -> Draft:
-        import torch
-
         return Draft(torch.from_numpy(self.tokens.astype(np.int64)), torch.from_numpy(self.parents.astype(np.int64)))
 
     def sequences(self) -> set[tuple[int, ...]]:
@@ -120,7 +120,7 @@ def accepted_along(tokens: np.ndarray, parents: np.ndarray, future: np.ndarray) 
     return int(depth[matched].max()) if matched.any() else 0
 
 
-def replay_greedy(drafter, prompt_ids: np.ndarray, generated: np.ndarray) -> tuple[int, int]:
+def replay_greedy(drafter: Drafter, prompt_ids: np.ndarray, generated: np.ndarray) -> tuple[int, int]:
     """(target calls, accepted draft tokens) that greedy speculative decoding with ``drafter`` would need to
     produce ``generated`` (the target's own greedy output for ``prompt_ids``) — without running the target.
 
@@ -128,10 +128,6 @@ def replay_greedy(drafter, prompt_ids: np.ndarray, generated: np.ndarray) -> tup
     target's next tokens, then adds one bonus token; the first token comes from prefill. Drafts are cut to
     the tokens left, as in :func:`specnb.decode.generate`.
     """
-    import torch
-
-    from .base import DecodeState
-
     sequence = torch.as_tensor(np.concatenate([prompt_ids, generated]), dtype=torch.long)
     prompt_len, total = int(prompt_ids.shape[0]), int(generated.shape[0])
     drafter.reset(sequence[:prompt_len])
