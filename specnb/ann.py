@@ -1,0 +1,181 @@
+"""Approximate nearest-neighbour search over unit-length keys: an hnswlib inner-product index, the exact
+(brute-force) search it is judged against, and the retrieval measures of the notebooks.
+
+DReSD used ScaNN; hnswlib (HNSW graphs) is used here. Its build parameters:
+
+* ``M``: graph degree (links per node; memory grows ~ 2 M x 4 bytes per vector on the base layer);
+* ``ef_construction``: candidate list size while inserting (build time vs graph quality);
+* ``ef_search``: candidate list size while querying (latency vs recall; raised to k when smaller).
+
+MRR (DReSD Eq. 4) queries the datastore with its own keys: the reciprocal rank of the queried row among
+its results (0 when it is not returned). Exact duplicates in a datastore lower it even for a perfect
+search, since ties are ranked arbitrarily.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import hnswlib
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class IndexParams:
+    """hnswlib build / query parameters (see the module docstring)."""
+
+    M: int = 16
+    ef_construction: int = 200
+    ef_search: int = 64
+    seed: int = 100
+
+
+class AnnIndex:
+    """An hnswlib inner-product index over float32 [n, dim] keys; row i of the keys has label i."""
+
+    def __init__(self, index: hnswlib.Index, params: IndexParams, build_seconds: float = 0.0):
+        self.index = index
+        self.params = params
+        self.build_seconds = build_seconds
+        self._ef = params.ef_search
+        self.index.set_ef(self._ef)
+
+    @classmethod
+    def build(cls, keys: np.ndarray, params: IndexParams = IndexParams(), threads: int | None = None,
+              chunk: int = 50_000, progress: bool = True) -> AnnIndex:
+        """Insert all keys (``chunk`` at a time, for the progress bar) with ``threads`` threads (all cores)."""
+        n, dim = keys.shape
+        index = hnswlib.Index(space="ip", dim=dim)
+        index.init_index(max_elements=max(n, 1), M=params.M, ef_construction=params.ef_construction,
+                         random_seed=params.seed)
+        start = time.perf_counter()
+        for i in tqdm(range(0, n, chunk), desc="hnsw build", disable=not progress or n <= chunk):
+            block = np.ascontiguousarray(keys[i:i + chunk], dtype=np.float32)
+            index.add_items(block, np.arange(i, i + block.shape[0]), num_threads=threads or os.cpu_count() or 1)
+        return cls(index, params, time.perf_counter() - start)
+
+    def __len__(self) -> int:
+        return self.index.get_current_count()
+
+    @property
+    def dim(self) -> int:
+        return self.index.dim
+
+    def query(self, queries: np.ndarray, k: int, threads: int = 1,
+              ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int64 [m, k], similarities float32 [m, k]) best first; k is capped at the index size.
+
+        ef: candidate list size for this query (default ``params.ef_search``); hnswlib needs ef >= k.
+        """
+        k = min(k, len(self))
+        queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
+        ef = max(ef or self.params.ef_search, k)
+        if ef != self._ef:
+            self.index.set_ef(ef)
+            self._ef = ef
+        labels, distances = self.index.knn_query(queries, k=k, num_threads=threads)
+        return labels.astype(np.int64), (1.0 - distances).astype(np.float32)  # hnswlib "ip" distance = 1 - dot
+
+    def save(self, path: str | Path) -> None:
+        self.index.save_index(str(path))
+
+    @classmethod
+    def load(cls, path: str | Path, dim: int, params: IndexParams) -> AnnIndex:
+        index = hnswlib.Index(space="ip", dim=dim)
+        index.load_index(str(path))
+        return cls(index, params)
+
+    def nbytes(self) -> int:
+        """Bytes the index holds (its serialised size, which mirrors hnswlib's in-memory layout)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "index.bin"
+            self.save(path)
+            return path.stat().st_size
+
+    def describe(self) -> dict[str, float | int]:
+        return {**asdict(self.params), "n": len(self), "dim": self.dim, "build_seconds": self.build_seconds}
+
+
+# ------------------------------------------------------------------------------------- exact search
+
+
+def exact_search(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 1024,
+                 progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Brute-force top-k by inner product: (ids int64 [m, k], similarities float32 [m, k]), best first.
+
+    queries float [m, dim], keys float [n, dim]; one [chunk, n] score block at a time.
+    """
+    k = min(k, keys.shape[0])
+    keys_t = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
+    ids = np.empty((queries.shape[0], k), dtype=np.int64)
+    sims = np.empty((queries.shape[0], k), dtype=np.float32)
+    for i in tqdm(range(0, queries.shape[0], chunk), desc="exact search", disable=not progress):
+        q = torch.from_numpy(np.ascontiguousarray(queries[i:i + chunk], dtype=np.float32))
+        top = (q @ keys_t.T).topk(k, dim=1)
+        ids[i:i + chunk] = top.indices.numpy()
+        sims[i:i + chunk] = top.values.numpy()
+    return ids, sims
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
+    """Mean fraction of the true top-k ids (int [m, k]) that ``found`` (int [m, k']) contains."""
+    hits = (found[:, :, None] == truth[:, None, :]).any(1)
+    return float(hits.mean())
+
+
+def reciprocal_ranks(found: np.ndarray, true_ids: np.ndarray) -> np.ndarray:
+    """float [m]: 1 / (1-based rank of true_ids[i] in found[i]), 0 where it is absent."""
+    match = found == true_ids[:, None]
+    ranks = match.argmax(1) + 1
+    return np.where(match.any(1), 1.0 / ranks, 0.0)
+
+
+def mrr(found: np.ndarray, true_ids: np.ndarray) -> float:
+    """Mean reciprocal rank (DReSD Eq. 4) of ``true_ids`` (int [m]) in results ``found`` (int [m, k])."""
+    return float(reciprocal_ranks(found, true_ids).mean())
+
+
+def self_mrr(index: AnnIndex | None, keys: np.ndarray, rows: np.ndarray, k: int = 10,
+             ef: int | None = None) -> float:
+    """DReSD's MRR: query with the stored keys of ``rows`` and find each row among its own results.
+
+    ``index=None`` uses the exact search, which isolates the effect of the key transform from the index's.
+    """
+    queries = keys[rows]
+    if index is None:
+        return mrr(exact_search(queries, keys, k)[0], rows)
+    return mrr(index.query(queries, k, threads=os.cpu_count() or 1, ef=ef)[0], rows)
+
+
+def query_latency(index: AnnIndex, queries: np.ndarray, k: int, ef: int | None = None,
+                  warmup: int = 20) -> dict[str, float]:
+    """Single-query, single-thread latency as a drafter sees it: median / p90 / mean milliseconds."""
+    for q in queries[:warmup]:
+        index.query(q[None], k, ef=ef)
+    times = np.empty(queries.shape[0])
+    for i, q in enumerate(queries):
+        t0 = time.perf_counter()
+        index.query(q[None], k, ef=ef)
+        times[i] = time.perf_counter() - t0
+    ms = times * 1e3
+    return {"median_ms": float(np.median(ms)), "p90_ms": float(np.percentile(ms, 90)), "mean_ms": float(ms.mean())}
+
+
+def unit_vectors(n: int, dim: int, seed: int = 0, spectrum: np.ndarray | None = None,
+                 chunk: int = 262_144) -> np.ndarray:
+    """float32 [n, dim] random unit vectors: isotropic, or with per-axis standard deviations ``spectrum``
+    [dim] (e.g. the square root of real keys' PCA variances, which gives an easier, more realistic cloud)."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, dim), dtype=np.float32)
+    for i in range(0, n, chunk):
+        block = rng.standard_normal((min(chunk, n - i), dim), dtype=np.float32)
+        if spectrum is not None:
+            block *= spectrum.astype(np.float32)
+        out[i:i + block.shape[0]] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out

@@ -1,0 +1,348 @@
+"""DReSD: dense retrieval for speculative decoding (Gritta et al., 2025).
+
+The target's last hidden state -- the one that produced the root token -- is turned into a 64-dim unit key
+(z-score -> PCA -> L2, :class:`specnb.embed.Projection`) and looked up in an hnswlib index over the keys of
+every position of a token corpus. Each neighbour's value is the next tokens of its corpus position; only
+neighbours whose first value token equals the root (the token the target actually produced) are kept, and
+the tokens after it become up to ``k`` de-duplicated drafts of ``w`` tokens, best neighbour first.
+Verification takes them as a batch (``verify="batch"``) or as the trie of the rows (``verify="tree"``).
+
+A dense datastore is a folder:
+
+    meta.json            written last: what built it (model, tokenizer, corpus, parameters, timings, sizes)
+    values.i32.npy       int32 [n, 1 + N]   (see :mod:`specnb.embed`)
+    keys.f32.npy         float32 [n, dims]  the transformed keys (exact search, MRR)
+    projection.npz       the fitted z-score / PCA transform
+    index.hnsw           hnswlib inner-product index over the keys
+    hidden.f16.npy, positions.i64.npy, corpus_tokens.i32.npy, doc_starts.i64.npy   analysis only
+
+It is built in ``<out>.partial`` and renamed into place at the end, so an interrupted build never loads
+(and rerunning the build resumes the hidden-state extraction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..ann import AnnIndex, IndexParams
+from ..corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
+from ..draft import Draft
+from ..embed import N_NEXT, Projection, extract, fit_projection, sample_rows
+from ..models import LoadedModel, cache_dir, load_model
+from .base import DecodeState, Drafter
+
+FORMAT_VERSION = 1
+SAMPLING_SHAPE = (10, 10)  # k drafts x w tokens: DReSD's best shape for nucleus sampling
+GREEDY_SHAPE = (3, 20)  # DReSD's best shape for greedy decoding
+RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz", "index.hnsw")
+
+
+@dataclass
+class BuildConfig:
+    """Parameters of a dense datastore build (recorded in its meta.json)."""
+
+    n_next: int = N_NEXT
+    dims: int = 64
+    n_components: int = 256
+    sample_size: int = 1_000_000
+    znorm: bool = True
+    l2: bool = True
+    seq_len: int = 512
+    overlap: int = 64
+    batch_tokens: int = 4096
+    index: IndexParams = field(default_factory=IndexParams)
+    keep_hidden: bool = True  # keep hidden.f16.npy for analyses (PCA ablations); not needed to draft
+
+
+@dataclass
+class DenseDatastore:
+    """A loaded dense datastore (arrays memory-mapped; see the module docstring for the files)."""
+
+    path: Path
+    meta: dict[str, Any]
+    values: np.ndarray
+    keys: np.ndarray
+    projection: Projection
+    index: AnnIndex
+
+    @property
+    def rows(self) -> int:
+        return int(self.values.shape[0])
+
+    @property
+    def n_next(self) -> int:
+        return int(self.values.shape[1] - 1)
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.meta["extract"]["pad_id"])
+
+    def hidden(self) -> np.ndarray:
+        """float16 [n, d] memory map of the raw hidden states (if the build kept them)."""
+        return self._array("hidden.f16.npy")
+
+    def positions(self) -> np.ndarray:
+        return self._array("positions.i64.npy")
+
+    def corpus_tokens(self) -> np.ndarray:
+        return self._array("corpus_tokens.i32.npy")
+
+    def doc_starts(self) -> np.ndarray:
+        return self._array("doc_starts.i64.npy")
+
+    def _array(self, name: str) -> np.ndarray:
+        if not (self.path / name).exists():
+            raise CorpusError(f"{self.path} has no {name} (built with keep_hidden=False?)")
+        return np.load(self.path / name, mmap_mode="r")
+
+    def storage_bytes(self) -> int:
+        """Bytes on disk of what drafting needs (values, projection, index, meta)."""
+        return sum((self.path / name).stat().st_size for name in RUNTIME_FILES)
+
+    def check(self, target: LoadedModel) -> None:
+        """Raise CorpusError unless ``target`` is the model (and tokenizer) the hidden states came from."""
+        TokenizerInfo(**self.meta["tokenizer"]).check(target, f"dense datastore {self.path}")
+        model = self.meta["model"]
+        hidden_size = target.model.config.get_text_config().hidden_size
+        if model["name"] != target.name or model["hidden_size"] != hidden_size:
+            raise CorpusError(f"dense datastore {self.path} holds hidden states of model {model['name']!r} "
+                              f"(d={model['hidden_size']}), not of {target.name!r} (d={hidden_size}); "
+                              f"rebuild it with --model {target.name}")
+
+
+def load_datastore(path: str | Path) -> DenseDatastore:
+    """Open a dense datastore folder. Raises CorpusError (one line) when it is missing, unfinished or corrupt."""
+    path = Path(path)
+    if not (path / "meta.json").exists():
+        hint = " (an interrupted build is in .partial: rerun the build to resume)" if \
+            path.with_name(path.name + ".partial").exists() else ""
+        raise CorpusError(f"no dense datastore at {path}{hint}; build it with `specnb datastore build dense`")
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("format") != FORMAT_VERSION or meta.get("kind") != "dense":
+            raise ValueError(f"format {meta.get('format')!r}, kind {meta.get('kind')!r}")
+        values = np.load(path / "values.i32.npy", mmap_mode="r")
+        keys = np.load(path / "keys.f32.npy", mmap_mode="r")
+        projection = Projection.load(path / "projection.npz")
+        params = IndexParams(**meta["index"])
+        index = AnnIndex.load(path / "index.hnsw", projection.dims, params)
+        rows = meta["rows"]
+        if values.shape[0] != rows or keys.shape != (rows, projection.dims) or len(index) != rows:
+            raise ValueError(f"sizes disagree: meta {rows} rows, values {values.shape}, keys {keys.shape}, "
+                             f"index {len(index)}")
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise CorpusError(f"dense datastore at {path} is corrupt ({exc}); delete it and build it again") from None
+    return DenseDatastore(path, meta, values, keys, projection, index)
+
+
+def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, config: BuildConfig | None = None,
+                    progress: bool = True, overwrite: bool = False) -> DenseDatastore:
+    """Extract hidden states of ``corpus``, fit the key transform, index the keys, and save atomically.
+
+    An existing complete datastore at ``out`` is returned as is unless ``overwrite``.
+    """
+    config = config or BuildConfig()
+    out = Path(out)
+    if out.exists() and not overwrite:
+        store = load_datastore(out)
+        store.check(target)
+        return store
+    corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
+    tmp = out.with_name(out.name + ".partial")
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    extracted = extract(target, corpus, tmp, n_next=config.n_next, seq_len=config.seq_len, overlap=config.overlap,
+                        batch_tokens=config.batch_tokens, progress=progress)
+    times["extract_seconds"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    hidden = np.load(tmp / "hidden.f16.npy", mmap_mode="r")
+    sample = sample_rows(hidden, config.sample_size)
+    projection = fit_projection(sample, config.n_components, config.dims, znorm=config.znorm, l2=config.l2)
+    projection.save(tmp / "projection.npz")
+    keys = projection.transform(hidden, progress=progress)
+    np.save(tmp / "keys.f32.npy", keys)
+    times["projection_seconds"] = time.perf_counter() - t0
+
+    index = AnnIndex.build(keys, config.index, progress=progress)
+    index.save(tmp / "index.hnsw")
+    times["index_seconds"] = index.build_seconds
+    del hidden
+    if not config.keep_hidden:
+        (tmp / "hidden.f16.npy").unlink()
+
+    info, _ = TokenizerInfo.of(target)
+    meta = {"format": FORMAT_VERSION, "kind": "dense", "rows": int(keys.shape[0]),
+            "model": {"name": target.name, "hidden_size": extracted["hidden_size"], "dtype": extracted["dtype"]},
+            "tokenizer": info.__dict__, "corpus": corpus.meta, "extract": extracted,
+            "projection": {**projection.meta, "dims": projection.dims, "l2": projection.l2,
+                           "explained_variance_at_dims": float(projection.explained_variance_ratio[
+                               :projection.dims].sum())},
+            "index": asdict(config.index), "timings": {k: round(v, 2) for k, v in times.items()},
+            "built": time.strftime("%Y-%m-%d %H:%M:%S")}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))  # last: marks completion
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return load_datastore(out)
+
+
+# ------------------------------------------------------------------------------------------- drafter
+
+
+class DenseDrafter(Drafter):
+    """Up to ``k`` drafts of ``w`` tokens from the values of the nearest stored hidden states.
+
+    neighbours: how many nearest keys to fetch before the first-token filter (default max(4k, 32));
+    ef: hnswlib's ``ef_search`` for this drafter (default: the datastore's).
+    """
+
+    name = "dense"
+    needs_hidden_state = True
+
+    def __init__(self, store: DenseDatastore, k: int = SAMPLING_SHAPE[0], w: int = SAMPLING_SHAPE[1],
+                 neighbours: int | None = None, ef: int | None = None):
+        if k < 1 or w < 1:
+            raise ValueError(f"dense drafter needs k >= 1 and w >= 1, got k={k}, w={w}")
+        if w > store.n_next:
+            raise ValueError(f"draft length w={w} exceeds the {store.n_next} tokens stored per value in "
+                             f"{store.path}; rebuild it with a larger --n-next")
+        self.store, self.k, self.w = store, k, w
+        self.neighbours = neighbours or max(4 * k, 32)
+        self.ef = ef
+        self._info: dict[str, int] = {}
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        if state.hidden is None:
+            raise ValueError("DenseDrafter needs the target's hidden state; run it through specnb.decode.generate")
+        w = min(self.w, state.max_depth)
+        if w < 1:
+            return None
+        rows = self.candidates(state.hidden, state.root, w)
+        return Draft.from_rows(torch.from_numpy(rows)) if rows.shape[0] else None
+
+    @property
+    def last_info(self) -> dict[str, int]:
+        return self._info
+
+    def candidates(self, hidden: torch.Tensor | np.ndarray, root: int, w: int) -> np.ndarray:
+        """int64 [r <= k, w] distinct drafts (−1 padded after an end of document), best neighbour first.
+
+        hidden: the target's state [d] that produced ``root``.
+        """
+        ids, _ = self.store.index.query(self.store.projection(hidden), self.neighbours, ef=self.ef)
+        values = self.store.values[ids[0]]  # [K, 1 + N], nearest first
+        rows = values[values[:, 0] == root, 1:1 + w].astype(np.int64)
+        matches = rows.shape[0]
+        pad = self.store.pad_id
+        # Everything after the first pad is past the document's end; an EOS pad itself stays (a real ending).
+        is_pad = rows == pad
+        rows[(np.cumsum(is_pad, axis=1) - is_pad) > 0] = -1
+        rows = rows[rows[:, 0] >= 0]
+        _, first = np.unique(rows, axis=0, return_index=True)
+        rows = rows[np.sort(first)[:self.k]]
+        self._info = {"neighbours": int(ids.shape[1]), "first_token_matches": matches,
+                      "drafts": int(rows.shape[0])}
+        return rows
+
+
+def parse_shape(shape: str) -> tuple[int, int]:
+    """``"3x20"`` -> (3, 20); ``greedy`` / ``sampling`` name DReSD's best shapes."""
+    named = {"greedy": GREEDY_SHAPE, "sampling": SAMPLING_SHAPE}
+    if shape in named:
+        return named[shape]
+    try:
+        k, w = (int(x) for x in shape.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"invalid dense draft shape {shape!r}; use KxW (e.g. 3x20), greedy or sampling") from None
+    return k, w
+
+
+def datastore_path(name: str, model: str) -> Path:
+    """Default location of a named dense datastore for ``model`` in the cache."""
+    return cache_dir() / "datastores" / "dense" / f"{name}-{Path(model).name}"
+
+
+def make_dense(target: LoadedModel, options) -> DenseDrafter:
+    """Bench factory: ``--datastore PATH|NAME`` (a folder, or a name under the cache), ``--k/--w`` or
+    ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N``."""
+    if options.datastore is None:
+        raise ValueError("method dense needs --datastore (a folder from `specnb datastore build dense`)")
+    path = Path(options.datastore)
+    if not path.exists():
+        path = datastore_path(options.datastore, target.name)
+    store = load_datastore(path)
+    store.check(target)
+    k, w = parse_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
+    return DenseDrafter(store, k=options.get("k", k), w=options.get("w", w),
+                        neighbours=options.get("neighbours", 0) or None, ef=options.get("ef", 0) or None)
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = None) -> TokenCorpus:
+    """``code`` / ``chat`` (cached corpora of :mod:`specnb.corpus`), a responses ``*.jsonl`` (ID data from
+    :mod:`specnb.id_data`), a built corpus folder, or a source path for :func:`specnb.corpus.build_corpus`.
+    ``max_tokens`` truncates (whole documents) for quick builds."""
+    path = Path(source)
+    if source.endswith(".jsonl"):
+        from ..id_data import id_corpus
+
+        corpus = id_corpus(path)
+    elif (path / "meta.json").exists():
+        corpus = load_corpus(path)
+    else:
+        return build_corpus(source, target, max_tokens=max_tokens, progress=True)
+    if max_tokens is not None and corpus.num_tokens > max_tokens:
+        keep = int(np.searchsorted(corpus.doc_starts, max_tokens, side="left"))
+        corpus = corpus.select(np.arange(max(keep, 1)))
+    return corpus
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb datastore build dense SOURCE --model M [--out DIR] ...`` (to hang under `datastore build`)."""
+    defaults = BuildConfig()
+    parser = subparsers.add_parser("dense", help="DReSD datastore: hidden states -> PCA keys -> hnswlib index")
+    parser.add_argument("source", help="code | chat | responses .jsonl (ID data) | corpus folder | path")
+    parser.add_argument("--model", required=True, help="target model whose hidden states are stored")
+    parser.add_argument("--dtype", default="auto", help="model dtype for extraction (auto: bf16 where fast)")
+    parser.add_argument("--out", default=None, help="output folder (default: the cache, named after the source)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="use about this many corpus tokens")
+    parser.add_argument("--n-next", type=int, default=defaults.n_next, help="draft tokens stored per value")
+    parser.add_argument("--dims", type=int, default=defaults.dims, help="PCA components used")
+    parser.add_argument("--components", type=int, default=defaults.n_components, help="PCA components fitted")
+    parser.add_argument("--sample", type=int, default=defaults.sample_size, help="vectors for z-score / PCA fit")
+    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens)
+    parser.add_argument("--M", type=int, default=defaults.index.M, help="hnswlib graph degree")
+    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction)
+    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search)
+    parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
+    parser.add_argument("--overwrite", action="store_true")
+    parser.set_defaults(func=_cli_build)
+    return parser
+
+
+def _cli_build(args: argparse.Namespace) -> int:
+    target = load_model(args.model, dtype=args.dtype)
+    corpus = resolve_corpus(args.source, target, args.max_tokens)
+    name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
+    out = Path(args.out) if args.out else datastore_path(name, args.model)
+    config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
+                         sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
+                         index=IndexParams(args.M, args.ef_construction, args.ef_search),
+                         keep_hidden=not args.no_hidden)
+    store = build_datastore(target, corpus, out, config, overwrite=args.overwrite)
+    print(f"{store.path}: {store.rows:,} keys of {store.projection.dims} dims, "
+          f"{store.storage_bytes() / 2**20:.1f} MiB to draft, timings {store.meta['timings']}")
+    return 0

@@ -1,0 +1,140 @@
+"""DReSD: dense datastores and the DenseDrafter (first-token filter, shapes, checks, losslessness)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import tiny
+
+from specnb.ann import AnnIndex, IndexParams
+from specnb.corpus import CorpusError, TokenCorpus, TokenizerInfo
+from specnb.decode import generate
+from specnb.drafters import dense
+from specnb.drafters.dense import BuildConfig, DenseDrafter, build_datastore, load_datastore, parse_shape
+from specnb.methods import MethodOptions, make_drafter
+
+PROMPTS = ("def add(a, b):", "hello world, hello", "the cat sat on")
+CONFIG = BuildConfig(n_next=20, dims=16, seq_len=32, overlap=8, batch_tokens=128,
+                     index=IndexParams(M=8, ef_construction=60, ef_search=32))
+
+
+def own_outputs(target, n_tokens: int = 40) -> TokenCorpus:
+    """A corpus of the target's own greedy continuations (an ID datastore in miniature) plus noise."""
+    docs = [generate(target, p, max_new_tokens=n_tokens) for p in (*PROMPTS, "zq")]
+    ids = [np.asarray(g.prompt_ids + g.tokens, dtype=np.int32) for g in docs]
+    ids.append(np.random.default_rng(0).integers(0, 256, 60).astype(np.int32))
+    info, _ = TokenizerInfo.of(target)
+    starts = np.concatenate([[0], np.cumsum([d.shape[0] for d in ids])]).astype(np.int64)
+    return TokenCorpus(np.concatenate(ids), starts, {"name": "own", "tokenizer": info.__dict__})
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict[str, dense.DenseDatastore]:
+    root = tmp_path_factory.mktemp("dense")
+    return {arch: build_datastore(tiny(arch), own_outputs(tiny(arch)), root / arch, CONFIG, progress=False)
+            for arch in ("llama", "gemma3")}
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+def test_greedy_output_equals_autoregressive(stores, arch, verify):
+    target = tiny(arch)
+    accepted = 0
+    for shape, prompt in (((10, 10), PROMPTS[0]), ((3, 20), PROMPTS[1])):
+        ar = generate(target, prompt, max_new_tokens=32)
+        out = generate(target, prompt, DenseDrafter(stores[arch], *shape), max_new_tokens=32, verify=verify)
+        assert out.tokens == ar.tokens
+        accepted += sum(c.accepted for c in out.stats.calls)
+    assert accepted > 10  # the store holds these very continuations
+
+
+def test_first_token_filter_shapes_and_dedup(stores):
+    store = stores["llama"]
+    hidden = np.asarray(store.hidden(), dtype=np.float32)
+    drafter = DenseDrafter(store, k=4, w=6, neighbours=64)
+    for row in range(0, store.rows, 17):
+        root = int(store.values[row, 0])
+        rows = drafter.candidates(hidden[row], root, 6)
+        assert 1 <= rows.shape[0] <= 4 and rows.shape[1] == 6
+        assert len({tuple(r) for r in rows.tolist()}) == rows.shape[0]  # distinct
+        assert (rows[:, 0] >= 0).all()
+        assert drafter.last_info["first_token_matches"] >= rows.shape[0]
+        # the row's own value is among the drafts (it is its own nearest neighbour)
+        own = store.values[row, 1:7].astype(np.int64)
+        if store.pad_id in own:
+            own[np.argmax(own == store.pad_id) + 1:] = -1
+        if own[0] >= 0:
+            assert any((r == own).all() for r in rows)
+    # Every kept neighbour started with the root: a root no value starts with gives nothing.
+    assert drafter.candidates(hidden[0], 300, 6).shape == (0, 6)
+
+
+def test_empty_result_falls_back_to_plain_decoding(stores):
+    target = tiny("llama")
+    store = stores["llama"]
+    drafter = DenseDrafter(store, 2, 5)
+    drafter.candidates = lambda hidden, root, w: np.empty((0, w), dtype=np.int64)  # nothing retrieved
+    ar = generate(target, "xyz", max_new_tokens=12)
+    out = generate(target, "xyz", drafter, max_new_tokens=12)
+    assert out.tokens == ar.tokens and all(c.drafted_nodes == 0 for c in out.stats.calls)
+
+
+def test_shapes_and_factory(stores):
+    assert parse_shape("3x20") == (3, 20) and parse_shape("greedy") == (3, 20) and parse_shape("sampling") == (10, 10)
+    with pytest.raises(ValueError, match="shape"):
+        parse_shape("3-20")
+    with pytest.raises(ValueError, match="n-next"):
+        DenseDrafter(stores["llama"], 3, 21)
+    with pytest.raises(ValueError, match="k >= 1"):
+        DenseDrafter(stores["llama"], 0, 5)
+    drafter = make_drafter("dense", tiny("llama"), MethodOptions(datastore=str(stores["llama"].path),
+                                                                 draft_shape="greedy"))
+    assert (drafter.k, drafter.w) == (3, 20) and drafter.needs_hidden_state
+    drafter = make_drafter("dense", tiny("llama"), MethodOptions(datastore=str(stores["llama"].path), k=4))
+    assert (drafter.k, drafter.w) == (4, 10)
+    with pytest.raises(ValueError, match="--datastore"):
+        make_drafter("dense", tiny("llama"), MethodOptions())
+
+
+def test_a_datastore_refuses_another_model_or_tokenizer(stores, tmp_path):
+    store = stores["llama"]
+    with pytest.raises(CorpusError, match="tiny-llama"):
+        make_drafter("dense", tiny("qwen2"), MethodOptions(datastore=str(store.path)))  # same tokenizer, other model
+    meta = json.loads((store.path / "meta.json").read_text())
+    meta["tokenizer"]["fingerprint"] = "0" * 16
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in store.path.iterdir():
+        (copy / f.name).symlink_to(f)
+    (copy / "meta.json").unlink()
+    (copy / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(CorpusError, match="tokenizer"):
+        load_datastore(copy).check(tiny("llama"))
+
+
+def test_interrupted_or_corrupt_build_never_loads(tmp_path, monkeypatch):
+    target = tiny("qwen2")
+    corpus = own_outputs(target, 8)
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(AnnIndex, "build", crash)
+    with pytest.raises(KeyboardInterrupt):
+        build_datastore(target, corpus, tmp_path / "ds", CONFIG, progress=False)
+    assert (tmp_path / "ds.partial").exists() and not (tmp_path / "ds").exists()
+    with pytest.raises(CorpusError, match="interrupted build"):
+        load_datastore(tmp_path / "ds")
+    monkeypatch.undo()
+    store = build_datastore(target, corpus, tmp_path / "ds", CONFIG, progress=False)
+    assert store.rows == corpus.num_tokens - corpus.num_docs and not (tmp_path / "ds.partial").exists()
+
+    values = np.array(store.values[:-3])  # a copy: the store memory-maps the file we overwrite
+    del store
+    np.save(tmp_path / "ds" / "values.i32.npy", values)  # a truncated values file
+    with pytest.raises(CorpusError, match="corrupt"):
+        load_datastore(tmp_path / "ds")
+    with pytest.raises(CorpusError, match="no dense datastore"):
+        load_datastore(tmp_path / "nothing")
