@@ -56,6 +56,7 @@ FACTORIES: dict[str, Any] = {
     "ar": _ar,
     "pld": _pld,
     # Later methods register here as "module:function" strings.
+    "dense": "specnb.drafters.dense:make_dense",
     "sd": "specnb.drafters.draft_model:make_sd",
     "mcsd": "specnb.drafters.draft_model:make_mcsd",
 }
