@@ -1,0 +1,282 @@
+"""Mixed strategy (N-Grammys §4.3) and an adaptive draft shape (beyond the paper).
+
+:class:`MixedDrafter` fills the k rows of a k x w batch with context n-gram drafts first (as many as the
+context offers, possibly none) and lets the extended model bigram fill the rest. Each call reports how
+many rows each strategy got; :func:`accepted_strategy` says which strategy's row the target accepted.
+
+:class:`AdaptiveShapeDrafter` picks (k, w) at every step to maximise expected tokens per second:
+
+    rate(k, w) = E[tokens per call | k, w, bucket] / (T(k, w, context length) + drafting time)
+
+T comes from a roofline table (:mod:`specnb.roofline`); E = 1 + sum_{j<=w} S(k, j) where S(k, j) is the
+probability that the best of the first k rows matches at least j tokens. S is learned online per
+*bucket* (the longest suffix of the context, up to 3 tokens, that occurred before: a long match predicts
+long acceptance) from counterfactuals: after a call with shape (k_o, w_o) the committed tokens tell
+exactly how many tokens each offered row would have matched, hence the outcome for every smaller shape
+(k <= k_o, w <= w_o) - approximately, since a smaller shape's context drafts are the prefixes of the
+larger shape's. Unseen cells start from a Beta(1, 1) prior (optimism drives exploration) and each
+bucket is shrunk towards the pooled estimate.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..draft import Draft
+from ..metrics import CallStats, RunStats
+from .base import DecodeState, Drafter
+from .context import ContextNgramDrafter, continuations
+from .model_ngram import BigramTable, _table_for
+
+
+class MixedDrafter(Drafter):
+    """k drafts of up to w tokens: context n-gram continuations first, extended model bigram after.
+
+    Rows ``[0, context_rows)`` come from the context, the rest from the bigram (duplicates of a context
+    row are skipped). ``max_ngram`` / ``min_ngram`` are the context query lengths (paper: q = 1).
+    """
+
+    name = "mixed"
+
+    def __init__(self, table: BigramTable, k: int = 10, w: int = 10, max_ngram: int = 1, min_ngram: int = 1):
+        if not 1 <= k <= table.k_max or w < 1:
+            raise ValueError(f"mixed drafter needs 1 <= k <= {table.k_max} and w >= 1, got k={k}, w={w}")
+        self.table, self.k, self.w = table, k, w
+        self.context = ContextNgramDrafter(k=k, w=w, max_ngram=max_ngram, min_ngram=min_ngram)
+        self.last_rows: list[list[int]] = []
+        self._info: dict[str, int] = {}
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        return self.propose_shape(state, self.k, self.w)
+
+    def propose_shape(self, state: DecodeState, k: int, w: int) -> Draft | None:
+        """The mixed draft of shape (k, w) for this state (None when nothing can be proposed)."""
+        w = min(w, state.max_depth)
+        self.last_rows = []
+        self._info = {"k": k, "w": w, "context_rows": 0, "bigram_rows": 0}
+        if w < 1:
+            return None
+        self.context.k = k
+        rows = self.context.candidates(state.tokens.numpy(), w)
+        n_context = len(rows)
+        bigram = self.table.rows(state.root, k, w)
+        if bigram is not None and n_context < k:
+            taken = {tuple(r) for r in rows}
+            for row in bigram.tolist():
+                row = [t for t in row if t >= 0]
+                if tuple(row) not in taken:
+                    rows.append(row)
+                    if len(rows) == k:
+                        break
+        self.last_rows = rows
+        self._info.update(context_rows=n_context, bigram_rows=len(rows) - n_context)
+        return Draft.from_rows(rows) if rows else None
+
+    @property
+    def last_info(self) -> dict[str, int]:
+        return self._info
+
+
+def accepted_strategy(call: CallStats) -> str | None:
+    """``"context"`` or ``"bigram"``: whose row the accepted path came from (None: nothing accepted).
+
+    A node shared by a context row and a bigram row counts for the context (its row comes first).
+    """
+    if call.accepted_row is None or "context_rows" not in call.info:
+        return None
+    return "context" if call.accepted_row < call.info["context_rows"] else "bigram"
+
+
+def accepted_rank(call: CallStats) -> int | None:
+    """Rank (0 = best) of the accepted row among its own strategy's rows, or None."""
+    strategy = accepted_strategy(call)
+    if strategy is None:
+        return None
+    return call.accepted_row - (0 if strategy == "context" else call.info["context_rows"])
+
+
+# ------------------------------------------------------------------------------------ adaptive shape
+
+
+def match_lengths(rows: list[list[int]], committed: Tensor | np.ndarray, w: int) -> np.ndarray:
+    """How many leading tokens of each row (up to w) equal the committed tokens: int64 [len(rows)]."""
+    block = np.full((len(rows), w), -1, dtype=np.int64)
+    for r, row in enumerate(rows):
+        block[r, :min(w, len(row))] = row[:w]
+    truth = np.full(w, -2, dtype=np.int64)
+    committed = np.asarray(committed, dtype=np.int64)[:w]
+    truth[:committed.shape[0]] = committed
+    return np.cumprod(block == truth[None], axis=1).sum(1)
+
+
+def longest_suffix_match(context: np.ndarray, max_q: int = 3) -> int:
+    """Largest q <= max_q such that the context's last q tokens occurred earlier (0 if none)."""
+    for q in range(max_q, 0, -1):
+        if continuations(context, q, 1):
+            return q
+    return 0
+
+
+class ShapeStatistics:
+    """Online estimate of S[b, k, j] = P(best of the first k rows matches >= j tokens | bucket b).
+
+    Arrays are [buckets, k_max + 1, w_max + 1]; index 0 of the k and j axes is unused.
+    """
+
+    def __init__(self, buckets: int, k_max: int, w_max: int, shrink: float = 2.0):
+        self.hits = np.zeros((buckets, k_max + 1, w_max + 1))
+        self.trials = np.zeros_like(self.hits)
+        self.shrink = shrink
+
+    def observe(self, bucket: int, matches: np.ndarray, w: int) -> None:
+        """Record one call: ``matches`` [k_o] per-row match lengths of the offered rows, depth ``w``."""
+        k_max, w_max = self.hits.shape[1] - 1, self.hits.shape[2] - 1
+        best = np.maximum.accumulate(matches)[:k_max]  # [k]: best of the first k rows
+        w = min(w, w_max)
+        reached = best[:, None] >= np.arange(1, w + 1)[None]  # [k, w]
+        self.hits[bucket, 1:best.shape[0] + 1, 1:w + 1] += reached
+        self.trials[bucket, 1:best.shape[0] + 1, 1:w + 1] += 1
+
+    def survival(self, bucket: int) -> np.ndarray:
+        """S estimate [k_max + 1, w_max + 1], non-increasing in j and non-decreasing in k."""
+        pooled = (self.hits.sum(0) + 1) / (self.trials.sum(0) + 2)  # Beta(1, 1) prior
+        s = (self.hits[bucket] + self.shrink * pooled) / (self.trials[bucket] + self.shrink)
+        s[0, :], s[:, 0] = 0.0, 1.0  # k = 0 offers nothing; every row "matches" 0 tokens
+        s = np.minimum.accumulate(s, axis=1)  # a match of j tokens implies one of j - 1
+        return np.maximum.accumulate(s, axis=0)  # more rows never hurt
+
+    def expected_tokens(self, bucket: int) -> np.ndarray:
+        """E[tokens per call] for every (k, w): 1 + sum_{j<=w} S(k, j), shape [k_max + 1, w_max + 1]."""
+        s = self.survival(bucket)
+        s[:, 0] = 0.0
+        return 1.0 + np.cumsum(s, axis=1)
+
+
+class AdaptiveShapeDrafter(Drafter):
+    """Wraps a :class:`MixedDrafter`, choosing (k, w) per step from a cost model and learned acceptance.
+
+    cost: any object with ``shapes`` (int [S, 2] of (k, w)) and ``seconds(context_len) -> float [S]``
+    (e.g. :class:`specnb.roofline.CostModel`). Shapes with w = 0 mean "no draft".
+    """
+
+    name = "mixed-adaptive"
+
+    def __init__(self, base: MixedDrafter, cost, max_q: int = 3):
+        self.base, self.cost, self.max_q = base, cost, max_q
+        shapes = np.asarray(cost.shapes)
+        self._usable = shapes[:, 0] <= base.table.k_max  # the table cannot offer more rows than k_max
+        self.shapes = shapes[self._usable]
+        self.stats = ShapeStatistics(max_q + 1, int(self.shapes[:, 0].max()), max(1, int(self.shapes[:, 1].max())))
+        self.draft_seconds = 0.0  # running mean of our own proposal time
+        self._bucket = 0
+        self._shape = (1, 0)
+        self._info: dict[str, Any] = {}
+
+    def reset(self, prompt_ids: Tensor) -> None:
+        """Acceptance statistics carry over between prompts on purpose (the task rarely changes)."""
+
+    def choose(self, bucket: int, context_len: int, max_depth: int) -> tuple[tuple[int, int], float]:
+        """The (k, w) with the highest expected tokens/s, and that rate (tokens per second)."""
+        expected = self.stats.expected_tokens(bucket)
+        ks, ws = self.shapes[:, 0], np.minimum(self.shapes[:, 1], max_depth)
+        seconds = self.cost.seconds(context_len)[self._usable]
+        rate = expected[ks, ws] / (seconds + np.where(ws > 0, self.draft_seconds, 0.0))
+        best = int(np.argmax(rate))
+        return (int(ks[best]), int(ws[best])), float(rate[best])
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        start = time.perf_counter()
+        context = state.tokens.numpy()
+        self._bucket = longest_suffix_match(context, self.max_q)
+        (k, w), rate = self.choose(self._bucket, context.shape[0], state.max_depth)
+        draft = self.base.propose_shape(state, k, w) if w > 0 else None
+        self._shape = (k, w if draft is not None else 0)
+        self._info = {**self.base.last_info, "k": k, "w": w, "bucket": self._bucket, "expected_rate": rate}
+        if draft is not None:
+            self.draft_seconds = 0.9 * self.draft_seconds + 0.1 * (time.perf_counter() - start)
+        return draft
+
+    def update(self, committed: Tensor) -> None:
+        k, w = self._shape
+        if w > 0 and self.base.last_rows:
+            self.stats.observe(self._bucket, match_lengths(self.base.last_rows, committed, w), w)
+
+    @property
+    def last_info(self) -> dict[str, Any]:
+        return self._info
+
+
+# ----------------------------------------------------------------------------------- greedy replay
+
+
+def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[int]) -> RunStats:
+    """Tokens per call of ``drafter`` under greedy decoding, without calling the target.
+
+    Greedy speculative decoding reproduces the target's greedy output exactly, so given that output
+    (e.g. from an AR run) each call's outcome is known: the accepted length is the longest match of a
+    draft path with the output from the root on, and the next root follows it. Returns a RunStats whose
+    calls carry drafted nodes, depth, accepted length, accepted row and the drafter's info (times are 0).
+    Only for drafters that ignore the hidden state.
+    """
+    output = torch.as_tensor(output, dtype=torch.long)
+    tokens = torch.cat([prompt_ids.long(), output])
+    n_prompt, n_out = prompt_ids.shape[0], output.shape[0]
+    stats = RunStats(prompt_tokens=n_prompt)
+    drafter.reset(prompt_ids)
+    pos = n_prompt  # index of the current root in ``tokens``
+    while pos < n_prompt + n_out - 1:
+        remaining = n_prompt + n_out - 1 - pos  # tokens still to produce after the root
+        state = DecodeState(tokens[:pos + 1], None, None, remaining - 1, n_prompt)
+        draft = drafter.propose(state)
+        draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
+        truth = tokens[pos + 1:pos + 1 + draft.max_depth + 1]
+        accepted, row = _replay_accept(draft, truth)
+        committed = tokens[pos + 1:pos + 2 + accepted]
+        drafter.update(committed)
+        stats.calls.append(CallStats(drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth,
+                                     accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
+                                     verify_seconds=0.0, overhead_seconds=0.0, accepted_row=row,
+                                     info=dict(drafter.last_info)))
+        pos += accepted + 1
+    return stats
+
+
+def _replay_accept(draft: Draft, truth: Tensor) -> tuple[int, int | None]:
+    """(accepted length, source row of the last accepted node) of ``draft`` against the true tokens."""
+    if draft.num_nodes == 0:
+        return 0, None
+    paths = draft.paths()  # [P, D] full indices, -1 padded
+    tokens = torch.cat([torch.tensor([-1]), draft.tokens])
+    along = tokens[paths.clamp(min=0)]
+    depth = min(paths.shape[1], truth.shape[0])
+    match = (along[:, :depth] == truth[None, :depth]) & (paths[:, :depth] >= 0)
+    lengths = match.long().cumprod(1).sum(1)
+    best = int(lengths.argmax())
+    accepted = int(lengths[best])
+    if accepted == 0 or draft.source_row is None:
+        return accepted, None
+    return accepted, int(draft.source_row[int(paths[best, accepted - 1]) - 1])
+
+
+# ----------------------------------------------------------------------------------- bench factories
+
+
+def make_mixed(target, options) -> MixedDrafter:
+    """Bench factory for ``mixed`` (k = w = 10 by default, as the paper's reference shape)."""
+    return MixedDrafter(_table_for(target, options), k=options.get("k", 10), w=options.get("w", 10),
+                        max_ngram=options.get("max_ngram", 1), min_ngram=options.get("min_ngram", 1))
+
+
+def make_mixed_adaptive(target, options) -> AdaptiveShapeDrafter:
+    """Bench factory for ``mixed-adaptive``: the roofline table of this model/dtype (measured once on a
+    coarse grid and cached, or ``-o roofline=PATH.csv``) drives the shape choice."""
+    from ..roofline import cost_model_for
+
+    base = MixedDrafter(_table_for(target, options), k=1, w=1,
+                        max_ngram=options.get("max_ngram", 1), min_ngram=options.get("min_ngram", 1))
+    return AdaptiveShapeDrafter(base, cost_model_for(target, options.get("roofline", "")))

@@ -1,0 +1,293 @@
+"""Roofline / wave-quantization timing of one target call (N-Grammys §3, Fig. 1).
+
+One *cell* is a forward call of the target on a (k, w + 1) block of tokens, k rows that share a KV cache of
+``context`` tokens (expanded k times, as batch verification does), after the cache is in place. Its cost is
+the median wall time of several calls; the *slow-down* is that time over the time of (k, w) = (1, 0) at the
+same context length. "Verification is free" (the memory-bound assumption) holds where the slow-down is ~1.
+
+On a GPU the same code times randomly initialised models of real shapes (timings do not depend on weight
+values): ``specnb roofline --model random:mistral-7b --dtype bfloat16 --out data/roofline_gpu.csv``.
+
+:class:`CostModel` turns a measured table into per-call seconds for any context length (linear in the
+context between measured lengths); the adaptive draft shape (:mod:`specnb.drafters.mixed`) uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+from transformers import DynamicCache, PreTrainedModel
+
+from .models import LoadedModel, cache_dir, load_model, resolve_dtype
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Which cells to time. ``max_tokens`` skips cells with k * (w + 1) above it (None: time them all)."""
+
+    ks: tuple[int, ...]
+    ws: tuple[int, ...]
+    contexts: tuple[int, ...]
+    repeats: int
+    max_tokens: int | None = None
+
+    def cells(self) -> list[tuple[int, int, int]]:
+        """(context, k, w) in timing order; (1, 0) first at each context (it is the reference)."""
+        out = []
+        for context in self.contexts:
+            shapes = [(k, w) for k in self.ks for w in self.ws
+                      if self.max_tokens is None or k * (w + 1) <= self.max_tokens or (k, w) == (1, 0)]
+            shapes.sort(key=lambda s: s != (1, 0))
+            out += [(context, k, w) for k, w in shapes]
+        return out
+
+
+PAPER_KS = tuple(range(1, 33))
+PAPER_WS = tuple(range(16))
+CONTEXTS = (25, 100, 500)
+COARSE_KS = (1, 2, 4, 8, 16, 32)
+COARSE_WS = (0, 1, 3, 7, 15)
+GRIDS = {
+    # the paper's grid: k = 1..32, w = 0..15, three context lengths, median of 5 calls
+    "full": Grid(PAPER_KS, PAPER_WS, CONTEXTS, repeats=5),
+    # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class), median of 2 calls
+    "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS, repeats=2),
+    "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
+    # what the adaptive draft shape needs by default: every shape it may pick, up to 160 tokens per call
+    "adaptive": Grid((1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 25, 32), (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 15),
+                     (100, 500), repeats=2, max_tokens=128),
+}
+
+
+def get_grid(name: str) -> Grid:
+    if name not in GRIDS:
+        raise ValueError(f"unknown roofline grid {name!r}; use one of {', '.join(GRIDS)}")
+    return GRIDS[name]
+
+
+def device_name(device: torch.device | str) -> str:
+    """GPU name, or the CPU model (``/proc/cpuinfo``) with the number of threads torch uses."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name} ({torch.get_num_threads()} threads)"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool = True,
+               desc: str = "roofline") -> pd.DataFrame:
+    """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown.
+
+    For each context length the cache is filled once with random tokens (batch 1); before every call the
+    cache is reset to that prefill, expanded to k rows (views, no copies), so each call appends the same
+    (k, w + 1) block to the same cache. One untimed call warms up each context.
+    """
+    device = next(model.parameters()).device
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    rows, prefilled = [], {}
+    cells = grid.cells()
+    bar = tqdm(cells, desc=desc, unit="cell", disable=not progress)
+    for context, k, w in bar:
+        if context not in prefilled:
+            cache = DynamicCache()
+            prompt = torch.randint(vocab, (1, context), generator=generator).to(device)
+            model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            prefilled = {context: (cache, [(layer.keys, layer.values) for layer in cache.layers])}
+        cache, base = prefilled[context]
+        block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
+        times = []
+        for repeat in range(grid.repeats + (1 if (k, w) == (1, 0) else 0)):  # warm-up call before the reference
+            for layer, (keys, values) in zip(cache.layers, base, strict=True):
+                layer.keys, layer.values = keys.expand(k, -1, -1, -1), values.expand(k, -1, -1, -1)
+            _sync(device)
+            start = time.perf_counter()
+            model(input_ids=block, past_key_values=cache, use_cache=True)
+            _sync(device)
+            times.append(time.perf_counter() - start)
+        if (k, w) == (1, 0):
+            times = times[1:]
+        rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times)))
+    frame = pd.DataFrame(rows)
+    reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
+    frame["slowdown"] = frame.seconds / frame.context.map(reference)
+    return frame
+
+
+def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
+            progress: bool = True) -> pd.DataFrame:
+    """:func:`time_cells` plus provenance columns (model, dtype, device, torch version, date, repeats)."""
+    model = target.model if isinstance(target, LoadedModel) else target
+    name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
+    param = next(model.parameters())
+    dtype = str(param.dtype).removeprefix("torch.")
+    frame = time_cells(model, grid, progress=progress, desc=f"roofline {name} {dtype}")
+    frame["model"] = name
+    frame["dtype"] = dtype
+    frame["device"] = device_name(param.device)
+    frame["torch"] = torch.__version__
+    frame["date"] = datetime.date.today().isoformat()
+    frame["repeats"] = grid.repeats
+    return frame
+
+
+def heatmap_table(frame: pd.DataFrame, context: int, value: str = "slowdown") -> pd.DataFrame:
+    """[k x w] table of ``value`` at one context length (NaN where a cell was not measured)."""
+    sub = frame[frame.context == context]
+    return sub.pivot_table(index="k", columns="w", values=value, aggfunc="median")
+
+
+# ----------------------------------------------------------------------------------------- cost model
+
+
+class CostModel:
+    """Seconds of one call for each (k, w) in a measured table, at any context length.
+
+    shapes: int64 [S, 2] the (k, w) measured at every context length of the table.
+    """
+
+    def __init__(self, frame: pd.DataFrame):
+        required = {"context", "k", "w", "seconds"}
+        if not required <= set(frame.columns):
+            raise ValueError(f"a roofline table needs columns {sorted(required)}, got {sorted(frame.columns)}")
+        table = frame.pivot_table(index="context", columns=["k", "w"], values="seconds", aggfunc="median")
+        table = table.dropna(axis=1)
+        if table.shape[1] == 0 or (1, 0) not in table.columns:
+            raise ValueError("roofline table has no shape measured at every context, or lacks (k, w) = (1, 0)")
+        self.contexts = table.index.to_numpy(dtype=np.float64)  # [C]
+        self.shapes = np.array(table.columns.tolist(), dtype=np.int64)  # [S, 2]
+        self.table = table.to_numpy(dtype=np.float64)  # [C, S]
+
+    def seconds(self, context_len: int) -> np.ndarray:
+        """float64 [S]: interpolated linearly in the context length (clamped at the measured ends)."""
+        if self.contexts.shape[0] == 1:
+            return self.table[0].copy()
+        i = int(np.clip(np.searchsorted(self.contexts, context_len) - 1, 0, self.contexts.shape[0] - 2))
+        lo, hi = self.contexts[i], self.contexts[i + 1]
+        t = float(np.clip((context_len - lo) / (hi - lo), 0.0, 1.0))
+        return (1 - t) * self.table[i] + t * self.table[i + 1]
+
+    def seconds_at(self, k: int, w: int, context_len: int) -> float:
+        """Seconds of one (k, w) call: the measured shape, else interpolated in the block's token count
+        k * (w + 1) between measured shapes (on CPUs the cost depends mostly on that count)."""
+        seconds = self.seconds(context_len)
+        hit = np.flatnonzero((self.shapes[:, 0] == k) & (self.shapes[:, 1] == w))
+        if hit.size:
+            return float(seconds[hit[0]])
+        tokens = self.shapes[:, 0] * (self.shapes[:, 1] + 1)
+        order = np.argsort(tokens, kind="stable")
+        return float(np.interp(k * (w + 1), tokens[order], seconds[order]))
+
+
+def cost_table_path(target: LoadedModel) -> Path:
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
+    return cache_dir() / "roofline" / f"{target.name.replace('/', '--')}-{dtype}-{host}.csv"
+
+
+def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: bool = True) -> pd.DataFrame:
+    """This model's roofline table on this machine and dtype, measured once on ``grid`` and cached."""
+    path = cost_table_path(target)
+    if path.exists():
+        return pd.read_csv(path)
+    frame = measure(target, get_grid(grid) if isinstance(grid, str) else grid, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    frame.to_csv(partial, index=False)
+    partial.rename(path)
+    return frame
+
+
+def cost_model_for(target: LoadedModel, path: str | Path = "") -> CostModel:
+    """A CostModel from a CSV (``path``) or from :func:`cost_table` (measured and cached on first use)."""
+    if path:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"roofline table {path} does not exist")
+        return CostModel(pd.read_csv(path))
+    return CostModel(cost_table(target))
+
+
+# --------------------------------------------------------------------------- GPU: random real shapes
+
+
+def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> PreTrainedModel:
+    """A randomly initialised model with a real architecture's shapes (``mistral-7b``, ``llama-2-7b``,
+    ``qwen2.5-1.5b``), for timing on an accelerator without downloading weights."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+
+    configs = {
+        "mistral-7b": lambda: MistralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                                            num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                            sliding_window=None),
+        "llama-2-7b": lambda: LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+                                          num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32),
+        "qwen2.5-1.5b": lambda: Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                                            num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2),
+    }
+    if shape not in configs:
+        raise ValueError(f"unknown model shape {shape!r}; use one of {', '.join(configs)}")
+    torch_dtype = resolve_dtype(dtype, device)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(configs[shape](), dtype=torch_dtype)
+    return model.eval()
+
+
+GPU_CSV = Path(__file__).resolve().parent.parent / "data" / "roofline_gpu.csv"
+
+
+def load_gpu_table(path: str | Path = GPU_CSV) -> pd.DataFrame | None:
+    """A roofline table measured on a GPU (with its provenance columns), or None when none was saved."""
+    path = Path(path)
+    return pd.read_csv(path) if path.exists() else None
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """``specnb roofline``: time the (k, w, context) grid for a model and write a CSV."""
+    parser = subparsers.add_parser("roofline", help="time one target call over a (k, w, context) grid")
+    parser.add_argument("--model", default="gemma-3-270m",
+                        help="model name/path, or random:SHAPE (mistral-7b, llama-2-7b, qwen2.5-1.5b)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
+    parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
+    parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
+    parser.set_defaults(func=run_cli)
+    return parser
+
+
+def run_cli(args: argparse.Namespace) -> None:
+    grid = get_grid(args.grid)
+    if args.max_tokens is not None:
+        grid = Grid(grid.ks, grid.ws, grid.contexts, grid.repeats, args.max_tokens)
+    if args.model.startswith("random:"):
+        target: LoadedModel | PreTrainedModel = random_model(args.model.removeprefix("random:"), args.dtype,
+                                                             args.device)
+    else:
+        target = load_model(args.model, dtype=args.dtype, device=args.device)
+    frame = measure(target, grid, label=args.model)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out, index=False)
+    print(f"wrote {len(frame)} cells to {args.out}")

@@ -1,0 +1,101 @@
+"""Model-derived unigram / bigram / extended bigram: tables against direct computation, cache, losslessness."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny
+
+from specnb.decode import generate
+from specnb.drafters import model_ngram
+from specnb.drafters.model_ngram import (
+    BigramDrafter,
+    NgramTableError,
+    UnigramDrafter,
+    bigram_path,
+    bigram_table,
+    unigram_distances,
+    unigram_ranking,
+)
+
+PROMPT = list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+
+
+def test_unigram_matches_the_papers_inner_product():
+    target = tiny("llama")
+    emb = target.model.get_input_embeddings().weight.detach().double()
+    out = target.model.get_output_embeddings().weight.detach().double()
+    centred = out - out.mean(0)
+    # <a, b>_V = sum_x (a . v_x)(b . v_x), divided by |X| as the covariance is
+    direct = ((centred @ emb.T) ** 2).sum(1).div(emb.shape[0]).sqrt()
+    torch.testing.assert_close(unigram_distances(target).double(), direct, rtol=1e-4, atol=1e-5)
+    assert unigram_ranking(target, top=10).tolist() == torch.argsort(direct)[:10].tolist()
+
+
+def test_bigram_rows_match_direct_model_calls():
+    target = tiny("qwen2")
+    table = bigram_table(target, [5, 97, 300], k_max=8, chain_depth=0, progress=False)
+    for x in (5, 97, 300):
+        with torch.inference_mode():
+            logits = target.model(torch.tensor([[256, x]])).logits[0, -1]  # [bos, x]
+        row = table.row_of[x]
+        assert table.topk[row].tolist() == torch.topk(logits, 8).indices.tolist()
+        np.testing.assert_allclose(table.logprobs[row], torch.log_softmax(logits, -1).topk(8).values, atol=1e-5)
+    assert table.row_of[6] == -1 and table.rows(6, 4, 2) is None
+
+
+def test_bigram_cache_reloads_grows_and_refuses_other_models(monkeypatch):
+    target = tiny("llama")
+    first = bigram_table(target, [10, 20], k_max=4, progress=False)
+    calls = []
+    original = model_ngram._compute_rows
+    monkeypatch.setattr(model_ngram, "_compute_rows", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
+    again = bigram_table(target, [10, 20], k_max=4, progress=False)
+    assert calls == [] and np.array_equal(again.topk, first.topk) and np.array_equal(again.tokens, first.tokens)
+    grown = bigram_table(target, [30], k_max=4, progress=False)
+    assert calls and set(first.tokens) < set(grown.tokens) and grown.row_of[30] >= 0
+    # the same file under another model's name is refused with a one-line error
+    other = tiny("qwen2")
+    bigram_path(other).parent.mkdir(parents=True)
+    shutil.copy(bigram_path(target), bigram_path(other))
+    with pytest.raises(NgramTableError, match="built for 'tiny-llama'"):
+        bigram_table(other, [10], k_max=4, progress=False)
+    bigram_path(other).write_bytes(b"not an npz")
+    with pytest.raises(NgramTableError, match="corrupt"):
+        bigram_table(other, [10], k_max=4, progress=False)
+
+
+def test_extended_bigram_is_greedy_chaining():
+    target = tiny("gemma3")
+    table = bigram_table(target, progress=False)  # vocab 320: every row
+    chains = table.extended(5)
+    assert chains.shape == (320, table.k_max, 5)
+    assert np.array_equal(chains[:, :, 0], table.topk)
+    top1 = table.topk[:, 0]
+    assert np.array_equal(chains[:, :, 1:], top1[chains[:, :, :-1]])
+    assert table.rows(65, 3, 4).tolist() == chains[table.row_of[65], :3, :4].tolist()
+
+
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+def test_greedy_lossless(tiny_target, verify):
+    table = bigram_table(tiny_target, progress=False)
+    reference = generate(tiny_target, PROMPT, None, max_new_tokens=20).tokens
+    for drafter in (UnigramDrafter(unigram_ranking(tiny_target), k=6), BigramDrafter(table, k=5, w=3)):
+        out = generate(tiny_target, PROMPT, drafter, max_new_tokens=20, verify=verify)
+        assert out.tokens == reference, type(drafter).__name__
+
+
+def test_bad_shapes_are_refused():
+    table = bigram_table(tiny("llama"), [1], k_max=4, progress=False)
+    with pytest.raises(ValueError, match="k <= 4"):
+        BigramDrafter(table, k=5)
+    with pytest.raises(NgramTableError, match="must lie in"):
+        bigram_table(tiny("llama"), [10_000], progress=False)

@@ -1,0 +1,61 @@
+"""Roofline timing grid, the cost model built from it, and the CLI that writes GPU/CPU tables."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny
+
+from specnb import roofline
+from specnb.roofline import CostModel, Grid, heatmap_table, time_cells
+
+
+def test_grid_cells_put_the_reference_first_and_respect_the_token_cap():
+    grid = Grid(ks=(4, 1), ws=(3, 0), contexts=(25, 100), repeats=1, max_tokens=8)
+    cells = grid.cells()
+    assert cells[0] == (25, 1, 0) and (100, 1, 0) in cells
+    assert (25, 4, 3) not in cells and (25, 4, 0) in cells  # 16 tokens > 8
+    assert len(roofline.get_grid("full").cells()) == 32 * 16 * 3
+    with pytest.raises(ValueError, match="unknown roofline grid"):
+        roofline.get_grid("huge")
+
+
+def test_time_cells_on_a_tiny_model():
+    frame = time_cells(tiny("llama").model, Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
+    assert len(frame) == 8 and set(frame.columns) >= {"context", "k", "w", "tokens", "seconds", "slowdown"}
+    assert (frame.seconds > 0).all()
+    reference = frame[(frame.k == 1) & (frame.w == 0)]
+    assert np.allclose(reference.slowdown, 1.0)
+    assert frame.set_index(["k", "w"]).loc[(3, 2)].tokens.tolist() == [9, 9]
+    table = heatmap_table(frame, 20)
+    assert table.shape == (2, 2) and table.loc[1, 0] == 1.0
+
+
+def test_cost_model_interpolates_in_context_and_tokens():
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, seconds=s) for c, k, w, s in
+                          [(100, 1, 0, 1.0), (500, 1, 0, 2.0), (100, 2, 1, 3.0), (500, 2, 1, 5.0),
+                           (100, 8, 8, 9.0)]])  # (8, 8) lacks a context: dropped
+    cost = CostModel(frame)
+    assert cost.shapes.tolist() == [[1, 0], [2, 1]]
+    assert cost.seconds(300).tolist() == [1.5, 4.0]
+    assert cost.seconds(50).tolist() == [1.0, 3.0] and cost.seconds(9999).tolist() == [2.0, 5.0]
+    assert cost.seconds_at(2, 1, 100) == 3.0
+    assert cost.seconds_at(3, 0, 100) == pytest.approx(1.0 + 2.0 * 2 / 3)  # 3 tokens between 1 and 4
+    with pytest.raises(ValueError, match="needs columns"):
+        CostModel(frame.drop(columns="seconds"))
+
+
+def test_cli_writes_a_table_with_provenance(tmp_path):
+    parser = argparse.ArgumentParser()
+    roofline.add_parser(parser.add_subparsers())
+    out = tmp_path / "roofline.csv"
+    args = parser.parse_args(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4",
+                              "--device", "cpu", "--out", str(out)])
+    args.func(args)
+    frame = pd.read_csv(out)
+    assert {"model", "dtype", "device", "torch", "date", "repeats"} <= set(frame.columns)
+    assert frame.tokens.max() <= 4 and frame.model.iloc[0] == "tiny-qwen2"
+    assert roofline.load_gpu_table(tmp_path / "missing.csv") is None
