@@ -56,6 +56,10 @@ FACTORIES: dict[str, Any] = {
     "ar": _ar,
     "pld": _pld,
     # Later methods register here as "module:function" strings.
+    "ngram-unigram": "specnb.drafters.model_ngram:make_unigram",
+    "ngram-bigram": "specnb.drafters.model_ngram:make_bigram",
+    "mixed": "specnb.drafters.mixed:make_mixed",
+    "mixed-adaptive": "specnb.drafters.mixed:make_mixed_adaptive",
     "dense": "specnb.drafters.dense:make_dense",
     "sd": "specnb.drafters.draft_model:make_sd",
     "mcsd": "specnb.drafters.draft_model:make_mcsd",

@@ -120,7 +120,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
         cache, base = prefilled[context]
         block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
         times = []
-        for repeat in range(grid.repeats + (1 if (k, w) == (1, 0) else 0)):  # warm-up call before the reference
+        for _repeat in range(grid.repeats + (1 if (k, w) == (1, 0) else 0)):  # warm-up call before the reference
             for layer, (keys, values) in zip(cache.layers, base, strict=True):
                 layer.keys, layer.values = keys.expand(k, -1, -1, -1), values.expand(k, -1, -1, -1)
             _sync(device)
