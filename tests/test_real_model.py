@@ -1,0 +1,41 @@
+"""Greedy losslessness on the real Gemma-3-270M (float32), including a context past its 512-token window."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from specnb import generate, load_model
+from specnb.datasets import humaneval
+from specnb.drafters import ContextNgramDrafter
+from specnb.models import cache_dir
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (cache_dir() / "models" / "gemma-3-270m" / "config.json").exists(),
+                       reason="run `specnb models fetch gemma-3-270m` (make test does)"),
+]
+
+
+@functools.cache
+def gemma():
+    return load_model("gemma-3-270m", dtype="float32")
+
+
+def prompts():
+    problems = humaneval(12)
+    long_text = "\n".join(p.text for p in problems[3:12])  # > 512 tokens: sliding-window layers matter
+    return [problems[0].text, problems[2].text, long_text]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_prompt_lookup_equals_ar_on_gemma(index):
+    target, prompt = gemma(), prompts()[index]
+    if index == 2:
+        assert len(target.tokenizer(prompt).input_ids) > 600
+    ar = generate(target, prompt, max_new_tokens=24)
+    for drafter, mode in [(ContextNgramDrafter(k=1, w=10), "tree"), (ContextNgramDrafter(k=4, w=6), "tree"),
+                          (ContextNgramDrafter(k=4, w=6), "batch")]:
+        out = generate(target, prompt, drafter, max_new_tokens=24, verify=mode)
+        assert out.tokens == ar.tokens, (mode, drafter.k)
