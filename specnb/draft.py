@@ -13,6 +13,7 @@ verification (two nodes with the same prefix see the same context) and never cos
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -114,7 +115,7 @@ class Draft:
     @property
     def depth(self) -> Tensor:
         """int64 [n]: 1 for children of the root, 2 for their children, ..."""
-        return self._ancestors()[1:, 1:].sum(1)
+        return self._ancestors[1:, 1:].sum(1)
 
     @property
     def max_depth(self) -> int:
@@ -125,8 +126,12 @@ class Draft:
         """True when the tree is one path in node order (plain causal attention verifies it)."""
         return bool((self.parents == torch.arange(self.num_nodes) - 1).all())
 
+    @cached_property
     def _ancestors(self) -> Tensor:
-        """bool [n+1, n+1] over full indices: ``A[i, j]`` is True when j is i itself or an ancestor of i."""
+        """bool [n+1, n+1] over full indices: ``A[i, j]`` is True when j is i itself or an ancestor of i.
+
+        Cached: depth, attention and paths all derive from it, once per draft.
+        """
         n = self.num_nodes
         parent_full = torch.cat([torch.zeros(1, dtype=torch.long), self.parents + 1])  # root is its own parent
         anc = torch.eye(n + 1, dtype=torch.bool)
@@ -141,7 +146,7 @@ class Draft:
 
     def attention(self) -> tuple[Tensor, Tensor]:
         """Tree attention over [root, nodes]: (bool mask [n+1, n+1] of ancestor-or-self, depth [n+1] from 0)."""
-        anc = self._ancestors()
+        anc = self._ancestors
         return anc, anc.sum(1) - 1
 
     def paths(self) -> Tensor:
@@ -152,7 +157,7 @@ class Draft:
         n = self.num_nodes
         if n == 0:
             return torch.empty(0, 0, dtype=torch.long)
-        anc = self._ancestors()
+        anc = self._ancestors
         depth = anc.sum(1) - 1
         has_child = torch.zeros(n + 1, dtype=torch.bool)
         has_child[self.parents + 1] = True
