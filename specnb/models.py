@@ -33,7 +33,7 @@ class ModelError(ValueError):
 
 def cache_dir() -> Path:
     """The folder for converted models, corpora and datastores (``$SPECNB_CACHE`` or ``~/.cache/specnb``)."""
-    return Path(os.environ.get("SPECNB_CACHE", Path.home() / ".cache" / "specnb")).expanduser()
+    return Path(os.environ.get("SPECNB_CACHE") or Path.home() / ".cache" / "specnb").expanduser()
 
 
 @dataclass(frozen=True)
