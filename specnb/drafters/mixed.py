@@ -21,9 +21,11 @@ bucket is shrunk towards the pooled estimate.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 from torch import Tensor
 
@@ -280,3 +282,44 @@ def make_mixed_adaptive(target, options) -> AdaptiveShapeDrafter:
     base = MixedDrafter(_table_for(target, options), k=1, w=1,
                         max_ngram=options.get("max_ngram", 1), min_ngram=options.get("min_ngram", 1))
     return AdaptiveShapeDrafter(base, cost_model_for(target, options.get("roofline", "")))
+
+
+# ---------------------------------------------------------------------------------- grid analyses
+
+
+def replay_many(make: Callable[[], Drafter], references: list[tuple[Tensor, Tensor]]) -> list[RunStats]:
+    """:func:`replay_greedy` of a fresh ``make()`` drafter on each (prompt ids, greedy output) pair."""
+    return [replay_greedy(make(), prompt, output) for prompt, output in references]
+
+
+def estimated_seconds(stats: RunStats, cost, k: int, w: int) -> float:
+    """Sum over the calls of the roofline cost of a (k, w) call at that call's context length
+    (drafting and acceptance time excluded); (k, w) = (1, 0) prices AR decoding."""
+    context = stats.prompt_tokens + np.cumsum([0] + [c.new_tokens for c in stats.calls[:-1]])
+    return float(sum(cost.seconds_at(k, w, int(ell)) for ell in context))
+
+
+def ar_estimated_seconds(references: list[tuple[Tensor, Tensor]], cost) -> float:
+    """Roofline-priced time of AR decoding the references (one (1, 0) call per output token)."""
+    total = 0.0
+    for prompt, output in references:
+        context = prompt.shape[0] + np.arange(output.shape[0] - 1)
+        total += sum(cost.seconds_at(1, 0, int(ell)) for ell in context)
+    return total
+
+
+def mixed_grid(table: BigramTable, references: list[tuple[Tensor, Tensor]], ks: list[int], ws: list[int],
+               cost=None, max_ngram: int = 1) -> pd.DataFrame:
+    """Replayed tokens per call of the mixed strategy for every (k, w), and with a cost model the
+    estimated speedup over AR (roofline-priced calls). Columns k, w, tokens_per_call[, est_speedup]."""
+    ar_seconds = ar_estimated_seconds(references, cost) if cost is not None else None
+    rows = []
+    for k in ks:
+        for w in ws:
+            runs = replay_many(lambda k=k, w=w: MixedDrafter(table, k, w, max_ngram=max_ngram), references)
+            new = sum(c.new_tokens for run in runs for c in run.calls)
+            row = dict(k=k, w=w, tokens_per_call=new / max(1, sum(run.num_calls for run in runs)))
+            if cost is not None:
+                row["est_speedup"] = ar_seconds / sum(estimated_seconds(run, cost, k, w) for run in runs)
+            rows.append(row)
+    return pd.DataFrame(rows)
