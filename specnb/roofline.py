@@ -63,10 +63,10 @@ GRIDS = {
     # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class), median of 2 calls
     "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS, repeats=2),
     "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
-    # the shapes the adaptive draft shape may pick by default (up to 96 tokens per call: beyond that a call
-    # costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
-    "adaptive": Grid((1, 2, 3, 4, 5, 6, 8, 10, 12, 16), (0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 15), (100, 500),
-                     repeats=2, max_tokens=96),
+    # the shapes the adaptive draft shape may pick by default (up to 64 tokens per call: beyond that an fp32
+    # call costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
+    "adaptive": Grid((1, 2, 3, 4, 5, 6, 8, 10, 12, 16), (0, 1, 2, 3, 4, 6, 8, 10, 12, 15), (100, 500),
+                     repeats=2, max_tokens=64),
 }
 
 

@@ -99,3 +99,17 @@ def test_bad_shapes_are_refused():
         BigramDrafter(table, k=5)
     with pytest.raises(NgramTableError, match="must lie in"):
         bigram_table(tiny("llama"), [10_000], progress=False)
+
+
+def test_cli_builds_the_tables(tmp_path, capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    model_ngram.add_parser(parser.add_subparsers())
+    text = tmp_path / "corpus.txt"
+    text.write_text("hello")
+    args = parser.parse_args(["ngram-table", "--model", "tiny-llama", "--tokens", str(text), "--k-max", "4"])
+    args.func(args)
+    assert "rows (tokens of" in capsys.readouterr().out
+    table = bigram_table(tiny("llama"), list(b"hello"), k_max=4, progress=False)
+    assert all(table.row_of[t] >= 0 for t in b"helo")

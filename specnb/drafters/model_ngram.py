@@ -316,3 +316,32 @@ def make_unigram(target: LoadedModel, options) -> UnigramDrafter:
 def make_bigram(target: LoadedModel, options) -> BigramDrafter:
     """Bench factory for ``ngram-bigram`` (k default 10, w default 1; ``-o bigram_tokens=all`` for all rows)."""
     return BigramDrafter(_table_for(target, options), k=options.get("k", 10), w=options.get("w", 1))
+
+
+def add_parser(subparsers):
+    """``specnb ngram-table``: build (or grow) a model's cached unigram and bigram tables."""
+    parser = subparsers.add_parser("ngram-table", help="build the model-derived unigram/bigram tables (cached)")
+    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--tokens", default="default",
+                        help="'all' (every token: hours for 262k vocabularies on a CPU), 'default' (all up to 65,536, "
+                             "else the HumanEval + MT-Bench prompt tokens) or a text file whose tokens to cover")
+    parser.add_argument("--k-max", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.set_defaults(func=run_cli)
+    return parser
+
+
+def run_cli(args) -> None:
+    from ..models import load_model
+
+    target = load_model(args.model, dtype=args.dtype)
+    if args.tokens == "all":
+        tokens, described = None, "all tokens"
+    elif args.tokens == "default":
+        tokens, described = default_restriction(target)
+    else:
+        tokens, described = corpus_tokens(target, [Path(args.tokens).read_text()]), f"tokens of {args.tokens}"
+    unigram_ranking(target)
+    table = bigram_table(target, tokens, k_max=args.k_max, batch_size=args.batch_size)
+    print(f"{bigram_path(target)}: {table.tokens.shape[0]:,} of {target.vocab_size:,} rows ({described})")
