@@ -6,8 +6,10 @@ import argparse
 import importlib
 import sys
 
-# Modules that contribute subcommands through an ``add_parser(subparsers)`` function.
-PLUGIN_COMMANDS: list[str] = []
+# Modules that contribute commands through an ``add_parser(subparsers)`` function: top-level commands, and
+# the kinds under ``specnb datastore build KIND``.
+PLUGIN_COMMANDS = ["specnb.corpus", "specnb.drafters.model_ngram", "specnb.roofline"]
+DATASTORE_KINDS = ["specnb.drafters.rest", "specnb.drafters.crest", "specnb.drafters.dense"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in PLUGIN_COMMANDS:
         importlib.import_module(module).add_parser(sub)
+    datastore = sub.add_parser("datastore", help="build retrieval datastores").add_subparsers(metavar="ACTION")
+    kinds = datastore.add_parser("build", help="build a datastore of one kind").add_subparsers(metavar="KIND")
+    for module in DATASTORE_KINDS:
+        importlib.import_module(module).add_parser(kinds)
     return parser
 
 
