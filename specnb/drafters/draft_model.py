@@ -18,15 +18,22 @@ from __future__ import annotations
 
 import copy
 import functools
+from dataclasses import dataclass
 
+import pandas as pd
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
+from ..decode import generate
 from ..draft import Draft
 from ..methods import MethodOptions
+from ..metrics import CallStats
 from ..models import LoadedModel, load_model
+from ..prompts import Prompt
 from ..sampling import SCHEMES, CandidateDraft, SamplingConfig, Scheme, probabilities
+from ..verify import VerifyMode
 from .base import DecodeState, Drafter
 
 
@@ -128,7 +135,9 @@ class DraftModelDrafter(Drafter):
         self.target_vocab = target_vocab
         self.scheme: Scheme = scheme
         self.config = SamplingConfig(temperature, top_p)
-        self.seed = seed
+        # One generator for the drafter's life, not reseeded per generation: repeated generations from the
+        # same prompt must draw fresh candidates, or their outputs would not follow the target distribution.
+        self.generator = torch.Generator().manual_seed(seed)
         text = self.model.config.get_text_config()
         self.layer_types = set(getattr(text, "layer_types", None) or ["full_attention"])
         self.sliding_window = getattr(text, "sliding_window", None)
@@ -139,7 +148,6 @@ class DraftModelDrafter(Drafter):
 
     def reset(self, prompt_ids: Tensor) -> None:
         self.cache = DynamicCache()
-        self.generator = torch.Generator().manual_seed(self.seed)
         self.prefix = 0  # leading cache slots = tokens[:prefix] of the context, positions 0..prefix-1
         self._forget_tree()
         self._info: dict[str, int] = {}
@@ -306,3 +314,63 @@ def make_sd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
 def make_mcsd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
     """MCSD: a ``--draft-shape`` tree (default 4x2x2x1), MCSS without replacement unless ``-o scheme=``."""
     return _make(target, options, options.get("draft_shape", "4x2x2x1"), "mcss-wor")
+
+
+# ------------------------------------------------------------------------------------ experiments
+
+
+def step_acceptance_rate(calls: list[CallStats]) -> tuple[int, int]:
+    """(accepted, rejected) draft *steps* over calls, for MCSD's acceptance rate accepted / (accepted +
+    rejected): levels are verified one after another, so a call that stops short of its draft depth had
+    exactly one rejected step. (``RunStats.acceptance_rate`` instead divides by the depth offered.)"""
+    offered = [c for c in calls if c.draft_depth > 0]
+    return sum(c.accepted for c in offered), sum(c.accepted < c.draft_depth for c in offered)
+
+
+@dataclass
+class Variant:
+    """One configuration of a comparison: a drafter (None = AR through the same loop) and a verify mode."""
+
+    drafter: Drafter | None
+    verify: VerifyMode = "tree"
+
+
+def run_variants(target: LoadedModel, prompts: list[Prompt], variants: dict[str, Variant], *,
+                 temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True) -> pd.DataFrame:
+    """Run every variant on every prompt (interleaved per prompt, after one short warm-up each).
+
+    One row per (variant, prompt): new tokens, calls, wall seconds (prefill included), draft seconds, and
+    the accepted / rejected draft steps (see :func:`step_acceptance_rate`). Summarise with
+    :func:`summarize_variants`.
+    """
+    for variant in variants.values():
+        generate(target, prompts[0], variant.drafter, max_new_tokens=8, temperature=temperature,
+                 verify=variant.verify, seed=seed)
+    rows = []
+    for prompt in tqdm(prompts, desc="prompts", disable=not progress):
+        for name, variant in variants.items():
+            out = generate(target, prompt, variant.drafter, max_new_tokens=max_new_tokens, temperature=temperature,
+                           verify=variant.verify, seed=seed)
+            accepted, rejected = step_acceptance_rate(out.stats.calls)
+            rows.append({"variant": name, "prompt_id": prompt.id, "new_tokens": out.stats.new_tokens,
+                         "calls": out.stats.num_calls, "seconds": out.stats.seconds,
+                         "draft_seconds": out.stats.draft_seconds, "accepted_steps": accepted,
+                         "rejected_steps": rejected})
+    return pd.DataFrame(rows)
+
+
+def summarize_variants(rows: pd.DataFrame, baseline: str = "AR") -> pd.DataFrame:
+    """Per variant, pooled over prompts: tokens per call (block efficiency), MCSD acceptance rate, tokens/s,
+    the draft's share of wall time and the speedup over ``baseline`` (ratio of total wall times)."""
+    totals = rows.groupby("variant", sort=False)[["new_tokens", "calls", "seconds", "draft_seconds",
+                                                 "accepted_steps", "rejected_steps"]].sum()
+    prompts = rows.groupby("variant", sort=False).size()
+    out = pd.DataFrame({
+        "tokens_per_call": (totals.new_tokens - prompts) / totals.calls.clip(lower=1),
+        "acceptance_rate": totals.accepted_steps / (totals.accepted_steps + totals.rejected_steps),
+        "tokens_per_s": totals.new_tokens / totals.seconds,
+        "draft_share": totals.draft_seconds / totals.seconds,
+    })
+    if baseline in totals.index:
+        out["speedup"] = totals.seconds[baseline] / totals.seconds
+    return out.reset_index()

@@ -1,0 +1,113 @@
+"""Draft-model drafters (vanilla SD and MCSD): greedy losslessness, the draft's KV cache, vocabulary checks."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from conftest import ARCHS, tiny
+
+from specnb.decode import generate
+from specnb.drafters.draft_model import (
+    DraftModelDrafter,
+    VocabularyError,
+    check_vocabulary,
+    load_draft,
+    parse_shape,
+    self_draft,
+)
+from specnb.methods import MethodOptions, make_drafter
+from specnb.models import LoadedModel, byte_tokenizer
+
+PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, and much faster on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.cache
+def ar_tokens(arch: str, max_new_tokens: int = 32) -> list[int]:
+    return generate(tiny(arch), PROMPT, None, max_new_tokens=max_new_tokens).tokens
+
+
+# A chain runs as a plain causal call in both verify modes, so sd is checked in tree mode only.
+@pytest.mark.parametrize("method,shape,scheme,verify", [
+    ("sd", "1x1x1", "mcss", "tree"), ("mcsd", "4x2x2x1", "mcss-wor", "tree"),
+    ("mcsd", "4x2x2x1", "mcss-wor", "batch"), ("mcsd", "3x2", "mcss", "tree")])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_output_equals_ar(arch, method, shape, scheme, verify):
+    target = tiny(arch)
+    options = MethodOptions(draft="self:2", draft_shape=shape, extra={"scheme": scheme})
+    out = generate(target, PROMPT, make_drafter(method, target, options), max_new_tokens=32, verify=verify)
+    assert out.tokens == ar_tokens(arch)
+
+
+def test_greedy_with_sampled_candidates_is_lossless():
+    """A draft sampling at temperature 1 (carrying q) under a greedy target still gives the AR output."""
+    target = tiny("gemma3")
+    drafter = DraftModelDrafter(self_draft(target, 2), "4x2x2", target.vocab_size, temperature=1.0)
+    assert generate(target, PROMPT, drafter, max_new_tokens=32).tokens == ar_tokens("gemma3")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_draft_cache_is_kept_not_recomputed(arch):
+    """With the target as its own draft every chain is accepted, which needs a correct draft cache; the
+    draft sees each context token once plus the tree nodes, never the whole context again."""
+    target = tiny(arch)
+    fed: list[int] = []
+    hook = target.model.register_forward_pre_hook(lambda _, args, kw: fed.append(kw["input_ids"].shape[1]),
+                                                  with_kwargs=True)
+    try:
+        drafter = DraftModelDrafter(target, "1x1x1x1", target.vocab_size)
+        out = generate(target, PROMPT, drafter, max_new_tokens=41)
+    finally:
+        hook.remove()
+    assert out.tokens == ar_tokens(arch, 41)
+    assert out.stats.tokens_per_call == 5.0  # depth 4 + bonus, every call
+    calls = out.stats.num_calls
+    draft_tokens = sum(fed) - PROMPT.shape[0] - calls  # minus the target's own prefill and verify calls
+    draft_tokens -= sum(c.drafted_nodes for c in out.stats.calls)  # [root]+draft in verification
+    # Per step: level 0 feeds the last accepted leaf + the root, levels 1-3 one node each.
+    assert draft_tokens == PROMPT.shape[0] + 5 * calls - 1
+
+
+def test_self_draft_shares_weights_and_leaves_the_target_alone():
+    target = tiny("gemma3")
+    draft = self_draft(target, 2)
+    assert draft.model.config.num_hidden_layers == 2 and target.model.config.num_hidden_layers == 4
+    assert draft.model.get_output_embeddings().weight is target.model.get_output_embeddings().weight
+    assert draft.model.model.layers[0] is target.model.model.layers[0]
+    assert len(target.model.model.layers) == 4 and draft.model.model is not target.model.model
+    with pytest.raises(ValueError, match="1 <= L < 4"):
+        self_draft(target, 4)
+    with pytest.raises(ValueError, match="self:L"):
+        load_draft(target, "self:two")
+
+
+def test_draft_with_another_vocabulary_is_refused():
+    target = tiny("qwen2")
+    tokenizer = byte_tokenizer()
+    tokenizer.add_tokens(["<extra>"])
+    other = LoadedModel(tiny("llama").model, tokenizer, "other-vocab")
+    with pytest.raises(VocabularyError, match="different vocabulary"):
+        check_vocabulary(target, other)
+    check_vocabulary(target, tiny("llama"))  # same byte tokenizer: accepted
+
+
+def test_bad_shapes_and_options():
+    assert parse_shape("4x2x2x1") == (4, 2, 2, 1)
+    for bad in ("", "4x0", "2xx1", "a"):
+        with pytest.raises(ValueError, match="invalid draft shape"):
+            parse_shape(bad)
+    target = tiny("llama")
+    with pytest.raises(ValueError, match="use mcsd"):
+        make_drafter("sd", target, MethodOptions(draft="self:2", draft_shape="2x1"))
+    with pytest.raises(ValueError, match="scheme"):
+        make_drafter("mcsd", target, MethodOptions(draft="self:2", extra={"scheme": "best"}))
