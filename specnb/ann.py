@@ -105,6 +105,24 @@ class AnnIndex:
 # ------------------------------------------------------------------------------------- exact search
 
 
+class ExactIndex:
+    """Brute-force search with :class:`AnnIndex`'s query interface (ground truth; ablations without a build)."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = np.ascontiguousarray(keys, dtype=np.float32)
+
+    def __len__(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.keys.shape[1]
+
+    def query(self, queries: np.ndarray, k: int, threads: int = 1,
+              ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return exact_search(np.asarray(queries, dtype=np.float32).reshape(-1, self.dim), self.keys, k)
+
+
 def exact_search(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 1024,
                  progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force top-k by inner product: (ids int64 [m, k], similarities float32 [m, k]), best first.
