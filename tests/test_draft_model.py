@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import ARCHS, tiny
 
+from specnb.datasets import humaneval
 from specnb.decode import generate
 from specnb.drafters.draft_model import (
     DraftModelDrafter,
@@ -18,7 +19,7 @@ from specnb.drafters.draft_model import (
     self_draft,
 )
 from specnb.methods import MethodOptions, make_drafter
-from specnb.models import LoadedModel, byte_tokenizer
+from specnb.models import LoadedModel, byte_tokenizer, cache_dir, load_model
 
 PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
 
@@ -111,3 +112,16 @@ def test_bad_shapes_and_options():
         make_drafter("sd", target, MethodOptions(draft="self:2", draft_shape="2x1"))
     with pytest.raises(ValueError, match="scheme"):
         make_drafter("mcsd", target, MethodOptions(draft="self:2", extra={"scheme": "best"}))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (cache_dir() / "models" / "gemma-3-270m" / "config.json").exists(),
+                    reason="run `specnb models fetch gemma-3-270m` (make test does)")
+def test_gemma_self_draft_is_lossless_past_the_sliding_window():
+    """Gemma-3-270M drafting for itself with self:6 (5 sliding-window layers) on a > 512-token context."""
+    target = load_model("gemma-3-270m", dtype="float32")
+    prompt = "\n".join(p.text for p in humaneval(12)[3:12])
+    assert len(target.tokenizer(prompt).input_ids) > 600
+    ar = generate(target, prompt, max_new_tokens=16).tokens
+    drafter = DraftModelDrafter(load_draft(target, "self:6"), "4x2x1", target.vocab_size)
+    assert generate(target, prompt, drafter, max_new_tokens=16).tokens == ar
