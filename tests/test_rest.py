@@ -83,6 +83,9 @@ def test_tree_budget_counts_and_determinism(rows, budget):
     assert [expected[s] for s in sequences] == tree.counts.tolist()
     dropped = [c for s, c in expected.items() if s not in set(sequences)]
     assert not dropped or min(tree.counts.tolist()) >= max(dropped)  # kept = most common
+    full = build_tree(padded, 10_000)  # rank order: the first `budget` nodes are the budget-limited tree
+    assert full.tokens[:budget].tolist() == tree.tokens.tolist() and full.parents[:budget].tolist() == \
+        tree.parents.tolist()
     again = build_tree(padded.copy(), budget)
     assert all(np.array_equal(a, b) for a, b in zip((tree.tokens, tree.parents, tree.counts),
                                                      (again.tokens, again.parents, again.counts), strict=True))

@@ -250,12 +250,13 @@ class CrestDrafter(Drafter):
 
     name = "crest"
 
-    def __init__(self, store: CrestStore):
-        self.store = store
+    def __init__(self, store: CrestStore, max_nodes: int | None = None):
+        self.store, self.max_nodes = store, max_nodes
         self._info: dict[str, int] = {}
 
     def propose(self, state: DecodeState) -> Draft | None:
         tokens, parents, n = self.store.lookup(state.tokens[-self.store.ns[0]:].numpy())
+        tokens, parents = tokens[:self.max_nodes], parents[:self.max_nodes]  # rank order: a prefix is the top-k tree
         self._info = {"match_len": n, "tree_nodes": int(tokens.shape[0])}
         if tokens.shape[0] == 0:
             return None
@@ -275,8 +276,10 @@ def open_crest(target: Any, path: str | Path | None) -> CrestStore:
 
 
 def make_crest(target: Any, options: Any) -> CrestDrafter:
-    """Bench factory: ``--datastore PATH.sqlite`` or the default code store built for the target."""
-    return CrestDrafter(open_crest(target, options.datastore))
+    """Bench factory: ``--datastore PATH.sqlite`` or the default code store built for the target;
+    ``-o max_nodes=K`` cuts the stored trees to their K most common nodes."""
+    max_nodes = options.get("max_nodes", 0)
+    return CrestDrafter(open_crest(target, options.datastore), max_nodes or None)
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -22,8 +22,9 @@ from .base import DecodeState, Drafter
 
 @dataclass(frozen=True)
 class RetrievalTree:
-    """A token tree in breadth-first order (all depth-1 nodes, then depth 2, ...; within a depth, by the first
-    continuation that holds the node).
+    """A token tree with its nodes in rank order (most common first, ties as in :func:`build_tree`). Parents
+    precede their children, and the first k nodes are exactly the tree :func:`build_tree` makes with budget k,
+    so a stored tree can be cut to any smaller budget.
 
     tokens: int32 [n]; parents: int16 [n], -1 = the root (parents[i] < i); counts: int32 [n], continuations
     through each node.
@@ -84,11 +85,7 @@ def build_tree(rows: np.ndarray, max_nodes: int = 64) -> RetrievalTree:
     first_row, depth = np.nonzero(new.T)[::-1]  # same depth-major order as node ids
     tokens = rows[first_row, depth]
     parent = np.where(depth > 0, node_of[first_row, np.maximum(depth - 1, 0)], -1)
-    if num_nodes > max_nodes:
-        rank = np.lexsort((first_row, depth, -counts))  # most common first, then shallower, then earlier
-        keep = np.sort(rank[:max_nodes])
-    else:
-        keep = np.arange(num_nodes)
+    keep = np.lexsort((first_row, depth, -counts))[:max_nodes]  # most common first, then shallower, then earlier
     new_index = np.full(num_nodes, -1, dtype=np.int64)
     new_index[keep] = np.arange(keep.shape[0])
     kept_parent = parent[keep]
