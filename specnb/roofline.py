@@ -193,14 +193,19 @@ class CostModel:
 
     def seconds_at(self, k: int, w: int, context_len: int) -> float:
         """Seconds of one (k, w) call: the measured shape, else interpolated in the block's token count
-        k * (w + 1) between measured shapes (on CPUs the cost depends mostly on that count)."""
+        k * (w + 1) between measured shapes (on CPUs the cost depends mostly on that count); beyond the
+        largest measured block, proportional to the token count (compute-bound)."""
         seconds = self.seconds(context_len)
         hit = np.flatnonzero((self.shapes[:, 0] == k) & (self.shapes[:, 1] == w))
         if hit.size:
             return float(seconds[hit[0]])
         tokens = self.shapes[:, 0] * (self.shapes[:, 1] + 1)
         order = np.argsort(tokens, kind="stable")
-        return float(np.interp(k * (w + 1), tokens[order], seconds[order]))
+        tokens, seconds = tokens[order], seconds[order]
+        n = k * (w + 1)
+        if n > tokens[-1]:
+            return float(seconds[-1] * n / tokens[-1])
+        return float(np.interp(n, tokens, seconds))
 
 
 def cost_table_path(target: LoadedModel) -> Path:

@@ -37,7 +37,12 @@ def test_unigram_matches_the_papers_inner_product():
     # <a, b>_V = sum_x (a . v_x)(b . v_x), divided by |X| as the covariance is
     direct = ((centred @ emb.T) ** 2).sum(1).div(emb.shape[0]).sqrt()
     torch.testing.assert_close(unigram_distances(target).double(), direct, rtol=1e-4, atol=1e-5)
-    assert unigram_ranking(target, top=10).tolist() == torch.argsort(direct)[:10].tolist()
+    assert unigram_ranking(target, top=10, rule="distance").tolist() == torch.argsort(direct)[:10].tolist()
+    # the appendix rule: lowest inner product with the mean output embedding under the same covariance
+    inner = ((out.mean(0) @ emb.T) * (out @ emb.T)).sum(1) / emb.shape[0]
+    assert unigram_ranking(target, top=10).tolist() == torch.argsort(inner)[:10].tolist()
+    with pytest.raises(ValueError, match="unknown unigram rule"):
+        unigram_ranking(target, rule="zipf")
 
 
 def test_bigram_rows_match_direct_model_calls():

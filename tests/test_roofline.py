@@ -44,6 +44,7 @@ def test_cost_model_interpolates_in_context_and_tokens():
     assert cost.seconds(50).tolist() == [1.0, 3.0] and cost.seconds(9999).tolist() == [2.0, 5.0]
     assert cost.seconds_at(2, 1, 100) == 3.0
     assert cost.seconds_at(3, 0, 100) == pytest.approx(1.0 + 2.0 * 2 / 3)  # 3 tokens between 1 and 4
+    assert cost.seconds_at(4, 1, 100) == pytest.approx(3.0 * 8 / 4)  # beyond the table: proportional
     with pytest.raises(ValueError, match="needs columns"):
         CostModel(frame.drop(columns="seconds"))
 

@@ -1,9 +1,11 @@
 """N-grams derived from the target's own weights (N-Grammys §4.1): unigram, bigram, extended bigram.
 
-* **Unigram**: ``d(x) = ||u_x - mean(u)||_V`` where ``u_x`` is token x's output embedding and the norm is
-  induced by the input-embedding covariance ``C = E^T E / |X|`` (``<a, b>_V = a^T C b``). Tokens whose
-  output embedding sits closest to the mean get the largest ``p(x) ~ exp(-d(x))``. The top-k of this
-  ranking are k one-token drafts, whatever the context.
+* **Unigram**: scores from the output embeddings ``u_x`` under the input-embedding covariance
+  ``C = E^T E / |X|`` (``<a, b>_V = a^T C b``). Two rules: ``"distance"`` is the paper's §4.1 text,
+  ``p(x) ~ exp(-||u_x - mean(u)||_V)``; ``"appendix"`` is its Appendix B.1 code, which ranks tokens by the
+  *lowest* ``<mean(u), u_x>_V``. On Gemma-3 the distance rule ranks rare, barely trained tokens first (they
+  sit near the mean) while the appendix rule ranks `` ``, ``(``, ``.``, ``,``, ``\n`` first, so it is the
+  default. The top-k of the ranking are k one-token drafts, whatever the context.
 * **Bigram**: ``p_M(. | x)`` for every token x, i.e. the target run on ``[bos, x]`` alone. The top-K next
   tokens of each x are computed in batches once per model and cached on disk. Gemma's vocabulary has
   262,144 tokens (hours on 2 CPU cores), so the table may hold rows for only a subset of x ("the tokens
@@ -110,16 +112,30 @@ def unigram_distances(target: LoadedModel) -> Tensor:
     return ((centred @ cov) * centred).sum(1).clamp(min=0).sqrt()
 
 
-def unigram_ranking(target: LoadedModel, top: int = 1024) -> np.ndarray:
-    """The ``top`` most probable unigram tokens, int64 [top], best first; cached per model."""
-    path = table_dir(target) / "unigram.npz"
+@torch.inference_mode()
+def unigram_scores(target: LoadedModel, rule: str = "appendix") -> Tensor:
+    """float32 [V], larger = more probable: ``-d(x)`` (rule ``distance``) or ``-<mean(u), u_x>_V``
+    (rule ``appendix``, the paper's code)."""
+    if rule == "distance":
+        return -unigram_distances(target)
+    if rule != "appendix":
+        raise ValueError(f"unknown unigram rule {rule!r}; use 'appendix' or 'distance'")
+    emb = target.model.get_input_embeddings().weight.detach().float()  # [V, d]
+    out = target.model.get_output_embeddings().weight.detach().float()  # [V, d]
+    cov = emb.T @ emb / emb.shape[0]  # [d, d]
+    return -(out @ (cov @ out.mean(0)))
+
+
+def unigram_ranking(target: LoadedModel, top: int = 1024, rule: str = "appendix") -> np.ndarray:
+    """The ``top`` most probable unigram tokens under ``rule``, int64 [top], best first; cached per model."""
+    path = table_dir(target) / f"unigram-{rule}.npz"
     if path.exists():
         meta, arrays = _load_checked(path, target)
         if arrays["ranking"].shape[0] >= top:
             return arrays["ranking"][:top].astype(np.int64)
-    dist = unigram_distances(target)
-    ranking = torch.topk(-dist, min(top, dist.shape[0])).indices.numpy().astype(np.int32)
-    _save_atomic(path, ranking=ranking, meta=_meta(target, kind="unigram"))
+    scores = unigram_scores(target, rule)
+    ranking = torch.topk(scores, min(top, scores.shape[0])).indices.numpy().astype(np.int32)
+    _save_atomic(path, ranking=ranking, meta=_meta(target, kind="unigram", rule=rule))
     return ranking.astype(np.int64)
 
 
@@ -309,8 +325,8 @@ def _table_for(target: LoadedModel, options) -> BigramTable:
 
 
 def make_unigram(target: LoadedModel, options) -> UnigramDrafter:
-    """Bench factory for ``ngram-unigram`` (k, default 10; drafts are one token long)."""
-    return UnigramDrafter(unigram_ranking(target), k=options.get("k", 10))
+    """Bench factory for ``ngram-unigram`` (k, default 10; one-token drafts; ``-o unigram=distance|appendix``)."""
+    return UnigramDrafter(unigram_ranking(target, rule=options.get("unigram", "appendix")), k=options.get("k", 10))
 
 
 def make_bigram(target: LoadedModel, options) -> BigramDrafter:
