@@ -12,6 +12,7 @@ Datastores (cached under ``cache_dir()/datastores/dense``, built on first use):
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from pathlib import Path
 
@@ -33,7 +34,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 # Corpus tokens per OOD datastore. Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores.
 STORE_TOKENS = {
     "smoke": {"code": 2_000, "chat": 1_000},
-    "quick": {"code": 60_000, "chat": 20_000},
+    "quick": {"code": 30_000, "chat": 10_000},
     "full": {"code": 2_000_000, "chat": 1_000_000},
 }
 
@@ -70,7 +71,8 @@ def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("cod
         domain, dist = kind.split("-")
         if dist == "ID":
             source, tokens = str(id_responses(target, profile)), None
-            name = f"id-{domain}-{Path(source).stem}"
+            digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()[:8]  # a grown file is another store
+            name = f"id-{domain}-{Path(source).stem}-{digest}"
         else:
             source, tokens = domain, sizes[domain]
             name = f"{domain}-t{tokens}"
@@ -125,7 +127,7 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
         "accepted_length": grouped.accepted_length.mean(),
         "tokens_per_call": grouped.tokens_per_call.mean(),
         "tokens_per_s": grouped.new_tokens.sum() / grouped.seconds.sum(),
-        "identical_to_ar": grouped.identical_to_ar.apply(lambda s: bool(s.dropna().all())),
+        "identical_to_ar": grouped.identical_to_ar.apply(lambda s: bool(s.dropna().all()) if s.notna().any() else None),
     })
 
 

@@ -87,6 +87,16 @@ def sharegpt_first_turns(n: int, seed: int = 0, max_chars: int = 2000, scan: int
 PROMPT_SOURCES = {"code": docstring_stubs, "chat": sharegpt_first_turns}
 
 
+def response_meta(target: LoadedModel, max_new_tokens: int, batch_size: int, source: str, seed: int) -> dict:
+    """The provenance sidecar of a responses file."""
+    info, _ = TokenizerInfo.of(target)
+    return {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+            "tokenizer": info.__dict__, "decoding": "greedy", "max_new_tokens": max_new_tokens,
+            "prompts": source, "seed": seed, "chat_template": target.chat,
+            "made_by": f"specnb.id_data.generate_responses (transformers generate, greedy, left-padded batches "
+                       f"of {batch_size})"}
+
+
 def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Path, *, max_new_tokens: int = 128,
                        batch_size: int = 8, source: str = "", seed: int = 0) -> Path:
     """Append the target's greedy response to each prompt to the JSONL file ``out`` (resumable).
@@ -100,12 +110,7 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta_path = out.with_suffix(".meta.json")
-    info, _ = TokenizerInfo.of(target)
-    meta = {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-            "tokenizer": info.__dict__, "decoding": "greedy", "max_new_tokens": max_new_tokens,
-            "prompts": source, "seed": seed, "chat_template": target.chat,
-            "made_by": f"specnb.id_data.generate_responses (transformers generate, greedy, left-padded batches "
-                       f"of {batch_size})"}
+    meta = response_meta(target, max_new_tokens, batch_size, source, seed)
     done: set[str] = set()
     if out.exists():
         old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
@@ -114,6 +119,7 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
             raise ValueError(f"{out} was made with other settings ({old.get('model')}, "
                              f"max_new_tokens={old.get('max_new_tokens')}); choose another --out")
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")  # first, so a stopped run still has its provenance
     todo = [(p.id, encode_prompt(target, p)) for p in prompts if p.id not in done]
     todo.sort(key=lambda item: item[1].shape[0])
     eos = sorted(target.eos_token_ids)
@@ -139,7 +145,7 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
                                     "stop_reason": "eos" if ends else "max_new_tokens"}) + "\n")
             f.flush()
             bar.update(len(batch))
-    meta["num_prompts"] = len(done) + len(todo)
+    meta["num_responses"] = len(done) + len(todo)
     meta["seconds_last_run"] = round(time.perf_counter() - start, 1)
     meta_path.write_text(json.dumps(meta, indent=1) + "\n")
     return out

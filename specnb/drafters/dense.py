@@ -302,9 +302,10 @@ def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = No
     elif (path / "meta.json").exists():
         corpus = load_corpus(path)
     else:
-        return build_corpus(source, target, max_tokens=max_tokens, progress=True)
+        corpus = build_corpus(source, target, max_tokens=max_tokens, progress=True)
     if max_tokens is not None and corpus.num_tokens > max_tokens:
-        keep = int(np.searchsorted(corpus.doc_starts, max_tokens, side="left"))
+        # whole documents up to max_tokens (build_corpus stops *after* the document that crosses it)
+        keep = int(np.searchsorted(corpus.doc_starts, max_tokens, side="right")) - 1
         corpus = corpus.select(np.arange(max(keep, 1)))
     return corpus
 
