@@ -61,6 +61,8 @@ FACTORIES: dict[str, Any] = {
     "mixed": "specnb.drafters.mixed:make_mixed",
     "mixed-adaptive": "specnb.drafters.mixed:make_mixed_adaptive",
     "dense": "specnb.drafters.dense:make_dense",
+    "rest": "specnb.drafters.rest:make_rest",
+    "crest": "specnb.drafters.crest:make_crest",
     "sd": "specnb.drafters.draft_model:make_sd",
     "mcsd": "specnb.drafters.draft_model:make_mcsd",
 }
