@@ -5,8 +5,13 @@ from __future__ import annotations
 import functools
 
 import pytest
+import torch
 
 from specnb.models import LoadedModel, tiny_model
+
+# Tiny models do tiny matmuls: a second thread only adds synchronisation (and, on a busy machine, a lot of
+# it). Tests that time or run a real model raise this locally.
+torch.set_num_threads(1)
 
 ARCHS = ("llama", "qwen2", "gemma3")
 

@@ -22,6 +22,7 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
     assert tagged and "profile" in "".join(tagged[0]["source"]), "needs a tagged parameters cell with profile"
     assert all(not c.get("outputs") for c in source["cells"] if c["cell_type"] == "code"), "commit without outputs"
     monkeypatch.setattr("specnb.notebooks.figures_for", lambda profile: tmp_path / "figures")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it: tiny models run best on one thread
     [(executed, _)] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
     assert executed.exists()
     assert list((tmp_path / "figures").glob("*.png")), "a notebook should save at least one figure"
