@@ -50,6 +50,9 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
         raise ValueError("no prompts to benchmark")
     methods = list(dict.fromkeys(["ar", *config.methods]))  # AR always runs: it is the reference
     options = config.options or MethodOptions()
+    # Draft models sample from their own distribution at the run's temperature unless told otherwise.
+    options.extra.setdefault("temperature", config.temperature)
+    options.extra.setdefault("top_p", config.top_p)
     runners = {m: _runner(m, target, options, config) for m in methods}
     for method in methods:  # warm-up: allocator, kernels, lazily built tables
         runners[method](prompts[0], config.warmup_tokens)
