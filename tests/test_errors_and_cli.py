@@ -134,3 +134,16 @@ def test_cli_bad_input_is_one_line(capsys):
 def test_cli_models_list(capsys):
     assert main(["models", "list"]) == 0
     assert "gemma-3-270m" in capsys.readouterr().out
+
+
+def test_missing_model_package_names_the_fetch_command(tmp_path, monkeypatch):
+    import dataclasses
+
+    from specnb import models
+
+    spec = dataclasses.replace(models.EMBEDDED["gemma-3-270m"], name="ghost-model",
+                               parts=(("specnb_no_such_part_package", "data/part01.bin"),))
+    monkeypatch.setitem(models.EMBEDDED, "ghost-model", spec)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    with pytest.raises(ModelError, match="specnb models fetch ghost-model"):
+        load_model("ghost-model")
