@@ -25,3 +25,10 @@ def tiny(arch: str) -> LoadedModel:
 @pytest.fixture(params=ARCHS)
 def tiny_target(request) -> LoadedModel:
     return tiny(request.param)
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    """Point SPECNB_CACHE at a fresh folder so tables and stores built by a test never leak into others."""
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    return tmp_path

@@ -26,9 +26,7 @@ from specnb.roofline import CostModel
 PROMPT = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 
 def toy_table(vocab: int = 10, k: int = 4) -> BigramTable:

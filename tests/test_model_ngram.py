@@ -24,9 +24,7 @@ from specnb.drafters.model_ngram import (
 PROMPT = list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 
 def test_unigram_matches_the_papers_inner_product():
