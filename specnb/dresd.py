@@ -135,12 +135,13 @@ def prompt_state(target: LoadedModel, prompt: Prompt) -> tuple[np.ndarray, int]:
     """(hidden float32 [d], root token): the target's last hidden state after ``prompt`` and its greedy token."""
     import torch
 
+    from .forward import forward
     from .prompts import encode_prompt
 
     ids = encode_prompt(target, prompt)[None]
     with torch.inference_mode():
-        out = target.model(ids, output_hidden_states=True, logits_to_keep=1)
-    return out.hidden_states[-1][0, -1].float().numpy(), int(out.logits[0, -1].argmax())
+        logits, hidden = forward(target.model, ids, last_only=True)
+    return hidden[0, -1].float().numpy(), int(logits[0, -1].argmax())
 
 
 def neighbours_table(target: LoadedModel, store: DenseDatastore, hidden: np.ndarray, root: int, k: int = 8,

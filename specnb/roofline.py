@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache, PreTrainedModel
 
+from .forward import forward
 from .models import LoadedModel, cache_dir, load_model, resolve_dtype
 
 
@@ -116,7 +117,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
         if context not in prefilled:
             cache = DynamicCache()
             prompt = torch.randint(vocab, (1, context), generator=generator).to(device)
-            model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            forward(model, prompt, last_only=True, past_key_values=cache, use_cache=True)
             prefilled = {context: (cache, [(layer.keys, layer.values) for layer in cache.layers])}
         cache, base = prefilled[context]
         block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
@@ -126,7 +127,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
                 layer.keys, layer.values = keys.expand(k, -1, -1, -1), values.expand(k, -1, -1, -1)
             _sync(device)
             start = time.perf_counter()
-            model(input_ids=block, past_key_values=cache, use_cache=True)
+            forward(model, block, past_key_values=cache, use_cache=True)
             _sync(device)
             times.append(time.perf_counter() - start)
         if (k, w) == (1, 0):

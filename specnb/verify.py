@@ -24,6 +24,7 @@ from torch import Tensor
 from transformers import DynamicCache, PreTrainedModel
 
 from .draft import Acceptance, Draft
+from .forward import forward
 from .sampling import SamplingConfig, probabilities, sample
 
 VerifyMode = Literal["tree", "batch"]
@@ -62,15 +63,15 @@ class Verifier:
     def cache_len(self) -> int:
         return self.cache.get_seq_length()
 
-    def _call(self, input_ids: Tensor, **kwargs) -> tuple[Tensor, Tensor | None]:
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                         output_hidden_states=self.want_hidden, **kwargs)
-        return out.logits, (out.hidden_states[-1] if self.want_hidden else None)
+    def _call(self, input_ids: Tensor, last_only: bool = False, **kwargs) -> tuple[Tensor, Tensor | None]:
+        logits, hidden = forward(self.model, input_ids, last_only=last_only, past_key_values=self.cache,
+                                 use_cache=True, **kwargs)
+        return logits, (hidden if self.want_hidden else None)
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Tensor) -> Verification:
         """Run the prompt (int64 [L]) through the target; logits/hidden of the last position only."""
-        logits, hidden = self._call(prompt_ids[None], logits_to_keep=1)
+        logits, hidden = self._call(prompt_ids[None], last_only=True)
         return Verification(logits[0], None if hidden is None else hidden[0, -1:])
 
     @torch.inference_mode()

@@ -28,6 +28,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from ..decode import generate
 from ..draft import Draft
+from ..forward import forward
 from ..methods import MethodOptions
 from ..metrics import CallStats
 from ..models import LoadedModel, load_model
@@ -171,8 +172,8 @@ class DraftModelDrafter(Drafter):
         self._crop(torch.arange(self.prefix))  # drop a tree that update() did not see
         # Level 0: the tokens the draft has not seen yet (accepted leaves, the root) as one causal chain.
         pending = state.tokens[self.prefix:]
-        logits = self._fit(self.model(input_ids=pending[None], past_key_values=self.cache, use_cache=True,
-                                      logits_to_keep=1).logits[0])  # [1, V]
+        logits, _ = forward(self.model, pending[None], last_only=True, past_key_values=self.cache, use_cache=True)
+        logits = self._fit(logits[0])  # [1, V]
         self.prefix = context
         frontier = torch.tensor([-1])  # nodes whose children are drawn next (-1 = the root)
         tokens, parents, slots, qs = [], [], [], []
@@ -256,9 +257,9 @@ class DraftModelDrafter(Drafter):
                              ancestors[frontier][:, key_nodes]], dim=1)
         masks = {kind: self._mask(allowed, query_pos, key_pos, kind) for kind in self.layer_types}
         mask = masks if len(masks) > 1 or "full_attention" not in masks else masks["full_attention"]
-        out = self.model(input_ids=tokens[frontier][None], past_key_values=self.cache, use_cache=True,
-                         attention_mask=mask, position_ids=query_pos[None])
-        return self._fit(out.logits[0])
+        logits, _ = forward(self.model, tokens[frontier][None], past_key_values=self.cache, use_cache=True,
+                            attention_mask=mask, position_ids=query_pos[None])
+        return self._fit(logits[0])
 
     def _mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, kind: str) -> Tensor:
         """Float mask [1, 1, m, K] (0 = attend, dtype min = blocked); sliding layers also hide old keys."""
