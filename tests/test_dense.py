@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from conftest import tiny
 
 from specnb.ann import AnnIndex, IndexParams
@@ -14,6 +15,7 @@ from specnb.decode import generate
 from specnb.drafters import dense
 from specnb.drafters.dense import BuildConfig, DenseDrafter, build_datastore, load_datastore, parse_shape
 from specnb.methods import MethodOptions, make_drafter
+from specnb.replay import replay_greedy, teacher_forced_hidden
 
 PROMPTS = ("def add(a, b):", "hello world, hello", "the cat sat on")
 CONFIG = BuildConfig(n_next=20, dims=16, seq_len=32, overlap=8, batch_tokens=128,
@@ -138,3 +140,17 @@ def test_interrupted_or_corrupt_build_never_loads(tmp_path, monkeypatch):
         load_datastore(tmp_path / "ds")
     with pytest.raises(CorpusError, match="no dense datastore"):
         load_datastore(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_replay_with_teacher_forced_states_matches_decoding(stores, arch):
+    """Replaying DReSD from one teacher-forced pass gives the accepted lengths real decoding gets."""
+    target = tiny(arch)
+    out = generate(target, PROMPTS[0], DenseDrafter(stores[arch], 10, 10), max_new_tokens=32)
+    prompt, tokens = torch.tensor(out.prompt_ids), torch.tensor(out.tokens)
+    hidden = teacher_forced_hidden(target, prompt, tokens)
+    assert hidden.shape == (prompt.shape[0] + tokens.shape[0], target.model.config.hidden_size)
+    replay = replay_greedy(DenseDrafter(stores[arch], 10, 10), prompt, tokens, hidden)
+    assert [c.accepted for c in replay.calls] == [c.accepted for c in out.stats.calls]
+    with pytest.raises(ValueError, match="hidden"):
+        replay_greedy(DenseDrafter(stores[arch], 10, 10), prompt, tokens)

@@ -17,10 +17,10 @@ from specnb.drafters.mixed import (
     accepted_rank,
     accepted_strategy,
     match_lengths,
-    replay_greedy,
 )
 from specnb.drafters.model_ngram import BigramTable, bigram_table
 from specnb.metrics import CallStats
+from specnb.replay import replay_greedy
 from specnb.roofline import CostModel
 
 PROMPT = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")

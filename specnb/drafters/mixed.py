@@ -21,16 +21,15 @@ bucket is shrunk towards the pooled estimate.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 from torch import Tensor
 
 from ..draft import Draft
 from ..metrics import CallStats, RunStats
+from ..replay import replay_many
 from .base import DecodeState, Drafter
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import BigramTable, _table_for
@@ -213,58 +212,6 @@ class AdaptiveShapeDrafter(Drafter):
         return self._info
 
 
-# ----------------------------------------------------------------------------------- greedy replay
-
-
-def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[int]) -> RunStats:
-    """Tokens per call of ``drafter`` under greedy decoding, without calling the target.
-
-    Greedy speculative decoding reproduces the target's greedy output exactly, so given that output
-    (e.g. from an AR run) each call's outcome is known: the accepted length is the longest match of a
-    draft path with the output from the root on, and the next root follows it. Returns a RunStats whose
-    calls carry drafted nodes, depth, accepted length, accepted row and the drafter's info (times are 0).
-    Only for drafters that ignore the hidden state.
-    """
-    output = torch.as_tensor(output, dtype=torch.long)
-    tokens = torch.cat([prompt_ids.long(), output])
-    n_prompt, n_out = prompt_ids.shape[0], output.shape[0]
-    stats = RunStats(prompt_tokens=n_prompt)
-    drafter.reset(prompt_ids)
-    pos = n_prompt  # index of the current root in ``tokens``
-    while pos < n_prompt + n_out - 1:
-        remaining = n_prompt + n_out - 1 - pos  # tokens still to produce after the root
-        state = DecodeState(tokens[:pos + 1], None, None, remaining - 1, n_prompt)
-        draft = drafter.propose(state)
-        draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
-        truth = tokens[pos + 1:pos + 1 + draft.max_depth + 1]
-        accepted, row = _replay_accept(draft, truth)
-        committed = tokens[pos + 1:pos + 2 + accepted]
-        drafter.update(committed)
-        stats.calls.append(CallStats(drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth,
-                                     accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
-                                     verify_seconds=0.0, overhead_seconds=0.0, accepted_row=row,
-                                     info=dict(drafter.last_info)))
-        pos += accepted + 1
-    return stats
-
-
-def _replay_accept(draft: Draft, truth: Tensor) -> tuple[int, int | None]:
-    """(accepted length, source row of the last accepted node) of ``draft`` against the true tokens."""
-    if draft.num_nodes == 0:
-        return 0, None
-    paths = draft.paths()  # [P, D] full indices, -1 padded
-    tokens = torch.cat([torch.tensor([-1]), draft.tokens])
-    along = tokens[paths.clamp(min=0)]
-    depth = min(paths.shape[1], truth.shape[0])
-    match = (along[:, :depth] == truth[None, :depth]) & (paths[:, :depth] >= 0)
-    lengths = match.long().cumprod(1).sum(1)
-    best = int(lengths.argmax())
-    accepted = int(lengths[best])
-    if accepted == 0 or draft.source_row is None:
-        return accepted, None
-    return accepted, int(draft.source_row[int(paths[best, accepted - 1]) - 1])
-
-
 # ----------------------------------------------------------------------------------- bench factories
 
 
@@ -285,11 +232,6 @@ def make_mixed_adaptive(target, options) -> AdaptiveShapeDrafter:
 
 
 # ---------------------------------------------------------------------------------- grid analyses
-
-
-def replay_many(make: Callable[[], Drafter], references: list[tuple[Tensor, Tensor]]) -> list[RunStats]:
-    """:func:`replay_greedy` of a fresh ``make()`` drafter on each (prompt ids, greedy output) pair."""
-    return [replay_greedy(make(), prompt, output) for prompt, output in references]
 
 
 def estimated_seconds(stats: RunStats, cost, k: int, w: int) -> float:

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from ..draft import Draft
-from .base import DecodeState, Drafter
 
 
 @dataclass(frozen=True)
@@ -91,54 +90,3 @@ def build_tree(rows: np.ndarray, max_nodes: int = 64) -> RetrievalTree:
     kept_parent = parent[keep]
     parents = np.where(kept_parent >= 0, new_index[np.maximum(kept_parent, 0)], -1)
     return RetrievalTree(tokens[keep].astype(np.int32), parents.astype(np.int16), counts[keep].astype(np.int32))
-
-
-# ----------------------------------------------------------------------------- offline greedy replay
-
-
-def accepted_along(tokens: np.ndarray, parents: np.ndarray, future: np.ndarray) -> int:
-    """Greedy accepted length of a tree whose target continuation is known: the depth of the deepest node
-    whose whole path equals ``future`` (int [f], the target's next tokens after the root)."""
-    k = tokens.shape[0]
-    if k == 0 or future.shape[0] == 0:
-        return 0
-    parents = np.asarray(parents, dtype=np.int64)
-    has_parent = parents >= 0
-    up = np.maximum(parents, 0)
-    depth = np.ones(k, dtype=np.int64)
-    matched = np.zeros(k, dtype=bool)
-    for _ in range(k):  # fixed point in at most max-depth rounds of vector operations
-        new_depth = np.where(has_parent, depth[up] + 1, 1)
-        hit = (new_depth <= future.shape[0]) & (tokens == future[np.minimum(new_depth, future.shape[0]) - 1])
-        new_matched = hit & (~has_parent | matched[up])
-        if np.array_equal(new_depth, depth) and np.array_equal(new_matched, matched):
-            break
-        depth, matched = new_depth, new_matched
-    return int(depth[matched].max()) if matched.any() else 0
-
-
-def replay_greedy(drafter: Drafter, prompt_ids: np.ndarray, generated: np.ndarray) -> tuple[int, int]:
-    """(target calls, accepted draft tokens) that greedy speculative decoding with ``drafter`` would need to
-    produce ``generated`` (the target's own greedy output for ``prompt_ids``) — without running the target.
-
-    Exact for greedy decoding, which is lossless: each call accepts the longest draft path equal to the
-    target's next tokens, then adds one bonus token; the first token comes from prefill. Drafts are cut to
-    the tokens left, as in :func:`specnb.decode.generate`.
-    """
-    sequence = torch.as_tensor(np.concatenate([prompt_ids, generated]), dtype=torch.long)
-    prompt_len, total = int(prompt_ids.shape[0]), int(generated.shape[0])
-    drafter.reset(sequence[:prompt_len])
-    position, calls, accepted = 1, 0, 0
-    while position < total:
-        remaining = total - position
-        draft = drafter.propose(DecodeState(sequence[:prompt_len + position], None, None, remaining - 1, prompt_len))
-        gained = 0
-        if draft is not None:
-            draft = draft.truncate(remaining - 1)
-            gained = accepted_along(draft.tokens.numpy(), draft.parents.numpy(),
-                                    generated[position:position + remaining - 1])
-        drafter.update(sequence[prompt_len + position:prompt_len + position + gained + 1])
-        position += gained + 1
-        calls += 1
-        accepted += gained
-    return calls, accepted

@@ -1,0 +1,91 @@
+"""Greedy replay: what a drafter would achieve, computed from the target's greedy output, without the target.
+
+Greedy speculative decoding reproduces the target's greedy output exactly, so once that output is known
+(from one AR run) every call's outcome is too: the accepted length is the longest draft path that equals
+the output from the root on, and the next root follows it. Replaying a drafter therefore costs only its
+own proposals — grids of draft shapes and datastore sizes become cheap. Wall times are not replayed.
+
+Drafters that read the target's hidden state (DReSD) get the states of one teacher-forced forward pass
+over prompt + output (:func:`teacher_forced_hidden`): the same states decoding would hand them, up to
+float rounding between call shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from .draft import Draft
+from .drafters.base import DecodeState, Drafter
+from .forward import forward
+from .metrics import CallStats, RunStats
+from .models import LoadedModel
+
+Reference = tuple[Tensor, Tensor]  # (prompt ids [L], the target's greedy output [T])
+
+
+def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[int],
+                  hidden: Tensor | None = None) -> RunStats:
+    """Per-call statistics of ``drafter`` under greedy decoding of ``output`` after ``prompt_ids``.
+
+    hidden: float [L + T, d], the target's last hidden state at every position of prompt + output (needed
+    only by drafters with ``needs_hidden_state``). Returns a RunStats whose calls carry drafted nodes, depth,
+    accepted length, accepted row and the drafter's info; all times are 0.
+    """
+    if drafter.needs_hidden_state and hidden is None:
+        raise ValueError(f"{type(drafter).__name__} reads the target's hidden state: pass hidden= "
+                         "(see teacher_forced_hidden)")
+    output = torch.as_tensor(output, dtype=torch.long)
+    tokens = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), output])
+    n_prompt, n_out = tokens.shape[0] - output.shape[0], output.shape[0]
+    stats = RunStats(prompt_tokens=n_prompt)
+    drafter.reset(tokens[:n_prompt])
+    pos = n_prompt  # index of the current root in ``tokens`` (the first output token comes from prefill)
+    while pos < n_prompt + n_out - 1:
+        remaining = n_prompt + n_out - 1 - pos  # tokens still to produce after the root
+        state_hidden = None if hidden is None else hidden[pos - 1]  # the state that produced the root
+        draft = drafter.propose(DecodeState(tokens[:pos + 1], state_hidden, None, remaining - 1, n_prompt))
+        draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
+        truth = tokens[pos + 1:pos + 1 + draft.max_depth + 1]
+        accepted, row = _accepted(draft, truth)
+        drafter.update(tokens[pos + 1:pos + 2 + accepted])
+        stats.calls.append(CallStats(drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth,
+                                     accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
+                                     verify_seconds=0.0, overhead_seconds=0.0, accepted_row=row,
+                                     info=dict(drafter.last_info)))
+        pos += accepted + 1
+    return stats
+
+
+def replay_many(make: Callable[[], Drafter], references: list[Reference],
+                hidden: list[Tensor] | None = None) -> list[RunStats]:
+    """:func:`replay_greedy` of a fresh ``make()`` drafter on each reference (with its hidden states)."""
+    hidden = hidden or [None] * len(references)
+    return [replay_greedy(make(), prompt, output, h) for (prompt, output), h in zip(references, hidden, strict=True)]
+
+
+@torch.inference_mode()
+def teacher_forced_hidden(target: LoadedModel, prompt_ids: Tensor, output: Tensor) -> Tensor:
+    """float32 [L + T, d]: the target's last hidden states over prompt + output in one forward pass."""
+    ids = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), torch.as_tensor(output, dtype=torch.long)])
+    _, hidden = forward(target.model, ids[None], last_only=True)
+    return hidden[0].float()
+
+
+def _accepted(draft: Draft, truth: Tensor) -> tuple[int, int | None]:
+    """(accepted length, source row of the last accepted node) of ``draft`` against the true tokens."""
+    if draft.num_nodes == 0:
+        return 0, None
+    paths = draft.paths()  # [P, D] full indices, -1 padded
+    tokens = torch.cat([torch.tensor([-1]), draft.tokens])
+    along = tokens[paths.clamp(min=0)]
+    depth = min(paths.shape[1], truth.shape[0])
+    match = (along[:, :depth] == truth[None, :depth]) & (paths[:, :depth] >= 0)
+    lengths = match.long().cumprod(1).sum(1)
+    best = int(lengths.argmax())
+    accepted = int(lengths[best])
+    if accepted == 0 or draft.source_row is None:
+        return accepted, None
+    return accepted, int(draft.source_row[int(paths[best, accepted - 1]) - 1])
