@@ -26,9 +26,10 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from .forward import forward
+from .kv_cache import GrowingCache
 from .models import LoadedModel, cache_dir, load_model, resolve_dtype
 
 
@@ -115,7 +116,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
     bar = tqdm(cells, desc=desc, unit="cell", disable=not progress)
     for context, k, w in bar:
         if context not in prefilled:
-            cache = DynamicCache()
+            cache = GrowingCache()
             prompt = torch.randint(vocab, (1, context), generator=generator).to(device)
             forward(model, prompt, last_only=True, past_key_values=cache, use_cache=True)
             prefilled = {context: (cache, [(layer.keys, layer.values) for layer in cache.layers])}

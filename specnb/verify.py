@@ -9,9 +9,9 @@ Two executions of the same tree give the same logits (up to floating-point round
 
 A chain (one path) needs no mask at all, so both modes run it as a plain causal call.
 
-The KV cache is a Hugging Face ``DynamicCache`` built without a config, so every layer keeps all
-positions; sliding windows are enforced by the masks. After acceptance :meth:`Verifier.keep` leaves
-exactly the root and the accepted nodes in the cache: nothing is ever recomputed.
+The KV cache (:class:`~specnb.kv_cache.GrowingCache`: a config-less ``DynamicCache`` that appends in
+place) keeps every position in every layer; sliding windows are enforced by the masks. After acceptance
+:meth:`Verifier.keep` leaves exactly the root and the accepted nodes in the cache: nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from typing import Literal
 
 import torch
 from torch import Tensor
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from .draft import Acceptance, Draft
 from .forward import forward
+from .kv_cache import GrowingCache
 from .sampling import SamplingConfig, probabilities, sample
 
 VerifyMode = Literal["tree", "batch"]
@@ -53,7 +54,7 @@ class Verifier:
         self.model = model
         self.mode = mode
         self.want_hidden = want_hidden
-        self.cache = DynamicCache()
+        self.cache = GrowingCache()
         config = model.config.get_text_config()
         self.layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
         self.sliding_window = getattr(config, "sliding_window", None)

@@ -24,11 +24,12 @@ import pandas as pd
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
 
 from ..decode import generate
 from ..draft import Draft
 from ..forward import forward
+from ..kv_cache import GrowingCache
 from ..methods import MethodOptions
 from ..metrics import CallStats
 from ..models import LoadedModel, load_model
@@ -148,7 +149,7 @@ class DraftModelDrafter(Drafter):
     # -------------------------------------------------------------- protocol
 
     def reset(self, prompt_ids: Tensor) -> None:
-        self.cache = DynamicCache()
+        self.cache = GrowingCache()
         self.prefix = 0  # leading cache slots = tokens[:prefix] of the context, positions 0..prefix-1
         self._forget_tree()
         self._info: dict[str, int] = {}
