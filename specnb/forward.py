@@ -64,3 +64,30 @@ def forward(model: PreTrainedModel, input_ids: Tensor, *, last_only: bool = Fals
     """
     hidden = model.get_decoder()(input_ids=input_ids, **kwargs).last_hidden_state
     return output_head(model)(hidden[:, -1:] if last_only else hidden), hidden
+
+
+class TreeMasks:
+    """Attention masks for calls whose queries see an arbitrary set of keys (draft trees on a KV cache).
+
+    Hugging Face models accept a float mask [1, 1, q, K] (0 = attend, dtype-min = blocked) in place of the
+    causal one, and a dict of them, one per layer type, for models that mix full and sliding-window layers
+    (Gemma 3). Positions are absolute, so a sliding-window layer also hides keys more than ``window``
+    positions behind the query.
+    """
+
+    def __init__(self, model: PreTrainedModel):
+        config = model.config.get_text_config()
+        self.layer_types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
+        self.sliding_window = getattr(config, "sliding_window", None)
+        self.dtype = next(model.parameters()).dtype
+
+    def __call__(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor | dict[str, Tensor]:
+        """allowed: bool [q, K], which keys each query may see; query_pos [q], key_pos [K]: positions."""
+        masks = {kind: self._float_mask(allowed, query_pos, key_pos, kind) for kind in self.layer_types}
+        return masks["full_attention"] if self.layer_types == ["full_attention"] else masks
+
+    def _float_mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, kind: str) -> Tensor:
+        if kind == "sliding_attention" and self.sliding_window:
+            allowed = allowed & (key_pos[None, :] > query_pos[:, None] - self.sliding_window)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None]

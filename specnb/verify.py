@@ -24,7 +24,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from .draft import Acceptance, Draft
-from .forward import forward
+from .forward import TreeMasks, forward
 from .kv_cache import GrowingCache
 from .sampling import SamplingConfig, probabilities, sample
 
@@ -55,10 +55,7 @@ class Verifier:
         self.mode = mode
         self.want_hidden = want_hidden
         self.cache = GrowingCache()
-        config = model.config.get_text_config()
-        self.layer_types = set(getattr(config, "layer_types", None) or ["full_attention"])
-        self.sliding_window = getattr(config, "sliding_window", None)
-        self.dtype = next(model.parameters()).dtype
+        self.masks = TreeMasks(model)
 
     @property
     def cache_len(self) -> int:
@@ -92,19 +89,11 @@ class Verifier:
         past = self.cache_len
         visible, depth = draft.attention()  # [n+1, n+1], [n+1]
         positions = past + depth
-        masks = {kind: self._tree_mask(visible, positions, past, kind) for kind in self.layer_types}
-        mask = masks if len(masks) > 1 or "full_attention" not in masks else masks["full_attention"]
+        # Every node sees the whole cache and, among the new entries, exactly itself and its ancestors.
+        allowed = torch.cat([torch.ones(len(positions), past, dtype=torch.bool), visible], dim=1)
+        mask = self.masks(allowed, positions, torch.cat([torch.arange(past), positions]))
         logits, hidden = self._call(ids[None], attention_mask=mask, position_ids=positions[None])
         return Verification(logits[0], None if hidden is None else hidden[0])
-
-    def _tree_mask(self, visible: Tensor, positions: Tensor, past: int, kind: str) -> Tensor:
-        """Float mask [1, 1, n+1, past+n+1]: 0 where a query may attend, -inf elsewhere."""
-        key_positions = torch.cat([torch.arange(past), positions])
-        allowed = torch.cat([torch.ones(len(positions), past, dtype=torch.bool), visible], dim=1)
-        if kind == "sliding_attention" and self.sliding_window:
-            allowed &= key_positions[None, :] > positions[:, None] - self.sliding_window
-        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[None, None]
 
     def _forward_batch(self, ids: Tensor, draft: Draft) -> Verification:
         paths = draft.paths()  # [P, D] full indices, -1 padded

@@ -28,7 +28,7 @@ from transformers import PreTrainedModel
 
 from ..decode import generate
 from ..draft import Draft
-from ..forward import forward
+from ..forward import TreeMasks, forward
 from ..kv_cache import GrowingCache
 from ..methods import MethodOptions
 from ..metrics import CallStats
@@ -140,10 +140,7 @@ class DraftModelDrafter(Drafter):
         # One generator for the drafter's life, not reseeded per generation: repeated generations from the
         # same prompt must draw fresh candidates, or their outputs would not follow the target distribution.
         self.generator = torch.Generator().manual_seed(seed)
-        text = self.model.config.get_text_config()
-        self.layer_types = set(getattr(text, "layer_types", None) or ["full_attention"])
-        self.sliding_window = getattr(text, "sliding_window", None)
-        self.dtype = next(self.model.parameters()).dtype
+        self.masks = TreeMasks(self.model)
         self.reset(torch.empty(0, dtype=torch.long))
 
     # -------------------------------------------------------------- protocol
@@ -256,18 +253,9 @@ class DraftModelDrafter(Drafter):
         key_pos = torch.cat([torch.arange(self.prefix), context - 1 + depth[key_nodes]])
         allowed = torch.cat([torch.ones(frontier.shape[0], self.prefix, dtype=torch.bool),
                              ancestors[frontier][:, key_nodes]], dim=1)
-        masks = {kind: self._mask(allowed, query_pos, key_pos, kind) for kind in self.layer_types}
-        mask = masks if len(masks) > 1 or "full_attention" not in masks else masks["full_attention"]
         logits, _ = forward(self.model, tokens[frontier][None], past_key_values=self.cache, use_cache=True,
-                            attention_mask=mask, position_ids=query_pos[None])
+                            attention_mask=self.masks(allowed, query_pos, key_pos), position_ids=query_pos[None])
         return self._fit(logits[0])
-
-    def _mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, kind: str) -> Tensor:
-        """Float mask [1, 1, m, K] (0 = attend, dtype min = blocked); sliding layers also hide old keys."""
-        if kind == "sliding_attention" and self.sliding_window:
-            allowed = allowed & (key_pos[None, :] > query_pos[:, None] - self.sliding_window)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[None, None]
 
     def _fit(self, logits: Tensor) -> Tensor:
         """Draft logits [m, Vd] -> [m, V] of the target's head size (extra rows cut, missing ones -inf)."""
