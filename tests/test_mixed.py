@@ -16,6 +16,7 @@ from specnb.drafters.mixed import (
     ShapeStatistics,
     accepted_rank,
     accepted_strategy,
+    longest_suffix_match,
     match_lengths,
 )
 from specnb.drafters.model_ngram import BigramTable, bigram_table
@@ -120,3 +121,26 @@ def test_greedy_lossless(tiny_target, verify):
                     AdaptiveShapeDrafter(MixedDrafter(table, k=1, w=1), CostModel(cost_frame()))):
         out = generate(tiny_target, PROMPT, drafter, max_new_tokens=20, verify=verify)
         assert out.tokens == reference, type(drafter).__name__
+
+
+def test_adaptive_learns_while_not_drafting(tiny_target):
+    """With drafting priced out it never drafts, yet scores its shadow drafts against the output."""
+    table = bigram_table(tiny_target, progress=False)
+    pricey = cost_frame().assign(seconds=lambda f: np.where(f.w > 0, 1.0, 0.01))
+    adaptive = AdaptiveShapeDrafter(MixedDrafter(table, k=1, w=1), CostModel(pricey))
+    out = generate(tiny_target, PROMPT, adaptive, max_new_tokens=20)
+    assert out.stats.tokens_per_call == 1.0  # nothing drafted
+    w_max = adaptive.stats.hits.shape[2] - 1
+    assert adaptive.stats.trials.sum() > 0 and len(adaptive._pending) == w_max - 1
+    # the shadows are scored against the true output: same statistics as scoring them by hand
+    tokens = torch.tensor(out.prompt_ids + out.tokens)
+    manual = ShapeStatistics(*adaptive.stats.hits.shape[:1], adaptive.stats.hits.shape[1] - 1, w_max)
+    base = MixedDrafter(table, k=1, w=1)
+    for g in range(1, len(out.tokens) - w_max + 1):
+        state = DecodeState(tokens[:len(out.prompt_ids) + g], None, None, w_max, len(out.prompt_ids))
+        base.propose_shape(state, adaptive._shadow_shape[0], w_max)
+        if base.last_rows:
+            truth = np.asarray(out.tokens[g:g + w_max])
+            manual.observe(longest_suffix_match(state.tokens.numpy()), match_lengths(base.last_rows, truth, w_max),
+                           w_max)
+    assert np.array_equal(manual.trials, adaptive.stats.trials) and np.array_equal(manual.hits, adaptive.stats.hits)

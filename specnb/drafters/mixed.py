@@ -20,6 +20,7 @@ bucket is shrunk towards the pooled estimate.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -163,6 +164,12 @@ class AdaptiveShapeDrafter(Drafter):
 
     cost: any object with ``shapes`` (int [S, 2] of (k, w)) and ``seconds(context_len) -> float [S]``
     (e.g. :class:`specnb.roofline.CostModel`). Shapes with w = 0 mean "no draft".
+
+    Acceptance is learned *counterfactually*: at every step the drafter also builds the largest draft it
+    could offer (a shadow, never verified) and, once the output has moved ``w_max`` tokens past that step,
+    scores each shadow row against what was actually generated. A draft of deterministic tokens is accepted
+    exactly as far as it equals the output (greedy, and in distribution when sampling), so this is what
+    verification would have reported, and it keeps learning while the chosen shape is "no draft".
     """
 
     name = "mixed-adaptive"
@@ -174,12 +181,15 @@ class AdaptiveShapeDrafter(Drafter):
         self.shapes = shapes[self._usable]
         self.stats = ShapeStatistics(max_q + 1, int(self.shapes[:, 0].max()), max(1, int(self.shapes[:, 1].max())))
         self.draft_seconds = 0.0  # running mean of our own proposal time
-        self._bucket = 0
-        self._shape = (1, 0)
+        self._shadow_shape = (int(self.shapes[:, 0].max()), self.stats.hits.shape[2] - 1)
+        self._output: list[int] = []  # tokens generated so far in this generation, the root included
+        self._pending: list[tuple[int, list[list[int]], int]] = []  # (bucket, shadow rows, output index)
         self._info: dict[str, Any] = {}
 
     def reset(self, prompt_ids: Tensor) -> None:
-        """Acceptance statistics carry over between prompts on purpose (the task rarely changes)."""
+        """A new generation. Acceptance statistics carry over between prompts on purpose (the task rarely
+        changes); shadows still waiting for their tokens are dropped."""
+        self._output, self._pending = [], []
 
     def choose(self, bucket: int, context_len: int, max_depth: int) -> tuple[tuple[int, int], float]:
         """The (k, w) with the highest expected tokens/s, and that rate (tokens per second)."""
@@ -191,21 +201,30 @@ class AdaptiveShapeDrafter(Drafter):
         return (int(ks[best]), int(ws[best])), float(rate[best])
 
     def propose(self, state: DecodeState) -> Draft | None:
-        start = time.perf_counter()
         context = state.tokens.numpy()
-        self._bucket = longest_suffix_match(context, self.max_q)
-        (k, w), rate = self.choose(self._bucket, context.shape[0], state.max_depth)
+        bucket = longest_suffix_match(context, self.max_q)
+        if not self._output:  # first step of a generation: the output so far is the root
+            self._output = state.tokens[state.prompt_len:].tolist()
+        k_max, w_max = self._shadow_shape
+        self.base.propose_shape(dataclasses.replace(state, max_depth=w_max), k_max, w_max)
+        if self.base.last_rows:  # scored once the w_max tokens after the root are known
+            self._pending.append((bucket, self.base.last_rows, len(self._output)))
+        (k, w), rate = self.choose(bucket, context.shape[0], state.max_depth)
+        start = time.perf_counter()
         draft = self.base.propose_shape(state, k, w) if w > 0 else None
-        self._shape = (k, w if draft is not None else 0)
-        self._info = {**self.base.last_info, "k": k, "w": w, "bucket": self._bucket, "expected_rate": rate}
         if draft is not None:
             self.draft_seconds = 0.9 * self.draft_seconds + 0.1 * (time.perf_counter() - start)
+        self._info = {**self.base.last_info, "k": k, "w": w, "bucket": bucket, "expected_rate": rate}
         return draft
 
     def update(self, committed: Tensor) -> None:
-        k, w = self._shape
-        if w > 0 and self.base.last_rows:
-            self.stats.observe(self._bucket, match_lengths(self.base.last_rows, committed, w), w)
+        """Score every shadow whose next ``w_max`` tokens are now known."""
+        self._output.extend(committed.tolist())
+        w_max = self._shadow_shape[1]
+        while self._pending and len(self._output) - self._pending[0][2] >= w_max:
+            bucket, rows, begin = self._pending.pop(0)
+            truth = np.asarray(self._output[begin:begin + w_max])
+            self.stats.observe(bucket, match_lengths(rows, truth, w_max), w_max)
 
     @property
     def last_info(self) -> dict[str, Any]:
