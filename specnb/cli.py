@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verify", default="tree", choices=["tree", "batch"])
     p.add_argument("--k", type=int, help="number of drafts (method default if unset)")
     p.add_argument("--w", type=int, help="draft length (method default if unset)")
-    p.add_argument("--datastore", help="datastore path for retrieval methods")
+    p.add_argument("--datastore", action="append", default=[], metavar="[METHOD=]PATH",
+                   help="datastore for retrieval methods; METHOD=PATH for one method (repeatable)")
     p.add_argument("--draft", help="draft model name or self:L")
     p.add_argument("--draft-shape", help="tree shape for draft models, e.g. 4x2x2x1")
     p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="method option")
@@ -92,11 +93,12 @@ def _models_fetch(args) -> int:
 def _bench(args) -> int:
     from .bench import BenchConfig, format_table, run_bench
     from .datasets import load_prompts
-    from .methods import MethodOptions
+    from .methods import MethodOptions, split_datastores
     from .models import load_model
 
     extra = dict(_key_value(o) for o in args.option)
-    options = MethodOptions(k=args.k, w=args.w, datastore=args.datastore, draft=args.draft,
+    shared, per_method = split_datastores(args.datastore)
+    options = MethodOptions(k=args.k, w=args.w, datastore=shared, datastores=per_method, draft=args.draft,
                             draft_shape=args.draft_shape, extra=extra)
     config = BenchConfig(methods=[m.strip() for m in args.methods.split(",") if m.strip()],
                          max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,

@@ -8,6 +8,7 @@ are not drafters; :mod:`specnb.bench` runs them through ``model.generate``.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +21,15 @@ from .models import LoadedModel
 class MethodOptions:
     """Knobs shared by the methods; each factory reads the ones it understands.
 
-    k, w: number and length of drafts (None = the method's default). datastore: path of a datastore.
+    k, w: number and length of drafts (None = the method's default). datastore: path of a datastore;
+    datastores: per-method paths that override it (``{"dense": ..., "rest": ...}``).
     draft: draft model name or ``self:L``. draft_shape: e.g. ``4x2x2x1``. extra: any ``key=value`` option.
     """
 
     k: int | None = None
     w: int | None = None
     datastore: str | None = None
+    datastores: dict[str, str] = field(default_factory=dict)
     draft: str | None = None
     draft_shape: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -82,4 +85,21 @@ def make_drafter(method: str, target: LoadedModel, options: MethodOptions | None
     if isinstance(factory, str):
         module, function = factory.split(":")
         factory = getattr(importlib.import_module(module), function)
-    return factory(target, options or MethodOptions())
+    options = options or MethodOptions()
+    if method in options.datastores:
+        options = dataclasses.replace(options, datastore=options.datastores[method])
+    return factory(target, options)
+
+
+def split_datastores(values: list[str]) -> tuple[str | None, dict[str, str]]:
+    """``--datastore`` values -> (the path for every method, {method: path}) from ``PATH`` / ``METHOD=PATH``."""
+    shared, per_method = None, {}
+    for value in values:
+        method, sep, path = value.partition("=")
+        if sep and method in FACTORIES:
+            per_method[method] = path
+        elif shared is None:
+            shared = value
+        else:
+            raise ValueError(f"two datastores for every method ({shared!r}, {value!r}); use METHOD=PATH")
+    return shared, per_method

@@ -13,7 +13,7 @@ from specnb.cli import main
 from specnb.datasets import jsonl
 from specnb.draft import DraftError
 from specnb.drafters import ContextNgramDrafter
-from specnb.methods import MethodOptions, make_drafter
+from specnb.methods import FACTORIES, MethodOptions, make_drafter, split_datastores
 from specnb.models import ModelError
 from specnb.profiles import get_profile
 
@@ -147,3 +147,18 @@ def test_missing_model_package_names_the_fetch_command(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
     with pytest.raises(ModelError, match="specnb models fetch ghost-model"):
         load_model("ghost-model")
+
+
+def test_datastore_per_method():
+    assert split_datastores([]) == (None, {})
+    assert split_datastores(["a/b", "dense=x/y", "rest=z"]) == ("a/b", {"dense": "x/y", "rest": "z"})
+    assert split_datastores(["odd=name"]) == ("odd=name", {})  # not a method: a path containing '='
+    with pytest.raises(ValueError, match="METHOD=PATH"):
+        split_datastores(["a", "b"])
+    seen = {}
+    FACTORIES["probe"] = lambda target, options: seen.setdefault("path", options.datastore)
+    try:
+        make_drafter("probe", None, MethodOptions(datastore="shared", datastores={"probe": "mine"}))
+    finally:
+        del FACTORIES["probe"]
+    assert seen["path"] == "mine"
