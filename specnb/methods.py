@@ -66,6 +66,8 @@ FACTORIES: dict[str, Any] = {
     "dense": "specnb.drafters.dense:make_dense",
     "rest": "specnb.drafters.rest:make_rest",
     "crest": "specnb.drafters.crest:make_crest",
+    "rest-priced": "specnb.drafters.priced:make_rest_priced",
+    "crest-priced": "specnb.drafters.priced:make_crest_priced",
     "sd": "specnb.drafters.draft_model:make_sd",
     "mcsd": "specnb.drafters.draft_model:make_mcsd",
 }

@@ -1,0 +1,138 @@
+"""Priced trees: verify only as much of a ranked draft tree as pays for itself.
+
+REST and CREST return trees whose nodes come in rank order (a node's count never exceeds its parent's), so
+the first b nodes are the best tree of b nodes. Verifying b nodes costs one target call on b + 1 tokens,
+which on a CPU is far from free (see the roofline notebook): on Gemma-3-270M in float32 a 64-node tree costs
+~4.5 one-token calls. :class:`PricedTreeDrafter` cuts every tree to the node budget b with the highest
+expected tokens per second,
+
+    (1 + E[accepted | bucket, b]) / seconds(b + 1 tokens),
+
+b = 0 meaning "do not draft". The bucket is how long a context suffix the retriever matched (its
+``last_info["match_len"]``): long matches are the reliable ones. The expectations are learned
+counterfactually, like :class:`specnb.drafters.mixed.AdaptiveShapeDrafter`'s: every step's full tree is
+scored against the output once the tokens it covers are known, for all budgets at once, whether or not
+it was verified. Drafting deterministic tokens, its acceptance is exactly how far it matches the output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from ..draft import Draft
+from .base import DecodeState, Drafter
+
+BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+MAX_BUCKET = 16  # match lengths above this share a bucket
+
+
+def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> np.ndarray:
+    """Greedy accepted length of the tree's first b nodes against the true next tokens, for each b.
+
+    truth: int [T], the tokens that followed the root. Returns int64 [len(budgets)].
+    """
+    visible, depth = draft.attention()
+    visible, depth = visible[1:, 1:].numpy(), depth[1:].numpy()  # nodes only: ancestors-or-self, depth >= 1
+    t = truth.shape[0]
+    ok = (depth <= t) & (draft.tokens.numpy() == truth[np.clip(depth - 1, 0, max(t - 1, 0))]) if t else \
+        np.zeros(depth.shape[0], dtype=bool)
+    matched = ~(visible & ~ok[None, :]).any(1)  # its whole path equals the output
+    best = np.maximum.accumulate(np.where(matched, depth, 0))  # [n]: best over the first i + 1 nodes
+    return np.where(budgets > 0, best[np.clip(budgets, 1, best.shape[0]) - 1], 0)
+
+
+class PricedTreeDrafter(Drafter):
+    """Wraps a ranked-tree drafter (REST, CREST) and verifies the budget with the best expected tokens/s.
+
+    cost: a :class:`specnb.roofline.CostModel` (``seconds_at(k, w, context_len)``) of this target.
+    shrink: weight of the pooled (all-bucket) estimate in each bucket's estimate.
+    """
+
+    def __init__(self, base: Drafter, cost: Any, budgets: tuple[int, ...] = BUDGETS, shrink: float = 4.0):
+        self.base, self.cost, self.shrink = base, cost, shrink
+        self.budgets = np.asarray(budgets, dtype=np.int64)
+        self.name = f"{getattr(base, 'name', 'tree')}-priced"
+        self.accepted = np.zeros((MAX_BUCKET + 1, self.budgets.shape[0]))  # summed over scored steps
+        self.steps = np.zeros(MAX_BUCKET + 1)
+        self._output: list[int] = []
+        self._pending: list[tuple[int, Draft, int]] = []  # (bucket, full tree, output index after root)
+        self._info: dict[str, Any] = {}
+
+    def reset(self, prompt_ids: Tensor) -> None:
+        """A new generation; the learned expectations carry over (same task and datastore)."""
+        self.base.reset(prompt_ids)
+        self._output, self._pending = [], []
+
+    def expected(self, bucket: int) -> np.ndarray:
+        """E[accepted tokens] for each budget in ``bucket``, shrunk toward the pooled estimate: [B]."""
+        pooled = self.accepted.sum(0) / max(self.steps.sum(), 1.0)
+        return (self.accepted[bucket] + self.shrink * pooled) / (self.steps[bucket] + self.shrink)
+
+    def choose(self, bucket: int, nodes: int, context_len: int) -> tuple[int, float]:
+        """(budget, expected tokens per second) for a tree of ``nodes`` nodes."""
+        usable = self.budgets <= nodes
+        budgets = self.budgets[usable]
+        seconds = np.array([self.cost.seconds_at(1, int(b), context_len) for b in budgets])
+        rate = (1.0 + self.expected(bucket)[usable]) / seconds
+        best = int(np.argmax(rate))
+        return int(budgets[best]), float(rate[best])
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        if not self._output:  # first step of a generation: the output so far is the root
+            self._output = state.tokens[state.prompt_len:].tolist()
+        full = self.base.propose(state)
+        info = dict(self.base.last_info)
+        bucket = min(int(info.get("match_len", 0)), MAX_BUCKET)
+        budget = 0
+        if full is not None and full.num_nodes:
+            self._pending.append((bucket, full, len(self._output)))
+            budget, rate = self.choose(bucket, full.num_nodes, state.tokens.shape[0])
+            info["expected_rate"] = rate
+        self._info = {**info, "bucket": bucket, "budget": budget}
+        return full.truncate(full.max_depth, budget) if budget else None
+
+    def update(self, committed: Tensor) -> None:
+        """Score every pending tree whose covered tokens are now all known."""
+        self.base.update(committed)
+        self._output.extend(committed.tolist())
+        still = []
+        for bucket, tree, begin in self._pending:
+            if len(self._output) - begin < tree.max_depth:
+                still.append((bucket, tree, begin))
+                continue
+            truth = np.asarray(self._output[begin:begin + tree.max_depth], dtype=np.int64)
+            self.accepted[bucket] += accepted_by_budget(tree, truth, self.budgets)
+            self.steps[bucket] += 1
+        self._pending = still
+
+    @property
+    def last_info(self) -> dict[str, Any]:
+        return self._info
+
+    @property
+    def needs_hidden_state(self) -> bool:
+        return self.base.needs_hidden_state
+
+
+def _priced(make_base, target: Any, options: Any) -> PricedTreeDrafter:
+    from ..roofline import cost_model_for
+
+    return PricedTreeDrafter(make_base(target, options), cost_model_for(target, options.get("roofline", "")))
+
+
+def make_rest_priced(target: Any, options: Any) -> PricedTreeDrafter:
+    """Bench factory ``rest-priced``: REST's tree cut to the budget that pays (``-o roofline=CSV`` optional)."""
+    from .rest import make_rest
+
+    return _priced(make_rest, target, options)
+
+
+def make_crest_priced(target: Any, options: Any) -> PricedTreeDrafter:
+    """Bench factory ``crest-priced``: CREST's stored tree cut to the budget that pays."""
+    from .crest import make_crest
+
+    return _priced(make_crest, target, options)
+

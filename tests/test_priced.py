@@ -1,0 +1,59 @@
+"""Priced trees: accepted length per node budget, the budget chooser, counterfactual learning, losslessness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specnb.decode import generate
+from specnb.draft import Draft
+from specnb.drafters.priced import PricedTreeDrafter, accepted_by_budget
+from specnb.drafters.rest import RestDrafter, RestIndex
+from tests.conftest import tiny
+from tests.test_rest import self_corpus
+
+
+class LinearCost:
+    """seconds_at(k, w) = 1 + per_token * k * w: what a (k, w + 1) block costs beyond one token."""
+
+    def __init__(self, per_token: float):
+        self.per_token = per_token
+
+    def seconds_at(self, k: int, w: int, context_len: int) -> float:
+        return 1.0 + self.per_token * k * w
+
+
+def test_accepted_length_of_every_node_prefix():
+    # rank order: 5, 9 (children of the root), 6 and 8 (children of 5), 7 (child of 6)
+    tree = Draft(torch.tensor([5, 9, 6, 8, 7]), torch.tensor([-1, -1, 0, 0, 2]))
+    budgets = np.arange(6)
+    assert accepted_by_budget(tree, np.array([5, 6, 7, 1]), budgets).tolist() == [0, 1, 1, 2, 2, 3]
+    assert accepted_by_budget(tree, np.array([9, 6]), budgets).tolist() == [0, 0, 1, 1, 1, 1]
+    assert accepted_by_budget(tree, np.array([5]), budgets).tolist() == [0, 1, 1, 1, 1, 1]  # output ended
+
+
+def test_chooser_prices_budgets():
+    priced = PricedTreeDrafter(RestDrafter.__new__(RestDrafter), LinearCost(0.05), budgets=(0, 2, 8))
+    priced.accepted[3], priced.steps[3] = [0.0, 150.0, 400.0], 100  # E = 0, 1.5, 4.0 accepted tokens
+    # tokens / second: b=0 1/1; b=2 2.5/1.1 = 2.27; b=8 5/1.4 = 3.57
+    assert priced.choose(3, nodes=64, context_len=100) == (8, pytest.approx(5 / 1.4))
+    assert priced.choose(3, nodes=4, context_len=100)[0] == 2  # the tree has only 4 nodes
+    priced.cost = LinearCost(1.0)  # b=2: 2.5/3; b=8: 5/9 -> not drafting is best
+    assert priced.choose(3, nodes=64, context_len=100)[0] == 0
+
+
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+def test_greedy_lossless_and_learns_while_not_drafting(verify):
+    target = tiny("llama")
+    prompts = ["def add(a, b):", "import numpy as np\n"]
+    index = RestIndex.build(self_corpus(target, prompts), progress=False)
+    free = PricedTreeDrafter(RestDrafter(index), LinearCost(0.0))  # verifying is free: drafts
+    pricey = PricedTreeDrafter(RestDrafter(index), LinearCost(100.0))  # never worth it
+    for prompt in prompts:
+        ar = generate(target, prompt, max_new_tokens=40)
+        assert generate(target, prompt, free, max_new_tokens=40, verify=verify).tokens == ar.tokens
+        out = generate(target, prompt, pricey, max_new_tokens=40, verify=verify)
+        assert out.tokens == ar.tokens and out.stats.tokens_per_call == 1.0
+    assert free.steps.sum() > 0 and free.accepted[:, -1].sum() > 0
+    assert pricey.steps.sum() > 0 and pricey.accepted[:, -1].sum() > 0  # learned from unverified trees
