@@ -131,7 +131,7 @@ def test_adaptive_learns_while_not_drafting(tiny_target):
     out = generate(tiny_target, PROMPT, adaptive, max_new_tokens=20)
     assert out.stats.tokens_per_call == 1.0  # nothing drafted
     w_max = adaptive.stats.hits.shape[2] - 1
-    assert adaptive.stats.trials.sum() > 0 and len(adaptive._pending) == w_max - 1
+    assert adaptive.stats.trials.sum() > 0 and len(adaptive.hindsight.pending) == w_max - 1
     # the shadows are scored against the true output: same statistics as scoring them by hand
     tokens = torch.tensor(out.prompt_ids + out.tokens)
     manual = ShapeStatistics(*adaptive.stats.hits.shape[:1], adaptive.stats.hits.shape[1] - 1, w_max)

@@ -8,6 +8,7 @@ import torch
 
 from specnb.decode import generate
 from specnb.draft import Draft
+from specnb.drafters.base import DecodeState, Hindsight
 from specnb.drafters.priced import PricedTreeDrafter, accepted_by_budget
 from specnb.drafters.rest import RestDrafter, RestIndex
 from tests.conftest import tiny
@@ -57,3 +58,13 @@ def test_greedy_lossless_and_learns_while_not_drafting(verify):
         assert out.tokens == ar.tokens and out.stats.tokens_per_call == 1.0
     assert free.steps.sum() > 0 and free.accepted[:, -1].sum() > 0
     assert pricey.steps.sum() > 0 and pricey.accepted[:, -1].sum() > 0  # learned from unverified trees
+
+
+def test_hindsight_aligns_when_the_first_steps_propose_nothing():
+    hindsight = Hindsight()
+    prompt, output = [1, 2], [10, 11, 12, 13, 14]
+    hindsight.commit(torch.tensor(output[1:3]))  # two steps with no proposal (the first token came from prefill)
+    state = DecodeState(torch.tensor(prompt + output[:3]), None, None, 4, len(prompt))
+    hindsight.add(state, "key", "tree", horizon=2)
+    assert hindsight.commit(torch.tensor([13])) == []
+    assert hindsight.commit(torch.tensor([14])) == [("key", "tree", [13, 14])]

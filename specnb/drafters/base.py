@@ -67,3 +67,36 @@ class Drafter:
     def last_info(self) -> dict[str, Any]:
         """Details of the last proposal for the run statistics (empty by default)."""
         return {}
+
+
+class Hindsight:
+    """Proposals kept until the output has moved far enough past them to say how they would have done.
+
+    A draft of fixed tokens is accepted exactly as far as it equals what the target then generates (greedy,
+    and in distribution when sampling), so a draft that was never verified can still be scored once those
+    tokens are known. Drafters that learn their shape or size use this to keep learning while they choose
+    not to draft.
+    """
+
+    def __init__(self) -> None:
+        self.output: list[int] = []  # tokens generated so far in this generation, the first root included
+        self.pending: list[tuple[Any, Any, int, int]] = []  # (key, proposal, output index after root, horizon)
+
+    def reset(self) -> None:
+        """A new generation: proposals still waiting for their tokens are dropped."""
+        self.output, self.pending = [], []
+
+    def add(self, state: DecodeState, key: Any, proposal: Any, horizon: int) -> None:
+        """Keep ``proposal`` (for the root of ``state``) until the ``horizon`` tokens after its root are known."""
+        generated = state.tokens.shape[0] - state.prompt_len  # the root is the last of them
+        if len(self.output) != generated:  # nothing added yet in this generation: take the output so far
+            self.output = state.tokens[state.prompt_len:].tolist()
+        self.pending.append((key, proposal, generated, horizon))
+
+    def commit(self, committed: Tensor) -> list[tuple[Any, Any, list[int]]]:
+        """Record the committed tokens; returns (key, proposal, true next tokens) for every proposal whose
+        horizon is now complete, in the order they were added."""
+        self.output.extend(committed.tolist())
+        ready = [p for p in self.pending if len(self.output) - p[2] >= p[3]]
+        self.pending = [p for p in self.pending if len(self.output) - p[2] < p[3]]
+        return [(key, proposal, self.output[begin:begin + horizon]) for key, proposal, begin, horizon in ready]

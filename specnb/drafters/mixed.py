@@ -31,7 +31,7 @@ from torch import Tensor
 from ..draft import Draft
 from ..metrics import CallStats, RunStats
 from ..replay import replay_many
-from .base import DecodeState, Drafter
+from .base import DecodeState, Drafter, Hindsight
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import BigramTable, _table_for
 
@@ -182,14 +182,13 @@ class AdaptiveShapeDrafter(Drafter):
         self.stats = ShapeStatistics(max_q + 1, int(self.shapes[:, 0].max()), max(1, int(self.shapes[:, 1].max())))
         self.draft_seconds = 0.0  # running mean of our own proposal time
         self._shadow_shape = (int(self.shapes[:, 0].max()), self.stats.hits.shape[2] - 1)
-        self._output: list[int] = []  # tokens generated so far in this generation, the root included
-        self._pending: list[tuple[int, list[list[int]], int]] = []  # (bucket, shadow rows, output index)
+        self.hindsight = Hindsight()  # shadow rows, keyed by bucket
         self._info: dict[str, Any] = {}
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new generation. Acceptance statistics carry over between prompts on purpose (the task rarely
         changes); shadows still waiting for their tokens are dropped."""
-        self._output, self._pending = [], []
+        self.hindsight.reset()
 
     def choose(self, bucket: int, context_len: int, max_depth: int) -> tuple[tuple[int, int], float]:
         """The (k, w) with the highest expected tokens/s, and that rate (tokens per second)."""
@@ -203,12 +202,10 @@ class AdaptiveShapeDrafter(Drafter):
     def propose(self, state: DecodeState) -> Draft | None:
         context = state.tokens.numpy()
         bucket = longest_suffix_match(context, self.max_q)
-        if not self._output:  # first step of a generation: the output so far is the root
-            self._output = state.tokens[state.prompt_len:].tolist()
         k_max, w_max = self._shadow_shape
         self.base.propose_shape(dataclasses.replace(state, max_depth=w_max), k_max, w_max)
         if self.base.last_rows:  # scored once the w_max tokens after the root are known
-            self._pending.append((bucket, self.base.last_rows, len(self._output)))
+            self.hindsight.add(state, bucket, self.base.last_rows, w_max)
         (k, w), rate = self.choose(bucket, context.shape[0], state.max_depth)
         start = time.perf_counter()
         draft = self.base.propose_shape(state, k, w) if w > 0 else None
@@ -219,12 +216,9 @@ class AdaptiveShapeDrafter(Drafter):
 
     def update(self, committed: Tensor) -> None:
         """Score every shadow whose next ``w_max`` tokens are now known."""
-        self._output.extend(committed.tolist())
         w_max = self._shadow_shape[1]
-        while self._pending and len(self._output) - self._pending[0][2] >= w_max:
-            bucket, rows, begin = self._pending.pop(0)
-            truth = np.asarray(self._output[begin:begin + w_max])
-            self.stats.observe(bucket, match_lengths(rows, truth, w_max), w_max)
+        for bucket, rows, truth in self.hindsight.commit(committed):
+            self.stats.observe(bucket, match_lengths(rows, np.asarray(truth), w_max), w_max)
 
     @property
     def last_info(self) -> dict[str, Any]:

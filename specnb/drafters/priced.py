@@ -23,7 +23,7 @@ import numpy as np
 from torch import Tensor
 
 from ..draft import Draft
-from .base import DecodeState, Drafter
+from .base import DecodeState, Drafter, Hindsight
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
@@ -57,14 +57,13 @@ class PricedTreeDrafter(Drafter):
         self.name = f"{getattr(base, 'name', 'tree')}-priced"
         self.accepted = np.zeros((MAX_BUCKET + 1, self.budgets.shape[0]))  # summed over scored steps
         self.steps = np.zeros(MAX_BUCKET + 1)
-        self._output: list[int] = []
-        self._pending: list[tuple[int, Draft, int]] = []  # (bucket, full tree, output index after root)
+        self.hindsight = Hindsight()  # full trees, keyed by bucket
         self._info: dict[str, Any] = {}
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new generation; the learned expectations carry over (same task and datastore)."""
         self.base.reset(prompt_ids)
-        self._output, self._pending = [], []
+        self.hindsight.reset()
 
     def expected(self, bucket: int) -> np.ndarray:
         """E[accepted tokens] for each budget in ``bucket``, shrunk toward the pooled estimate: [B]."""
@@ -81,14 +80,12 @@ class PricedTreeDrafter(Drafter):
         return int(budgets[best]), float(rate[best])
 
     def propose(self, state: DecodeState) -> Draft | None:
-        if not self._output:  # first step of a generation: the output so far is the root
-            self._output = state.tokens[state.prompt_len:].tolist()
         full = self.base.propose(state)
         info = dict(self.base.last_info)
         bucket = min(int(info.get("match_len", 0)), MAX_BUCKET)
         budget = 0
         if full is not None and full.num_nodes:
-            self._pending.append((bucket, full, len(self._output)))
+            self.hindsight.add(state, bucket, full, full.max_depth)
             budget, rate = self.choose(bucket, full.num_nodes, state.tokens.shape[0])
             info["expected_rate"] = rate
         self._info = {**info, "bucket": bucket, "budget": budget}
@@ -97,16 +94,9 @@ class PricedTreeDrafter(Drafter):
     def update(self, committed: Tensor) -> None:
         """Score every pending tree whose covered tokens are now all known."""
         self.base.update(committed)
-        self._output.extend(committed.tolist())
-        still = []
-        for bucket, tree, begin in self._pending:
-            if len(self._output) - begin < tree.max_depth:
-                still.append((bucket, tree, begin))
-                continue
-            truth = np.asarray(self._output[begin:begin + tree.max_depth], dtype=np.int64)
-            self.accepted[bucket] += accepted_by_budget(tree, truth, self.budgets)
+        for bucket, tree, truth in self.hindsight.commit(committed):
+            self.accepted[bucket] += accepted_by_budget(tree, np.asarray(truth, dtype=np.int64), self.budgets)
             self.steps[bucket] += 1
-        self._pending = still
 
     @property
     def last_info(self) -> dict[str, Any]:
