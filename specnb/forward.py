@@ -5,7 +5,9 @@ goes to MKL's small-M sgemm, which is far from memory-bound for the 262k x 640 h
 AVX2 machine: one row takes ~54 ms, eleven rows ~210 ms. The same product with the weight prepacked for
 oneDNN takes ~29 ms and ~84 ms (measured on this project's 2-core EPYC, see the issue notes). A
 verification call is ``k x (w + 1)`` rows, so this is the single largest cost a draft adds; the packed copy
-(one more weight-sized buffer, built once per model) is kept here and used by every call we make.
+(one more weight-sized buffer, built once per model) is kept here and used by every call we make with more
+than :data:`specnb.small_gemm.MAX_ROWS` rows. Fewer rows go to :mod:`specnb.small_gemm` (2 rows ~33 ms,
+8 rows ~50 ms), which also makes each row's logits independent of the call's other rows.
 Logits are the same up to float32 rounding; the loop always uses the same head, so speculative and
 autoregressive outputs of specnb stay comparable token for token.
 """
@@ -17,6 +19,8 @@ import weakref
 import torch
 from torch import Tensor
 from transformers import PreTrainedModel
+
+from . import small_gemm
 
 
 class OutputHead:
@@ -33,7 +37,9 @@ class OutputHead:
 
     def __call__(self, hidden: Tensor) -> Tensor:
         flat = hidden.reshape(-1, hidden.shape[-1])
-        if self.packed is not None:
+        if small_gemm.usable(flat, self.weight):  # few rows: streaming the weight once beats oneDNN
+            logits = small_gemm.linear(flat, self.weight, self.bias)
+        elif self.packed is not None:
             logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), self.packed, None).to_dense()
         else:
             logits = torch.nn.functional.linear(flat, self.weight, self.bias)

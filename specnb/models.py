@@ -265,6 +265,7 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    _route_small_calls(model)
     return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
 
 
@@ -302,7 +303,15 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:
         chat = tokenizer.chat_template is not None
+    _route_small_calls(model)
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
+
+
+def _route_small_calls(model: PreTrainedModel) -> None:
+    """Float32 CPU models get :mod:`specnb.small_gemm`'s linear layers for calls of a few rows."""
+    from .small_gemm import install  # imported here: small_gemm takes its cache folder from this module
+
+    install(model)
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
