@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from . import small_gemm
 from .forward import forward
 from .kv_cache import GrowingCache
 from .models import LoadedModel, cache_dir, load_model, resolve_dtype
@@ -152,6 +153,7 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     frame["dtype"] = dtype
     frame["device"] = device_name(param.device)
     frame["torch"] = torch.__version__
+    frame["kernel"] = small_gemm.routed(model) or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
     return frame
@@ -213,7 +215,9 @@ class CostModel:
 def cost_table_path(target: LoadedModel) -> Path:
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
-    return cache_dir() / "roofline" / f"{target.name.replace('/', '--')}-{dtype}-{host}.csv"
+    kernel = small_gemm.routed(target.model)  # a table timed with other GEMM kernels does not apply
+    name = "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
+    return cache_dir() / "roofline" / f"{name}.csv"
 
 
 def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: bool = True) -> pd.DataFrame:
