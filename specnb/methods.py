@@ -68,6 +68,7 @@ FACTORIES: dict[str, Any] = {
     "crest": "specnb.drafters.crest:make_crest",
     "rest-priced": "specnb.drafters.priced:make_rest_priced",
     "crest-priced": "specnb.drafters.priced:make_crest_priced",
+    "dense-priced": "specnb.drafters.priced:make_dense_priced",
     "sd": "specnb.drafters.draft_model:make_sd",
     "mcsd": "specnb.drafters.draft_model:make_mcsd",
 }
@@ -88,8 +89,10 @@ def make_drafter(method: str, target: LoadedModel, options: MethodOptions | None
         module, function = factory.split(":")
         factory = getattr(importlib.import_module(module), function)
     options = options or MethodOptions()
-    if method in options.datastores:
-        options = dataclasses.replace(options, datastore=options.datastores[method])
+    # a priced variant reads its base method's store unless it has its own
+    path = options.datastores.get(method) or options.datastores.get(method.removesuffix("-priced"))
+    if path is not None:
+        options = dataclasses.replace(options, datastore=path)
     return factory(target, options)
 
 

@@ -52,6 +52,20 @@ def test_greedy_output_equals_autoregressive(stores, arch, verify):
     assert accepted > 10  # the store holds these very continuations
 
 
+def test_priced_dense_is_lossless_and_buckets_by_first_token_matches(stores):
+    from specnb.drafters.priced import PricedTreeDrafter
+    from tests.test_priced import LinearCost
+
+    target = tiny("llama")
+    priced = PricedTreeDrafter(DenseDrafter(stores["llama"], 3, 20), LinearCost(0.0),
+                               bucket_key="first_token_matches")
+    for prompt in PROMPTS[:2]:
+        out = generate(target, prompt, priced, max_new_tokens=32)
+        assert out.tokens == generate(target, prompt, max_new_tokens=32).tokens
+        assert out.stats.tokens_per_call > 1.0
+    assert priced.steps[1:].sum() > 0  # steps with first-token matches land in their own buckets
+
+
 def test_first_token_filter_shapes_and_dedup(stores):
     store = stores["llama"]
     hidden = np.asarray(store.hidden(), dtype=np.float32)

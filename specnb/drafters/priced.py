@@ -8,8 +8,10 @@ expected tokens per second,
 
     (1 + E[accepted | bucket, b]) / seconds(b + 1 tokens),
 
-b = 0 meaning "do not draft". The bucket is how long a context suffix the retriever matched (its
-``last_info["match_len"]``): long matches are the reliable ones. The expectations are learned
+b = 0 meaning "do not draft". The bucket is the base drafter's own confidence signal: for REST and CREST
+how long a context suffix the retriever matched (``last_info["match_len"]``: long matches are the reliable
+ones), for DReSD how many of the nearest neighbours continue with the root token
+(``last_info["first_token_matches"]``; its drafts come best neighbour first, so they are ranked too). The expectations are learned
 counterfactually, like :class:`specnb.drafters.mixed.AdaptiveShapeDrafter`'s: every step's full tree is
 scored against the output once the tokens it covers are known, for all budgets at once, whether or not
 it was verified. Drafting deterministic tokens, its acceptance is exactly how far it matches the output.
@@ -48,11 +50,13 @@ class PricedTreeDrafter(Drafter):
     """Wraps a ranked-tree drafter (REST, CREST) and verifies the budget with the best expected tokens/s.
 
     cost: a :class:`specnb.roofline.CostModel` (``seconds_at(k, w, context_len)``) of this target.
+    bucket_key: the base drafter's ``last_info`` entry that buckets its steps (clipped to MAX_BUCKET).
     shrink: weight of the pooled (all-bucket) estimate in each bucket's estimate.
     """
 
-    def __init__(self, base: Drafter, cost: Any, budgets: tuple[int, ...] = BUDGETS, shrink: float = 4.0):
-        self.base, self.cost, self.shrink = base, cost, shrink
+    def __init__(self, base: Drafter, cost: Any, budgets: tuple[int, ...] = BUDGETS, shrink: float = 4.0,
+                 bucket_key: str = "match_len"):
+        self.base, self.cost, self.shrink, self.bucket_key = base, cost, shrink, bucket_key
         self.budgets = np.asarray(budgets, dtype=np.int64)
         self.name = f"{getattr(base, 'name', 'tree')}-priced"
         self.accepted = np.zeros((MAX_BUCKET + 1, self.budgets.shape[0]))  # summed over scored steps
@@ -82,7 +86,7 @@ class PricedTreeDrafter(Drafter):
     def propose(self, state: DecodeState) -> Draft | None:
         full = self.base.propose(state)
         info = dict(self.base.last_info)
-        bucket = min(int(info.get("match_len", 0)), MAX_BUCKET)
+        bucket = min(int(info.get(self.bucket_key, 0)), MAX_BUCKET)
         budget = 0
         if full is not None and full.num_nodes:
             self.hindsight.add(state, bucket, full, full.max_depth)
@@ -107,10 +111,11 @@ class PricedTreeDrafter(Drafter):
         return self.base.needs_hidden_state
 
 
-def _priced(make_base, target: Any, options: Any) -> PricedTreeDrafter:
+def _priced(make_base, target: Any, options: Any, bucket_key: str = "match_len") -> PricedTreeDrafter:
     from ..roofline import cost_model_for
 
-    return PricedTreeDrafter(make_base(target, options), cost_model_for(target, options.get("roofline", "")))
+    return PricedTreeDrafter(make_base(target, options), cost_model_for(target, options.get("roofline", "")),
+                             bucket_key=bucket_key)
 
 
 def make_rest_priced(target: Any, options: Any) -> PricedTreeDrafter:
@@ -126,3 +131,10 @@ def make_crest_priced(target: Any, options: Any) -> PricedTreeDrafter:
 
     return _priced(make_crest, target, options)
 
+
+
+def make_dense_priced(target: Any, options: Any) -> PricedTreeDrafter:
+    """Bench factory ``dense-priced``: DReSD's drafts (best neighbour first) cut to the budget that pays."""
+    from .dense import make_dense
+
+    return _priced(make_dense, target, options, bucket_key="first_token_matches")
