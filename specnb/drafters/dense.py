@@ -202,7 +202,9 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
 class DenseDrafter(Drafter):
     """Up to ``k`` drafts of ``w`` tokens from the values of the nearest stored hidden states.
 
-    neighbours: how many nearest keys to fetch before the first-token filter (default max(4k, 32));
+    neighbours: how many nearest keys to fetch before the first-token filter (default max(4k, 128): most
+    neighbours fail the filter, and on the 92k-position code store 128 instead of 40 raise the accepted
+    tokens per call by a quarter for 0.03 ms more per query);
     ef: hnswlib's ``ef_search`` for this drafter (default: the datastore's).
     """
 
@@ -217,7 +219,7 @@ class DenseDrafter(Drafter):
             raise ValueError(f"draft length w={w} exceeds the {store.n_next} tokens stored per value in "
                              f"{store.path}; rebuild it with a larger --n-next")
         self.store, self.k, self.w = store, k, w
-        self.neighbours = neighbours or max(4 * k, 32)
+        self.neighbours = neighbours or max(4 * k, 128)
         self.ef = ef
         self._info: dict[str, int] = {}
 
