@@ -13,6 +13,7 @@ from specnb.ann import AnnIndex, IndexParams
 from specnb.corpus import CorpusError, TokenCorpus, TokenizerInfo
 from specnb.decode import generate
 from specnb.drafters import dense
+from specnb.drafters.base import DecodeState
 from specnb.drafters.dense import BuildConfig, DenseDrafter, build_datastore, load_datastore, parse_shape
 from specnb.methods import MethodOptions, make_drafter
 from specnb.replay import replay_greedy, teacher_forced_hidden
@@ -57,13 +58,36 @@ def test_priced_dense_is_lossless_and_buckets_by_first_token_matches(stores):
     from tests.test_priced import LinearCost
 
     target = tiny("llama")
-    priced = PricedTreeDrafter(DenseDrafter(stores["llama"], 3, 20), LinearCost(0.0),
+    priced = PricedTreeDrafter(DenseDrafter(stores["llama"], 3, 20, merge="votes"), LinearCost(0.0),
                                bucket_key="first_token_matches")
     for prompt in PROMPTS[:2]:
         out = generate(target, prompt, priced, max_new_tokens=32)
         assert out.tokens == generate(target, prompt, max_new_tokens=32).tokens
         assert out.stats.tokens_per_call > 1.0
     assert priced.steps[1:].sum() > 0  # steps with first-token matches land in their own buckets
+
+
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+def test_vote_merged_tree_is_lossless_ranked_and_within_budget(stores, verify):
+    target = tiny("gemma3")
+    drafter = DenseDrafter(stores["gemma3"], 2, 5, merge="votes")
+    for prompt in PROMPTS:
+        assert generate(target, prompt, drafter, max_new_tokens=32, verify=verify).tokens == \
+            generate(target, prompt, max_new_tokens=32).tokens
+    store = stores["gemma3"]
+    hidden = np.asarray(store.hidden(), dtype=np.float32)
+    for row in range(0, store.rows, 23):
+        root = int(store.values[row, 0])
+        rows = drafter.continuations(hidden[row], root, 5)
+        state = DecodeState(tokens=torch.tensor([root]), hidden=torch.from_numpy(hidden[row]), target=None,
+                            max_depth=5, prompt_len=0)
+        draft = drafter.propose(state)
+        assert draft.num_nodes <= 10
+        # the first node is the most common first token among the continuations
+        first, counts = np.unique(rows[:, 0], return_counts=True)
+        assert counts[first == int(draft.tokens[0])][0] == counts.max()
+    with pytest.raises(ValueError, match="merge"):
+        DenseDrafter(store, merge="best")
 
 
 def test_first_token_filter_shapes_and_dedup(stores):

@@ -39,6 +39,7 @@ from ..draft import Draft
 from ..embed import N_NEXT, Projection, extract, fit_projection, sample_rows
 from ..models import LoadedModel, cache_dir, load_model
 from .base import DecodeState, Drafter
+from .retrieval_tree import build_tree, sort_rows
 
 FORMAT_VERSION = 1
 SAMPLING_SHAPE = (10, 10)  # k drafts x w tokens: DReSD's best shape for nucleus sampling
@@ -202,6 +203,11 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
 class DenseDrafter(Drafter):
     """Up to ``k`` drafts of ``w`` tokens from the values of the nearest stored hidden states.
 
+    merge: ``"rows"`` (DReSD's drafts: the first k distinct continuations, best neighbour first, as the trie
+    of the rows) or ``"votes"`` (every continuation that passes the filter merged into one token tree of at
+    most k * w nodes ranked by how many continuations pass through each node, REST's construction
+    (:mod:`specnb.drafters.retrieval_tree`), so its first b nodes are the best-supported tree of b nodes:
+    what :mod:`specnb.drafters.priced` needs to cut it).
     neighbours: how many nearest keys to fetch before the first-token filter (default max(4k, 128): most
     neighbours fail the filter, and on the 92k-position code store 128 instead of 40 raise the accepted
     tokens per call by a quarter for 0.03 ms more per query);
@@ -212,13 +218,15 @@ class DenseDrafter(Drafter):
     needs_hidden_state = True
 
     def __init__(self, store: DenseDatastore, k: int = SAMPLING_SHAPE[0], w: int = SAMPLING_SHAPE[1],
-                 neighbours: int | None = None, ef: int | None = None):
+                 neighbours: int | None = None, ef: int | None = None, merge: str = "rows"):
         if k < 1 or w < 1:
             raise ValueError(f"dense drafter needs k >= 1 and w >= 1, got k={k}, w={w}")
         if w > store.n_next:
             raise ValueError(f"draft length w={w} exceeds the {store.n_next} tokens stored per value in "
                              f"{store.path}; rebuild it with a larger --n-next")
-        self.store, self.k, self.w = store, k, w
+        if merge not in ("rows", "votes"):
+            raise ValueError(f"dense drafter merge must be 'rows' or 'votes', got {merge!r}")
+        self.store, self.k, self.w, self.merge = store, k, w, merge
         self.neighbours = neighbours or max(4 * k, 128)
         self.ef = ef
         self._info: dict[str, int] = {}
@@ -229,6 +237,9 @@ class DenseDrafter(Drafter):
         w = min(self.w, state.max_depth)
         if w < 1:
             return None
+        if self.merge == "votes":
+            rows = self.continuations(state.hidden, state.root, w)
+            return build_tree(sort_rows(rows), self.k * self.w).to_draft() if rows.shape[0] else None
         rows = self.candidates(state.hidden, state.root, w)
         return Draft.from_rows(torch.from_numpy(rows)) if rows.shape[0] else None
 
@@ -236,24 +247,29 @@ class DenseDrafter(Drafter):
     def last_info(self) -> dict[str, int]:
         return self._info
 
-    def candidates(self, hidden: torch.Tensor | np.ndarray, root: int, w: int) -> np.ndarray:
-        """int64 [r <= k, w] distinct drafts (−1 padded after an end of document), best neighbour first.
+    def continuations(self, hidden: torch.Tensor | np.ndarray, root: int, w: int) -> np.ndarray:
+        """int64 [m, w]: the next ``w`` tokens of every neighbour whose value starts with ``root``, nearest
+        first (−1 after an end of document; duplicates kept).
 
         hidden: the target's state [d] that produced ``root``.
         """
         ids, _ = self.store.index.query(self.store.projection(hidden), self.neighbours, ef=self.ef)
         values = self.store.values[ids[0]]  # [K, 1 + N], nearest first
         rows = values[values[:, 0] == root, 1:1 + w].astype(np.int64)
-        matches = rows.shape[0]
         pad = self.store.pad_id
         # Everything after the first pad is past the document's end; an EOS pad itself stays (a real ending).
         is_pad = rows == pad
         rows[(np.cumsum(is_pad, axis=1) - is_pad) > 0] = -1
         rows = rows[rows[:, 0] >= 0]
+        self._info = {"neighbours": int(ids.shape[1]), "first_token_matches": int(rows.shape[0])}
+        return rows
+
+    def candidates(self, hidden: torch.Tensor | np.ndarray, root: int, w: int) -> np.ndarray:
+        """int64 [r <= k, w] distinct drafts (−1 padded after an end of document), best neighbour first."""
+        rows = self.continuations(hidden, root, w)
         _, first = np.unique(rows, axis=0, return_index=True)
         rows = rows[np.sort(first)[:self.k]]
-        self._info = {"neighbours": int(ids.shape[1]), "first_token_matches": matches,
-                      "drafts": int(rows.shape[0])}
+        self._info["drafts"] = int(rows.shape[0])
         return rows
 
 
@@ -276,7 +292,7 @@ def datastore_path(name: str, model: str) -> Path:
 
 def make_dense(target: LoadedModel, options) -> DenseDrafter:
     """Bench factory: ``--datastore PATH|NAME`` (a folder, or a name under the cache), ``--k/--w`` or
-    ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N``."""
+    ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N -o merge=rows|votes``."""
     if options.datastore is None:
         raise ValueError("method dense needs --datastore (a folder from `specnb datastore build dense`)")
     path = Path(options.datastore)
@@ -286,7 +302,8 @@ def make_dense(target: LoadedModel, options) -> DenseDrafter:
     store.check(target)
     k, w = parse_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
     return DenseDrafter(store, k=options.get("k", k), w=options.get("w", w),
-                        neighbours=options.get("neighbours", 0) or None, ef=options.get("ef", 0) or None)
+                        neighbours=options.get("neighbours", 0) or None, ef=options.get("ef", 0) or None,
+                        merge=options.get("merge", "rows"))
 
 
 # ----------------------------------------------------------------------------------------------- CLI

@@ -11,7 +11,8 @@ expected tokens per second,
 b = 0 meaning "do not draft". The bucket is the base drafter's own confidence signal: for REST and CREST
 how long a context suffix the retriever matched (``last_info["match_len"]``: long matches are the reliable
 ones), for DReSD how many of the nearest neighbours continue with the root token
-(``last_info["first_token_matches"]``; its drafts come best neighbour first, so they are ranked too). The expectations are learned
+(``last_info["first_token_matches"]``; its neighbours' continuations are merged into a vote-ranked tree,
+``DenseDrafter(merge="votes")``, so that a cut keeps the best-supported nodes). The expectations are learned
 counterfactually, like :class:`specnb.drafters.mixed.AdaptiveShapeDrafter`'s: every step's full tree is
 scored against the output once the tokens it covers are known, for all budgets at once, whether or not
 it was verified. Drafting deterministic tokens, its acceptance is exactly how far it matches the output.
@@ -19,6 +20,7 @@ it was verified. Drafting deterministic tokens, its acceptance is exactly how fa
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -134,7 +136,9 @@ def make_crest_priced(target: Any, options: Any) -> PricedTreeDrafter:
 
 
 def make_dense_priced(target: Any, options: Any) -> PricedTreeDrafter:
-    """Bench factory ``dense-priced``: DReSD's drafts (best neighbour first) cut to the budget that pays."""
+    """Bench factory ``dense-priced``: DReSD's neighbours merged into a vote-ranked tree (``merge=votes``
+    unless ``-o merge=rows``) of at most k * w nodes, cut to the budget that pays."""
     from .dense import make_dense
 
+    options = dataclasses.replace(options, extra={"merge": "votes", **options.extra})
     return _priced(make_dense, target, options, bucket_key="first_token_matches")
