@@ -49,7 +49,8 @@ def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> 
 
 
 class PricedTreeDrafter(Drafter):
-    """Wraps a ranked-tree drafter (REST, CREST) and verifies the budget with the best expected tokens/s.
+    """Wraps a ranked-tree drafter (REST, CREST, vote-merged DReSD) and verifies the budget with the best
+    expected tokens/s.
 
     cost: a :class:`specnb.roofline.CostModel` (``seconds_at(k, w, context_len)``) of this target.
     bucket_key: the base drafter's ``last_info`` entry that buckets its steps (clipped to MAX_BUCKET).
@@ -132,7 +133,6 @@ def make_crest_priced(target: Any, options: Any) -> PricedTreeDrafter:
     from .crest import make_crest
 
     return _priced(make_crest, target, options)
-
 
 
 def make_dense_priced(target: Any, options: Any) -> PricedTreeDrafter:
