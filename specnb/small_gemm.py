@@ -89,7 +89,7 @@ def library() -> ctypes.CDLL | None:
 
 def usable(x: Tensor, weight: Tensor) -> bool:
     """Whether :func:`linear` runs the kernel for this input (else it calls ``F.linear``)."""
-    return (x.numel() // x.shape[-1] <= MAX_ROWS and x.dtype == weight.dtype == torch.float32
+    return (x.shape[-1] > 0 and x.numel() // x.shape[-1] <= MAX_ROWS and x.dtype == weight.dtype == torch.float32
             and x.device.type == weight.device.type == "cpu" and weight.is_contiguous()
             and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
             and library() is not None)

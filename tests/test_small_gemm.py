@@ -54,6 +54,7 @@ def test_falls_back_where_the_kernel_does_not_apply():
     assert not small_gemm.usable(torch.randn(small_gemm.MAX_ROWS + 1, 16), w)  # many rows: torch's GEMM
     assert not small_gemm.usable(torch.randn(2, 16, dtype=torch.bfloat16), w.bfloat16())
     assert not small_gemm.usable(torch.randn(2, 16), w.t().contiguous().t())  # a non-contiguous weight
+    assert not small_gemm.usable(torch.randn(2, 0), torch.randn(8, 0))  # nothing to reduce over
     x = torch.randn(2, 16, requires_grad=True)
     assert not small_gemm.usable(x, w)
     small_gemm.linear(x, w).sum().backward()  # F.linear, so gradients still flow
