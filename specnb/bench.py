@@ -6,10 +6,17 @@ summary row per method (``prompt_id == "ALL"``) with ``speedup_vs_ar``: our AR l
 the method's. Greedy runs are checked token for token against our AR output; where they differ, the
 first divergence is reported with the AR top-1/top-2 logit gap there, and whether that gap is within the
 rounding of the model's dtype (so a bf16 flip can be told from a bug).
+
+The machine's read bandwidth is measured once at the start (:func:`specnb.kernels.bench.read_bandwidth`);
+each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call (:func:`streamed_bytes`)
+times its target calls (prefills included) over its wall time, and ``bandwidth_fraction`` that over the
+read bandwidth: for AR, how close the loop runs to the machine's ceiling. The ``hf*`` baselines run the
+model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -18,7 +25,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from . import kernels
 from .decode import generate
+from .kernels.bench import read_bandwidth
+from .kernels.cpu import cpu_class
 from .methods import HF_BASELINES, MethodOptions, make_drafter, method_names
 from .metrics import first_divergence
 from .models import LoadedModel, load_model
@@ -57,6 +67,8 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     for method in methods:  # warm-up: allocator, kernels, lazily built tables
         runners[method](prompts[0], config.warmup_tokens)
 
+    bandwidth = read_bandwidth()
+    weight_bytes = streamed_bytes(target.model)
     rows = []
     counter = _CallCounter(target.model)
     for prompt in tqdm(prompts, desc="bench", disable=not progress):
@@ -65,7 +77,8 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
             counter.calls = 0
             out = runners[method](prompt, config.max_new_tokens)
             out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
-            row = {"method": method, "prompt_id": prompt.id, **out}
+            row = {"method": method, "prompt_id": prompt.id, **out, "weight_bytes": weight_bytes,
+                   "read_gb_per_s": bandwidth, "cpu_class": cpu_class()}
             if method == "ar":
                 reference = dict(out)
             rows.append(_compare(row, reference, config, target))
@@ -75,11 +88,25 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     return pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True)
 
 
+def streamed_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights one target call reads: every parameter once (a tied head counted once), less an input
+    embedding that is not also the output head (a call reads only the rows of its tokens)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if embedding is not None and head is not None and embedding.weight is not head.weight:
+        total -= embedding.weight.numel() * embedding.weight.element_size()
+    return total
+
+
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: totals, tokens/s over all prompts, mean tokens per call, speedup vs our AR."""
+    """One row per method: totals, tokens/s over all prompts, mean tokens per call, speedup vs our AR, and the
+    weight bytes streamed per second (target calls, prefills included) as a fraction of the read bandwidth."""
     ar_seconds = per_prompt.loc[per_prompt.method == "ar", "seconds"].sum()
     rows = []
     for method, group in per_prompt.groupby("method", sort=False):
+        target_calls = group.calls.sum() + len(group)  # + one prefill per prompt
+        weight_gb_per_s = group.weight_bytes.iloc[0] * target_calls / group.seconds.sum() / 1e9 \
+            if "weight_bytes" in group else math.nan
         rows.append({
             "method": method, "prompt_id": "ALL",
             "new_tokens": group.new_tokens.sum(), "calls": group.calls.sum(), "seconds": group.seconds.sum(),
@@ -90,6 +117,9 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
             "identical_to_ar": group.identical_to_ar.mean(),
             "outside_forward_fraction": group.outside_forward_fraction.mean(),
             "speedup_vs_ar": ar_seconds / group.seconds.sum(),
+            "weight_gb_per_s": weight_gb_per_s,
+            "bandwidth_fraction": weight_gb_per_s / group.read_gb_per_s.iloc[0] if "read_gb_per_s" in group
+            else math.nan,
         })
     return pd.DataFrame(rows)
 
@@ -148,7 +178,10 @@ def _hf_runner(method: str, target: LoadedModel, options: MethodOptions, config:
         ids = encode_prompt(target, prompt)[None]
         torch.manual_seed(config.seed)
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), contextlib.ExitStack() as stack:
+            for model in (target.model, kwargs.get("assistant_model")):  # both as Hugging Face ships them
+                if model is not None:
+                    stack.enter_context(kernels.stock(model))
             out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                         eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
         seconds = time.perf_counter() - start
@@ -177,5 +210,5 @@ def format_table(results: pd.DataFrame) -> str:
     """The summary rows as a fixed-width table for the terminal."""
     summary = results[results.prompt_id == "ALL"]
     columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
-               "identical_to_ar", "outside_forward_fraction"]
+               "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction", "outside_forward_fraction"]
     return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")

@@ -8,7 +8,7 @@ import sys
 
 # Modules that contribute commands through an ``add_parser(subparsers)`` function: top-level commands, and
 # the kinds under ``specnb datastore build KIND``.
-PLUGIN_COMMANDS = ["specnb.corpus", "specnb.drafters.model_ngram", "specnb.roofline"]
+PLUGIN_COMMANDS = ["specnb.corpus", "specnb.drafters.model_ngram", "specnb.roofline", "specnb.kernels.bench"]
 DATASTORE_KINDS = ["specnb.drafters.rest", "specnb.drafters.crest", "specnb.drafters.dense"]
 
 

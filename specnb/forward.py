@@ -1,15 +1,11 @@
 """One causal-LM call split in two explicit steps: the decoder body, then the output head.
 
-Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear``. On a CPU in float32 that
-goes to MKL's small-M sgemm, which is far from memory-bound for the 262k x 640 head of Gemma-3-270M on an
-AVX2 machine: one row takes ~54 ms, eleven rows ~210 ms. The same product with the weight prepacked for
-oneDNN takes ~29 ms and ~84 ms (measured on this project's 2-core EPYC, see the issue notes). A
-verification call is ``k x (w + 1)`` rows, so this is the single largest cost a draft adds; the packed copy
-(one more weight-sized buffer, built once per model) is kept here and used by every call we make with more
-than :data:`specnb.small_gemm.MAX_ROWS` rows. Fewer rows go to :mod:`specnb.small_gemm` (2 rows ~33 ms,
-8 rows ~50 ms), which also makes each row's logits independent of the call's other rows.
-Logits are the same up to float32 rounding; the loop always uses the same head, so speculative and
-autoregressive outputs of specnb stay comparable token for token.
+Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear`` over the whole vocabulary. Here
+calls of up to :data:`specnb.kernels.MAX_ROWS` rows (every decoding and verification call) go through
+:func:`specnb.kernels.linear`, which streams the head's weight once and gives each row the bits it would get
+alone (Gemma-3's 262k x 640 head is ~60% of its weights, so this is the largest single cost of a call).
+Larger calls in float32 use a copy of the weight prepacked for oneDNN, built on the first such call only
+(one more head-sized buffer, 0.7 GB for Gemma-3 in fp32; ~2.5x faster than ``F.linear`` for many rows).
 """
 
 from __future__ import annotations
@@ -20,27 +16,33 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from . import small_gemm
+from . import kernels
 
 
 class OutputHead:
     """Logits from final hidden states: ``[..., d] -> [..., V]`` (float, the model's softcapping applied)."""
 
     def __init__(self, model: PreTrainedModel):
-        weight = model.get_output_embeddings().weight.detach()
-        self.weight = weight
+        self.weight = model.get_output_embeddings().weight.detach()
         self.softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
         self.bias = getattr(model.get_output_embeddings(), "bias", None)
-        use_onednn = (weight.device.type == "cpu" and weight.dtype == torch.float32 and self.bias is None
-                      and torch.backends.mkldnn.is_available())
-        self.packed = weight.to_mkldnn() if use_onednn else None  # a copy in oneDNN's blocked layout
+        self._packed: Tensor | None = None  # oneDNN's blocked layout of the weight, for many-row fp32 calls
+
+    def _onednn(self) -> Tensor | None:
+        weight = self.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32 or self.bias is not None \
+                or not torch.backends.mkldnn.is_available():
+            return None
+        if self._packed is None:
+            self._packed = weight.to_mkldnn()
+        return self._packed
 
     def __call__(self, hidden: Tensor) -> Tensor:
         flat = hidden.reshape(-1, hidden.shape[-1])
-        if small_gemm.usable(flat, self.weight):  # few rows: streaming the weight once beats oneDNN
-            logits = small_gemm.linear(flat, self.weight, self.bias)
-        elif self.packed is not None:
-            logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), self.packed, None).to_dense()
+        if kernels.usable(flat, self.weight):  # few rows: stream the weight once, rows exact
+            logits = kernels.linear(flat, self.weight, self.bias)
+        elif (packed := self._onednn()) is not None:
+            logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), packed, None).to_dense()
         else:
             logits = torch.nn.functional.linear(flat, self.weight, self.bias)
         if self.softcap is not None:

@@ -28,10 +28,11 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from . import small_gemm
+from . import kernels
 from .forward import forward
 from .kv_cache import GrowingCache
-from .models import LoadedModel, cache_dir, load_model, resolve_dtype
+from .models import LoadedModel, load_model, resolve_dtype
+from .paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     frame["dtype"] = dtype
     frame["device"] = device_name(param.device)
     frame["torch"] = torch.__version__
-    frame["kernel"] = small_gemm.routed(model) or "torch"
+    frame["kernel"] = kernels.routed(model) or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
     return frame
@@ -215,7 +216,7 @@ class CostModel:
 def cost_table_path(target: LoadedModel) -> Path:
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
-    kernel = small_gemm.routed(target.model)  # a table timed with other GEMM kernels does not apply
+    kernel = kernels.routed(target.model)  # a table timed with other GEMM kernels does not apply
     name = "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
     return cache_dir() / "roofline" / f"{name}.csv"
 
