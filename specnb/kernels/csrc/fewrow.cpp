@@ -37,6 +37,7 @@ constexpr int ISA_AVX2 = 0;
 constexpr int ISA_AVX512BF16 = 1;
 constexpr int NB = 4;  // weight rows per block
 constexpr int MB = 4;  // input rows per block
+constexpr int PREFETCH_ROWS = 8;  // weight rows ahead that the bf16 path prefetches (two blocks)
 
 using bf16 = uint16_t;
 
@@ -124,7 +125,10 @@ AVX512BF16 __attribute__((always_inline)) inline void step_bf16(__m512 (&acc)[mb
                                                                 int64_t K, int64_t k, __mmask32 mask) {
   __m512bh wv[nb];
 #pragma GCC unroll 16
-  for (int j = 0; j < nb; j++) wv[j] = load32(w + j * K + k, mask);
+  for (int j = 0; j < nb; j++) {
+    wv[j] = load32(w + j * K + k, mask);
+    _mm_prefetch(reinterpret_cast<const char*>(w + (j + PREFETCH_ROWS) * K + k), _MM_HINT_T0);
+  }
 #pragma GCC unroll 16
   for (int m = 0; m < mb; m++) {
     __m512bh xv = load32(x + m * K + k, mask);
@@ -246,13 +250,23 @@ inline float dot(const T* a, const T* b, int64_t D) {
   return s;
 }
 
+// Four keys' dot products with one query at once: the same per-key sequence as dot() (so the same bits),
+// four independent chains instead of one latency-bound chain.
 template <typename T>
-inline void axpy(float p, const T* v, float* acc, int64_t D) {  // acc += p * v
-  const __m256 pv = _mm256_set1_ps(p);
+inline void dot4(const T* a, const T* const b[4], int64_t D, float out[4]) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   const int64_t d8 = D & ~int64_t(7);
-  for (int64_t d = 0; d < d8; d += 8)
-    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(pv, load8<T>(v + d), _mm256_loadu_ps(acc + d)));
-  for (int64_t d = d8; d < D; d++) acc[d] = std::fmaf(p, scalar(v[d]), acc[d]);
+  for (int64_t d = 0; d < d8; d += 8) {
+    const __m256 av = load8<T>(a + d);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) acc[t] = _mm256_fmadd_ps(av, load8<T>(b[t] + d), acc[t]);
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < 4; t++) {
+    float s = hsum256(acc[t]);
+    for (int64_t d = d8; d < D; d++) s = std::fmaf(scalar(a[d]), scalar(b[t][d]), s);
+    out[t] = s;
+  }
 }
 
 template <typename T, typename Out>
@@ -275,21 +289,24 @@ void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
       const float* mrow = mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
       // The keys this query sees, in cache order: the scores of exactly those, nothing else.
       int64_t n = 0;
-      float best = -std::numeric_limits<float>::infinity();
       const int64_t causal_end = S - Q + i;  // without a mask: causal, the queries are the last Q positions
       for (int64_t j = 0; j < S; j++) {
-        float extra = 0.0f;
-        if (mrow) {
-          extra = mrow[j * mstride[3]];
-          if (!(extra > -1e30f)) continue;  // blocked (dtype-min or -inf)
-        } else if (j > causal_end) {
-          break;
-        }
-        float s = dot<T>(qi, kb + j * k.stride(2), D) * scale;
-        if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;
-        s += extra;
-        scores[n] = s;
+        if (mrow ? !(mrow[j * mstride[3]] > -1e30f) : j > causal_end) continue;  // blocked (dtype-min or -inf)
         keys[n++] = j;
+      }
+      int64_t t = 0;
+      for (; t + 4 <= n; t += 4) {
+        const T* kt[4] = {kb + keys[t] * k.stride(2), kb + keys[t + 1] * k.stride(2), kb + keys[t + 2] * k.stride(2),
+                          kb + keys[t + 3] * k.stride(2)};
+        dot4<T>(qi, kt, D, &scores[t]);
+      }
+      for (; t < n; t++) scores[t] = dot<T>(qi, kb + keys[t] * k.stride(2), D);
+      float best = -std::numeric_limits<float>::infinity();
+      for (t = 0; t < n; t++) {
+        float s = scores[t] * scale;
+        if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;
+        if (mrow) s += mrow[keys[t] * mstride[3]];
+        scores[t] = s;
         best = std::max(best, s);
       }
       Out* o = op + ((b * Q + i) * H + h) * D;
@@ -297,12 +314,31 @@ void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
         for (int64_t d = 0; d < D; d++) store(o + d, 0.0f);
         continue;
       }
-      std::fill(acc.begin(), acc.end(), 0.0f);
       float total = 0.0f;
-      for (int64_t t = 0; t < n; t++) {
-        const float p = std::exp(scores[t] - best);
-        total += p;
-        axpy<T>(p, vb + keys[t] * v.stride(2), acc.data(), D);
+      for (t = 0; t < n; t++) {
+        scores[t] = std::exp(scores[t] - best);  // now the softmax numerators
+        total += scores[t];
+      }
+      // acc[d] = sum over the visible keys, in order, of p * v[d]: one fused multiply-add per key and element,
+      // 64 elements at a time held in registers (vector and scalar fmaf round alike, so D's tail is the same)
+      const int64_t d64 = D & ~int64_t(63);
+      for (int64_t d0 = 0; d0 < d64; d0 += 64) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
+        for (t = 0; t < n; t++) {
+          const __m256 pv = _mm256_set1_ps(scores[t]);
+          const T* vt = vb + keys[t] * v.stride(2) + d0;
+#pragma GCC unroll 8
+          for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(pv, load8<T>(vt + 8 * c), a[c]);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc.data() + d0 + 8 * c, a[c]);
+      }
+      for (int64_t d = d64; d < D; d++) {
+        float a = 0.0f;
+        for (t = 0; t < n; t++) a = std::fmaf(scores[t], scalar(vb[keys[t] * v.stride(2) + d]), a);
+        acc[d] = a;
       }
       const float inv = 1.0f / total;
       for (int64_t d = 0; d < D; d++) store(o + d, acc[d] * inv);
