@@ -11,7 +11,8 @@ Both kernels make the rows of a call **bit-independent**: a row gives exactly th
 verified draft has the logits of decoding its tokens one at a time and greedy speculative output equals
 greedy AR token for token in bf16 as in float32. :func:`install` routes a model through them:
 
-* every ``nn.Linear`` (and the output head, :mod:`specnb.forward`) on calls of up to :data:`MAX_ROWS` rows;
+* every ``nn.Linear`` (and the output head, :mod:`specnb.forward`) on calls of up to :data:`MAX_ROWS` rows,
+  sibling layers that read the same input (q/k/v, gate/up) as one call (:class:`FusedSiblings`);
 * attention through the ``"specnb"`` attention implementation on calls of up to :data:`MAX_QUERIES` queries
   (longer calls, i.e. prefills, go to PyTorch's SDPA: the prefill is the same call for every method).
 
@@ -132,6 +133,57 @@ def _linear_forward(self: nn.Linear, x: Tensor) -> Tensor:
     return linear(x, self.weight, self.bias)
 
 
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # layers that read the same input
+
+
+class FusedSiblings:
+    """Sibling linear layers (q/k/v, gate/up) as one weight and one kernel call.
+
+    Each call of a decoding step is bound by streaming weights; one call over the stacked weight streams them
+    in one pass instead of three short ones (each with its own thread fork/join). The siblings' weights become
+    row slices (views) of the stacked buffer, so nothing is stored twice and the state dict is unchanged.
+    The first sibling called on an input computes all outputs; the others return their slice when called on
+    the same tensor (Llama, Qwen2 and Gemma3 call q, k, v and gate, up in that order), and compute their own
+    product otherwise. Every output element is computed as the unfused layer computes it: same bits.
+    """
+
+    def __init__(self, layers: list[nn.Linear]):
+        self.weight = torch.cat([layer.weight.detach() for layer in layers])
+        self.sizes = [layer.out_features for layer in layers]
+        biases = [layer.bias for layer in layers]
+        self.bias = None if all(b is None for b in biases) else torch.cat(
+            [b.detach() if b is not None else self.weight.new_zeros(n) for b, n in zip(biases, self.sizes)])
+        start = 0
+        for layer, size in zip(layers, self.sizes):
+            layer.weight.data = self.weight[start:start + size]
+            if layer.bias is not None:
+                layer.bias.data = self.bias[start:start + size]
+            start += size
+        self._input: Tensor | None = None
+        self._outputs: tuple[Tensor, ...] = ()
+        for index, layer in enumerate(layers):
+            layer.forward = functools.partial(self._forward, index, layer)
+
+    def _forward(self, index: int, layer: nn.Linear, x: Tensor) -> Tensor:
+        if index == 0:
+            self._input, self._outputs = x, linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+        elif x is not self._input:
+            return linear(x, layer.weight, layer.bias)
+        out = self._outputs[index]
+        if index == len(self.sizes) - 1:
+            self._input, self._outputs = None, ()  # nothing kept alive between calls
+        return out
+
+
+def _fuse_siblings(model: nn.Module) -> None:
+    for module in model.modules():
+        for names in SIBLINGS:
+            layers = [getattr(module, name, None) for name in names]
+            if all(isinstance(layer, nn.Linear) for layer in layers) \
+                    and len({(layer.in_features, layer.weight.dtype) for layer in layers}) == 1:
+                FusedSiblings(layers)
+
+
 def routed(model: nn.Module) -> str:
     """``"fewrow-<source hash>-<isa>"`` if ``model`` goes through the kernels, else ``""`` (timing tables are
     cached under names that include it)."""
@@ -154,6 +206,7 @@ def install(model: nn.Module) -> bool:
     for module in model.modules():
         if isinstance(module, nn.Linear):
             module.forward = types.MethodType(_linear_forward, module)
+    _fuse_siblings(model)
     model.config._attn_implementation_stock = model.config._attn_implementation
     _set_attention(model, ATTENTION)
     return True
@@ -170,13 +223,14 @@ def stock(model: nn.Module) -> Iterator[nn.Module]:
     if not routed(model):
         yield model
         return
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear) and "forward" in vars(m)]
-    for module in linears:
+    overridden = {m: vars(m)["forward"] for m in model.modules()
+                  if isinstance(m, nn.Linear) and "forward" in vars(m)}
+    for module in overridden:
         del module.forward
     _set_attention(model, model.config._attn_implementation_stock)
     try:
         yield model
     finally:
-        for module in linears:
-            module.forward = types.MethodType(_linear_forward, module)
+        for module, forward in overridden.items():
+            module.forward = forward
         _set_attention(model, ATTENTION)

@@ -195,7 +195,10 @@ void gemm(int isa, const T* x, const T* w, const float* bias, Out* y, int64_t M,
           for (int64_t m = 0; m < M; m += MB) {
             const int mb = int(std::min<int64_t>(MB, M - m));
             const T* xm = x + m * K;
-            if (full) {
+            if (full && M <= MB) {  // few rows: weight rows one after the other, one sequential stream
+              for (int64_t j = n; j < n + NB; j++)
+                rows_block<T, Out, 1>(isa, mb, xm, w + j * K, bias ? bias + j : nullptr, y + m * N + j, N, K);
+            } else if (full) {
               rows_block<T, Out, NB>(isa, mb, xm, w + n * K, bias ? bias + n : nullptr, y + m * N + n, N, K);
             } else {
               for (int64_t j = n; j < N; j++)
