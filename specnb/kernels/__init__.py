@@ -152,7 +152,8 @@ class FusedSiblings:
         self.sizes = [layer.out_features for layer in layers]
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
-            [b.detach() if b is not None else self.weight.new_zeros(n) for b, n in zip(biases, self.sizes, strict=True)])
+            [b.detach() if b is not None else self.weight.new_zeros(n)
+             for b, n in zip(biases, self.sizes, strict=True)])
         start = 0
         for layer, size in zip(layers, self.sizes, strict=True):
             layer.weight.data = self.weight[start:start + size]
