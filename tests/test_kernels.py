@@ -178,3 +178,16 @@ def test_auto_dtype_is_bf16_where_the_kernels_run(monkeypatch):
     for isa in cpu.ISAS:
         monkeypatch.setattr(models, "kernel_isa", lambda isa=isa: isa)
         assert models.resolve_dtype("auto") == torch.bfloat16
+
+
+def test_a_fused_model_can_be_cast_and_copied():
+    import copy
+
+    loaded = tiny_model("qwen2")
+    ids = torch.randint(0, 256, (1, 7))
+    with torch.inference_mode():
+        fp32 = loaded.model(ids).logits
+        clone = copy.deepcopy(loaded.model).to(torch.bfloat16)  # what notebook 05 used to do
+        scale = float(fp32.abs().max())
+        torch.testing.assert_close(clone(ids).logits.float(), fp32, rtol=0.05, atol=0.05 * scale)
+        assert torch.equal(loaded.model(ids).logits, fp32)  # the original is untouched

@@ -144,12 +144,22 @@ class FusedSiblings:
     row slices (views) of the stacked buffer, so nothing is stored twice and the state dict is unchanged.
     The first sibling called on an input computes all outputs; the others return their slice when called on
     the same tensor (Llama, Qwen2 and Gemma3 call q, k, v and gate, up in that order), and compute their own
-    product otherwise. Every output element is computed as the unfused layer computes it: same bits.
+    product otherwise. Every output element is computed as the unfused layer computes it: same bits. A model
+    moved or cast after fusing (``.to(...)`` gives the layers new weights) is stacked again on its next call.
     """
 
     def __init__(self, layers: list[nn.Linear]):
-        self.weight = torch.cat([layer.weight.detach() for layer in layers])
+        self.layers = layers
         self.sizes = [layer.out_features for layer in layers]
+        self._stack()
+        self._input: Tensor | None = None
+        self._outputs: tuple[Tensor, ...] = ()
+        for index, layer in enumerate(layers):
+            layer.forward = functools.partial(self._forward, index, layer)
+
+    def _stack(self) -> None:
+        layers = self.layers
+        self.weight = torch.cat([layer.weight.detach() for layer in layers])
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else self.weight.new_zeros(n)
@@ -160,13 +170,11 @@ class FusedSiblings:
             if layer.bias is not None:
                 layer.bias.data = self.bias[start:start + size]
             start += size
-        self._input: Tensor | None = None
-        self._outputs: tuple[Tensor, ...] = ()
-        for index, layer in enumerate(layers):
-            layer.forward = functools.partial(self._forward, index, layer)
 
     def _forward(self, index: int, layer: nn.Linear, x: Tensor) -> Tensor:
         if index == 0:
+            if self.layers[0].weight.data_ptr() != self.weight.data_ptr():  # moved or cast since
+                self._stack()
             self._input, self._outputs = x, linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
         elif x is not self._input:
             return linear(x, layer.weight, layer.bias)
