@@ -7,8 +7,9 @@ the method's. Greedy runs are checked token for token against our AR output; whe
 first divergence is reported with the AR top-1/top-2 logit gap there, and whether that gap is within the
 rounding of the model's dtype (so a bf16 flip can be told from a bug).
 
-The machine's read bandwidth is measured once at the start (:func:`specnb.kernels.bench.read_bandwidth`);
-each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call (:func:`streamed_bytes`)
+The machine's read bandwidth is measured once at the start (:func:`specnb.ceilings.read_bandwidth`);
+each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call
+(:func:`specnb.ceilings.streamed_bytes`)
 times its target calls (prefills included) over its wall time, and ``bandwidth_fraction`` that over the
 read bandwidth: for AR, how close the loop runs to the machine's ceiling. The ``hf*`` baselines run the
 model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA).
@@ -26,8 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 from . import kernels
+from .ceilings import read_bandwidth, streamed_bytes
 from .decode import generate
-from .kernels.bench import read_bandwidth
 from .kernels.cpu import cpu_class
 from .methods import HF_BASELINES, MethodOptions, make_drafter, method_names
 from .metrics import first_divergence
@@ -86,16 +87,6 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     counter.remove()
     per_prompt = pd.DataFrame(rows)
     return pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True)
-
-
-def streamed_bytes(model: torch.nn.Module) -> int:
-    """Bytes of weights one target call reads: every parameter once (a tied head counted once), less an input
-    embedding that is not also the output head (a call reads only the rows of its tokens)."""
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
-    if embedding is not None and head is not None and embedding.weight is not head.weight:
-        total -= embedding.weight.numel() * embedding.weight.element_size()
-    return total
 
 
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:

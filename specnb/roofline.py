@@ -29,7 +29,9 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from . import kernels
+from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
 from .forward import forward
+from .kernels.cpu import cpu_class
 from .kv_cache import GrowingCache
 from .models import LoadedModel, load_model, resolve_dtype
 from .paths import cache_dir
@@ -58,14 +60,17 @@ class Grid:
 
 PAPER_KS = tuple(range(1, 33))
 PAPER_WS = tuple(range(16))
-CONTEXTS = (25, 100, 500)
+CONTEXTS = (256, 1024, 4096)
 COARSE_KS = (1, 2, 4, 8, 16, 32)
 COARSE_WS = (0, 1, 3, 7, 15)
 GRIDS = {
     # the paper's grid: k = 1..32, w = 0..15, three context lengths, median of 5 calls
     "full": Grid(PAPER_KS, PAPER_WS, CONTEXTS, repeats=5),
-    # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class), median of 2 calls
-    "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS, repeats=2),
+    # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class) up to 64 tokens per call, median
+    # of 5 calls after a warm-up call per cell
+    "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS[:2], repeats=5, max_tokens=64),
+    # the cost curve: one row of 1..64 tokens (a chain or a tree), contexts 256 / 1k / 4k
+    "curve": Grid((1,), (0, 1, 3, 7, 15, 31, 63), CONTEXTS, repeats=5),
     "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
     # the shapes the adaptive draft shape may pick by default (up to 64 tokens per call: beyond that an fp32
     # call costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
@@ -108,7 +113,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
 
     For each context length the cache is filled once with random tokens (batch 1); before every call the
     cache is reset to that prefill, expanded to k rows (views, no copies), so each call appends the same
-    (k, w + 1) block to the same cache. One untimed call warms up each context.
+    (k, w + 1) block to the same cache. One untimed call warms up every cell (allocator, thread pool, caches).
     """
     device = next(model.parameters()).device
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -125,7 +130,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
         cache, base = prefilled[context]
         block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
         times = []
-        for _repeat in range(grid.repeats + (1 if (k, w) == (1, 0) else 0)):  # warm-up call before the reference
+        for _repeat in range(grid.repeats + 1):  # one warm-up call per cell
             for layer, (keys, values) in zip(cache.layers, base, strict=True):
                 layer.keys, layer.values = keys.expand(k, -1, -1, -1), values.expand(k, -1, -1, -1)
             _sync(device)
@@ -133,8 +138,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
             forward(model, block, past_key_values=cache, use_cache=True)
             _sync(device)
             times.append(time.perf_counter() - start)
-        if (k, w) == (1, 0):
-            times = times[1:]
+        times = times[1:]
         rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times)))
     frame = pd.DataFrame(rows)
     reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
@@ -144,7 +148,9 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
 
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
             progress: bool = True) -> pd.DataFrame:
-    """:func:`time_cells` plus provenance columns (model, dtype, device, torch version, date, repeats)."""
+    """:func:`time_cells` plus provenance columns (model, dtype, device, torch version, date, repeats, CPU
+    class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the measured read
+    bandwidth) and ``compute_floor_s`` (2 x parameters x tokens over PyTorch's best GEMM FLOP/s here)."""
     model = target.model if isinstance(target, LoadedModel) else target
     name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
     param = next(model.parameters())
@@ -157,6 +163,12 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     frame["kernel"] = kernels.routed(model) or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
+    if param.device.type == "cpu":
+        frame["cpu_class"] = cpu_class()
+        frame["read_gb_per_s"] = read_bandwidth()
+        frame["gemm_gflops"] = gemm_flops(param.dtype) / 1e9
+        frame["bandwidth_floor_s"] = streamed_bytes(model) / (frame.read_gb_per_s * 1e9)
+        frame["compute_floor_s"] = 2 * matmul_parameters(model) * frame.tokens / (frame.gemm_gflops * 1e9)
     return frame
 
 

@@ -3,7 +3,7 @@
 For each weight shape and row count it times every available backend on the same inputs, cycling through
 enough copies of the weight (>= 256 MB) that each call streams its weight from memory as in a real model,
 and reports ms per call, the weight bytes read per second and that as a fraction of the machine's read
-bandwidth (:func:`read_bandwidth`). Backends:
+bandwidth (:func:`specnb.ceilings.read_bandwidth`). Backends:
 
 * ``fewrow``:  :mod:`specnb.kernels` (this project's kernel);
 * ``torch``:   ``F.linear`` (MKL / oneDNN as PyTorch dispatches it);
@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..ceilings import read_bandwidth
 from . import linear as fewrow_linear
 from .cpu import cpu_class
 
@@ -39,19 +40,6 @@ SHAPES = {
 }
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 STREAM_BYTES = 256 << 20
-
-
-def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
-    """The machine's read bandwidth in GB/s (1e9 bytes): median of ``repeats`` sums over ``megabytes`` of
-    float32 on all of torch's threads, after one untimed pass."""
-    data = torch.ones(megabytes << 18)  # 4 bytes each
-    data.sum()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        data.sum()
-        times.append(time.perf_counter() - start)
-    return data.numel() * 4 / statistics.median(times) / 1e9
 
 
 def _onednn(weight: Tensor) -> Callable[[Tensor], Tensor]:
