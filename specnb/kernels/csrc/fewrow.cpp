@@ -281,10 +281,13 @@ void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
   const T* kp = reinterpret_cast<const T*>(k.data_ptr());
   const T* vp = reinterpret_cast<const T*>(v.data_ptr());
   Out* op = reinterpret_cast<Out*>(out.data_ptr());  // [B, Q, H, D] contiguous
-  at::parallel_for(0, B * H * Q, 1, [&](int64_t begin, int64_t end) {
+  // (batch, head, query) items handed out one at a time, as the GEMM's blocks are (a busy core is covered)
+  const int64_t items = B * H * Q;
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(items, at::get_num_threads()), 1, [&](int64_t, int64_t) {
     std::vector<float> scores(S), acc(D);
     std::vector<int64_t> keys(S);
-    for (int64_t item = begin; item < end; item++) {
+    for (int64_t item; (item = next.fetch_add(1)) < items;) {
       const int64_t b = item / (H * Q), h = (item / Q) % H, i = item % Q, hk = h / group;
       const T* qi = qp + b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
       const T* kb = kp + b * k.stride(0) + hk * k.stride(1);
