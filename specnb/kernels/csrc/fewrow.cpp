@@ -77,8 +77,9 @@ inline float scalar(float v) { return v; }
 inline float scalar(bf16 v) { return widen1(v); }
 
 // y[m, j] for m < mb, j < nb: x [mb, K] (row stride K) times w [nb, K]; fp32 accumulation, 8 lanes.
-template <typename T, int mb, int nb, typename Out>
-void block_avx2(const T* x, const T* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
+// bf16 inputs arrive widened to fp32 once per call (exact), so only the weights are widened here.
+template <typename TX, typename TW, int mb, int nb, typename Out>
+void block_avx2(const TX* x, const TW* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
   __m256 acc[mb][nb];
 #pragma GCC unroll 16
   for (int m = 0; m < mb; m++)
@@ -88,10 +89,10 @@ void block_avx2(const T* x, const T* w, const float* bias, Out* y, int64_t ldy, 
   for (int64_t k = 0; k < k8; k += 8) {
     __m256 wv[nb];
 #pragma GCC unroll 16
-    for (int j = 0; j < nb; j++) wv[j] = load8<T>(w + j * K + k);
+    for (int j = 0; j < nb; j++) wv[j] = load8<TW>(w + j * K + k);
 #pragma GCC unroll 16
     for (int m = 0; m < mb; m++) {
-      __m256 xv = load8<T>(x + m * K + k);
+      __m256 xv = load8<TX>(x + m * K + k);
 #pragma GCC unroll 16
       for (int j = 0; j < nb; j++) acc[m][j] = _mm256_fmadd_ps(xv, wv[j], acc[m][j]);
     }
@@ -158,32 +159,36 @@ AVX512BF16 void block_bf16(const bf16* x, const bf16* w, const float* bias, Out*
 
 // ------------------------------------------------------------------------------------ dispatch
 
-template <typename T, typename Out, int mb, int nb>
-void run_block(int isa, const T* x, const T* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (isa == ISA_AVX512BF16) return block_bf16<mb, nb>(x, w, bias, y, ldy, K);
+template <typename TX, typename TW, typename Out, int mb, int nb>
+void run_block(int isa, const TX* x, const TW* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
+  if constexpr (std::is_same_v<TX, bf16>) {
+    return block_bf16<mb, nb>(x, w, bias, y, ldy, K);  // only the AVX512-BF16 path keeps bf16 inputs
+  } else if constexpr (nb == 4) {  // 16 ymm registers: two 4 x 2 blocks keep the accumulators out of memory
+    block_avx2<TX, TW, mb, 2>(x, w, bias, y, ldy, K);
+    block_avx2<TX, TW, mb, 2>(x, w + 2 * K, bias ? bias + 2 : nullptr, y + 2, ldy, K);
+  } else {
+    block_avx2<TX, TW, mb, nb>(x, w, bias, y, ldy, K);
   }
-  block_avx2<T, mb, nb>(x, w, bias, y, ldy, K);
 }
 
 // Rows m0.. of x (at most MB of them) times weight rows n..n+nb.
-template <typename T, typename Out, int nb>
-void rows_block(int isa, int mb, const T* x, const T* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
+template <typename TX, typename TW, typename Out, int nb>
+void rows_block(int isa, int mb, const TX* x, const TW* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
   switch (mb) {
-    case 1: return run_block<T, Out, 1, nb>(isa, x, w, bias, y, ldy, K);
-    case 2: return run_block<T, Out, 2, nb>(isa, x, w, bias, y, ldy, K);
-    case 3: return run_block<T, Out, 3, nb>(isa, x, w, bias, y, ldy, K);
-    default: return run_block<T, Out, 4, nb>(isa, x, w, bias, y, ldy, K);
+    case 1: return run_block<TX, TW, Out, 1, nb>(isa, x, w, bias, y, ldy, K);
+    case 2: return run_block<TX, TW, Out, 2, nb>(isa, x, w, bias, y, ldy, K);
+    case 3: return run_block<TX, TW, Out, 3, nb>(isa, x, w, bias, y, ldy, K);
+    default: return run_block<TX, TW, Out, 4, nb>(isa, x, w, bias, y, ldy, K);
   }
 }
 
 // Weight blocks are handed out in small chunks from a shared counter rather than split evenly up front: when
 // another process holds one of the cores, the other threads take over its share instead of waiting for it.
-template <typename T, typename Out>
-void gemm(int isa, const T* x, const T* w, const float* bias, Out* y, int64_t M, int64_t N, int64_t K) {
+template <typename TX, typename TW, typename Out>
+void gemm(int isa, const TX* x, const TW* w, const float* bias, Out* y, int64_t M, int64_t N, int64_t K) {
   const int64_t blocks = (N + NB - 1) / NB;
   // ~64 KB of weights per chunk: few enough grabs to cost nothing, enough chunks to balance the threads
-  const int64_t chunk = std::max<int64_t>(1, 65536 / (NB * K * int64_t(sizeof(T))));
+  const int64_t chunk = std::max<int64_t>(1, 65536 / (NB * K * int64_t(sizeof(TW))));
   const int64_t tasks = (blocks + chunk - 1) / chunk;
   std::atomic<int64_t> next{0};
   at::parallel_for(0, std::min<int64_t>(tasks, at::get_num_threads()), 1, [&](int64_t t0, int64_t t1) {
@@ -194,15 +199,15 @@ void gemm(int isa, const T* x, const T* w, const float* bias, Out* y, int64_t M,
           const bool full = n + NB <= N;
           for (int64_t m = 0; m < M; m += MB) {
             const int mb = int(std::min<int64_t>(MB, M - m));
-            const T* xm = x + m * K;
+            const TX* xm = x + m * K;
             if (full && M <= MB) {  // few rows: weight rows one after the other, one sequential stream
               for (int64_t j = n; j < n + NB; j++)
-                rows_block<T, Out, 1>(isa, mb, xm, w + j * K, bias ? bias + j : nullptr, y + m * N + j, N, K);
+                rows_block<TX, TW, Out, 1>(isa, mb, xm, w + j * K, bias ? bias + j : nullptr, y + m * N + j, N, K);
             } else if (full) {
-              rows_block<T, Out, NB>(isa, mb, xm, w + n * K, bias ? bias + n : nullptr, y + m * N + n, N, K);
+              rows_block<TX, TW, Out, NB>(isa, mb, xm, w + n * K, bias ? bias + n : nullptr, y + m * N + n, N, K);
             } else {
               for (int64_t j = n; j < N; j++)
-                rows_block<T, Out, 1>(isa, mb, xm, w + j * K, bias ? bias + j : nullptr, y + m * N + j, N, K);
+                rows_block<TX, TW, Out, 1>(isa, mb, xm, w + j * K, bias ? bias + j : nullptr, y + m * N + j, N, K);
             }
           }
         }
@@ -229,12 +234,18 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
     b = bias32.data_ptr<float>();
   }
   if (x.scalar_type() == torch::kFloat32) {
-    gemm<float, float>(int(isa), x.data_ptr<float>(), weight.data_ptr<float>(), b, out.data_ptr<float>(), M, N, K);
+    gemm<float, float, float>(int(isa), x.data_ptr<float>(), weight.data_ptr<float>(), b, out.data_ptr<float>(),
+                              M, N, K);
   } else {
     TORCH_CHECK(x.scalar_type() == torch::kBFloat16, "linear: float32 or bfloat16");
-    gemm<bf16, at::BFloat16>(int(isa), reinterpret_cast<const bf16*>(x.data_ptr()),
-                             reinterpret_cast<const bf16*>(weight.data_ptr()), b, out.data_ptr<at::BFloat16>(),
-                             M, N, K);
+    const bf16* w = reinterpret_cast<const bf16*>(weight.data_ptr());
+    if (isa == ISA_AVX512BF16) {
+      gemm<bf16, bf16, at::BFloat16>(int(isa), reinterpret_cast<const bf16*>(x.data_ptr()), w, b,
+                                     out.data_ptr<at::BFloat16>(), M, N, K);
+    } else {
+      const auto x32 = x.to(torch::kFloat32);  // exact; widened once instead of once per weight block
+      gemm<float, bf16, at::BFloat16>(int(isa), x32.data_ptr<float>(), w, b, out.data_ptr<at::BFloat16>(), M, N, K);
+    }
   }
   return out;
 }
