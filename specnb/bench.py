@@ -30,7 +30,7 @@ from . import kernels
 from .ceilings import read_bandwidth, streamed_bytes
 from .decode import generate
 from .kernels.cpu import cpu_class
-from .methods import HF_BASELINES, MethodOptions, make_drafter, method_names
+from .methods import HF_BASELINES, LLAMACPP_BASELINES, MethodOptions, make_drafter, method_names
 from .metrics import first_divergence
 from .models import LoadedModel, load_model
 from .prompts import Prompt, encode_prompt
@@ -78,7 +78,7 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
             counter.calls = 0
             out = runners[method](prompt, config.max_new_tokens)
             out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
-            row = {"method": method, "prompt_id": prompt.id, **out, "weight_bytes": weight_bytes,
+            row = {"method": method, "prompt_id": prompt.id, "weight_bytes": weight_bytes, **out,
                    "read_gb_per_s": bandwidth, "cpu_class": cpu_class()}
             if method == "ar":
                 reference = dict(out)
@@ -120,7 +120,8 @@ def _compare(row: dict, reference: dict, config: BenchConfig, target: LoadedMode
     tokens = row.pop("tokens")
     for private in [key for key in row if key.startswith("_")]:
         del row[private]
-    if config.temperature > 0:  # sampled runs differ by design; their check is statistical (tests)
+    if config.temperature > 0 or row["method"] in LLAMACPP_BASELINES:
+        # sampled runs differ by design (their check is statistical: tests); llama.cpp runs other weights
         return {**row, "identical_to_ar": math.nan}
     index = first_divergence(reference["tokens"], tokens)
     row["identical_to_ar"] = index is None
@@ -138,6 +139,10 @@ def _runner(method: str, target: LoadedModel, options: MethodOptions, config: Be
     """A function (prompt, max_new_tokens) -> result dict for one method."""
     if method in HF_BASELINES:
         return _hf_runner(method, target, options, config)
+    if method in LLAMACPP_BASELINES:
+        from . import llamacpp
+
+        return llamacpp.runner(method, target, target.max_context, draft_tokens=options.get("w", 10))
     drafter = make_drafter(method, target, options)
 
     def run(prompt: Prompt, max_new_tokens: int) -> dict:

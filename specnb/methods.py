@@ -74,10 +74,11 @@ FACTORIES: dict[str, Any] = {
 }
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
+LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.llamacpp
 
 
 def method_names() -> list[str]:
-    return [*FACTORIES, *HF_BASELINES]
+    return [*FACTORIES, *HF_BASELINES, *LLAMACPP_BASELINES]
 
 
 def make_drafter(method: str, target: LoadedModel, options: MethodOptions | None = None) -> Drafter | None:
