@@ -1,0 +1,166 @@
+"""The loop on an accelerator, checked without one: every verification mode and drafter family decodes on a
+pretend device (tests/fake_device.py) that fails on any host/device mixing, and gives the CPU's tokens."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from conftest import tiny
+from fake_device import FAKE, DeviceMixing, fake_device
+from test_dense import CONFIG, own_outputs
+from test_rest import self_corpus
+
+from specnb.cli import main
+from specnb.decode import generate
+from specnb.drafters.crest import CrestDrafter, build_crest
+from specnb.drafters.dense import DenseDrafter, build_datastore
+from specnb.drafters.draft_model import DraftModelDrafter, load_draft
+from specnb.drafters.mixed import MixedDrafter
+from specnb.drafters.model_ngram import BigramDrafter, bigram_table
+from specnb.drafters.rest import RestDrafter, RestIndex
+from specnb.methods import make_drafter
+from specnb.models import LoadedModel, load_model
+from specnb.profiles import PROFILES
+
+ARCH = "gemma3"  # sliding-window and full layers: both masks, contexts longer than the window
+PROMPT = "def add(a, b):\n    return"
+NEW_TOKENS = 20
+
+
+@functools.cache
+def fake_target() -> LoadedModel:
+    """The tiny model loaded straight onto the fake device (``load_model(device=...)`` for a tiny model)."""
+    with fake_device():
+        target = load_model(f"tiny-{ARCH}", device=FAKE)
+    assert all(p.device == FAKE for p in target.model.parameters())
+    return target
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> dict:
+    """Datastores built on the CPU from the CPU model; the drafters read them on the host."""
+    root = tmp_path_factory.mktemp("device")
+    cpu = tiny(ARCH)
+    index = RestIndex.build(self_corpus(cpu, [PROMPT, "import os\n"], tokens=40), progress=False)
+    return {"rest": index, "crest": build_crest(index, root / "c.sqlite", ns=(1, 2, 3), t=50, progress=False),
+            "dense": build_datastore(cpu, own_outputs(cpu), root / "dense", CONFIG, progress=False)}
+
+
+def drafter_for(family: str, target: LoadedModel, stores: dict, temperature: float = 0.0):
+    """A fresh drafter of ``family`` for ``target`` (model-based ones use the target, on its device)."""
+    if family == "ar":
+        return None
+    if family in ("pld", "ngram-unigram"):
+        return make_drafter(family, target)
+    if family in ("ngram-bigram", "mixed"):
+        table = bigram_table(target, list(range(256)), k_max=4, progress=False)
+        return BigramDrafter(table, k=3, w=2) if family == "ngram-bigram" else MixedDrafter(table, k=3, w=3)
+    if family == "rest":
+        return RestDrafter(stores["rest"])
+    if family == "crest":
+        return CrestDrafter(stores["crest"])
+    if family == "dense":
+        return DenseDrafter(stores["dense"], 3, 4)
+    scheme, shape = {"sd": ("mcss", "1x1x1"), "mcsd": ("mcss-wor", "3x2x1"), "mcns": ("mcns", "2x2")}[family]
+    return DraftModelDrafter(load_draft(target, "self:2"), shape, target.vocab_size, scheme=scheme,
+                             temperature=temperature)
+
+
+FAMILIES = ["ar", "pld", "ngram-unigram", "ngram-bigram", "mixed", "rest", "crest", "dense", "sd", "mcsd"]
+
+
+def run_both(family: str, stores: dict, temperature: float, verify: str) -> tuple[list[int], list[int]]:
+    """(CPU tokens, fake-device tokens) of one generation. The device runs first, so that tables a drafter
+    derives from the model (n-gram tables, cached on disk) are computed there."""
+    kwargs = dict(max_new_tokens=NEW_TOKENS, temperature=temperature, verify=verify, seed=3)
+    target = fake_target()
+    with fake_device():
+        got = generate(target, PROMPT, drafter_for(family, target, stores, temperature), **kwargs).tokens
+    cpu = tiny(ARCH)
+    return generate(cpu, PROMPT, drafter_for(family, cpu, stores, temperature), **kwargs).tokens, got
+
+
+@pytest.mark.usefixtures("isolated_cache")
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_decoding_on_the_device_equals_the_cpu(stores, family, verify):
+    expected, got = run_both(family, stores, 0.0, verify)
+    assert got == expected
+
+
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+@pytest.mark.parametrize("family", ["ar", "pld", "sd", "mcsd", "mcns"])
+def test_sampling_on_the_device_draws_like_the_cpu(stores, family, verify):
+    """Deterministic-draft sampling and MCSS (with / without replacement, MCNS): generators on the device."""
+    expected, got = run_both(family, stores, 0.9, verify)
+    assert got == expected
+
+
+def test_one_host_read_per_greedy_call():
+    target = fake_target()
+    with fake_device() as counters:
+        out = generate(target, PROMPT, max_new_tokens=NEW_TOKENS)
+    assert counters.host_reads == 1 + out.stats.num_calls  # the prefill's token, then one argmax per call
+
+
+def test_the_check_is_live(monkeypatch):
+    """A generator made without its device, a host tensor fed to the model, .numpy() of a device tensor:
+    each fails on the fake device as it would on a GPU."""
+    target = fake_target()
+    monkeypatch.setattr("specnb.decode.make_generator", lambda device, seed: torch.Generator().manual_seed(seed))
+    with fake_device(), pytest.raises(DeviceMixing, match="generator"):
+        generate(target, PROMPT, max_new_tokens=4, temperature=1.0)
+    with fake_device():
+        with pytest.raises(DeviceMixing, match="host tensor"):
+            target.model(torch.tensor([[1, 2, 3]]))
+        with pytest.raises(TypeError, match="numpy"):
+            torch.zeros(2, device=FAKE).numpy()
+
+
+def test_generate_synchronises_at_every_phase_boundary(monkeypatch):
+    calls = []
+    monkeypatch.setattr("specnb.decode.synchronize", lambda device: calls.append(device))
+    out = generate(tiny(ARCH), PROMPT, make_drafter("pld", tiny(ARCH)), max_new_tokens=8)
+    assert len(calls) == 1 + 3 * out.stats.num_calls  # after prefill; after draft, verify, bookkeeping
+
+
+def test_profiles_default_to_the_available_device():
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert {p.device for p in PROFILES.values()} == {expected}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+@pytest.mark.parametrize("command", [["bench", "--model", "tiny-llama", "--prompts", "PROMPTS", "--n", "1"],
+                                     ["roofline", "--model", "tiny-llama", "--out", "OUT"],
+                                     ["roofline", "--model", "random:qwen2.5-1.5b", "--out", "OUT"]])
+def test_cuda_without_cuda_is_one_clear_error(command, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hi"}\n')
+    argv = [str(prompts) if a == "PROMPTS" else str(tmp_path / "o.csv") if a == "OUT" else a for a in command]
+    assert main([*argv, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("specnb: error:") and "CUDA is not available" in err
+
+
+def test_bench_runners_and_dresd_on_the_device():
+    from specnb.bench import BenchConfig, run_bench
+    from specnb.dresd import prompt_state
+    from specnb.prompts import Prompt
+
+    prompts = [Prompt("a", text=PROMPT)]
+    with fake_device():
+        frame = run_bench(fake_target(), prompts, BenchConfig(["hf", "hf-pld", "pld"], max_new_tokens=6,
+                                                              warmup_tokens=2), progress=False)
+        hidden, root = prompt_state(fake_target(), prompts[0])
+    assert frame[frame.prompt_id == "ALL"].identical_to_ar.tolist() == [1.0] * 4
+    assert hidden.shape == (fake_target().model.config.hidden_size,) and 0 <= root < fake_target().vocab_size
+
+
+def test_roofline_times_on_the_device():
+    from specnb.roofline import Grid, time_cells
+
+    with fake_device():
+        frame = time_cells(fake_target().model, Grid((1, 2), (0, 1), (8, 30), repeats=1), progress=False)
+    assert len(frame) == 8 and (frame.seconds > 0).all()
