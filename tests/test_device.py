@@ -40,12 +40,15 @@ def fake_target() -> LoadedModel:
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> dict:
-    """Datastores built on the CPU from the CPU model; the drafters read them on the host."""
+    """Datastores the drafters read on the host: REST and CREST from the CPU model's outputs, the dense one
+    built on the device (its corpus generated there, its hidden states extracted there)."""
     root = tmp_path_factory.mktemp("device")
-    cpu = tiny(ARCH)
-    index = RestIndex.build(self_corpus(cpu, [PROMPT, "import os\n"], tokens=40), progress=False)
+    index = RestIndex.build(self_corpus(tiny(ARCH), [PROMPT, "import os\n"], tokens=40), progress=False)
+    with fake_device():
+        dense_store = build_datastore(fake_target(), own_outputs(fake_target()), root / "dense", CONFIG,
+                                      progress=False)
     return {"rest": index, "crest": build_crest(index, root / "c.sqlite", ns=(1, 2, 3), t=50, progress=False),
-            "dense": build_datastore(cpu, own_outputs(cpu), root / "dense", CONFIG, progress=False)}
+            "dense": dense_store}
 
 
 def drafter_for(family: str, target: LoadedModel, stores: dict, temperature: float = 0.0):
