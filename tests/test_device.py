@@ -20,7 +20,7 @@ from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.drafters.mixed import MixedDrafter
 from specnb.drafters.model_ngram import BigramDrafter, bigram_table
 from specnb.drafters.rest import RestDrafter, RestIndex
-from specnb.methods import make_drafter
+from specnb.methods import MethodOptions, make_drafter
 from specnb.models import LoadedModel, load_model
 from specnb.profiles import PROFILES
 
@@ -147,17 +147,24 @@ def test_cuda_without_cuda_is_one_clear_error(command, tmp_path, capsys):
     assert len(err.splitlines()) == 1 and err.startswith("specnb: error:") and "CUDA is not available" in err
 
 
-def test_bench_runners_and_dresd_on_the_device():
+def test_bench_runners_and_dresd_on_the_device(monkeypatch):
+    from specnb import bench
     from specnb.bench import BenchConfig, run_bench
     from specnb.dresd import prompt_state
     from specnb.prompts import Prompt
 
+    assistants = []  # hf-assisted's draft model (Hugging Face would also run one left on the CPU, slowly)
+    monkeypatch.setattr(bench, "load_model", lambda *args, **kwargs: assistants.append(
+        load_model(*args, **kwargs)) or assistants[-1])
     prompts = [Prompt("a", text=PROMPT)]
     with fake_device():
-        frame = run_bench(fake_target(), prompts, BenchConfig(["hf", "hf-pld", "pld"], max_new_tokens=6,
-                                                              warmup_tokens=2), progress=False)
+        config = BenchConfig(["hf", "hf-pld", "hf-assisted", "pld"], max_new_tokens=6, warmup_tokens=2,
+                             options=MethodOptions(draft="tiny-llama"))  # the assistant: on the target's device
+        frame = run_bench(fake_target(), prompts, config, progress=False)
         hidden, root = prompt_state(fake_target(), prompts[0])
-    assert frame[frame.prompt_id == "ALL"].identical_to_ar.tolist() == [1.0] * 4
+    summary = frame[frame.prompt_id == "ALL"].set_index("method")
+    assert summary.identical_to_ar.tolist() == [1.0] * 5
+    assert [next(a.model.parameters()).device for a in assistants] == [FAKE]
     assert hidden.shape == (fake_target().model.config.hidden_size,) and 0 <= root < fake_target().vocab_size
 
 
@@ -167,3 +174,9 @@ def test_roofline_times_on_the_device():
     with fake_device():
         frame = time_cells(fake_target().model, Grid((1, 2), (0, 1), (8, 30), repeats=1), progress=False)
     assert len(frame) == 8 and (frame.seconds > 0).all()
+
+
+def test_named_draft_models_follow_the_target_unless_told():
+    with fake_device():
+        assert next(load_draft(fake_target(), "tiny-llama").model.parameters()).device == FAKE
+        assert next(load_draft(fake_target(), "tiny-llama", device="cpu").model.parameters()).device.type == "cpu"
