@@ -101,11 +101,15 @@ def test_sampling_on_the_device_draws_like_the_cpu(stores, family, verify):
     assert got == expected
 
 
-def test_one_host_read_per_greedy_call():
+@pytest.mark.parametrize("verify", ["tree", "batch"])
+@pytest.mark.parametrize("family", ["ar", "pld", "rest"])
+def test_one_host_read_per_greedy_call(stores, family, verify):
+    """Host-side drafters: the loop reads the device once per call (the argmax), plus the prefill's token."""
     target = fake_target()
     with fake_device() as counters:
-        out = generate(target, PROMPT, max_new_tokens=NEW_TOKENS)
-    assert counters.host_reads == 1 + out.stats.num_calls  # the prefill's token, then one argmax per call
+        out = generate(target, PROMPT, drafter_for(family, target, stores), max_new_tokens=NEW_TOKENS,
+                       verify=verify)
+    assert counters.host_reads == 1 + out.stats.num_calls
 
 
 def test_the_check_is_live(monkeypatch):
