@@ -23,6 +23,7 @@ from specnb.drafters.rest import RestDrafter, RestIndex
 from specnb.methods import MethodOptions, make_drafter
 from specnb.models import LoadedModel, load_model
 from specnb.profiles import PROFILES
+from specnb.sampling import CandidateDraft, SamplingConfig, accept_mcss
 
 ARCH = "gemma3"  # sliding-window and full layers: both masks, contexts longer than the window
 PROMPT = "def add(a, b):\n    return"
@@ -184,3 +185,19 @@ def test_named_draft_models_follow_the_target_unless_told():
     with fake_device():
         assert next(load_draft(fake_target(), "tiny-llama").model.parameters()).device == FAKE
         assert next(load_draft(fake_target(), "tiny-llama", device="cpu").model.parameters()).device.type == "cpu"
+
+
+def test_mcss_at_temperature_zero_on_the_device():
+    """A sampled draft verified greedily: the target's one-hot distribution is built on the device."""
+    torch.manual_seed(0)
+    logits, q = torch.randn(3, 16), torch.softmax(torch.randn(2, 16), -1)
+    top = int(logits[0].argmax())
+    tokens = torch.tensor([(top + 1) % 16, top])  # the second candidate is the target's choice
+    results = []
+    for device in ("cpu", FAKE):
+        with fake_device():
+            draft = CandidateDraft(tokens, torch.tensor([-1, -1]), q.to(device), scheme="mcss-wor")
+            acceptance = accept_mcss(draft, logits.to(device), SamplingConfig(0.0),
+                                     torch.Generator(device=device).manual_seed(0))
+        results.append((acceptance.nodes.tolist(), acceptance.bonus))
+    assert results[0] == results[1] and results[0][0] == [1]
