@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from . import kernels
 from .ceilings import read_bandwidth, streamed_bytes
 from .decode import generate
+from .device import model_device, synchronize
 from .kernels.cpu import cpu_class
 from .methods import HF_BASELINES, LLAMACPP_BASELINES, MethodOptions, make_drafter, method_names
 from .metrics import first_divergence
@@ -157,22 +158,26 @@ def _runner(method: str, target: LoadedModel, options: MethodOptions, config: Be
 
 
 def _hf_runner(method: str, target: LoadedModel, options: MethodOptions, config: BenchConfig):
-    """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model."""
+    """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model (loaded on the
+    target's device); timed between device synchronisations."""
+    device = model_device(target.model)
     kwargs: dict = {}
     if method == "hf-pld":
         kwargs["prompt_lookup_num_tokens"] = options.get("w", 10)
     if method == "hf-assisted":
         if not options.draft or options.draft.startswith("self:"):
             raise ValueError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
-        kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype).model
+        kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype,
+                                               device=device).model
     sampling = dict(do_sample=True, temperature=config.temperature, top_p=config.top_p) if config.temperature > 0 \
         else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
     eos = sorted(target.eos_token_ids) or None
     pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
 
     def run(prompt: Prompt, max_new_tokens: int) -> dict:
-        ids = encode_prompt(target, prompt)[None]
+        ids = encode_prompt(target, prompt)[None].to(device)
         torch.manual_seed(config.seed)
+        synchronize(device)
         start = time.perf_counter()
         with torch.inference_mode(), contextlib.ExitStack() as stack:
             for model in (target.model, kwargs.get("assistant_model")):  # both as Hugging Face ships them
@@ -180,8 +185,9 @@ def _hf_runner(method: str, target: LoadedModel, options: MethodOptions, config:
                     stack.enter_context(kernels.stock(model))
             out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                         eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
+        synchronize(device)
         seconds = time.perf_counter() - start
-        tokens = out[0, ids.shape[1]:].tolist()
+        tokens = out[0, ids.shape[1]:].cpu().tolist()
         return {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds,
                 "tokens": tokens}
 

@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated; 'ar' always runs")
     p.add_argument("--dtype", default="auto", help="auto | bfloat16 | float32")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
@@ -93,6 +94,7 @@ def _models_fetch(args) -> int:
 def _bench(args) -> int:
     from .bench import BenchConfig, format_table, run_bench
     from .datasets import load_prompts
+    from .device import default_device
     from .methods import MethodOptions, split_datastores
     from .models import load_model
 
@@ -104,8 +106,9 @@ def _bench(args) -> int:
                          max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                          seed=args.seed, verify=args.verify, options=options)
     prompts = load_prompts(args.prompts, args.n)
-    target = load_model(args.model, dtype=args.dtype)
-    print(f"{target.name} ({next(target.model.parameters()).dtype}), {len(prompts)} prompts from {args.prompts}, "
+    target = load_model(args.model, dtype=args.dtype, device=args.device or default_device())
+    param = next(target.model.parameters())
+    print(f"{target.name} ({param.dtype}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
     results = run_bench(target, prompts, config)
     print(format_table(results))

@@ -25,6 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from . import kernels
+from .device import resolve_device
 from .kernels.cpu import kernel_isa
 from .paths import cache_dir
 
@@ -231,8 +232,12 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, sliding_window: int = 16,
-               init_std: float = 0.3, dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """A randomly initialised model (float32 unless ``dtype``) of ``arch`` (llama | qwen2 | gemma3) with 4 small layers.
+               init_std: float = 0.3, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> LoadedModel:
+    """A randomly initialised model (float32 unless ``dtype``) of ``arch`` (llama | qwen2 | gemma3) with 4 small
+    layers.
+
+    The weights are drawn on the CPU and then moved to ``device``, so every device gets the same model.
 
     ``init_std`` is large so that logits are well separated (greedy ties cannot flip on rounding) and the
     model falls into repetitive loops, which gives n-gram drafters something to find. Gemma3 gets a short
@@ -255,7 +260,7 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
         raise ModelError(f"unknown tiny architecture {arch!r}; use one of {', '.join(TINY_ARCHS)}")
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype).eval()
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device=device, dtype=dtype).eval()
     kernels.install(model)
     return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
 
@@ -263,17 +268,19 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
 # ------------------------------------------------------------------------------------------- loading
 
 
-def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu") -> LoadedModel:
+def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
 
-    Returns a :class:`LoadedModel` in eval mode on ``device``. ``dtype="auto"`` is bf16 where the
-    hardware has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32
-    unless a dtype other than ``"auto"`` is asked for.
+    Returns a :class:`LoadedModel` in eval mode on ``device`` (weights are loaded straight onto it; a
+    CUDA device on a machine without one raises ValueError). ``dtype="auto"`` is bf16 where the hardware
+    has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
+    dtype other than ``"auto"`` is asked for.
     """
+    device = resolve_device(device)
     if name.startswith("tiny-"):
-        tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device)
-        return tiny_model(name.removeprefix("tiny-"), dtype=tiny_dtype)
-    torch_dtype = resolve_dtype(dtype, device)
+        tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
+        return tiny_model(name.removeprefix("tiny-"), dtype=tiny_dtype, device=device)
+    torch_dtype = resolve_dtype(dtype, device.type)
     if name in EMBEDDED:
         spec = EMBEDDED[name]
         path = cache_dir() / "models" / name
@@ -291,7 +298,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
         source, chat = str(local) if local.exists() else name, None
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(device).eval()
+        placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **placement).eval()
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 
 from . import kernels
 from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
+from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
 from .kernels.cpu import cpu_class
 from .kv_cache import GrowingCache
@@ -101,45 +102,38 @@ def device_name(device: torch.device | str) -> str:
     return f"{name}, {torch.get_num_threads()} torch threads"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
 def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool = True,
                desc: str = "roofline") -> pd.DataFrame:
     """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown.
 
     For each context length the cache is filled once with random tokens (batch 1); before every call the
-    cache is reset to that prefill, expanded to k rows (views, no copies), so each call appends the same
-    (k, w + 1) block to the same cache. One untimed call warms up every cell (allocator, thread pool, caches).
+    cache is cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
+    :mod:`specnb.kv_cache`), so each call appends the same (k, w + 1) block to the same cache. Every cell
+    gets one untimed warm-up call (kernels and allocations differ per shape, notably on a GPU).
     """
-    device = next(model.parameters()).device
+    device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(seed)
-    rows, prefilled = [], {}
+    rows, prefilled = [], None
     cells = grid.cells()
     bar = tqdm(cells, desc=desc, unit="cell", disable=not progress)
     for context, k, w in bar:
-        if context not in prefilled:
+        if prefilled is None or prefilled[0] != context:
             cache = GrowingCache()
-            prompt = torch.randint(vocab, (1, context), generator=generator).to(device)
+            prompt = torch.randint(vocab, (1, context), generator=generator)
             forward(model, prompt, last_only=True, past_key_values=cache, use_cache=True)
-            prefilled = {context: (cache, [(layer.keys, layer.values) for layer in cache.layers])}
-        cache, base = prefilled[context]
+            prefilled = (context, cache)
         block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
         times = []
-        for _repeat in range(grid.repeats + 1):  # one warm-up call per cell
-            for layer, (keys, values) in zip(cache.layers, base, strict=True):
-                layer.keys, layer.values = keys.expand(k, -1, -1, -1), values.expand(k, -1, -1, -1)
-            _sync(device)
+        for _repeat in range(grid.repeats + 1):  # the first call is the warm-up
+            cache.keep(context, torch.empty(0, dtype=torch.long))
+            synchronize(device)
             start = time.perf_counter()
             forward(model, block, past_key_values=cache, use_cache=True)
-            _sync(device)
+            synchronize(device)
             times.append(time.perf_counter() - start)
-        times = times[1:]
-        rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times)))
+        rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times[1:])))
     frame = pd.DataFrame(rows)
     reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
     frame["slowdown"] = frame.seconds / frame.context.map(reference)
@@ -274,8 +268,9 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> P
     }
     if shape not in configs:
         raise ValueError(f"unknown model shape {shape!r}; use one of {', '.join(configs)}")
-    torch_dtype = resolve_dtype(dtype, device)
-    with torch.device(device):
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device.type)
+    with device:
         model = AutoModelForCausalLM.from_config(configs[shape](), dtype=torch_dtype)
     return model.eval()
 
@@ -295,7 +290,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--model", default="gemma-3-270m",
                         help="model name/path, or random:SHAPE (mistral-7b, llama-2-7b, qwen2.5-1.5b)")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
     parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
     parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
     parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
