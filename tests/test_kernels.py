@@ -92,23 +92,25 @@ def _sdpa(q, k, v, mask=None, causal=False):
     return out.transpose(1, 2)
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_attention_matches_sdpa(dtype):
+def test_attention_matches_sdpa(dtype, isa):
     q, k, v = _attention_inputs(dtype)
     ext = kernels.extension()
     causal = torch.ones(5, 40, dtype=torch.bool).tril(35)  # queries are the last 5 positions
     tol = dict(rtol=TOL[dtype] * 2, atol=TOL[dtype] * 2)
-    torch.testing.assert_close(ext.attention(q, k, v, None, 32 ** -0.5, 0.0).double(), _sdpa(q, k, v, causal),
+    torch.testing.assert_close(ext.attention(q, k, v, None, 32 ** -0.5, 0.0, isa).double(), _sdpa(q, k, v, causal),
                                **tol)
     tree = torch.rand(5, 40, generator=torch.Generator().manual_seed(3)) < 0.6
     tree[:, 0] = True
     additive = torch.zeros(1, 1, 5, 40).masked_fill_(~tree, torch.finfo(torch.float32).min)
-    torch.testing.assert_close(ext.attention(q, k, v, additive, 32 ** -0.5, 0.0).double(), _sdpa(q, k, v, tree),
+    torch.testing.assert_close(ext.attention(q, k, v, additive, 32 ** -0.5, 0.0, isa).double(), _sdpa(q, k, v, tree),
                                **tol)
 
 
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_attention_query_gives_the_bits_it_gives_alone(dtype):
+def test_attention_query_gives_the_bits_it_gives_alone(dtype, isa):
     """A query among others, with extra keys it may not see, equals the same query alone on its own keys."""
     q, k, v = _attention_inputs(dtype, q=6, s=50)
     ext = kernels.extension()
@@ -116,11 +118,13 @@ def test_attention_query_gives_the_bits_it_gives_alone(dtype):
     visible = torch.rand(6, 50, generator=g) < 0.5
     visible[:, 0] = True
     mask = torch.zeros(1, 1, 6, 50).masked_fill_(~visible, float("-inf"))
-    together = ext.attention(q, k, v, mask, 0.17, 0.0)
+    together = ext.attention(q, k, v, mask, 0.17, 0.0, isa)
     for i in range(6):
         keys = visible[i].nonzero().squeeze(1)
-        alone = ext.attention(q[:, :, i:i + 1], k[:, :, keys], v[:, :, keys], None, 0.17, 0.0)
+        alone = ext.attention(q[:, :, i:i + 1], k[:, :, keys], v[:, :, keys], None, 0.17, 0.0, isa)
         assert torch.equal(alone[:, 0], together[:, i])
+        softcapped = ext.attention(q[:, :, i:i + 1], k[:, :, keys], v[:, :, keys], None, 0.17, 30.0, isa)
+        assert torch.equal(softcapped[:, 0], ext.attention(q, k, v, mask, 0.17, 30.0, isa)[:, i])
 
 
 def test_attention_accepts_expanded_batches_and_bool_masks():

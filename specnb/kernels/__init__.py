@@ -117,7 +117,7 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         attention_mask = torch.zeros(attention_mask.shape).masked_fill_(~attention_mask, float("-inf"))
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = extension().attention(query, key, value, attention_mask, float(scale), float(softcap or 0.0))
+    out = extension().attention(query, key, value, attention_mask, float(scale), float(softcap or 0.0), isa_code())
     return out, None
 
 

@@ -251,116 +251,117 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 }
 
 // ------------------------------------------------------------------------------------ attention
+//
+// Per (batch, KV head): the scores of every query row of the group (G heads x Q queries) against every key
+// are one call of the few-row GEMM above (per-element sequence fixed, whatever the numbers of rows and
+// keys); each row's softmax runs over the keys in cache order, a blocked key contributing exactly 0; and
+// out[r, d] = sum over keys, in cache order, of p[r, j] * v[j, d], one fused multiply-add per key. Adding
+// exact zeros changes no bits, so a query next to others and with extra masked keys gets the bits it gets
+// alone with only its visible keys: what makes tree verification exact.
 
 namespace {
 
-template <typename T>
-inline float dot(const T* a, const T* b, int64_t D) {
-  __m256 acc = _mm256_setzero_ps();
-  const int64_t d8 = D & ~int64_t(7);
-  for (int64_t d = 0; d < d8; d += 8) acc = _mm256_fmadd_ps(load8<T>(a + d), load8<T>(b + d), acc);
-  float s = hsum256(acc);
-  for (int64_t d = d8; d < D; d++) s = std::fmaf(scalar(a[d]), scalar(b[d]), s);
-  return s;
-}
+constexpr int PV_ROWS = 4;    // query rows sharing each loaded value vector
+constexpr int PV_CHUNK = 16;  // output elements per task (two ymm accumulators per row)
 
-// Four keys' dot products with one query at once: the same per-key sequence as dot() (so the same bits),
-// four independent chains instead of one latency-bound chain.
 template <typename T>
-inline void dot4(const T* a, const T* const b[4], int64_t D, float out[4]) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  const int64_t d8 = D & ~int64_t(7);
-  for (int64_t d = 0; d < d8; d += 8) {
-    const __m256 av = load8<T>(a + d);
+void pv_block(const float* p, int64_t lds, int rows, const T* v, int64_t ldv, int64_t S, int64_t d0, int64_t width,
+              float* acc, int64_t lda) {
+  if (width == PV_CHUNK) {
+    __m256 a[PV_ROWS][2];
+    for (int r = 0; r < PV_ROWS; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < S; j++) {
+      const __m256 v0 = load8<T>(v + j * ldv + d0), v1 = load8<T>(v + j * ldv + d0 + 8);
 #pragma GCC unroll 4
-    for (int t = 0; t < 4; t++) acc[t] = _mm256_fmadd_ps(av, load8<T>(b[t] + d), acc[t]);
+      for (int r = 0; r < PV_ROWS; r++) {
+        if (r < rows) {
+          const __m256 pr = _mm256_set1_ps(p[r * lds + j]);
+          a[r][0] = _mm256_fmadd_ps(pr, v0, a[r][0]);
+          a[r][1] = _mm256_fmadd_ps(pr, v1, a[r][1]);
+        }
+      }
+    }
+    for (int r = 0; r < rows; r++) {
+      _mm256_storeu_ps(acc + r * lda + d0, a[r][0]);
+      _mm256_storeu_ps(acc + r * lda + d0 + 8, a[r][1]);
+    }
+    return;
   }
-#pragma GCC unroll 4
-  for (int t = 0; t < 4; t++) {
-    float s = hsum256(acc[t]);
-    for (int64_t d = d8; d < D; d++) s = std::fmaf(scalar(a[d]), scalar(b[t][d]), s);
-    out[t] = s;
-  }
+  for (int r = 0; r < rows; r++)  // D's tail: scalar fmaf rounds as the vector FMA does
+    for (int64_t d = d0; d < d0 + width; d++) {
+      float s = 0.0f;
+      for (int64_t j = 0; j < S; j++) s = std::fmaf(p[r * lds + j], scalar(v[j * ldv + d]), s);
+      acc[r * lda + d] = s;
+    }
 }
 
 template <typename T, typename Out>
-void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const float* mask,
+void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const float* mask,
             const int64_t* mstride, float scale, float softcap, torch::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3);
-  const int64_t Hk = k.size(1), S = k.size(2), group = H / Hk;
-  const T* qp = reinterpret_cast<const T*>(q.data_ptr());
-  const T* kp = reinterpret_cast<const T*>(k.data_ptr());
-  const T* vp = reinterpret_cast<const T*>(v.data_ptr());
+  const int64_t Hk = k.size(1), S = k.size(2), G = H / Hk, R = G * Q;
   Out* op = reinterpret_cast<Out*>(out.data_ptr());  // [B, Q, H, D] contiguous
-  // (batch, head, query) items handed out one at a time, as the GEMM's blocks are (a busy core is covered)
-  const int64_t items = B * H * Q;
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(items, at::get_num_threads()), 1, [&](int64_t, int64_t) {
-    std::vector<float> scores(S), acc(D);
-    std::vector<int64_t> keys(S);
-    for (int64_t item; (item = next.fetch_add(1)) < items;) {
-      const int64_t b = item / (H * Q), h = (item / Q) % H, i = item % Q, hk = h / group;
-      const T* qi = qp + b * q.stride(0) + h * q.stride(1) + i * q.stride(2);
-      const T* kb = kp + b * k.stride(0) + hk * k.stride(1);
-      const T* vb = vp + b * v.stride(0) + hk * v.stride(1);
-      const float* mrow = mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
-      // The keys this query sees, in cache order: the scores of exactly those, nothing else.
-      int64_t n = 0;
-      const int64_t causal_end = S - Q + i;  // without a mask: causal, the queries are the last Q positions
-      for (int64_t j = 0; j < S; j++) {
-        if (mrow ? !(mrow[j * mstride[3]] > -1e30f) : j > causal_end) continue;  // blocked (dtype-min or -inf)
-        keys[n++] = j;
+  std::vector<float> scores(R * S), acc(R * D);
+  for (int64_t b = 0; b < B; b++) {
+    for (int64_t hk = 0; hk < Hk; hk++) {
+      // rows r = g * Q + i: query i of head hk * G + g
+      const auto rows = q[b].narrow(0, hk * G, G).reshape({R, D}).contiguous();
+      auto keys = k[b][hk];
+      if (keys.stride(0) != D) keys = keys.contiguous();
+      if constexpr (std::is_same_v<T, float>) {
+        gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>(), keys.data_ptr<float>(), nullptr, scores.data(),
+                                  R, S, D);
+      } else if (isa == ISA_AVX512BF16) {
+        gemm<bf16, bf16, float>(isa, reinterpret_cast<const bf16*>(rows.data_ptr()),
+                                reinterpret_cast<const bf16*>(keys.data_ptr()), nullptr, scores.data(), R, S, D);
+      } else {
+        const auto rows32 = rows.to(torch::kFloat32);
+        gemm<float, bf16, float>(isa, rows32.data_ptr<float>(), reinterpret_cast<const bf16*>(keys.data_ptr()),
+                                 nullptr, scores.data(), R, S, D);
       }
-      int64_t t = 0;
-      for (; t + 4 <= n; t += 4) {
-        const T* kt[4] = {kb + keys[t] * k.stride(2), kb + keys[t + 1] * k.stride(2), kb + keys[t + 2] * k.stride(2),
-                          kb + keys[t + 3] * k.stride(2)};
-        dot4<T>(qi, kt, D, &scores[t]);
-      }
-      for (; t < n; t++) scores[t] = dot<T>(qi, kb + keys[t] * k.stride(2), D);
-      float best = -std::numeric_limits<float>::infinity();
-      for (t = 0; t < n; t++) {
-        float s = scores[t] * scale;
-        if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;
-        if (mrow) s += mrow[keys[t] * mstride[3]];
-        scores[t] = s;
-        best = std::max(best, s);
-      }
-      Out* o = op + ((b * Q + i) * H + h) * D;
-      if (n == 0) {  // nothing visible (a padding query): zeros, like a fully masked softmax row
-        for (int64_t d = 0; d < D; d++) store(o + d, 0.0f);
-        continue;
-      }
-      float total = 0.0f;
-      for (t = 0; t < n; t++) {
-        scores[t] = std::exp(scores[t] - best);  // now the softmax numerators
-        total += scores[t];
-      }
-      // acc[d] = sum over the visible keys, in order, of p * v[d]: one fused multiply-add per key and element,
-      // 64 elements at a time held in registers (vector and scalar fmaf round alike, so D's tail is the same)
-      const int64_t d64 = D & ~int64_t(63);
-      for (int64_t d0 = 0; d0 < d64; d0 += 64) {
-        __m256 a[8];
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) a[c] = _mm256_setzero_ps();
-        for (t = 0; t < n; t++) {
-          const __m256 pv = _mm256_set1_ps(scores[t]);
-          const T* vt = vb + keys[t] * v.stride(2) + d0;
-#pragma GCC unroll 8
-          for (int c = 0; c < 8; c++) a[c] = _mm256_fmadd_ps(pv, load8<T>(vt + 8 * c), a[c]);
+      std::vector<float> totals(R);
+      at::parallel_for(0, R, 1, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; r++) {
+          const int64_t g = r / Q, i = r % Q, h = hk * G + g;
+          const float* mrow = mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
+          float* row = scores.data() + r * S;
+          float best = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < S; j++) {
+            const bool visible = mrow ? mrow[j * mstride[3]] > -1e30f : j <= S - Q + i;  // no mask: causal
+            float s = -std::numeric_limits<float>::infinity();
+            if (visible) {
+              s = row[j] * scale;
+              if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;
+              if (mrow) s += mrow[j * mstride[3]];
+            }
+            row[j] = s;
+            best = std::max(best, s);
+          }
+          float total = 0.0f;
+          for (int64_t j = 0; j < S; j++) {
+            row[j] = row[j] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(row[j] - best);
+            total += row[j];
+          }
+          totals[r] = total;
         }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) _mm256_storeu_ps(acc.data() + d0 + 8 * c, a[c]);
+      });
+      const T* vb = reinterpret_cast<const T*>(v.data_ptr()) + b * v.stride(0) + hk * v.stride(1);
+      const int64_t blocks = (R + PV_ROWS - 1) / PV_ROWS, chunks = (D + PV_CHUNK - 1) / PV_CHUNK;
+      at::parallel_for(0, blocks * chunks, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; t++) {
+          const int64_t r0 = (t / chunks) * PV_ROWS, d0 = (t % chunks) * PV_CHUNK;
+          pv_block<T>(scores.data() + r0 * S, S, int(std::min<int64_t>(PV_ROWS, R - r0)), vb, v.stride(2), S, d0,
+                      std::min<int64_t>(PV_CHUNK, D - d0), acc.data() + r0 * D, D);
+        }
+      });
+      for (int64_t r = 0; r < R; r++) {
+        const int64_t g = r / Q, i = r % Q;
+        const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
+        Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
+        for (int64_t d = 0; d < D; d++) store(o + d, acc[r * D + d] * inv);
       }
-      for (int64_t d = d64; d < D; d++) {
-        float a = 0.0f;
-        for (t = 0; t < n; t++) a = std::fmaf(scores[t], scalar(vb[keys[t] * v.stride(2) + d]), a);
-        acc[d] = a;
-      }
-      const float inv = 1.0f / total;
-      for (int64_t d = 0; d < D; d++) store(o + d, acc[d] * inv);
     }
-  });
+  }
 }
 
 }  // namespace
@@ -369,7 +370,7 @@ void attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor&
 // mask None (causal, the queries being the last Q positions) or float [B|1, H|1, Q, S] added to the scores,
 // a key being blocked where it is below -1e30. Returns [B, Q, H, D] in q's dtype.
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const c10::optional<torch::Tensor>& mask, double scale, double softcap) {
+                        const c10::optional<torch::Tensor>& mask, double scale, double softcap, int64_t isa) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4D q, k, v");
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "attention: last dim contiguous");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(), "attention: dtypes");
@@ -384,10 +385,10 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   }
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   if (q.scalar_type() == torch::kFloat32) {
-    attend<float, float>(q, k, v, mp, mstride, float(scale), float(softcap), out);
+    attend<float, float>(int(isa), q, k, v, mp, mstride, float(scale), float(softcap), out);
   } else {
     TORCH_CHECK(q.scalar_type() == torch::kBFloat16, "attention: float32 or bfloat16");
-    attend<bf16, at::BFloat16>(q, k, v, mp, mstride, float(scale), float(softcap), out);
+    attend<bf16, at::BFloat16>(int(isa), q, k, v, mp, mstride, float(scale), float(softcap), out);
   }
   return out;
 }
