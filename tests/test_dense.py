@@ -15,7 +15,7 @@ from specnb.decode import generate
 from specnb.drafters import dense
 from specnb.drafters.base import DecodeState
 from specnb.drafters.dense import BuildConfig, DenseDrafter, build_datastore, load_datastore, parse_shape
-from specnb.methods import MethodOptions, make_drafter
+from specnb.methods import make_drafter
 from specnb.replay import replay_greedy, teacher_forced_hidden
 
 PROMPTS = ("def add(a, b):", "hello world, hello", "the cat sat on")
@@ -129,19 +129,19 @@ def test_shapes_and_factory(stores):
         DenseDrafter(stores["llama"], 3, 21)
     with pytest.raises(ValueError, match="k >= 1"):
         DenseDrafter(stores["llama"], 0, 5)
-    drafter = make_drafter("dense", tiny("llama"), MethodOptions(datastore=str(stores["llama"].path),
-                                                                 draft_shape="greedy"))
+    drafter = make_drafter("dense", tiny("llama"), {"datastore": str(stores["llama"].path),
+                                                 "draft_shape": "greedy"})
     assert (drafter.k, drafter.w) == (3, 20) and drafter.needs_hidden_state
-    drafter = make_drafter("dense", tiny("llama"), MethodOptions(datastore=str(stores["llama"].path), k=4))
+    drafter = make_drafter("dense", tiny("llama"), {"datastore": str(stores["llama"].path), "k": 4})
     assert (drafter.k, drafter.w) == (4, 10)
     with pytest.raises(ValueError, match="--datastore"):
-        make_drafter("dense", tiny("llama"), MethodOptions())
+        make_drafter("dense", tiny("llama"))
 
 
 def test_a_datastore_refuses_another_model_or_tokenizer(stores, tmp_path):
     store = stores["llama"]
     with pytest.raises(CorpusError, match="tiny-llama"):
-        make_drafter("dense", tiny("qwen2"), MethodOptions(datastore=str(store.path)))  # same tokenizer, other model
+        make_drafter("dense", tiny("qwen2"), {"datastore": str(store.path)})  # same tokenizer, other model
     meta = json.loads((store.path / "meta.json").read_text())
     meta["tokenizer"]["fingerprint"] = "0" * 16
     copy = tmp_path / "copy"

@@ -30,7 +30,7 @@ from ..decode import generate
 from ..draft import Draft
 from ..forward import TreeMasks, forward
 from ..kv_cache import GrowingCache
-from ..methods import MethodOptions
+from ..methods import DraftModelOptions, McsdOptions, SdOptions
 from ..metrics import CallStats
 from ..models import LoadedModel, load_model
 from ..prompts import Prompt
@@ -284,26 +284,22 @@ def _earlier(k: int) -> Tensor:
 # ------------------------------------------------------------------------------------- bench methods
 
 
-def _make(target: LoadedModel, options: MethodOptions, shape: str, scheme: str) -> DraftModelDrafter:
-    name = options.get("draft", "self:2" if target.name.startswith("tiny-") else None)
+def _make(target: LoadedModel, options: DraftModelOptions, shape: str) -> DraftModelDrafter:
+    name = options.draft or ("self:2" if target.name.startswith("tiny-") else None)
     if name is None:
         raise ValueError("draft-model methods need --draft NAME or --draft self:L")
-    return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.get("scheme", scheme),
-                             temperature=options.get("temperature", 0.0), top_p=options.get("top_p", 1.0),
-                             seed=options.get("seed", 0))
+    return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.scheme,
+                             temperature=options.temperature, top_p=options.top_p, seed=options.seed)
 
 
-def make_sd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
+def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
     """Vanilla SD: one chain of ``w`` tokens (default 4), or ``--draft-shape 1x1x...``."""
-    shape = options.get("draft_shape", "x".join(["1"] * options.get("w", 4)))
-    if max(parse_shape(shape)) > 1:
-        raise ValueError(f"sd drafts one chain; draft shape {shape!r} has several candidates per level (use mcsd)")
-    return _make(target, options, shape, "mcss")
+    return _make(target, options, options.draft_shape or "x".join(["1"] * options.w))
 
 
-def make_mcsd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
+def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:
     """MCSD: a ``--draft-shape`` tree (default 4x2x2x1), MCSS without replacement unless ``-o scheme=``."""
-    return _make(target, options, options.get("draft_shape", "4x2x2x1"), "mcss-wor")
+    return _make(target, options, options.draft_shape)
 
 
 # ------------------------------------------------------------------------------------ experiments
