@@ -126,14 +126,14 @@ def test_crest_drafter_greedy_lossless(tmp_path):
     index = RestIndex.build(self_corpus(target, prompts), progress=False)
     store = build_crest(index, tmp_path / "c.sqlite", ns=(1, 2, 3, 4), t=200, progress=False)
     drafter = CrestDrafter(store)
-    accepted = 0.0
     for prompt in [*prompts, "while True:"]:
         ar = generate(target, prompt, max_new_tokens=32)
         for verify in ("tree", "batch"):
             sd = generate(target, prompt, drafter, max_new_tokens=32, verify=verify)
             assert sd.tokens == ar.tokens
-            accepted += sd.stats.accepted_length
-    assert accepted > 0
+            if prompt in prompts:  # the n-gram ending at the root finds the stored continuation (9.33 per call;
+                # looking up the n-gram that ends one token earlier gives < 0.1)
+                assert sd.stats.accepted_length >= 9, (prompt, verify, sd.stats.accepted_length)
 
 
 def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):

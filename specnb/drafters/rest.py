@@ -132,15 +132,17 @@ class RestIndex:
         path = Path(path)
         try:
             meta = json.loads((path / "meta.json").read_text())
+            if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
+                raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION}; build it again")
+            check_files(path, meta)
             text = np.load(path / "text.npy", mmap_mode="r")
             sa = np.load(path / "sa.npy", mmap_mode="r")
         except FileNotFoundError:
             raise CorpusError(f"no REST datastore at {path}; build it with `specnb datastore build rest`") from None
-        except (ValueError, OSError, json.JSONDecodeError) as exc:
+        except CorpusError:
+            raise
+        except (ValueError, OSError, AttributeError) as exc:
             raise CorpusError(f"REST datastore at {path} is corrupt ({exc}); build it again") from None
-        if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
-            raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION}; build it again")
-        check_files(path, meta)
         return cls(text, sa, meta, path)
 
     # ------------------------------------------------------------------ facts
