@@ -39,6 +39,12 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        """As ArgumentParser's; an option given no help still shows its default."""
+        if args and str(args[0]).startswith("-") and kwargs.get("help") is None:
+            kwargs["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
 
@@ -117,8 +123,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
     p.add_argument("--seed", type=int, default=0, help="seed of every sampler (target, draft models, HF)")
     p.add_argument("--verify", default="tree", choices=["tree", "batch"], help="verification of a draft tree")
-    p.add_argument("--k", type=int, help="number of drafts (method default if unset)")
-    p.add_argument("--w", type=int, help="draft length (method default if unset)")
+    p.add_argument("--k", type=int, help="number of drafts (None: each method's default)")
+    p.add_argument("--w", type=int, help="draft length (None: each method's default)")
     p.add_argument("--datastore", action="append", default=[], metavar="[METHOD=]PATH",
                    help="datastore for retrieval methods; METHOD=PATH for one method (repeatable)")
     p.add_argument("--draft", help="draft model name or self:L (sd, mcsd, hf-assisted)")

@@ -11,6 +11,7 @@ from conftest import tiny
 
 from specnb.ann import AnnIndex, IndexParams
 from specnb.corpus import CorpusError, TokenCorpus, TokenizerInfo
+from specnb.datastores.manifest import verify_store
 from specnb.decode import generate
 from specnb.drafters import dense
 from specnb.drafters.base import DecodeState
@@ -178,6 +179,17 @@ def test_interrupted_or_corrupt_build_never_loads(tmp_path, monkeypatch):
         load_datastore(tmp_path / "ds")
     with pytest.raises(CorpusError, match="no dense datastore"):
         load_datastore(tmp_path / "nothing")
+
+    store = build_datastore(target, corpus, tmp_path / "ds", CONFIG, progress=False, overwrite=True)
+    assert set(store.meta["files"]) >= {"values.i32.npy", "keys.f32.npy", "projection.npz", "index.hnsw"}
+    assert verify_store(tmp_path / "ds").startswith(f"ok: dense store {tmp_path / 'ds'}")
+    del store
+    keys = tmp_path / "ds" / "keys.f32.npy"
+    data = bytearray(keys.read_bytes())
+    data[-1] ^= 1  # one bit of the last key: inside the sample checked on open
+    keys.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match="does not match its recorded checksum"):
+        load_datastore(tmp_path / "ds")
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

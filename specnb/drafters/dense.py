@@ -356,13 +356,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--dims", type=int, default=defaults.dims, help="PCA components used")
     parser.add_argument("--components", type=int, default=defaults.n_components, help="PCA components fitted")
     parser.add_argument("--sample", type=int, default=defaults.sample_size, help="vectors for z-score / PCA fit")
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
-    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens)
+    parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per extraction window")
+    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens, help="tokens per forward batch")
     parser.add_argument("--M", type=int, default=defaults.index.M, help="hnswlib graph degree")
-    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction)
-    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search)
+    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction,
+                        help="hnswlib build-time candidate list")
+    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search,
+                        help="hnswlib query-time candidate list")
     parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
-    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
+                        "the new one is complete; never a folder that is not one)")
     parser.set_defaults(func=_cli_build)
     return parser
 
