@@ -161,7 +161,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
-    methods = ["ar", *(m.strip() for m in args.methods.split(",") if m.strip())]
+    methods = list(dict.fromkeys(["ar", *(m.strip() for m in args.methods.split(",") if m.strip())]))
     given = {"k": args.k, "w": args.w, "draft": args.draft, "draft_shape": args.draft_shape,
              **dict(_key_value(o) for o in args.option)}
     run = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
