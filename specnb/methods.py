@@ -206,8 +206,11 @@ class DraftModelOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from .drafters.draft_model import self_layers
         from .sampling import SCHEMES
 
+        if self.draft is not None:
+            self_layers(self.draft)
         if self.scheme not in SCHEMES:
             raise OptionError(f"option scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:

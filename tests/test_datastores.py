@@ -54,8 +54,11 @@ def test_a_folder_that_is_not_a_store_is_never_replaced(source, foreign, tmp_pat
         build_corpus(source, "tiny-llama", out=foreign, force=True, progress=False)
     from specnb.drafters.dense import build_datastore
 
-    with pytest.raises(ExistsError):
-        build_datastore(tiny("llama"), make_corpus([[1, 2, 3]]), foreign, overwrite=True, progress=False)
+    for overwrite in (False, True):
+        with pytest.raises(ExistsError):
+            build_datastore(tiny("llama"), make_corpus([[1, 2, 3]]), foreign, overwrite=overwrite, progress=False)
+    code, err = build(["dense", str(source), "--model", "tiny-llama", "--out", str(foreign)], capsys)
+    assert code == 2 and "is not a dense datastore; refusing" in err
     assert sorted(p.name for p in foreign.iterdir()) == ["important.txt", "notes.md"]
 
 

@@ -257,6 +257,8 @@ BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
     (["--methods", "mcsd", "--draft-shape", "4x0"], "invalid draft shape"),
     (["--methods", "sd", "-o", "scheme=best"], "option scheme must be one of"),
     (["--methods", "hf-assisted"], "hf-assisted needs --draft"),
+    (["--methods", "sd", "--draft", "self:x"], "invalid self-draft 'self:x'"),
+    (["--methods", "mcsd", "-o", "temperature=abc"], "method mcsd: option temperature must be a number"),
     (["--dtype", "float8"], "invalid choice: 'float8'"),
     (["--k", "abc"], "invalid int value: 'abc'"),
     (["--verify", "sideways"], "invalid choice"),

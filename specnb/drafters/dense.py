@@ -161,11 +161,11 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
     """
     config = config or BuildConfig()
     out = Path(out)
-    if out.exists() and not overwrite:
+    replace = check_replaceable(out, is_dense_store, True, "dense datastore")  # never what is not a store
+    if replace and not overwrite:
         store = load_datastore(out)
         store.check(target)
         return store
-    replace = check_replaceable(out, is_dense_store, overwrite, "dense datastore")
     corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
     with atomic_folder(out, replace=replace, keep_partial=True) as tmp:
         _build_into(tmp, target, corpus, config, progress)
@@ -371,10 +371,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _cli_build(args: argparse.Namespace) -> int:
-    target = load_model(args.model, dtype=args.dtype)
-    corpus = resolve_corpus(args.source, target, args.max_tokens)
     name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
     out = Path(args.out) if args.out else datastore_path(name, args.model)
+    check_replaceable(out, is_dense_store, True, "dense datastore")  # before the model loads
+    target = load_model(args.model, dtype=args.dtype)
+    corpus = resolve_corpus(args.source, target, args.max_tokens)
     config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
                          sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
                          index=IndexParams(args.M, args.ef_construction, args.ef_search),

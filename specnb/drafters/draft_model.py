@@ -97,14 +97,21 @@ def _load_cached(name: str, dtype: torch.dtype) -> LoadedModel:
     return load_model(name, dtype=dtype)
 
 
+def self_layers(name: str) -> int | None:
+    """L of a ``self:L`` draft name (ValueError unless L is a positive integer), None for any other name."""
+    if not name.startswith("self:"):
+        return None
+    layers = name.removeprefix("self:")
+    if not layers.isdigit() or int(layers) < 1:
+        raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L >= 1")
+    return int(layers)
+
+
 def load_draft(target: LoadedModel, name: str) -> LoadedModel:
     """A draft model by name: ``self:L`` (the target's first L layers) or any :func:`load_model` name,
     loaded in the target's dtype and checked to share its vocabulary."""
-    if name.startswith("self:"):
-        try:
-            layers = int(name.removeprefix("self:"))
-        except ValueError:
-            raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L") from None
+    layers = self_layers(name)
+    if layers is not None:
         return self_draft(target, layers)
     draft = _load_cached(name, next(target.model.parameters()).dtype)
     check_vocabulary(target, draft)
