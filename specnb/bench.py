@@ -7,6 +7,13 @@ the method's. Greedy runs are checked token for token against our AR output; whe
 first divergence is reported with the AR top-1/top-2 logit gap there, and whether that gap is within the
 rounding of the model's dtype (so a bf16 flip can be told from a bug).
 
+The machine's read bandwidth is measured once at the start (:func:`specnb.ceilings.read_bandwidth`);
+each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call
+(:func:`specnb.ceilings.streamed_bytes`)
+times its target calls (prefills included) over its wall time, and ``bandwidth_fraction`` that over the
+read bandwidth: for AR, how close the loop runs to the machine's ceiling. The ``hf*`` baselines run the
+model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA).
+
 Nothing is lost: :class:`BenchConfig` checks every value when it is made (before a model loads), a
 :class:`CsvSink` appends each prompt's rows to the CSV as soon as the prompt is done, and Ctrl-C stops the
 run between two steps with the rows of every finished prompt kept and summarised.
@@ -14,6 +21,7 @@ run between two steps with the rows of every finished prompt kept and summarised
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -28,9 +36,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from . import kernels
+from .ceilings import read_bandwidth, streamed_bytes
 from .datastores.atomic import write_text
 from .decode import generate
-from .methods import HF_BASELINES, HfAssistedOptions, HfPldOptions, make_drafter, options_for
+from .device import model_device, synchronize
+from .kernels.cpu import cpu_class
+from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
 from .metrics import first_divergence
 from .models import LoadedModel, load_model
 from .prompts import Prompt, encode_prompt
@@ -92,6 +104,8 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     for method in config.methods:  # warm-up: allocator, kernels, lazily built tables
         runners[method](prompts[0], min(config.warmup_tokens, config.max_new_tokens))
 
+    bandwidth = read_bandwidth()
+    weight_bytes = streamed_bytes(target.model)
     rows: list[dict] = []
     done, interrupted = 0, False
     counter = _CallCounter(target.model)
@@ -103,7 +117,8 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
                 counter.calls = 0
                 out = runners[method](prompt, config.max_new_tokens)
                 out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
-                row = {"method": method, "prompt_id": prompt.id, **out}
+                row = {"method": method, "prompt_id": prompt.id, "weight_bytes": weight_bytes, **out,
+                       "read_gb_per_s": bandwidth, "cpu_class": cpu_class()}
                 if method == "ar":
                     reference = dict(out)
                 prompt_rows.append(_compare(row, reference, config, target))
@@ -122,10 +137,14 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
 
 
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: totals, tokens/s over all prompts, mean tokens per call, speedup vs our AR."""
+    """One row per method: totals, tokens/s over all prompts, mean tokens per call, speedup vs our AR, and the
+    weight bytes streamed per second (target calls, prefills included) as a fraction of the read bandwidth."""
     ar_seconds = per_prompt.loc[per_prompt.method == "ar", "seconds"].sum()
     rows = []
     for method, group in per_prompt.groupby("method", sort=False):
+        target_calls = group.calls.sum() + len(group)  # + one prefill per prompt
+        weight_gb_per_s = group.weight_bytes.iloc[0] * target_calls / group.seconds.sum() / 1e9 \
+            if "weight_bytes" in group else math.nan
         rows.append({
             "method": method, "prompt_id": "ALL",
             "new_tokens": group.new_tokens.sum(), "calls": group.calls.sum(), "seconds": group.seconds.sum(),
@@ -136,6 +155,9 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
             "identical_to_ar": group.identical_to_ar.mean(),
             "outside_forward_fraction": group.outside_forward_fraction.mean(),
             "speedup_vs_ar": ar_seconds / group.seconds.sum(),
+            "weight_gb_per_s": weight_gb_per_s,
+            "bandwidth_fraction": weight_gb_per_s / group.read_gb_per_s.iloc[0] if "read_gb_per_s" in group
+            else math.nan,
         })
     return pd.DataFrame(rows)
 
@@ -145,7 +167,8 @@ def _compare(row: dict, reference: dict, config: BenchConfig, target: LoadedMode
     tokens = row.pop("tokens")
     for private in [key for key in row if key.startswith("_")]:
         del row[private]
-    if config.temperature > 0:  # sampled runs differ by design; their check is statistical (tests)
+    if config.temperature > 0 or row["method"] in LLAMACPP_BASELINES:
+        # sampled runs differ by design (their check is statistical: tests); llama.cpp runs other weights
         return {**row, "identical_to_ar": math.nan}
     index = first_divergence(reference["tokens"], tokens)
     row["identical_to_ar"] = index is None
@@ -163,6 +186,11 @@ def _runner(method: str, target: LoadedModel, options: Any, config: BenchConfig)
     """A function (prompt, max_new_tokens) -> result dict for one method."""
     if method in HF_BASELINES:
         return _hf_runner(method, target, options, config)
+    if method in LLAMACPP_BASELINES:
+        from . import llamacpp
+
+        return llamacpp.runner(method, target, target.max_context,
+                               draft_tokens=options.w if isinstance(options, LookupOptions) else 10)
     drafter = make_drafter(method, target, options)
 
     def run(prompt: Prompt, max_new_tokens: int) -> dict:
@@ -177,26 +205,34 @@ def _runner(method: str, target: LoadedModel, options: Any, config: BenchConfig)
 
 
 def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):
-    """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model."""
+    """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model (loaded on the
+    target's device); timed between device synchronisations."""
+    device = model_device(target.model)
     kwargs: dict = {}
-    if isinstance(options, HfPldOptions):
+    if isinstance(options, LookupOptions):
         kwargs["prompt_lookup_num_tokens"] = options.w
     if isinstance(options, HfAssistedOptions):
-        kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype).model
+        kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype,
+                                               device=device).model
     sampling = dict(do_sample=True, temperature=config.temperature, top_p=config.top_p) if config.temperature > 0 \
         else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
     eos = sorted(target.eos_token_ids) or None
     pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
 
     def run(prompt: Prompt, max_new_tokens: int) -> dict:
-        ids = encode_prompt(target, prompt)[None]
+        ids = encode_prompt(target, prompt)[None].to(device)
         torch.manual_seed(config.seed)
+        synchronize(device)
         start = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), contextlib.ExitStack() as stack:
+            for model in (target.model, kwargs.get("assistant_model")):  # both as Hugging Face ships them
+                if model is not None:
+                    stack.enter_context(kernels.stock(model))
             out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                         eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
+        synchronize(device)
         seconds = time.perf_counter() - start
-        tokens = out[0, ids.shape[1]:].tolist()
+        tokens = out[0, ids.shape[1]:].cpu().tolist()
         return {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds,
                 "tokens": tokens}
 
@@ -221,7 +257,7 @@ def format_table(results: pd.DataFrame) -> str:
     """The summary rows as a fixed-width table for the terminal."""
     summary = results[results.prompt_id == "ALL"]
     columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
-               "identical_to_ar", "outside_forward_fraction"]
+               "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction", "outside_forward_fraction"]
     return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")
 
 

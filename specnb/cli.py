@@ -19,6 +19,7 @@ PLUGIN_COMMANDS = {
     "corpus": ("specnb.corpus", "token corpora for retrieval datastores"),
     "ngram-table": ("specnb.drafters.model_ngram", "build the model-derived unigram/bigram tables (cached)"),
     "roofline": ("specnb.roofline", "time one target call over a (k, w, context) grid"),
+    "kernels": ("specnb.kernels.bench", "the few-row CPU kernels"),
 }
 DATASTORE_KINDS = ["specnb.drafters.rest", "specnb.drafters.crest", "specnb.drafters.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]
@@ -119,6 +120,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt")
     p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated (list below); 'ar' always runs")
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype (auto: bf16 where fast)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (None: cuda if available, else cpu)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
     p.add_argument("--seed", type=int, default=0, help="seed of every sampler (target, draft models, HF)")
@@ -157,10 +159,12 @@ def _bench(args: argparse.Namespace) -> int:
     """Check everything, open the CSV, then load the model and run (Ctrl-C: keep, summarise, exit 130)."""
     from .bench import BenchConfig, CsvSink, format_table, run_bench
     from .datasets import load_prompts
+    from .device import default_device, resolve_device
     from .methods import options_for
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
+    device = resolve_device(args.device or default_device())
     methods = list(dict.fromkeys(["ar", *(m.strip() for m in args.methods.split(",") if m.strip())]))
     given = {"k": args.k, "w": args.w, "draft": args.draft, "draft_shape": args.draft_shape,
              **dict(_key_value(o) for o in args.option)}
@@ -172,8 +176,9 @@ def _bench(args: argparse.Namespace) -> int:
 
     from .models import load_model
 
-    target = load_model(args.model, dtype=args.dtype)
-    print(f"{target.name} ({next(target.model.parameters()).dtype}), {len(prompts)} prompts from {args.prompts}, "
+    target = load_model(args.model, dtype=args.dtype, device=device)
+    param = next(target.model.parameters())
+    print(f"{target.name} ({param.dtype}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
     results = run_bench(target, prompts, config, sink=sink)
     done = results.attrs["prompts_done"]

@@ -2,6 +2,10 @@
 
 With ``drafter=None`` the same loop is the autoregressive baseline: every draft is empty, so each call
 verifies just the root and produces one token.
+
+The token buffer, drafts and EOS ids live on the host; logits and hidden states on the model's device (see
+:mod:`specnb.verify`). On a GPU the draft / verify / overhead split of every call is measured between
+``synchronize`` points, so ``verify_seconds`` is the device's work, not its kernel launches.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .device import generator as make_generator
+from .device import model_device, synchronize
 from .draft import Acceptance, Draft
 from .drafters.base import DecodeState, Drafter
 from .metrics import CallStats, RunStats
@@ -59,7 +65,8 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         raise ValueError(f"prompt ({prompt_ids.shape[0]} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
                          f"model's context of {target.max_context} tokens")
     eos = torch.tensor(sorted(target.eos_token_ids) if stop_at_eos else [], dtype=torch.long)
-    generator = torch.Generator().manual_seed(seed)
+    device = model_device(target.model)
+    generator = make_generator(device, seed)  # sampling draws from probabilities on the model's device
     verifier = Verifier(target.model, verify, want_hidden=bool(drafter and drafter.needs_hidden_state))
     # One buffer for prompt + output; drafters see a view of its filled part (no copies per step).
     buffer = torch.empty(prompt_ids.shape[0] + max_new_tokens, dtype=torch.long)
@@ -72,6 +79,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
     first = verifier.prefill(prompt_ids)
     root = _pick(first.logits[-1], config, generator, tops if record_gaps else None)
     hidden = None if first.hidden is None else first.hidden[-1]
+    synchronize(device)
     stats.prefill_seconds = time.perf_counter() - start
     buffer[length] = root
     length += 1
@@ -87,9 +95,11 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             draft = drafter.propose(DecodeState(buffer[:length], hidden, target.model, remaining - 1,
                                                 prompt_ids.shape[0]))
         draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
+        synchronize(device)
         t1 = time.perf_counter()
         past = verifier.cache_len
         result = verifier.forward(root, draft)
+        synchronize(device)
         t2 = time.perf_counter()
         if config.greedy:
             acceptance = accept_greedy(draft, result.logits)
@@ -97,7 +107,8 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             acceptance = _accept(draft, result.logits, config, generator)
         verifier.keep(past, result, acceptance.nodes)
         if record_gaps:
-            tops.extend(_top2(result.logits[torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1])]))
+            rows = torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1]).to(device)
+            tops.extend(_top2(result.logits[rows]))
 
         committed = torch.cat([draft.tokens[acceptance.nodes], torch.tensor([acceptance.bonus])])
         hits = torch.nonzero(torch.isin(committed, eos))
@@ -112,6 +123,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             hidden = result.hidden[last]
         if drafter is not None:
             drafter.update(committed)
+        synchronize(device)
         t3 = time.perf_counter()
         stats.calls.append(CallStats(
             drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth, accepted=int(acceptance.nodes.numel()),
@@ -150,7 +162,7 @@ def _accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: tor
 
 def _top2(logits: Tensor) -> list[tuple[float, float]]:
     """(top-1 logit, top-1 minus top-2) for each row of [m, V]."""
-    top = logits.float().topk(2, dim=-1).values
+    top = logits.float().topk(2, dim=-1).values.cpu()
     return list(zip(top[:, 0].tolist(), (top[:, 0] - top[:, 1]).tolist(), strict=True))
 
 

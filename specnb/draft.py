@@ -36,9 +36,9 @@ class DraftError(ValueError):
 class Draft:
     """A token tree.
 
-    tokens:  int64 [n], the proposed token ids.
+    tokens:  int64 [n], the proposed token ids. tokens, parents and source_row are host tensors.
     parents: int64 [n], parent node index or -1 for a child of the root; ``parents[i] < i``.
-    q:       float [n, V] or None: the draft distribution each token was drawn from (at its parent),
+    q:       float [n, V] or None (on any device): the draft distribution each token was drawn from (at its parent),
              needed for speculative sampling with a draft model. Deterministic drafters leave it None.
     source_row: int64 [n] or None: for drafts built from rows, the first row that proposed the node
              (used to report which of the k drafts was accepted).

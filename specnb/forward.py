@@ -1,15 +1,11 @@
 """One causal-LM call split in two explicit steps: the decoder body, then the output head.
 
-Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear``. On a CPU in float32 that
-goes to MKL's small-M sgemm, which is far from memory-bound for the 262k x 640 head of Gemma-3-270M on an
-AVX2 machine: one row takes ~54 ms, eleven rows ~210 ms. The same product with the weight prepacked for
-oneDNN takes ~29 ms and ~84 ms (measured on this project's 2-core EPYC, see the issue notes). A
-verification call is ``k x (w + 1)`` rows, so this is the single largest cost a draft adds; the packed copy
-(one more weight-sized buffer, built once per model) is kept here and used by every call we make with more
-than :data:`specnb.small_gemm.MAX_ROWS` rows. Fewer rows go to :mod:`specnb.small_gemm` (2 rows ~33 ms,
-8 rows ~50 ms), which also makes each row's logits independent of the call's other rows.
-Logits are the same up to float32 rounding; the loop always uses the same head, so speculative and
-autoregressive outputs of specnb stay comparable token for token.
+Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear`` over the whole vocabulary. Here
+calls of up to :data:`specnb.kernels.MAX_ROWS` rows (every decoding and verification call) go through
+:func:`specnb.kernels.linear`, which streams the head's weight once and gives each row the bits it would get
+alone (Gemma-3's 262k x 640 head is ~60% of its weights, so this is the largest single cost of a call).
+Larger calls in float32 use a copy of the weight prepacked for oneDNN, built on the first such call only
+(one more head-sized buffer, 0.7 GB for Gemma-3 in fp32; ~2.5x faster than ``F.linear`` for many rows).
 """
 
 from __future__ import annotations
@@ -20,27 +16,34 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from . import small_gemm
+from . import kernels
+from .device import model_device
 
 
 class OutputHead:
     """Logits from final hidden states: ``[..., d] -> [..., V]`` (float, the model's softcapping applied)."""
 
     def __init__(self, model: PreTrainedModel):
-        weight = model.get_output_embeddings().weight.detach()
-        self.weight = weight
+        self.weight = model.get_output_embeddings().weight.detach()
         self.softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
         self.bias = getattr(model.get_output_embeddings(), "bias", None)
-        use_onednn = (weight.device.type == "cpu" and weight.dtype == torch.float32 and self.bias is None
-                      and torch.backends.mkldnn.is_available())
-        self.packed = weight.to_mkldnn() if use_onednn else None  # a copy in oneDNN's blocked layout
+        self._packed: Tensor | None = None  # oneDNN's blocked layout of the weight, for many-row fp32 calls
+
+    def _onednn(self) -> Tensor | None:
+        weight = self.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32 or self.bias is not None \
+                or not torch.backends.mkldnn.is_available():
+            return None
+        if self._packed is None:
+            self._packed = weight.to_mkldnn()
+        return self._packed
 
     def __call__(self, hidden: Tensor) -> Tensor:
         flat = hidden.reshape(-1, hidden.shape[-1])
-        if small_gemm.usable(flat, self.weight):  # few rows: streaming the weight once beats oneDNN
-            logits = small_gemm.linear(flat, self.weight, self.bias)
-        elif self.packed is not None:
-            logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), self.packed, None).to_dense()
+        if kernels.usable(flat, self.weight):  # few rows: stream the weight once, rows exact
+            logits = kernels.linear(flat, self.weight, self.bias)
+        elif (packed := self._onednn()) is not None:
+            logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), packed, None).to_dense()
         else:
             logits = torch.nn.functional.linear(flat, self.weight, self.bias)
         if self.softcap is not None:
@@ -48,13 +51,17 @@ class OutputHead:
         return logits.reshape(*hidden.shape[:-1], -1)
 
 
-_HEADS: dict[int, OutputHead] = {}  # id of the head's weight -> its OutputHead, dropped with the weight
+# (id of the head's weight, its device, its dtype) -> its OutputHead, dropped with the weight. Device and dtype
+# are part of the key because moving or casting a model (``model.to(...)``) keeps the Parameter object and
+# replaces its data.
+_HEADS: dict[tuple[int, torch.device, torch.dtype], OutputHead] = {}
 
 
 def output_head(model: PreTrainedModel) -> OutputHead:
-    """The model's :class:`OutputHead`, built once per head weight (a self-draft shares its target's)."""
+    """The model's :class:`OutputHead`, built once per head weight and device (a self-draft shares its
+    target's)."""
     weight = model.get_output_embeddings().weight
-    key = id(weight)
+    key = (id(weight), weight.device, weight.dtype)
     if key not in _HEADS:
         _HEADS[key] = OutputHead(model)
         weakref.finalize(weight, _HEADS.pop, key, None)
@@ -65,10 +72,15 @@ def forward(model: PreTrainedModel, input_ids: Tensor, *, last_only: bool = Fals
             **kwargs) -> tuple[Tensor, Tensor]:
     """Run ``model`` on ``input_ids`` [B, S] (``kwargs`` go to its decoder: cache, mask, positions).
 
-    Returns ``(logits, hidden)``: logits [B, S, V] (or [B, 1, V] with ``last_only``) and the final hidden
-    states [B, S, d] after the last norm, i.e. the LM head's input.
+    The host/device boundary of every model call in specnb: ``input_ids`` and ``position_ids`` may be host
+    tensors and are moved to the model's device here (masks from :class:`TreeMasks` are built there).
+    Returns ``(logits, hidden)`` on the model's device: logits [B, S, V] (or [B, 1, V] with ``last_only``)
+    and the final hidden states [B, S, d] after the last norm, i.e. the LM head's input.
     """
-    hidden = model.get_decoder()(input_ids=input_ids, **kwargs).last_hidden_state
+    device = model_device(model)
+    if kwargs.get("position_ids") is not None:
+        kwargs["position_ids"] = kwargs["position_ids"].to(device, non_blocking=True)
+    hidden = model.get_decoder()(input_ids=input_ids.to(device, non_blocking=True), **kwargs).last_hidden_state
     return output_head(model)(hidden[:, -1:] if last_only else hidden), hidden
 
 
@@ -78,7 +90,7 @@ class TreeMasks:
     Hugging Face models accept a float mask [1, 1, q, K] (0 = attend, dtype-min = blocked) in place of the
     causal one, and a dict of them, one per layer type, for models that mix full and sliding-window layers
     (Gemma 3). Positions are absolute, so a sliding-window layer also hides keys more than ``window``
-    positions behind the query.
+    positions behind the query. Masks are built on the model's device: only the tree block crosses over.
     """
 
     def __init__(self, model: PreTrainedModel):
@@ -86,14 +98,25 @@ class TreeMasks:
         self.layer_types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
         self.sliding_window = getattr(config, "sliding_window", None)
         self.dtype = next(model.parameters()).dtype
+        self.device = model_device(model)
 
-    def __call__(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor) -> Tensor | dict[str, Tensor]:
-        """allowed: bool [q, K], which keys each query may see; query_pos [q], key_pos [K]: positions."""
-        masks = {kind: self._float_mask(allowed, query_pos, key_pos, kind) for kind in self.layer_types}
+    def __call__(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor,
+                 prefix: int = 0) -> Tensor | dict[str, Tensor]:
+        """Masks [1, 1, q, prefix + n] on the model's device.
+
+        allowed: bool [q, n] (host), which of the last n keys each query may see; the first ``prefix`` keys
+        (the cache, at positions 0..prefix-1) are visible to every query. query_pos [q], key_pos [n]: the
+        positions of the queries and of the last n keys (host).
+        """
+        allowed, query_pos, key_pos = (t.to(self.device, non_blocking=True) for t in (allowed, query_pos, key_pos))
+        masks = {kind: self._float_mask(allowed, query_pos, key_pos, prefix, kind) for kind in self.layer_types}
         return masks["full_attention"] if self.layer_types == ["full_attention"] else masks
 
-    def _float_mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, kind: str) -> Tensor:
+    def _float_mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, prefix: int, kind: str) -> Tensor:
+        blocked = torch.finfo(self.dtype).min
+        mask = torch.zeros(allowed.shape[0], prefix + allowed.shape[1], dtype=self.dtype, device=self.device)
+        mask[:, prefix:].masked_fill_(~allowed, blocked)
         if kind == "sliding_attention" and self.sliding_window:
-            allowed = allowed & (key_pos[None, :] > query_pos[:, None] - self.sliding_window)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+            keys = torch.cat([torch.arange(prefix, device=self.device), key_pos])
+            mask.masked_fill_(keys[None, :] <= query_pos[:, None] - self.sliding_window, blocked)
         return mask[None, None]

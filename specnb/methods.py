@@ -4,8 +4,8 @@ A method is a one-line description, an options dataclass and a factory ``(target
 (None = plain AR through our loop). Factories are imported lazily ("module:function") so a method's heavy
 dependencies (hnswlib, draftretriever, a draft model) load only when it is used, and this module imports
 nothing heavy: the command line validates every option before a model is loaded. The Hugging Face baselines
-(``hf``, ``hf-pld``, ``hf-assisted``) have no factory; :mod:`specnb.bench` runs them through
-``model.generate``.
+(``hf``, ``hf-pld``, ``hf-assisted``) and llama.cpp's (``llamacpp``, ``llamacpp-pld``) have no factory;
+:mod:`specnb.bench` runs them itself.
 
 Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
 ``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
@@ -251,8 +251,8 @@ class McsdOptions(DraftModelOptions):
 
 
 @dataclass(frozen=True)
-class HfPldOptions:
-    """Hugging Face prompt lookup with ``w`` tokens (``prompt_lookup_num_tokens``)."""
+class LookupOptions:
+    """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
 
     w: int = 10
 
@@ -274,7 +274,7 @@ class HfAssistedOptions:
 @dataclass(frozen=True)
 class Method:
     """A named method: one line of help, its options dataclass, and its factory ``"module:function"`` (None for
-    the Hugging Face baselines, which the bench runs itself)."""
+    the Hugging Face and llama.cpp baselines, which the bench runs itself)."""
 
     help: str
     options: type = NoOptions
@@ -320,15 +320,18 @@ METHODS: dict[str, Method] = {
     "mcsd": Method("MCSD: draft-model candidate tree, multi-candidate sampling", McsdOptions,
                    "specnb.drafters.draft_model:make_mcsd"),
     "hf": Method("Hugging Face generate (plain)"),
-    "hf-pld": Method("Hugging Face prompt lookup", HfPldOptions),
+    "hf-pld": Method("Hugging Face prompt lookup", LookupOptions),
     "hf-assisted": Method("Hugging Face assisted generation with --draft", HfAssistedOptions),
+    "llamacpp": Method("llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy"),
+    "llamacpp-pld": Method("llama.cpp with its prompt-lookup drafting", LookupOptions),
 }
 
-HF_BASELINES = tuple(name for name, method in METHODS.items() if method.factory is None)
+HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
+LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.llamacpp
 
 
 def method_names() -> list[str]:
-    """Every method name, ours then Hugging Face's."""
+    """Every method name: ours, then the Hugging Face and llama.cpp baselines."""
     return list(METHODS)
 
 
@@ -447,7 +450,7 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
     """
     spec = method(name)
     if spec.factory is None:
-        raise OptionError(f"{name} is a Hugging Face baseline, not a drafter; run it with specnb.bench")
+        raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.bench")
     if options is None or isinstance(options, Mapping):
         options = parse_options(name, options)
     elif not isinstance(options, spec.options):

@@ -13,10 +13,8 @@ Three kinds of name are accepted by :func:`load_model`:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -26,14 +24,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from . import kernels
+from .device import resolve_device
+from .kernels.cpu import kernel_isa
+from .paths import cache_dir
+
 
 class ModelError(ValueError):
     """A model name, file or tokenizer that cannot be used; the message says what to do."""
-
-
-def cache_dir() -> Path:
-    """The folder for converted models, corpora and datastores (``$SPECNB_CACHE`` or ``~/.cache/specnb``)."""
-    return Path(os.environ.get("SPECNB_CACHE") or Path.home() / ".cache" / "specnb").expanduser()
 
 
 @dataclass(frozen=True)
@@ -115,24 +113,18 @@ class LoadedModel:
 # ----------------------------------------------------------------------------------------------- dtype
 
 
-@functools.cache
 def cpu_has_fast_bf16() -> bool:
-    """True when the CPU has native bf16 matmul units (AMX or AVX512-BF16).
-
-    Without them PyTorch emulates bf16 matmuls: one token is still cheap (memory-bound, half the bytes
-    of fp32) but verifying 20 tokens costs 5-10x one token, which defeats speculative decoding.
-    """
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+    """True when specnb's few-row kernels run bf16 on this CPU (:mod:`specnb.kernels`: AVX2 + FMA widening
+    bf16 in registers, or AVX512-BF16 / AMX dot products). Without them PyTorch emulates bf16 matmuls on
+    many CPUs: one token is still cheap but a 20-token verification costs 5-10x one token."""
+    return kernel_isa() is not None and kernels.extension() is not None
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype:
     """Map ``"auto"`` / ``"bfloat16"`` / ``"float32"`` / a torch dtype to a torch dtype.
 
-    ``auto`` is bf16 on GPUs and on CPUs with native bf16 kernels, else float32.
+    ``auto`` is bf16 on GPUs and on CPUs where specnb's kernels run bf16 (half the bytes of fp32 per token,
+    rows exact), else float32.
     """
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -240,8 +232,12 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, sliding_window: int = 16,
-               init_std: float = 0.3) -> LoadedModel:
-    """A randomly initialised float32 model of ``arch`` (llama | qwen2 | gemma3) with 4 small layers.
+               init_std: float = 0.3, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> LoadedModel:
+    """A randomly initialised model (float32 unless ``dtype``) of ``arch`` (llama | qwen2 | gemma3) with 4 small
+    layers.
+
+    The weights are drawn on the CPU and then moved to ``device``, so every device gets the same model.
 
     ``init_std`` is large so that logits are well separated (greedy ties cannot flip on rounding) and the
     model falls into repetitive loops, which gives n-gram drafters something to find. Gemma3 gets a short
@@ -264,23 +260,27 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
         raise ModelError(f"unknown tiny architecture {arch!r}; use one of {', '.join(TINY_ARCHS)}")
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    _route_small_calls(model)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device=device, dtype=dtype).eval()
+    kernels.install(model)
     return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
 
 
 # ------------------------------------------------------------------------------------------- loading
 
 
-def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu") -> LoadedModel:
+def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu") -> LoadedModel:
     """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
 
-    Returns a :class:`LoadedModel` in eval mode on ``device``. ``dtype="auto"`` is bf16 where the
-    hardware has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32.
+    Returns a :class:`LoadedModel` in eval mode on ``device`` (weights are loaded straight onto it; a
+    CUDA device on a machine without one raises ValueError). ``dtype="auto"`` is bf16 where the hardware
+    has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
+    dtype other than ``"auto"`` is asked for.
     """
+    device = resolve_device(device)
     if name.startswith("tiny-"):
-        return tiny_model(name.removeprefix("tiny-"))
-    torch_dtype = resolve_dtype(dtype, device)
+        tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
+        return tiny_model(name.removeprefix("tiny-"), dtype=tiny_dtype, device=device)
+    torch_dtype = resolve_dtype(dtype, device.type)
     if name in EMBEDDED:
         spec = EMBEDDED[name]
         path = cache_dir() / "models" / name
@@ -298,20 +298,14 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
         source, chat = str(local) if local.exists() else name, None
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(device).eval()
+        placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **placement).eval()
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:
         chat = tokenizer.chat_template is not None
-    _route_small_calls(model)
+    kernels.install(model)
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
-
-
-def _route_small_calls(model: PreTrainedModel) -> None:
-    """Float32 CPU models get :mod:`specnb.small_gemm`'s linear layers for calls of a few rows."""
-    from .small_gemm import install  # imported here: small_gemm takes its cache folder from this module
-
-    install(model)
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

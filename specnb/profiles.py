@@ -3,11 +3,16 @@
 * ``smoke``: tiny random models, a handful of prompts and tokens: seconds (the test suite runs it).
 * ``quick``: Gemma-3-270M (the default): minutes on 2 CPU cores.
 * ``full``: Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft: hours.
+
+Every profile runs on ``device``: CUDA when the machine has it, else the CPU (the notebooks pass it to
+``load_model``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .device import default_device
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,7 @@ class Profile:
     n_prompts: int  # prompts per prompt set
     max_new_tokens: int
     dtype: str = "auto"
+    device: str = field(default_factory=default_device)  # cuda when available, else cpu
 
 
 PROFILES = {

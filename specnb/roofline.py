@@ -28,10 +28,14 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from . import small_gemm
+from . import kernels
+from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
+from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
+from .kernels.cpu import cpu_class
 from .kv_cache import GrowingCache
-from .models import LoadedModel, cache_dir, load_model, resolve_dtype
+from .models import LoadedModel, load_model, resolve_dtype
+from .paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -57,14 +61,17 @@ class Grid:
 
 PAPER_KS = tuple(range(1, 33))
 PAPER_WS = tuple(range(16))
-CONTEXTS = (25, 100, 500)
+CONTEXTS = (256, 1024, 4096)
 COARSE_KS = (1, 2, 4, 8, 16, 32)
 COARSE_WS = (0, 1, 3, 7, 15)
 GRIDS = {
     # the paper's grid: k = 1..32, w = 0..15, three context lengths, median of 5 calls
     "full": Grid(PAPER_KS, PAPER_WS, CONTEXTS, repeats=5),
-    # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class), median of 2 calls
-    "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS, repeats=2),
+    # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class) up to 64 tokens per call, median
+    # of 5 calls after a warm-up call per cell
+    "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS[:2], repeats=5, max_tokens=64),
+    # the cost curve: one row of 1..64 tokens (a chain or a tree), contexts 256 / 1k / 4k
+    "curve": Grid((1,), (0, 1, 3, 7, 15, 31, 63), CONTEXTS, repeats=5),
     "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
     # the shapes the adaptive draft shape may pick by default (up to 64 tokens per call: beyond that an fp32
     # call costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
@@ -95,46 +102,38 @@ def device_name(device: torch.device | str) -> str:
     return f"{name}, {torch.get_num_threads()} torch threads"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
 def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool = True,
                desc: str = "roofline") -> pd.DataFrame:
     """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown.
 
     For each context length the cache is filled once with random tokens (batch 1); before every call the
-    cache is reset to that prefill, expanded to k rows (views, no copies), so each call appends the same
-    (k, w + 1) block to the same cache. One untimed call warms up each context.
+    cache is cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
+    :mod:`specnb.kv_cache`), so each call appends the same (k, w + 1) block to the same cache. Every cell
+    gets one untimed warm-up call (kernels and allocations differ per shape, notably on a GPU).
     """
-    device = next(model.parameters()).device
+    device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(seed)
-    rows, prefilled = [], {}
+    rows, prefilled = [], None
     cells = grid.cells()
     bar = tqdm(cells, desc=desc, unit="cell", disable=not progress)
     for context, k, w in bar:
-        if context not in prefilled:
+        if prefilled is None or prefilled[0] != context:
             cache = GrowingCache()
-            prompt = torch.randint(vocab, (1, context), generator=generator).to(device)
+            prompt = torch.randint(vocab, (1, context), generator=generator)
             forward(model, prompt, last_only=True, past_key_values=cache, use_cache=True)
-            prefilled = {context: (cache, [(layer.keys, layer.values) for layer in cache.layers])}
-        cache, base = prefilled[context]
+            prefilled = (context, cache)
         block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
         times = []
-        for _repeat in range(grid.repeats + (1 if (k, w) == (1, 0) else 0)):  # warm-up call before the reference
-            for layer, (keys, values) in zip(cache.layers, base, strict=True):
-                layer.keys, layer.values = keys.expand(k, -1, -1, -1), values.expand(k, -1, -1, -1)
-            _sync(device)
+        for _repeat in range(grid.repeats + 1):  # the first call is the warm-up
+            cache.keep(context, torch.empty(0, dtype=torch.long))
+            synchronize(device)
             start = time.perf_counter()
             forward(model, block, past_key_values=cache, use_cache=True)
-            _sync(device)
+            synchronize(device)
             times.append(time.perf_counter() - start)
-        if (k, w) == (1, 0):
-            times = times[1:]
-        rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times)))
+        rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times[1:])))
     frame = pd.DataFrame(rows)
     reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
     frame["slowdown"] = frame.seconds / frame.context.map(reference)
@@ -143,7 +142,9 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
 
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
             progress: bool = True) -> pd.DataFrame:
-    """:func:`time_cells` plus provenance columns (model, dtype, device, torch version, date, repeats)."""
+    """:func:`time_cells` plus provenance columns (model, dtype, device, torch version, date, repeats, CPU
+    class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the measured read
+    bandwidth) and ``compute_floor_s`` (2 x parameters x tokens over PyTorch's best GEMM FLOP/s here)."""
     model = target.model if isinstance(target, LoadedModel) else target
     name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
     param = next(model.parameters())
@@ -153,9 +154,15 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     frame["dtype"] = dtype
     frame["device"] = device_name(param.device)
     frame["torch"] = torch.__version__
-    frame["kernel"] = small_gemm.routed(model) or "torch"
+    frame["kernel"] = kernels.routed(model) or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
+    if param.device.type == "cpu":
+        frame["cpu_class"] = cpu_class()
+        frame["read_gb_per_s"] = read_bandwidth()
+        frame["gemm_gflops"] = gemm_flops(param.dtype) / 1e9
+        frame["bandwidth_floor_s"] = streamed_bytes(model) / (frame.read_gb_per_s * 1e9)
+        frame["compute_floor_s"] = 2 * matmul_parameters(model) * frame.tokens / (frame.gemm_gflops * 1e9)
     return frame
 
 
@@ -215,7 +222,7 @@ class CostModel:
 def cost_table_path(target: LoadedModel) -> Path:
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
-    kernel = small_gemm.routed(target.model)  # a table timed with other GEMM kernels does not apply
+    kernel = kernels.routed(target.model)  # a table timed with other GEMM kernels does not apply
     name = "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
     return cache_dir() / "roofline" / f"{name}.csv"
 
@@ -261,8 +268,9 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> P
     }
     if shape not in configs:
         raise ValueError(f"unknown model shape {shape!r}; use one of {', '.join(configs)}")
-    torch_dtype = resolve_dtype(dtype, device)
-    with torch.device(device):
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device.type)
+    with device:
         model = AutoModelForCausalLM.from_config(configs[shape](), dtype=torch_dtype)
     return model.eval()
 
@@ -282,7 +290,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--model", default="gemma-3-270m",
                         help="model name/path, or random:SHAPE (mistral-7b, llama-2-7b, qwen2.5-1.5b)")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
     parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
     parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
     parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")

@@ -46,7 +46,7 @@ def probabilities(logits: Tensor, config: SamplingConfig) -> Tensor:
 
 
 def sample(probs: Tensor, generator: torch.Generator | None) -> int:
-    """One token id drawn from a probability vector [V]."""
+    """One token id drawn from a probability vector [V] (``generator`` on ``probs``' device)."""
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
@@ -105,16 +105,19 @@ def mcss(p: Tensor, q: Tensor, candidates: Tensor, generator: torch.Generator | 
     """Multi-candidate speculative sampling for N independent problems at once.
 
     p, q: float [N, V] target and draft distributions; candidates: int64 [N, k] drawn from q (i.i.d. if
-    ``replacement``, else one after another without replacement), in drawing order.
+    ``replacement``, else one after another without replacement), in drawing order, on any device (moved
+    to p's). ``generator`` must be on p's device.
     Returns (accepted int64 [N]: index in 0..k-1 of the accepted candidate or -1 if all were rejected,
     residual float [N, V]: the distribution to draw the emitted token from where accepted == -1).
     The loop runs over the k candidates only; each step is vectorised over N and V.
     """
     n, k = candidates.shape
-    rows = torch.arange(n)
-    accepted = torch.full((n,), -1, dtype=torch.long)
-    u = torch.rand(n, k, generator=generator)
-    p, q = p.float(), q.float()
+    device = p.device
+    candidates = candidates.to(device)
+    rows = torch.arange(n, device=device)
+    accepted = torch.full((n,), -1, dtype=torch.long, device=device)
+    u = torch.rand(n, k, generator=generator, device=device)
+    p, q = p.float(), q.float().to(device)
     for i in range(k):
         x = candidates[:, i]
         px, qx = p[rows, x], q[rows, x]
@@ -135,7 +138,8 @@ def target_probabilities(logits: Tensor, config: SamplingConfig) -> Tensor:
     others rejected, and the residual stays on the argmax. So at temperature 0 MCSS reduces to greedy
     matching, as the MCSD paper notes (with replacement it is vanilla SD, without it equals MCNS)."""
     if config.greedy:
-        return torch.zeros(logits.shape, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return torch.zeros(logits.shape, dtype=torch.float32, device=logits.device).scatter_(
+            -1, logits.argmax(-1, keepdim=True), 1.0)
     return probabilities(logits, config)
 
 
@@ -147,7 +151,8 @@ def accept_mcss(draft: Draft, logits: Tensor, config: SamplingConfig,
     ``mcss``, i.e. drawn with replacement); logits: [n+1, V] target logits at the root and every node.
     At each node its children (in node order = drawing order) are the candidates; an accepted child
     becomes the next node; at a leaf, or when every child is rejected, the bonus token is drawn from the
-    target's (residual) distribution. Returns the accepted nodes (path order) and the bonus token.
+    target's (residual) distribution. Returns the accepted nodes (path order, host) and the bonus token.
+    The tree walk runs on the host; p, q and the draws stay on the logits' device (``generator`` there too).
     """
     if draft.q is None:
         raise ValueError("accept_mcss needs a draft with draft distributions q")
@@ -168,7 +173,7 @@ def accept_mcss(draft: Draft, logits: Tensor, config: SamplingConfig,
                 return Acceptance(torch.tensor(path, dtype=torch.long), token)
             choice = int(hit[0])
         else:
-            q = draft.q[children[0]].to(p.device)
+            q = draft.q[children[0]]
             accepted, residual = mcss(p[None], q[None], tokens[None], generator, replacement=scheme == "mcss")
             choice = int(accepted[0])
             if choice < 0:

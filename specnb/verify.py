@@ -4,14 +4,22 @@ Two executions of the same tree give the same logits (up to floating-point round
 
 * ``tree``:  one row ``[root, nodes...]`` with a 4D attention mask (each node sees the cache and its
   ancestors) and per-node position ids. Sliding-window layers (Gemma 3) get their own mask.
-* ``batch``: one row per root-to-leaf path, the KV cache expanded to that many rows, plain causal
-  attention. Works with any attention kernel; costs k times the cache reads.
+* ``batch``: one row per root-to-leaf path, the KV cache broadcast to that many rows, plain causal
+  attention. Works with any attention kernel; costs k times the cache reads, and each layer's attention
+  input is one transient ``[P, H, past + D + 1, head_dim]`` concatenation (the cache buffer itself stays
+  one row; see :mod:`specnb.kv_cache`).
 
 A chain (one path) needs no mask at all, so both modes run it as a plain causal call.
 
 The KV cache (:class:`~specnb.kv_cache.GrowingCache`: a config-less ``DynamicCache`` that appends in
 place) keeps every position in every layer; sliding windows are enforced by the masks. After acceptance
-:meth:`Verifier.keep` leaves exactly the root and the accepted nodes in the cache: nothing is recomputed.
+:meth:`Verifier.keep` leaves exactly the root and the accepted nodes in the cache, compacted in place:
+nothing is recomputed.
+
+Host and device: drafts and the acceptance bookkeeping are host tensors; :func:`~specnb.forward.forward`
+moves ids and positions to the model's device and :class:`~specnb.forward.TreeMasks` builds the masks
+there. Logits and hidden states stay on the device; greedy acceptance reads one host copy of the argmax
+per call.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from .device import model_device
 from .draft import Acceptance, Draft
 from .forward import TreeMasks, forward
 from .kv_cache import GrowingCache
@@ -54,6 +63,7 @@ class Verifier:
         self.model = model
         self.mode = mode
         self.want_hidden = want_hidden
+        self.device = model_device(model)
         self.cache = GrowingCache()
         self.masks = TreeMasks(model)
 
@@ -68,13 +78,14 @@ class Verifier:
 
     @torch.inference_mode()
     def prefill(self, prompt_ids: Tensor) -> Verification:
-        """Run the prompt (int64 [L]) through the target; logits/hidden of the last position only."""
+        """Run the prompt (int64 [L], host) through the target; logits/hidden of the last position only."""
         logits, hidden = self._call(prompt_ids[None], last_only=True)
         return Verification(logits[0], None if hidden is None else hidden[0, -1:])
 
     @torch.inference_mode()
     def forward(self, root: int, draft: Draft) -> Verification:
-        """One target call over ``[root] + draft`` appended to the cache."""
+        """One target call over ``[root] + draft`` (host tensors) appended to the cache; the result's
+        logits [n+1, V] and hidden states [n+1, d] are on the model's device."""
         if draft.num_nodes and int(draft.tokens.max()) >= self.model.get_output_embeddings().weight.shape[0]:
             raise ValueError("draft contains a token id outside the target's vocabulary")
         ids = torch.cat([torch.tensor([root]), draft.tokens])
@@ -90,8 +101,7 @@ class Verifier:
         visible, depth = draft.attention()  # [n+1, n+1], [n+1]
         positions = past + depth
         # Every node sees the whole cache and, among the new entries, exactly itself and its ancestors.
-        allowed = torch.cat([torch.ones(len(positions), past, dtype=torch.bool), visible], dim=1)
-        mask = self.masks(allowed, positions, torch.cat([torch.arange(past), positions]))
+        mask = self.masks(visible, positions, positions, prefix=past)
         logits, hidden = self._call(ids[None], attention_mask=mask, position_ids=positions[None])
         return Verification(logits[0], None if hidden is None else hidden[0])
 
@@ -99,17 +109,13 @@ class Verifier:
         paths = draft.paths()  # [P, D] full indices, -1 padded
         padded = torch.cat([torch.zeros(paths.shape[0], 1, dtype=torch.long), paths], dim=1)  # root first
         rows = ids[padded.clamp(min=0)]  # padding repeats the root token; its outputs are never read
-        for layer in self.cache.layers:
-            if layer.is_initialized:
-                layer.keys = layer.keys.expand(rows.shape[0], -1, -1, -1)
-                layer.values = layer.values.expand(rows.shape[0], -1, -1, -1)
-        logits, hidden = self._call(rows)
+        logits, hidden = self._call(rows)  # the cache broadcasts to the rows (see kv_cache)
         # Every node's outputs, taken from the first path that contains it.
         n = draft.num_nodes
         flat = padded.flatten()
         valid = torch.nonzero(flat >= 0).squeeze(1)
         first = torch.full((n + 1,), flat.numel(), dtype=torch.long).scatter_reduce_(
-            0, flat[valid], valid, reduce="amin")
+            0, flat[valid], valid, reduce="amin").to(self.device)
         pick = lambda t: t.flatten(0, 1)[first]  # noqa: E731
         return Verification(pick(logits), None if hidden is None else pick(hidden), batch_paths=paths)
 
@@ -119,24 +125,10 @@ class Verifier:
         """Keep root + accepted nodes (0-based node indices in path order) after a call that began at
         cache length ``past``; drop every other entry the call added."""
         paths = verification.batch_paths
-        for layer in self.cache.layers:
-            if not layer.is_initialized:
-                continue
-            if paths is not None:  # batch: pick the row of the path holding the accepted nodes
-                row = _row_of(paths, accepted)
-                keys, values = layer.keys[row:row + 1], layer.values[row:row + 1]
-                end = past + 1 + accepted.shape[0]
-                layer.keys, layer.values = keys[:, :, :end], values[:, :, :end]
-            else:
-                keep = torch.cat([torch.arange(past + 1), past + 1 + accepted])
-                if keep.shape[0] == layer.keys.shape[2]:
-                    continue
-                contiguous = bool((accepted == torch.arange(accepted.shape[0])).all())
-                if contiguous:  # accepted nodes are the first ones: a crop, no copy
-                    layer.keys, layer.values = layer.keys[:, :, :keep.shape[0]], layer.values[:, :, :keep.shape[0]]
-                else:
-                    layer.keys = layer.keys.index_select(2, keep)
-                    layer.values = layer.values.index_select(2, keep)
+        if paths is not None:  # batch: the row of the path holding the accepted nodes, root included
+            self.cache.keep_row(_row_of(paths, accepted), 1 + accepted.shape[0])
+        else:
+            self.cache.keep(past + 1, past + 1 + accepted)
 
 
 def _row_of(paths: Tensor, accepted: Tensor) -> int:
@@ -154,9 +146,10 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
     """Longest root-to-leaf prefix whose every token is the target's argmax at its parent.
 
     Ties between equally long paths go to the path through the earliest nodes. The bonus token is the
-    argmax after the last accepted node.
+    argmax after the last accepted node. logits [n+1, V] may be on any device: the argmax [n+1] is read to
+    the host once and the rest runs there.
     """
-    predicted = logits.argmax(-1)  # [n+1]
+    predicted = logits.argmax(-1).cpu()  # [n+1]
     if draft.num_nodes == 0:
         return Acceptance(torch.empty(0, dtype=torch.long), int(predicted[0]))
     match = torch.cat([torch.tensor([True]), draft.tokens == predicted[draft.parents + 1]])  # full indices

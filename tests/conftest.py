@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny random models (float32, built in code, cached per session)."""
+"""Shared fixtures: tiny random models (float32 unless asked for bf16, built in code, cached per session)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from specnb.models import LoadedModel, tiny_model
 torch.set_num_threads(1)
 
 ARCHS = ("llama", "qwen2", "gemma3")
+DTYPES = (torch.float32, torch.bfloat16)
 
 
 @functools.cache
-def tiny(arch: str) -> LoadedModel:
-    """One tiny model per architecture for the whole session (never mutated by decoding)."""
-    return tiny_model(arch)
+def tiny(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """One tiny model per architecture and dtype for the whole session (never mutated by decoding)."""
+    return tiny_model(arch, dtype=dtype)
 
 
 @pytest.fixture(params=ARCHS)

@@ -1,4 +1,4 @@
-"""GrowingCache: in-place appends give the same tensors as torch.cat, across crops, gathers and expands."""
+"""GrowingCache: in-place appends, crops and compactions give the same tensors as torch.cat / index_select."""
 
 from __future__ import annotations
 
@@ -7,35 +7,42 @@ import torch
 from specnb.kv_cache import GrowingCache
 
 
-def test_appends_crops_and_reassignments_match_concatenation():
+def test_appends_crops_and_compactions_match_concatenation():
     torch.manual_seed(0)
     cache, reference = GrowingCache(), torch.empty(1, 2, 0, 4)
     layer_of = lambda: cache.layers[0]  # noqa: E731
-    for step in range(40):
+    for step in range(150):  # enough to outgrow the first buffer
         new = torch.randn(1, 2, 1 + step % 5, 4)
+        past = reference.shape[2]
         keys, _ = cache.update(new, new.clone(), 0)
         reference = torch.cat([reference, new], dim=2)
         assert torch.equal(keys, reference) and torch.equal(layer_of().values, reference)
-        if step % 3 == 0:  # crop (a view: the next append writes in place)
-            layer_of().keys, layer_of().values = keys[:, :, :-1], layer_of().values[:, :, :-1]
-            reference = reference[:, :, :-1]
-        if step % 7 == 0:  # gather (a new tensor: the next append copies it into a new buffer)
-            keep = torch.arange(0, reference.shape[2], 2)
-            layer_of().keys = layer_of().keys.index_select(2, keep)
-            layer_of().values = layer_of().values.index_select(2, keep)
-            reference = reference.index_select(2, keep)
+        if step % 4 == 1:  # everything accepted
+            continue
+        # root + the first accepted nodes (a crop), or every other node (out of order: a compaction)
+        kept = torch.arange(past + 1, max(past + 1, reference.shape[2] - 1)) if step % 2 else \
+            torch.arange(past + 1, reference.shape[2], 2)
+        buffer = layer_of().key_buffer
+        cache.keep(past + 1, kept)
+        reference = torch.cat([reference[:, :, :past + 1], reference[:, :, kept]], dim=2)
+        assert layer_of().key_buffer is buffer  # crops and compactions never allocate a new buffer
+        assert torch.equal(layer_of().keys, reference) and torch.equal(layer_of().values, reference)
     assert cache.get_seq_length() == reference.shape[2]
     before = layer_of().key_buffer
     cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4), 0)
     assert layer_of().key_buffer is before  # room left: no new buffer
 
 
-def test_expanded_rows_for_batch_verification():
+def test_broadcast_rows_for_batch_verification():
     cache = GrowingCache()
     base = torch.randn(1, 1, 6, 3)
     cache.update(base, base, 0)
-    layer = cache.layers[0]
-    layer.keys, layer.values = layer.keys.expand(3, -1, -1, -1), layer.values.expand(3, -1, -1, -1)
+    buffer = cache.layers[0].key_buffer
     new = torch.randn(3, 1, 2, 3)
     keys, _ = cache.update(new, new, 0)
     assert torch.equal(keys, torch.cat([base.expand(3, -1, -1, -1), new], dim=2))
+    assert cache.get_seq_length() == 6  # the call's entries are held aside
+    cache.keep_row(1, 2)
+    layer = cache.layers[0]
+    assert layer.key_buffer is buffer and layer.keys.shape == (1, 1, 8, 3)
+    assert torch.equal(layer.keys, torch.cat([base, new[1:2]], dim=2))

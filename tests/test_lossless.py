@@ -1,4 +1,5 @@
-"""Greedy speculative decoding must reproduce greedy AR decoding token for token, whatever the draft.
+"""Greedy speculative decoding must reproduce greedy AR decoding token for token, whatever the draft, in
+float32 and in bf16 (where it holds because every row of a call computes the bits it computes alone).
 
 An "oracle" drafter knows the AR reference output and builds trees from it with random corruption:
 random tokens, wrong branches, EOS, empty drafts, deep chains and wide bushes. Hypothesis picks the shape.
@@ -12,7 +13,7 @@ import functools
 import numpy as np
 import pytest
 import torch
-from conftest import ARCHS, tiny
+from conftest import ARCHS, DTYPES, tiny
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,9 +30,9 @@ PROMPTS = {
 
 
 @functools.cache
-def reference(arch: str, prompt: str) -> list[int]:
+def reference(arch: str, prompt: str, dtype: torch.dtype = torch.float32) -> list[int]:
     """Greedy AR tokens (EOS disabled so the run is always MAX_NEW long)."""
-    return generate(tiny(arch), PROMPTS[prompt], max_new_tokens=MAX_NEW, stop_at_eos=False).tokens
+    return generate(tiny(arch, dtype), PROMPTS[prompt], max_new_tokens=MAX_NEW, stop_at_eos=False).tokens
 
 
 class OracleDrafter(Drafter):
@@ -63,22 +64,26 @@ class OracleDrafter(Drafter):
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arch=st.sampled_from(ARCHS), prompt=st.sampled_from(sorted(PROMPTS)), mode=st.sampled_from(["tree", "batch"]),
-       seed=st.integers(0, 2**31), width=st.integers(1, 8), depth=st.integers(1, 12), noise=st.floats(0, 0.6))
-def test_random_trees_are_lossless(arch, prompt, mode, seed, width, depth, noise):
-    truth = reference(arch, prompt)
+       seed=st.integers(0, 2**31), width=st.integers(1, 8), depth=st.integers(1, 12), noise=st.floats(0, 0.6),
+       dtype=st.sampled_from(DTYPES))
+def test_random_trees_are_lossless(arch, prompt, mode, seed, width, depth, noise, dtype):
+    truth = reference(arch, prompt, dtype)
     drafter = OracleDrafter(truth, len(PROMPTS[prompt]), seed, width, depth, noise)
-    out = generate(tiny(arch), PROMPTS[prompt], drafter, max_new_tokens=MAX_NEW, verify=mode, stop_at_eos=False)
+    out = generate(tiny(arch, dtype), PROMPTS[prompt], drafter, max_new_tokens=MAX_NEW, verify=mode,
+                   stop_at_eos=False)
     assert out.tokens == truth
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", ["tree", "batch"])
-def test_deep_and_wide_trees(arch, mode):
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_deep_and_wide_trees(arch, mode, dtype):
     """A perfect 12-deep chain, a 16-wide bush of mostly wrong rows, and full acceptance all the way."""
-    truth = reference(arch, "long")
+    truth = reference(arch, "long", dtype)
     for width, depth, noise in [(1, 12, 0.0), (16, 3, 0.8), (6, 10, 0.1)]:
         drafter = OracleDrafter(truth, len(PROMPTS["long"]), 7, width, depth, noise)
-        out = generate(tiny(arch), PROMPTS["long"], drafter, max_new_tokens=MAX_NEW, verify=mode, stop_at_eos=False)
+        out = generate(tiny(arch, dtype), PROMPTS["long"], drafter, max_new_tokens=MAX_NEW, verify=mode,
+                       stop_at_eos=False)
         assert out.tokens == truth
     assert max(c.accepted for c in out.stats.calls) >= 5  # the oracle does get long accepts
 
@@ -86,10 +91,12 @@ def test_deep_and_wide_trees(arch, mode):
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("mode", ["tree", "batch"])
 @pytest.mark.parametrize("k", [1, 4])
-def test_prompt_lookup_is_lossless(arch, mode, k):
-    truth = reference(arch, "long")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prompt_lookup_is_lossless(arch, mode, k, dtype):
+    truth = reference(arch, "long", dtype)
     drafter = ContextNgramDrafter(k=k, w=6)
-    out = generate(tiny(arch), PROMPTS["long"], drafter, max_new_tokens=MAX_NEW, verify=mode, stop_at_eos=False)
+    out = generate(tiny(arch, dtype), PROMPTS["long"], drafter, max_new_tokens=MAX_NEW, verify=mode,
+                   stop_at_eos=False)
     assert out.tokens == truth
 
 

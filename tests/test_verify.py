@@ -78,7 +78,8 @@ def test_keep_leaves_the_cache_of_the_accepted_text(arch, mode, accepted):
     past = verifier.cache_len
     verification = verifier.forward(ROOT, TREE)
     nodes = torch.tensor(accepted, dtype=torch.long)
-    verifier.keep(past, verification, nodes)
+    with torch.inference_mode():  # as in generate(): the cache is compacted in place
+        verifier.keep(past, verification, nodes)
     text = torch.cat([PROMPT, torch.tensor([ROOT]), TREE.tokens[nodes]])
     assert verifier.cache_len == text.shape[0]
     assert_same_cache(verifier.cache, fresh_cache(model, text))
@@ -139,7 +140,8 @@ def test_draft_model_cache_after_a_partial_acceptance(accepted):
         node = int(torch.nonzero(tree.parents == node)[rank])
         tokens.append(int(tree.tokens[node]))
     bonus = 3
-    drafter.update(torch.tensor([*tokens, bonus]))
+    with torch.inference_mode():  # as in generate()
+        drafter.update(torch.tensor([*tokens, bonus]))
     text = torch.cat([context, torch.tensor(tokens, dtype=torch.long)])
     assert drafter.prefix == text.shape[0]
     assert_same_cache(drafter.cache, fresh_cache(draft.model, text))

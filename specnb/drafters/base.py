@@ -15,13 +15,15 @@ from ..draft import Draft
 class DecodeState:
     """What a drafter may look at when proposing.
 
-    tokens: int64 [L], prompt + generated tokens so far; ``tokens[-1]`` is the root of the next draft
-            (the token the target just produced; it is not yet in the target's KV cache).
-    hidden: float [d], the target's last hidden state at the position that produced the root, or None
-            unless the drafter sets ``needs_hidden_state``.
+    tokens: int64 [L] on the host, prompt + generated tokens so far; ``tokens[-1]`` is the root of the next
+            draft (the token the target just produced; it is not yet in the target's KV cache).
+    hidden: float [d] on the target's device, its last hidden state at the position that produced the root,
+            or None unless the drafter sets ``needs_hidden_state``.
     target: the target model (for drafters derived from it). A drafter must never touch its KV cache.
     max_depth: the deepest draft worth proposing (tokens left before ``max_new_tokens``, minus the bonus).
     prompt_len: number of prompt tokens at the start of ``tokens``.
+
+    A drafter returns a Draft of host tensors (its ``q``, if any, may stay on the device).
     """
 
     tokens: Tensor

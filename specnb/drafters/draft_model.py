@@ -27,6 +27,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from ..decode import generate
+from ..device import generator as make_generator
+from ..device import model_device
 from ..draft import Draft
 from ..forward import TreeMasks, forward
 from ..kv_cache import GrowingCache
@@ -93,8 +95,8 @@ def check_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_cached(name: str, dtype: torch.dtype) -> LoadedModel:
-    return load_model(name, dtype=dtype)
+def _load_cached(name: str, dtype: torch.dtype, device: torch.device) -> LoadedModel:
+    return load_model(name, dtype=dtype, device=device)
 
 
 def self_layers(name: str) -> int | None:
@@ -107,13 +109,14 @@ def self_layers(name: str) -> int | None:
     return int(layers)
 
 
-def load_draft(target: LoadedModel, name: str) -> LoadedModel:
+def load_draft(target: LoadedModel, name: str, device: str | torch.device | None = None) -> LoadedModel:
     """A draft model by name: ``self:L`` (the target's first L layers) or any :func:`load_model` name,
-    loaded in the target's dtype and checked to share its vocabulary."""
+    loaded in the target's dtype on ``device`` (default: the target's) and checked to share its vocabulary."""
     layers = self_layers(name)
     if layers is not None:
         return self_draft(target, layers)
-    draft = _load_cached(name, next(target.model.parameters()).dtype)
+    draft = _load_cached(name, next(target.model.parameters()).dtype,
+                         model_device(target.model) if device is None else torch.device(device))
     check_vocabulary(target, draft)
     return draft
 
@@ -146,7 +149,7 @@ class DraftModelDrafter(Drafter):
         self.config = SamplingConfig(temperature, top_p)
         # One generator for the drafter's life, not reseeded per generation: repeated generations from the
         # same prompt must draw fresh candidates, or their outputs would not follow the target distribution.
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = make_generator(model_device(self.model), seed)
         self.masks = TreeMasks(self.model)
         self.reset(torch.empty(0, dtype=torch.long))
 
@@ -174,7 +177,7 @@ class DraftModelDrafter(Drafter):
             return None
         context = state.tokens.shape[0]
         self.prefix = min(self.prefix, context - 1)  # the root's logits are needed, so it is always fed
-        self._crop(torch.arange(self.prefix))  # drop a tree that update() did not see
+        self.cache.keep(self.prefix, torch.empty(0, dtype=torch.long))  # drop a tree update() did not see
         # Level 0: the tokens the draft has not seen yet (accepted leaves, the root) as one causal chain.
         pending = state.tokens[self.prefix:]
         logits, _ = forward(self.model, pending[None], last_only=True, past_key_values=self.cache, use_cache=True)
@@ -226,25 +229,26 @@ class DraftModelDrafter(Drafter):
                 break
             current = int(child[0, 0])
             keep.append(int(self.tree_slot[current]))
-        self._crop(torch.cat([torch.arange(self.prefix), torch.tensor(keep, dtype=torch.long)]))
+        self.cache.keep(self.prefix, torch.tensor(keep, dtype=torch.long))
         self.prefix += len(keep)
         self._forget_tree()
 
     # -------------------------------------------------------------- internals
 
     def _draw(self, logits: Tensor, k: int) -> tuple[Tensor, Tensor | None]:
-        """Children tokens [m, k'] for each of m frontier rows of draft logits [m, V], and q [m, V].
+        """Children tokens [m, k'] (host) for each of m frontier rows of draft logits [m, V] (device), and
+        q [m, V] (device).
 
         Temperature 0: the top-k tokens (top-1 when drawing with replacement), no q. Otherwise k draws from
         q, i.i.d. for ``mcss`` or without replacement (never more than q's smallest support).
         """
         with_replacement = self.scheme == "mcss"
         if self.config.greedy:
-            return logits.topk(1 if with_replacement else k, dim=-1).indices, None
+            return logits.topk(1 if with_replacement else k, dim=-1).indices.cpu(), None
         q = probabilities(logits, self.config)
         if not with_replacement:
             k = min(k, int((q > 0).sum(-1).min()))
-        return torch.multinomial(q, k, replacement=with_replacement, generator=self.generator), q
+        return torch.multinomial(q, k, replacement=with_replacement, generator=self.generator).cpu(), q
 
     def _forward_level(self, tokens: Tensor, parents: Tensor, fed: list[Tensor], frontier: Tensor,
                        context: int) -> Tensor:
@@ -257,11 +261,10 @@ class DraftModelDrafter(Drafter):
         ancestors, depth = ancestors[1:, 1:], depth[1:]  # drop the root: it is part of the prefix
         key_nodes = torch.cat([*fed, frontier])
         query_pos = context - 1 + depth[frontier]
-        key_pos = torch.cat([torch.arange(self.prefix), context - 1 + depth[key_nodes]])
-        allowed = torch.cat([torch.ones(frontier.shape[0], self.prefix, dtype=torch.bool),
-                             ancestors[frontier][:, key_nodes]], dim=1)
+        mask = self.masks(ancestors[frontier][:, key_nodes], query_pos, context - 1 + depth[key_nodes],
+                          prefix=self.prefix)
         logits, _ = forward(self.model, tokens[frontier][None], past_key_values=self.cache, use_cache=True,
-                            attention_mask=self.masks(allowed, query_pos, key_pos), position_ids=query_pos[None])
+                            attention_mask=mask, position_ids=query_pos[None])
         return self._fit(logits[0])
 
     def _fit(self, logits: Tensor) -> Tensor:
@@ -272,14 +275,6 @@ class DraftModelDrafter(Drafter):
         if extra > 0:
             return torch.cat([logits, logits.new_full((logits.shape[0], extra), float("-inf"))], dim=-1)
         return logits
-
-    def _crop(self, keep: Tensor) -> None:
-        """Keep only the cache slots ``keep`` (int64, increasing) in every layer."""
-        for layer in self.cache.layers:
-            if not layer.is_initialized or layer.keys.shape[2] == keep.shape[0]:
-                continue
-            layer.keys = layer.keys.index_select(2, keep)
-            layer.values = layer.values.index_select(2, keep)
 
 
 @functools.cache

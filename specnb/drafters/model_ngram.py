@@ -127,7 +127,7 @@ def unigram_ranking(target: LoadedModel, top: int = 1024, rule: str = "appendix"
         if arrays["ranking"].shape[0] >= top:
             return arrays["ranking"][:top].astype(np.int64)
     scores = unigram_scores(target, rule)
-    ranking = torch.topk(scores, min(top, scores.shape[0])).indices.numpy().astype(np.int32)
+    ranking = torch.topk(scores, min(top, scores.shape[0])).indices.cpu().numpy().astype(np.int32)
     _save_atomic(path, ranking=ranking, meta=_meta(target, kind="unigram", rule=rule))
     return ranking.astype(np.int64)
 
@@ -251,7 +251,7 @@ def _compute_rows(target: LoadedModel, tokens: np.ndarray, k_max: int, batch_siz
         out_lp.append(top.values)
         bar.update(batch.shape[0])
     bar.close()
-    return torch.cat(out_ids).numpy().astype(np.int64), torch.cat(out_lp).numpy()
+    return torch.cat(out_ids).cpu().numpy().astype(np.int64), torch.cat(out_lp).cpu().numpy()
 
 
 # ------------------------------------------------------------------------------------------ drafters

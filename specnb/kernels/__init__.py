@@ -1,0 +1,245 @@
+"""Few-row linear layers and exact decoding attention for CPUs (``csrc/fewrow.cpp``, a PyTorch C++ extension).
+
+A decoding step multiplies one row, a verification call a few dozen, by every weight of the model: both are
+bound by reading the weights, so a 16-token call should cost about what one token costs. PyTorch's CPU GEMMs
+(MKL / oneDNN) are built for many rows: in bf16 they reach about half the memory bandwidth on one row and a
+16-row call costs ~1.6x one row (``specnb kernels bench`` measures it here). The extension streams every
+weight once per call on ATen's own thread pool, with an AVX2 path (fp32 FMA, bf16 widened in registers) and
+an AVX512-BF16 path (``vdpbf16ps``).
+
+Both kernels make the rows of a call **bit-independent**: a row gives exactly the bits it gives alone, so a
+verified draft has the logits of decoding its tokens one at a time and greedy speculative output equals
+greedy AR token for token in bf16 as in float32. :func:`install` routes a model through them:
+
+* every ``nn.Linear`` (and the output head, :mod:`specnb.forward`) on calls of up to :data:`MAX_ROWS` rows,
+  sibling layers that read the same input (q/k/v, gate/up) as one call (:class:`FusedSiblings`);
+* attention through the ``"specnb"`` attention implementation on calls of up to :data:`MAX_QUERIES` queries
+  (longer calls, i.e. prefills, go to PyTorch's SDPA: the prefill is the same call for every method).
+
+:func:`stock` undoes it for a while (the Hugging Face baselines of the bench run the model as shipped).
+The extension is compiled on first use into ``<cache>/kernels`` (needs a C++ compiler and ``ninja``); where
+it cannot be built or the CPU lacks AVX2 + FMA, everything falls back to PyTorch. ``SPECNB_KERNELS=0`` turns
+it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import types
+import warnings
+from collections.abc import Iterator
+from importlib.resources import files
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..paths import cache_dir
+from .cpu import ISAS, kernel_isa
+
+MAX_ROWS = 256  # linear calls above this (prefills) go to PyTorch's GEMM, faster for many rows
+MAX_QUERIES = 128  # attention calls above this (prefills) go to PyTorch's SDPA
+ATTENTION = "specnb"  # the name of our attention in Hugging Face's AttentionInterface
+
+
+def _source() -> str:
+    return str(files("specnb").joinpath("kernels/csrc/fewrow.cpp"))
+
+
+@functools.cache
+def digest() -> str:
+    """Hash of the kernel source (timing tables and builds are keyed by it)."""
+    with open(_source(), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+@functools.cache
+def extension() -> ModuleType | None:
+    """The compiled extension, built on first use; None where it cannot run here (a warning says why)."""
+    if os.environ.get("SPECNB_KERNELS", "1") == "0" or kernel_isa() is None:
+        return None
+    from torch.utils import cpp_extension
+
+    build = cache_dir() / "kernels" / f"fewrow-{digest()}"
+    build.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load(name=f"specnb_fewrow_{digest()}", sources=[_source()], build_directory=str(build),
+                                  extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"])
+    except Exception as exc:  # no compiler, no ninja, a toolchain without AVX512-BF16 intrinsics, ...
+        warnings.warn(f"specnb's CPU kernels could not be built ({exc}); PyTorch's GEMM and SDPA are used",
+                      stacklevel=2)
+        return None
+
+
+def isa_code() -> int:
+    """The kernel path as the extension's ISA_* constant."""
+    return ISAS.index(kernel_isa() or "avx2")
+
+
+def usable(x: Tensor, weight: Tensor) -> bool:
+    """Whether :func:`linear` runs the kernel for ``x`` [..., K] and ``weight`` [N, K] (else ``F.linear``)."""
+    return (x.shape[-1] > 0 and x.numel() // x.shape[-1] <= MAX_ROWS and x.dtype == weight.dtype
+            and x.dtype in (torch.float32, torch.bfloat16)
+            and x.device.type == weight.device.type == "cpu" and weight.is_contiguous()
+            and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+            and extension() is not None)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear(x, weight, bias)``: x [..., K], weight [N, K], bias [N] -> [..., N] in x's dtype, each row
+    bit-identical to the same row computed alone."""
+    if not usable(x, weight):
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, x.shape[-1]).contiguous()
+    out = extension().linear(flat, weight, bias, isa_code())
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+              dropout: float = 0.0, scaling: float | None = None, softcap: float | None = None,
+              **kwargs) -> tuple[Tensor, None]:
+    """Hugging Face attention function: query [B, H, Q, D], key / value [B, Hk, S, D] -> ([B, Q, H, D], None).
+
+    Each query visits exactly the keys it may see, in cache order (fp32 scores, softmax and sums), so its
+    output does not depend on the other queries or on masked keys of the call. The mask is None (causal),
+    bool [B|1, 1|H, Q, S] (True = visible) or float (0 = visible, dtype-min = blocked).
+    """
+    if query.shape[2] > MAX_QUERIES or query.device.type != "cpu" or extension() is None \
+            or query.dtype not in (torch.float32, torch.bfloat16) or query.shape[-1] % 8:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      softcap=softcap, **kwargs)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        attention_mask = torch.zeros(attention_mask.shape).masked_fill_(~attention_mask, float("-inf"))
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    out = extension().attention(query, key, value, attention_mask, float(scale), float(softcap or 0.0))
+    return out, None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # masks built as for SDPA (None when causal)
+
+
+def _linear_forward(self: nn.Linear, x: Tensor) -> Tensor:
+    return linear(x, self.weight, self.bias)
+
+
+SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # layers that read the same input
+
+
+class FusedSiblings:
+    """Sibling linear layers (q/k/v, gate/up) as one weight and one kernel call.
+
+    Each call of a decoding step is bound by streaming weights; one call over the stacked weight streams them
+    in one pass instead of three short ones (each with its own thread fork/join). The siblings' weights become
+    row slices (views) of the stacked buffer, so nothing is stored twice and the state dict is unchanged.
+    The first sibling called on an input computes all outputs; the others return their slice when called on
+    the same tensor (Llama, Qwen2 and Gemma3 call q, k, v and gate, up in that order), and compute their own
+    product otherwise. Every output element is computed as the unfused layer computes it: same bits. A model
+    moved or cast after fusing (``.to(...)`` gives the layers new weights) is stacked again on its next call.
+    """
+
+    def __init__(self, layers: list[nn.Linear]):
+        self.layers = layers
+        self.sizes = [layer.out_features for layer in layers]
+        self._stack()
+        self._input: Tensor | None = None
+        self._outputs: tuple[Tensor, ...] = ()
+        for index, layer in enumerate(layers):
+            layer.forward = functools.partial(self._forward, index, layer)
+
+    def _stack(self) -> None:
+        layers = self.layers
+        self.weight = torch.cat([layer.weight.detach() for layer in layers])
+        biases = [layer.bias for layer in layers]
+        self.bias = None if all(b is None for b in biases) else torch.cat(
+            [b.detach() if b is not None else self.weight.new_zeros(n)
+             for b, n in zip(biases, self.sizes, strict=True)])
+        start = 0
+        for layer, size in zip(layers, self.sizes, strict=True):
+            layer.weight.data = self.weight[start:start + size]
+            if layer.bias is not None:
+                layer.bias.data = self.bias[start:start + size]
+            start += size
+
+    def _forward(self, index: int, layer: nn.Linear, x: Tensor) -> Tensor:
+        if index == 0:
+            if self.layers[0].weight.data_ptr() != self.weight.data_ptr():  # moved or cast since
+                self._stack()
+            self._input, self._outputs = x, linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
+        elif x is not self._input:
+            return linear(x, layer.weight, layer.bias)
+        out = self._outputs[index]
+        if index == len(self.sizes) - 1:
+            self._input, self._outputs = None, ()  # nothing kept alive between calls
+        return out
+
+
+def _fuse_siblings(model: nn.Module) -> None:
+    for module in model.modules():
+        for names in SIBLINGS:
+            layers = [getattr(module, name, None) for name in names]
+            if all(isinstance(layer, nn.Linear) for layer in layers) \
+                    and len({(layer.in_features, layer.weight.dtype) for layer in layers}) == 1:
+                FusedSiblings(layers)
+
+
+def routed(model: nn.Module) -> str:
+    """``"fewrow-<source hash>-<isa>"`` if ``model`` goes through the kernels, else ``""`` (timing tables are
+    cached under names that include it)."""
+    uses = getattr(model.config, "_attn_implementation", None) == ATTENTION
+    return f"fewrow-{digest()}-{kernel_isa()}" if uses else ""
+
+
+def install(model: nn.Module) -> bool:
+    """Route ``model``'s linear layers and attention through the kernels; returns whether it did.
+
+    Only the instances' ``forward`` and the config's attention implementation change: weights, state dict
+    and code that calls the modules (Hugging Face's ``generate`` included) see the same model. Does nothing
+    for devices other than the CPU, dtypes other than fp32 / bf16 or where the kernels are unusable.
+    """
+    param = next(model.parameters(), None)
+    if param is None or param.dtype not in (torch.float32, torch.bfloat16) or param.device.type != "cpu" \
+            or extension() is None:
+        return False
+    _register_attention()
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.forward = types.MethodType(_linear_forward, module)
+    _fuse_siblings(model)
+    model.config._attn_implementation_stock = model.config._attn_implementation
+    _set_attention(model, ATTENTION)
+    return True
+
+
+def _set_attention(model: nn.Module, name: str) -> None:
+    for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
+        config._attn_implementation = name
+
+
+@contextlib.contextmanager
+def stock(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, ``model`` runs as Hugging Face ships it (PyTorch's GEMM and its own attention)."""
+    if not routed(model):
+        yield model
+        return
+    overridden = {m: vars(m)["forward"] for m in model.modules()
+                  if isinstance(m, nn.Linear) and "forward" in vars(m)}
+    for module in overridden:
+        del module.forward
+    _set_attention(model, model.config._attn_implementation_stock)
+    try:
+        yield model
+    finally:
+        for module, forward in overridden.items():
+            module.forward = forward
+        _set_attention(model, ATTENTION)

@@ -1,0 +1,140 @@
+"""Micro-benchmark of the linear layers a decoding call runs: ``specnb kernels bench``.
+
+For each weight shape and row count it times every available backend on the same inputs, cycling through
+enough copies of the weight (>= 256 MB) that each call streams its weight from memory as in a real model,
+and reports ms per call, the weight bytes read per second and that as a fraction of the machine's read
+bandwidth (:func:`specnb.ceilings.read_bandwidth`). Backends:
+
+* ``fewrow``:  :mod:`specnb.kernels` (this project's kernel);
+* ``torch``:   ``F.linear`` (MKL / oneDNN as PyTorch dispatches it);
+* ``onednn``:  the weight prepacked once for oneDNN (``to_mkldnn``), ``mkldnn_linear``;
+* ``inductor``: ``torch.compile(mode="max-autotune-no-cudagraphs")`` of ``F.linear``, one compile per shape
+  (minutes on two cores: only with ``--inductor``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ..ceilings import read_bandwidth
+from . import linear as fewrow_linear
+from .cpu import cpu_class
+
+# (name, N, K): the linear layers that dominate Gemma-3-270M and Qwen2.5-Coder-1.5B
+SHAPES = {
+    "gemma-mlp-up": (2048, 640),
+    "gemma-mlp-down": (640, 2048),
+    "gemma-head": (262144, 640),
+    "qwen1.5b-mlp-up": (8960, 1536),
+    "qwen1.5b-mlp-down": (1536, 8960),
+    "qwen1.5b-head": (151936, 1536),
+}
+ROWS = (1, 2, 4, 8, 16, 32, 64)
+STREAM_BYTES = 256 << 20
+
+
+def _onednn(weight: Tensor) -> Callable[[Tensor], Tensor]:
+    packed = weight.to_mkldnn()
+    return lambda x: torch._C._nn.mkldnn_linear(x.to_mkldnn(), packed, None).to_dense()
+
+
+def _inductor(weight: Tensor) -> Callable[[Tensor], Tensor]:
+    compiled = torch.compile(lambda x, w: F.linear(x, w), mode="max-autotune-no-cudagraphs", dynamic=False)
+    return lambda x: compiled(x, weight)
+
+
+BACKENDS: dict[str, Callable[[Tensor], Callable[[Tensor], Tensor]]] = {
+    "fewrow": lambda w: lambda x: fewrow_linear(x, w),
+    "torch": lambda w: lambda x: F.linear(x, w),
+    "onednn": _onednn,
+    "inductor": _inductor,
+}
+
+
+@torch.inference_mode()
+def bench_linear(shapes: dict[str, tuple[int, int]] = SHAPES, rows: tuple[int, ...] = ROWS,
+                 dtype: torch.dtype = torch.bfloat16, backends: tuple[str, ...] = ("fewrow", "torch", "onednn"),
+                 repeats: int = 5, bandwidth: float | None = None, progress: bool = True) -> pd.DataFrame:
+    """One row per (shape, backend, rows): ``ms`` (median per call), ``gb_per_s`` (weight bytes / time),
+    ``bandwidth_fraction`` and ``vs_one_row`` (this call's time over the same backend's one-row time)."""
+    bandwidth = bandwidth or read_bandwidth()
+    out = []
+    cells = [(s, b, r) for s in shapes for b in backends for r in rows]
+    bar = tqdm(total=len(cells), desc="kernels", disable=not progress)
+    for name, (n, k) in shapes.items():
+        nbytes = n * k * torch.finfo(dtype).bits // 8
+        weights = [torch.randn(n, k).to(dtype) for _ in range(max(1, -(-STREAM_BYTES // nbytes)))]
+        for backend in backends:
+            calls = [BACKENDS[backend](w) for w in weights]
+            one = None
+            for m in rows:
+                x = torch.randn(m, k).to(dtype)
+                for call in calls:  # warm-up: page in, compile, prepack
+                    call(x)
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    for call in calls:
+                        call(x)
+                    times.append((time.perf_counter() - start) / len(calls))
+                seconds = statistics.median(times)
+                one = seconds if m == 1 else one
+                out.append({"shape": name, "n": n, "k": k, "dtype": str(dtype).removeprefix("torch."),
+                            "backend": backend, "rows": m, "ms": seconds * 1e3, "gb_per_s": nbytes / seconds / 1e9,
+                            "bandwidth_fraction": nbytes / seconds / 1e9 / bandwidth,
+                            "vs_one_row": seconds / one if one else float("nan"),
+                            "cpu_class": cpu_class(), "threads": torch.get_num_threads(),
+                            "read_gb_per_s": bandwidth})
+                bar.update()
+    bar.close()
+    return pd.DataFrame(out)
+
+
+def add_parser(sub) -> None:
+    kernels = sub.add_parser("kernels", help="the few-row CPU kernels").add_subparsers(metavar="ACTION")
+    p = kernels.add_parser("bench", help="time linear-layer backends on decoding-sized calls",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
+    p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
+    p.add_argument("--backends", default="fewrow,torch,onednn", help=f"comma-separated, of {', '.join(BACKENDS)}")
+    p.add_argument("--inductor", action="store_true", help="add torch.compile max-autotune (slow to compile)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", help="CSV file for the table")
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    shapes = {}
+    for name in args.shapes.split(","):
+        if name not in SHAPES:
+            raise ValueError(f"unknown shape {name!r}; known: {', '.join(SHAPES)}")
+        shapes[name] = SHAPES[name]
+    backends = tuple(b for b in args.backends.split(",") if b) + (("inductor",) if args.inductor else ())
+    for backend in backends:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    try:
+        rows = tuple(int(r) for r in args.rows.split(","))
+    except ValueError:
+        raise ValueError(f"--rows must be comma-separated integers, got {args.rows!r}") from None
+    if any(r < 1 for r in rows) or args.repeats < 1:
+        raise ValueError("--rows and --repeats must be >= 1")
+    bandwidth = read_bandwidth()
+    print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
+    table = bench_linear(shapes, rows, getattr(torch, args.dtype), backends, args.repeats, bandwidth)
+    if args.out:
+        table.to_csv(args.out, index=False)
+    wide = table.pivot_table(index=["shape", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
+                             sort=False)
+    print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
+    return 0

@@ -1,0 +1,52 @@
+"""CPU feature detection: which instruction-set path the few-row kernels take here (a leaf module).
+
+Three classes of x86 CPU matter for decoding (DESIGN §4): AVX2 + FMA only, AVX512-BF16 (``vdpbf16ps``:
+bf16 pairs multiplied and summed into fp32) and AMX-BF16 (every AMX CPU also has AVX512-BF16, which the
+few-row kernels use: a call of a few rows is bound by reading the weights, not by the dot products).
+``SPECNB_CPU_ISA=avx2`` forces the AVX2 path (to compare paths, or to test one on a bigger CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+ISAS = ("avx2", "avx512bf16")  # the kernel's paths, in the order of its ISA_* constants
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The flags of ``/proc/cpuinfo`` (empty where it cannot be read: not Linux, not x86)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def cpu_class(flags: frozenset[str] | None = None) -> str:
+    """``"amx"``, ``"avx512bf16"``, ``"avx2"`` or ``"other"``: the class every number is reported with."""
+    flags = cpu_flags() if flags is None else flags
+    if "amx_bf16" in flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512bf16"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    return "other"
+
+
+def kernel_isa(flags: frozenset[str] | None = None) -> str | None:
+    """The kernel path for this CPU (one of :data:`ISAS`), or None where the kernels cannot run."""
+    flags = cpu_flags() if flags is None else flags
+    if not {"avx2", "fma"} <= flags:
+        return None
+    forced = os.environ.get("SPECNB_CPU_ISA")
+    if forced:
+        if forced not in ISAS:
+            raise ValueError(f"SPECNB_CPU_ISA={forced!r}; use one of {', '.join(ISAS)}")
+        return forced if forced == "avx2" or "avx512_bf16" in flags else "avx2"
+    return "avx512bf16" if "avx512_bf16" in flags else "avx2"

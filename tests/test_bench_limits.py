@@ -1,0 +1,57 @@
+"""The bench's machine-limit columns and its peers: numbers that follow their definitions."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import tiny
+
+from specnb import ceilings
+from specnb.bench import BenchConfig, run_bench
+from specnb.prompts import Prompt
+
+
+def test_bandwidth_columns_follow_their_definition(monkeypatch):
+    monkeypatch.setattr("specnb.bench.read_bandwidth", lambda: 10.0)  # GB/s, fixed for the check
+    target = tiny("llama")
+    prompts = [Prompt("a", [256, 40, 41, 42, 40, 41]), Prompt("b", [256, 50, 51, 50, 51, 50])]
+    frame = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),
+                      progress=False)
+    summary = frame[frame.prompt_id == "ALL"].set_index("method")
+    rows = frame[frame.prompt_id != "ALL"]
+    weight_bytes = ceilings.streamed_bytes(target.model)
+    assert (rows.weight_bytes == weight_bytes).all() and (rows.read_gb_per_s == 10.0).all()
+    for method, group in rows.groupby("method"):
+        calls = group.calls.sum() + len(group)  # every call, prefills included
+        expected = weight_bytes * calls / group.seconds.sum() / 1e9
+        assert summary.loc[method, "weight_gb_per_s"] == pytest.approx(expected)
+        assert summary.loc[method, "bandwidth_fraction"] == pytest.approx(expected / 10.0)
+    assert summary.loc["ar", "identical_to_ar"] == 1.0 and summary.loc["pld", "identical_to_ar"] == 1.0
+
+
+def test_streamed_bytes_counts_a_tied_head_once_and_skips_an_untied_embedding():
+    model = tiny("llama").model  # untied: the input embedding is read a row per token, not streamed
+    everything = sum(p.numel() * p.element_size() for p in model.parameters())
+    embedding = model.get_input_embeddings().weight
+    assert ceilings.streamed_bytes(model) == everything - embedding.numel() * embedding.element_size()
+    assert ceilings.matmul_parameters(model) * 4 == ceilings.streamed_bytes(model)
+
+
+def test_machine_ceilings_are_positive():
+    assert ceilings.read_bandwidth(megabytes=64, repeats=2) > 0.1  # GB/s
+    assert ceilings.gemm_flops(size=256, repeats=2) > 1e8
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
+def test_llamacpp_without_the_binding_is_one_clear_error():
+    with pytest.raises(ValueError, match="pip install llama-cpp-python"):
+        run_bench(tiny("llama"), [Prompt("a", [256, 40])], BenchConfig(["llamacpp"], max_new_tokens=2),
+                  progress=False)
+
+
+def test_llamacpp_needs_an_embedded_gguf():
+    from specnb import llamacpp
+
+    with pytest.raises(ValueError, match="embedded model's GGUF"):
+        llamacpp.gguf_path(tiny("llama"))

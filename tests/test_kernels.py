@@ -1,0 +1,193 @@
+"""specnb.kernels: the few-row linear layer and the decoding attention, on every CPU path this machine has.
+
+What they promise: the same numbers as PyTorch up to rounding, and rows that are bit-independent (a row
+gives exactly the bits it gives alone), which is what makes bf16 speculative decoding exact.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specnb import kernels
+from specnb.kernels import cpu
+from specnb.models import tiny_model
+
+pytestmark = pytest.mark.skipif(kernels.extension() is None, reason="no AVX2/FMA CPU or no C++ toolchain")
+
+# every path the CPU can run: AVX2 everywhere, AVX512-BF16 where present
+ISAS = [i for i, name in enumerate(cpu.ISAS) if name == "avx2" or "avx512_bf16" in cpu.cpu_flags()]
+DTYPES = [torch.float32, torch.bfloat16]
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def _linear(x, w, b, isa):
+    return kernels.extension().linear(x, w, b, isa)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 70), n=st.integers(1, 37), k=st.integers(1, 90), bias=st.booleans(),
+       isa=st.sampled_from(ISAS), dtype=st.sampled_from(DTYPES))
+def test_linear_matches_torch(rows, n, k, bias, isa, dtype):
+    g = torch.Generator().manual_seed(rows * 1000 + n * 10 + k)
+    x, w = torch.randn(rows, k, generator=g).to(dtype), torch.randn(n, k, generator=g).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype) if bias else None
+    out = _linear(x, w, b, isa)
+    assert out.dtype == dtype and out.shape == (rows, n)
+    reference = F.linear(x.double(), w.double(), None if b is None else b.double())
+    scale = TOL[dtype] * (1 + reference.abs())
+    assert ((out.double() - reference).abs() <= scale * max(1, k) ** 0.5).all()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_rows_are_bit_independent(isa, dtype):
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(67, 203, generator=g).to(dtype), torch.randn(301, 203, generator=g).to(dtype)
+    b = torch.randn(301, generator=g).to(dtype)
+    together = _linear(x, w, b, isa)
+    for rows in (1, 2, 3, 5, 16, 33, 67):
+        assert torch.equal(_linear(x[:rows], w, b, isa), together[:rows])
+    alone = torch.cat([_linear(x[i:i + 1], w, b, isa) for i in range(x.shape[0])])
+    assert torch.equal(alone, together)
+    shuffled = torch.randperm(67, generator=g)
+    assert torch.equal(_linear(x[shuffled], w, b, isa), together[shuffled])
+
+
+def test_paths_differ_only_by_rounding():
+    if len(ISAS) < 2:
+        pytest.skip("this CPU has one kernel path")
+    x, w = torch.randn(9, 640).bfloat16(), torch.randn(130, 640).bfloat16()
+    torch.testing.assert_close(_linear(x, w, None, 0), _linear(x, w, None, 1), rtol=2e-2, atol=2e-2)
+
+
+def test_linear_falls_back_to_torch_where_the_kernel_does_not_apply():
+    w = torch.randn(8, 16)
+    assert kernels.usable(torch.randn(2, 16), w)
+    assert not kernels.usable(torch.randn(kernels.MAX_ROWS + 1, 16), w)  # a prefill: torch's GEMM
+    assert not kernels.usable(torch.randn(2, 16, dtype=torch.float16), w.half())
+    assert not kernels.usable(torch.randn(2, 16), w.t().contiguous().t())  # a non-contiguous weight
+    assert not kernels.usable(torch.randn(2, 0), torch.randn(8, 0))  # nothing to reduce over
+    x = torch.randn(2, 16, requires_grad=True)
+    assert not kernels.usable(x, w)
+    kernels.linear(x, w).sum().backward()  # F.linear, so gradients still flow
+    assert x.grad is not None
+
+
+def _attention_inputs(dtype, q=5, s=40, heads=4, kv_heads=2, d=32, batch=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    qs = torch.randn(batch, heads, q, d, generator=g).to(dtype)
+    ks = torch.randn(batch, kv_heads, s, d, generator=g).to(dtype)
+    vs = torch.randn(batch, kv_heads, s, d, generator=g).to(dtype)
+    return qs, ks, vs
+
+
+def _sdpa(q, k, v, mask=None, causal=False):
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1).double(), v.repeat_interleave(group, 1).double()
+    out = F.scaled_dot_product_attention(q.double(), k, v, attn_mask=mask, is_causal=causal)
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_matches_sdpa(dtype):
+    q, k, v = _attention_inputs(dtype)
+    ext = kernels.extension()
+    causal = torch.ones(5, 40, dtype=torch.bool).tril(35)  # queries are the last 5 positions
+    tol = dict(rtol=TOL[dtype] * 2, atol=TOL[dtype] * 2)
+    torch.testing.assert_close(ext.attention(q, k, v, None, 32 ** -0.5, 0.0).double(), _sdpa(q, k, v, causal),
+                               **tol)
+    tree = torch.rand(5, 40, generator=torch.Generator().manual_seed(3)) < 0.6
+    tree[:, 0] = True
+    additive = torch.zeros(1, 1, 5, 40).masked_fill_(~tree, torch.finfo(torch.float32).min)
+    torch.testing.assert_close(ext.attention(q, k, v, additive, 32 ** -0.5, 0.0).double(), _sdpa(q, k, v, tree),
+                               **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_query_gives_the_bits_it_gives_alone(dtype):
+    """A query among others, with extra keys it may not see, equals the same query alone on its own keys."""
+    q, k, v = _attention_inputs(dtype, q=6, s=50)
+    ext = kernels.extension()
+    g = torch.Generator().manual_seed(5)
+    visible = torch.rand(6, 50, generator=g) < 0.5
+    visible[:, 0] = True
+    mask = torch.zeros(1, 1, 6, 50).masked_fill_(~visible, float("-inf"))
+    together = ext.attention(q, k, v, mask, 0.17, 0.0)
+    for i in range(6):
+        keys = visible[i].nonzero().squeeze(1)
+        alone = ext.attention(q[:, :, i:i + 1], k[:, :, keys], v[:, :, keys], None, 0.17, 0.0)
+        assert torch.equal(alone[:, 0], together[:, i])
+
+
+def test_attention_accepts_expanded_batches_and_bool_masks():
+    q, k, v = _attention_inputs(torch.float32, q=3, s=20, batch=1)
+    rows = 4
+    qb = torch.randn(rows, 4, 3, 32)
+    kb, vb = k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)  # batch verification's shared cache
+    bool_mask = torch.ones(rows, 1, 3, 20, dtype=torch.bool).tril(17)
+    out, _ = kernels.attention(None, qb, kb, vb, bool_mask, scaling=32 ** -0.5)
+    torch.testing.assert_close(out.double(), _sdpa(qb, kb.contiguous(), vb.contiguous(), bool_mask[:, 0:1]),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_install_routes_the_model_and_stock_restores_it():
+    loaded = tiny_model("qwen2")  # q/k/v projections with biases
+    reference = tiny_model("qwen2")
+    assert kernels.routed(loaded.model).startswith("fewrow-")
+    ids = torch.randint(0, 256, (1, 9))
+    with torch.inference_mode():
+        with kernels.stock(reference.model):
+            assert kernels.routed(reference.model) == ""
+            assert all("forward" not in vars(m) for m in reference.model.modules())
+            stock = reference.model(ids).logits
+        assert kernels.routed(reference.model)
+        torch.testing.assert_close(loaded.model(ids).logits, stock, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loaded.model(ids[:, :1]).logits, reference.model(ids[:, :1]).logits)
+    assert not kernels.install(tiny_model("llama").model.half())  # other dtypes are left alone
+
+
+@pytest.mark.parametrize("flags,isa,klass", [
+    ({"avx2", "fma"}, "avx2", "avx2"),
+    ({"avx2", "fma", "avx512f", "avx512_bf16"}, "avx512bf16", "avx512bf16"),
+    ({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "avx512bf16", "amx"),
+    ({"sse4_2"}, None, "other"),
+    (set(), None, "other"),
+])
+def test_each_cpu_class_takes_its_path(flags, isa, klass, monkeypatch):
+    monkeypatch.delenv("SPECNB_CPU_ISA", raising=False)
+    assert cpu.kernel_isa(frozenset(flags)) == isa
+    assert cpu.cpu_class(frozenset(flags)) == klass
+    monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")
+    assert cpu.kernel_isa(frozenset(flags)) == (isa and "avx2")
+    monkeypatch.setenv("SPECNB_CPU_ISA", "sse")
+    if isa:
+        with pytest.raises(ValueError, match="SPECNB_CPU_ISA"):
+            cpu.kernel_isa(frozenset(flags))
+
+
+def test_auto_dtype_is_bf16_where_the_kernels_run(monkeypatch):
+    from specnb import models
+
+    monkeypatch.setattr(models, "kernel_isa", lambda: None)  # no AVX2: PyTorch would emulate bf16
+    assert models.resolve_dtype("auto") == torch.float32
+    assert models.resolve_dtype("auto", "cuda") == torch.bfloat16
+    for isa in cpu.ISAS:
+        monkeypatch.setattr(models, "kernel_isa", lambda isa=isa: isa)
+        assert models.resolve_dtype("auto") == torch.bfloat16
+
+
+def test_a_fused_model_can_be_cast_and_copied():
+    import copy
+
+    loaded = tiny_model("qwen2")
+    ids = torch.randint(0, 256, (1, 7))
+    with torch.inference_mode():
+        fp32 = loaded.model(ids).logits
+        clone = copy.deepcopy(loaded.model).to(torch.bfloat16)  # what notebook 05 used to do
+        scale = float(fp32.abs().max())
+        torch.testing.assert_close(clone(ids).logits.float(), fp32, rtol=0.05, atol=0.05 * scale)
+        assert torch.equal(loaded.model(ids).logits, fp32)  # the original is untouched
