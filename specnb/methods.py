@@ -32,8 +32,6 @@ class OptionError(ValueError):
     """A method or method option that is unknown, unused, out of range or of the wrong type."""
 
 
-# Values the bench sets for every method that has such a field (the user may still override them with -o).
-RUN_FIELDS = ("temperature", "top_p", "seed")
 # Command-line spelling of the options that have their own flag (the rest are ``-o KEY=VALUE``).
 FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
 
@@ -328,11 +326,6 @@ METHODS: dict[str, Method] = {
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
 LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.llamacpp
-
-
-def method_names() -> list[str]:
-    """Every method name: ours, then the Hugging Face and llama.cpp baselines."""
-    return list(METHODS)
 
 
 def method(name: str) -> Method:
