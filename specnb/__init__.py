@@ -1,6 +1,14 @@
-"""specnb: lossless speculative decoding — one loop, many drafters — for research notebooks."""
+"""specnb: lossless speculative decoding — one loop, many drafters — for research notebooks.
 
+The names below are imported on first use (PEP 562), so that ``import specnb.cli`` stays light: the command
+line imports torch only for the commands that need it.
+"""
+
+from __future__ import annotations
+
+import importlib
 import os
+from typing import Any
 
 # OpenMP threads that finish a parallel region spin for a while before sleeping (GNU libgomp: 300k spins by
 # default). On a 2-core machine with one other busy process, a spinning thread steals the core its sibling
@@ -10,9 +18,19 @@ import os
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
-from .decode import Generation, generate  # noqa: E402
-from .draft import Draft  # noqa: E402
-from .models import LoadedModel, load_model, tiny_model  # noqa: E402
-from .prompts import Prompt  # noqa: E402
+_EXPORTS = {"Draft": "draft", "Generation": "decode", "LoadedModel": "models", "Prompt": "prompts",
+            "generate": "decode", "load_model": "models", "tiny_model": "models"}
 
-__all__ = ["Draft", "Generation", "LoadedModel", "Prompt", "generate", "load_model", "tiny_model"]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'specnb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -13,14 +13,24 @@ each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call
 times its target calls (prefills included) over its wall time, and ``bandwidth_fraction`` that over the
 read bandwidth: for AR, how close the loop runs to the machine's ceiling. The ``hf*`` baselines run the
 model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA).
+
+Nothing is lost: :class:`BenchConfig` checks every value when it is made (before a model loads), a
+:class:`CsvSink` appends each prompt's rows to the CSV as soon as the prompt is done, and Ctrl-C stops the
+run between two steps with the rows of every finished prompt kept and summarised.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import math
+import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -28,10 +38,11 @@ from tqdm.auto import tqdm
 
 from . import kernels
 from .ceilings import read_bandwidth, streamed_bytes
+from .datastores.atomic import write_text
 from .decode import generate
 from .device import model_device, synchronize
 from .kernels.cpu import cpu_class
-from .methods import HF_BASELINES, LLAMACPP_BASELINES, MethodOptions, make_drafter, method_names
+from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
 from .metrics import first_divergence
 from .models import LoadedModel, load_model
 from .prompts import Prompt, encode_prompt
@@ -43,51 +54,86 @@ ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0
 
 @dataclass
 class BenchConfig:
+    """What a bench runs; every value is checked when the config is made (ValueError naming the value).
+
+    methods: method names (``ar`` is added first: it is the reference). options: {method: its options
+    dataclass} (:func:`specnb.methods.options_for`); a method left out gets its defaults, with the run's
+    temperature, top_p and seed.
+    """
+
     methods: list[str]
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
     verify: str = "tree"
-    options: MethodOptions | None = None
+    options: dict[str, Any] = field(default_factory=dict)
     warmup_tokens: int = 16
 
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if not self.temperature >= 0:
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.verify not in ("tree", "batch"):
+            raise ValueError(f"unknown verification mode {self.verify!r}; use tree or batch")
+        self.methods = list(dict.fromkeys(["ar", *self.methods]))  # AR always runs: it is the reference
+        run = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+        missing = [m for m in self.methods if m not in self.options]
+        self.options = {**options_for(missing, {}, run=run), **self.options}
 
-def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True) -> pd.DataFrame:
-    """Run every method on every prompt; returns per-prompt rows followed by one summary row per method."""
-    unknown = [m for m in config.methods if m not in method_names()]
-    if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(method_names())}")
+
+def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True,
+              sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
+    """Run every method on every prompt; returns per-prompt rows followed by one summary row per method.
+
+    sink: called with the rows of each prompt once all its methods have run (e.g. :class:`CsvSink`).
+    Ctrl-C (KeyboardInterrupt) during the prompts stops the run: the result then holds the finished prompts
+    only, and ``result.attrs["interrupted"]`` is True. ``result.attrs["prompts_done"]`` counts them.
+    """
     if not prompts:
         raise ValueError("no prompts to benchmark")
-    methods = list(dict.fromkeys(["ar", *config.methods]))  # AR always runs: it is the reference
-    options = config.options or MethodOptions()
-    # Draft models sample from their own distribution at the run's temperature unless told otherwise.
-    options.extra.setdefault("temperature", config.temperature)
-    options.extra.setdefault("top_p", config.top_p)
-    runners = {m: _runner(m, target, options, config) for m in methods}
-    for method in methods:  # warm-up: allocator, kernels, lazily built tables
-        runners[method](prompts[0], config.warmup_tokens)
+    for prompt in prompts:  # the user's budget, checked before any method runs (warm-up included)
+        length = encode_prompt(target, prompt).shape[0]
+        if length + config.max_new_tokens > target.max_context:
+            raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
+                             f"exceeds the context of {target.name} ({target.max_context} tokens)")
+    runners = {m: _runner(m, target, config.options[m], config) for m in config.methods}
+    for method in config.methods:  # warm-up: allocator, kernels, lazily built tables
+        runners[method](prompts[0], min(config.warmup_tokens, config.max_new_tokens))
 
     bandwidth = read_bandwidth()
     weight_bytes = streamed_bytes(target.model)
-    rows = []
+    rows: list[dict] = []
+    done, interrupted = 0, False
     counter = _CallCounter(target.model)
-    for prompt in tqdm(prompts, desc="bench", disable=not progress):
-        reference: dict = {}
-        for method in methods:
-            counter.calls = 0
-            out = runners[method](prompt, config.max_new_tokens)
-            out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
-            row = {"method": method, "prompt_id": prompt.id, "weight_bytes": weight_bytes, **out,
-                   "read_gb_per_s": bandwidth, "cpu_class": cpu_class()}
-            if method == "ar":
-                reference = dict(out)
-            rows.append(_compare(row, reference, config, target))
-        counter.calls = 0
-    counter.remove()
+    try:
+        for prompt in tqdm(prompts, desc="bench", disable=not progress):
+            reference: dict = {}
+            prompt_rows = []
+            for method in config.methods:
+                counter.calls = 0
+                out = runners[method](prompt, config.max_new_tokens)
+                out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
+                row = {"method": method, "prompt_id": prompt.id, "weight_bytes": weight_bytes, **out,
+                       "read_gb_per_s": bandwidth, "cpu_class": cpu_class()}
+                if method == "ar":
+                    reference = dict(out)
+                prompt_rows.append(_compare(row, reference, config, target))
+            rows += prompt_rows
+            done += 1
+            if sink is not None:
+                sink(prompt_rows)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        counter.remove()
     per_prompt = pd.DataFrame(rows)
-    return pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True)
+    results = pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True) if rows else per_prompt
+    results.attrs.update(interrupted=interrupted, prompts_done=done)
+    return results
 
 
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
@@ -136,14 +182,15 @@ def _compare(row: dict, reference: dict, config: BenchConfig, target: LoadedMode
     return row
 
 
-def _runner(method: str, target: LoadedModel, options: MethodOptions, config: BenchConfig):
+def _runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):
     """A function (prompt, max_new_tokens) -> result dict for one method."""
     if method in HF_BASELINES:
         return _hf_runner(method, target, options, config)
     if method in LLAMACPP_BASELINES:
         from . import llamacpp
 
-        return llamacpp.runner(method, target, target.max_context, draft_tokens=options.get("w", 10))
+        return llamacpp.runner(method, target, target.max_context,
+                               draft_tokens=options.w if isinstance(options, LookupOptions) else 10)
     drafter = make_drafter(method, target, options)
 
     def run(prompt: Prompt, max_new_tokens: int) -> dict:
@@ -157,16 +204,14 @@ def _runner(method: str, target: LoadedModel, options: MethodOptions, config: Be
     return run
 
 
-def _hf_runner(method: str, target: LoadedModel, options: MethodOptions, config: BenchConfig):
+def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):
     """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model (loaded on the
     target's device); timed between device synchronisations."""
     device = model_device(target.model)
     kwargs: dict = {}
-    if method == "hf-pld":
-        kwargs["prompt_lookup_num_tokens"] = options.get("w", 10)
-    if method == "hf-assisted":
-        if not options.draft or options.draft.startswith("self:"):
-            raise ValueError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
+    if isinstance(options, LookupOptions):
+        kwargs["prompt_lookup_num_tokens"] = options.w
+    if isinstance(options, HfAssistedOptions):
         kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype,
                                                device=device).model
     sampling = dict(do_sample=True, temperature=config.temperature, top_p=config.top_p) if config.temperature > 0 \
@@ -214,3 +259,47 @@ def format_table(results: pd.DataFrame) -> str:
     columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
                "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction", "outside_forward_fraction"]
     return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")
+
+
+def check_writable(path: str | Path) -> Path:
+    """``path`` as a Path if a file can be written there; ValueError saying why not otherwise."""
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a directory; name a file in it")
+    if not parent.is_dir():
+        raise ValueError(f"--out {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--out {path} is not writable")
+    return path
+
+
+class CsvSink:
+    """Bench rows appended to a CSV file as they come, flushed at once, so an interrupted run keeps them.
+
+    The header is every column seen so far; when new rows bring a column (a divergence, the summary's
+    speedup) the file is rewritten atomically under the wider header, else the rows are appended.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = check_writable(path)
+        self.rows: list[dict] = []
+        self.columns: list[str] = []
+
+    def __call__(self, rows: list[dict]) -> None:
+        self.rows += rows
+        columns = list(dict.fromkeys([*self.columns, *(key for row in rows for key in row)]))
+        if columns != self.columns:
+            self.columns = columns
+            write_text(self.path, self._format(self.rows, header=True))
+        else:
+            with self.path.open("a", newline="") as f:
+                f.write(self._format(rows, header=False))  # one write: a Ctrl-C never splits a row
+
+    def _format(self, rows: list[dict], header: bool) -> str:
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, self.columns, lineterminator="\n")
+        if header:
+            writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue()

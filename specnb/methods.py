@@ -1,111 +1,452 @@
-"""Named speculation methods for the bench and the notebooks.
+"""Named speculation methods for the bench and the notebooks, each with a small dataclass of typed options.
 
-A method name maps to a factory ``(target, options) -> Drafter | None`` (None = plain AR through our loop).
-Factories are imported lazily ("module:function") so a method's heavy dependencies (hnswlib, draftretriever,
-a draft model) load only when it is used. The Hugging Face baselines (``hf``, ``hf-pld``, ``hf-assisted``)
-are not drafters; :mod:`specnb.bench` runs them through ``model.generate``.
+A method is a one-line description, an options dataclass and a factory ``(target, options) -> Drafter | None``
+(None = plain AR through our loop). Factories are imported lazily ("module:function") so a method's heavy
+dependencies (hnswlib, draftretriever, a draft model) load only when it is used, and this module imports
+nothing heavy: the command line validates every option before a model is loaded. The Hugging Face baselines
+(``hf``, ``hf-pld``, ``hf-assisted``) and llama.cpp's (``llamacpp``, ``llamacpp-pld``) have no factory;
+:mod:`specnb.bench` runs them itself.
+
+Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
+``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
+(a wrong type names the option). :func:`options_for` does it for several methods at once and refuses a value
+that none of them reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from dataclasses import dataclass, field
-from typing import Any
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from .drafters.base import Drafter
-from .models import LoadedModel
+if TYPE_CHECKING:
+    from .drafters.base import Drafter
+    from .models import LoadedModel
 
 
-@dataclass
-class MethodOptions:
-    """Knobs shared by the methods; each factory reads the ones it understands.
+class OptionError(ValueError):
+    """A method or method option that is unknown, unused, out of range or of the wrong type."""
 
-    k, w: number and length of drafts (None = the method's default). datastore: path of a datastore;
-    datastores: per-method paths that override it (``{"dense": ..., "rest": ...}``).
-    draft: draft model name or ``self:L``. draft_shape: e.g. ``4x2x2x1``. extra: any ``key=value`` option.
-    """
 
+# Command-line spelling of the options that have their own flag (the rest are ``-o KEY=VALUE``).
+FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
+
+
+def _at_least(options: Any, minimum: int, *names: str) -> None:
+    """Raise OptionError naming the first of ``names`` (fields of ``options``) that is set and below ``minimum``."""
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and value < minimum:
+            raise OptionError(f"option {name} must be >= {minimum}, got {value}")
+
+
+def _ngram_range(options: Any) -> None:
+    _at_least(options, 1, "max_ngram", "min_ngram")
+    if options.min_ngram > options.max_ngram:
+        raise OptionError(f"option min_ngram ({options.min_ngram}) must not exceed max_ngram ({options.max_ngram})")
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """Methods that take no option (ar, hf)."""
+
+
+@dataclass(frozen=True)
+class PldOptions:
+    """Prompt lookup: ``k`` drafts of ``w`` tokens after the longest match of the last max_ngram..min_ngram tokens."""
+
+    k: int = 1
+    w: int = 10
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "k", "w")
+        _ngram_range(self)
+
+
+@dataclass(frozen=True)
+class UnigramOptions:
+    """Model unigrams: the ``k`` top tokens of the ``unigram`` ranking rule."""
+
+    k: int = 10
+    unigram: Literal["appendix", "distance"] = "appendix"
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "k")
+
+
+@dataclass(frozen=True)
+class BigramOptions:
+    """Model bigrams: ``k`` drafts of ``w`` tokens; ``bigram_tokens=all`` builds every row of the table."""
+
+    k: int = 10
+    w: int = 1
+    bigram_tokens: Literal["default", "all"] = "default"
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "k", "w")
+
+
+@dataclass(frozen=True)
+class MixedOptions:
+    """Context n-grams first, model bigrams fill the remaining rows of a k x w batch."""
+
+    k: int = 10
+    w: int = 10
+    max_ngram: int = 1
+    min_ngram: int = 1
+    bigram_tokens: Literal["default", "all"] = "default"
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "k", "w")
+        _ngram_range(self)
+
+
+@dataclass(frozen=True)
+class MixedAdaptiveOptions:
+    """Mixed drafting with the shape chosen per call from a roofline table (``roofline``: a CSV, or measured)."""
+
+    max_ngram: int = 1
+    min_ngram: int = 1
+    bigram_tokens: Literal["default", "all"] = "default"
+    roofline: str = ""
+
+    def __post_init__(self) -> None:
+        _ngram_range(self)
+
+
+@dataclass(frozen=True)
+class RestOptions:
+    """REST: ``datastore`` (default: the target's code store); ``w`` continuation tokens per match."""
+
+    datastore: str | None = None
+    w: int = 10
+    max_query: int = 16
+    min_query: int = 2
+    max_matches: int = 5000
+    max_nodes: int = 64
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "w", "min_query", "max_matches", "max_nodes")
+        if self.min_query > self.max_query:
+            raise OptionError(f"option min_query ({self.min_query}) must not exceed max_query ({self.max_query})")
+
+
+@dataclass(frozen=True)
+class CrestOptions:
+    """CREST: ``datastore`` (default: the target's code store); ``max_nodes`` cuts the stored trees."""
+
+    datastore: str | None = None
+    max_nodes: int | None = None
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "max_nodes")
+
+
+@dataclass(frozen=True)
+class DenseOptions:
+    """DReSD: ``datastore`` (required), a ``draft_shape`` KxW|greedy|sampling or ``k``/``w`` (default 10x10)."""
+
+    datastore: str | None = None
+    draft_shape: str | None = None
     k: int | None = None
     w: int | None = None
-    datastore: str | None = None
-    datastores: dict[str, str] = field(default_factory=dict)
+    neighbours: int | None = None
+    ef: int | None = None
+    merge: Literal["rows", "votes"] = "rows"
+
+    def __post_init__(self) -> None:
+        if self.datastore is None:
+            raise OptionError("dense needs --datastore (a folder from `specnb datastore build dense`)")
+        _at_least(self, 1, "k", "w", "neighbours", "ef")
+        if self.draft_shape is not None:
+            from .drafters.dense import parse_shape
+
+            parse_shape(self.draft_shape)
+
+
+@dataclass(frozen=True)
+class RestPricedOptions(RestOptions):
+    """REST's tree cut to the node budget that pays on this machine's roofline (``roofline``: CSV or measured)."""
+
+    roofline: str = ""
+
+
+@dataclass(frozen=True)
+class CrestPricedOptions(CrestOptions):
+    """CREST's stored tree cut to the node budget that pays."""
+
+    roofline: str = ""
+
+
+@dataclass(frozen=True)
+class DensePricedOptions(DenseOptions):
+    """DReSD's neighbours merged into one vote-ranked tree, cut to the node budget that pays."""
+
+    merge: Literal["rows", "votes"] = "votes"
+    roofline: str = ""
+
+
+@dataclass(frozen=True)
+class DraftModelOptions:
+    """A draft model (``draft``: a name or ``self:L``; ``self:2`` for tiny targets) sampling at ``temperature``
+    / ``top_p`` (the run's unless set) with ``seed``, accepted by ``scheme``."""
+
     draft: str | None = None
+    scheme: str = "mcss"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from .drafters.draft_model import self_layers
+        from .sampling import SCHEMES
+
+        if self.draft is not None:
+            self_layers(self.draft)
+        if self.scheme not in SCHEMES:
+            raise OptionError(f"option scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise OptionError(f"options temperature >= 0 and 0 < top_p <= 1 needed, got {self.temperature}, "
+                              f"{self.top_p}")
+
+
+@dataclass(frozen=True)
+class SdOptions(DraftModelOptions):
+    """Vanilla SD: one chain of ``w`` draft tokens, or ``draft_shape`` 1x1x..."""
+
     draft_shape: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    w: int = 4
 
-    def get(self, name: str, default: Any) -> Any:
-        """An option by name: a field if set, else ``extra[name]`` (converted to the default's type)."""
-        value = getattr(self, name, None)
-        if value is None:
-            value = self.extra.get(name)
-        if value is None:
-            return default
-        return type(default)(value) if default is not None and not isinstance(value, type(default)) else value
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _at_least(self, 1, "w")
+        if self.draft_shape is not None:
+            from .drafters.draft_model import parse_shape
+
+            if max(parse_shape(self.draft_shape)) > 1:
+                raise OptionError(f"sd drafts one chain; draft shape {self.draft_shape!r} has several candidates "
+                                  "per level (use mcsd)")
 
 
-def _ar(target: LoadedModel, options: MethodOptions) -> None:
+@dataclass(frozen=True)
+class McsdOptions(DraftModelOptions):
+    """MCSD: a ``draft_shape`` tree of candidates per level, MCSS without replacement unless ``scheme``."""
+
+    draft_shape: str = "4x2x2x1"
+    scheme: str = "mcss-wor"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from .drafters.draft_model import parse_shape
+
+        parse_shape(self.draft_shape)
+
+
+@dataclass(frozen=True)
+class LookupOptions:
+    """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
+
+    w: int = 10
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "w")
+
+
+@dataclass(frozen=True)
+class HfAssistedOptions:
+    """Hugging Face assisted generation with the draft model ``draft`` (same tokenizer as the target)."""
+
+    draft: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.draft or self.draft.startswith("self:"):
+            raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
+
+
+@dataclass(frozen=True)
+class Method:
+    """A named method: one line of help, its options dataclass, and its factory ``"module:function"`` (None for
+    the Hugging Face and llama.cpp baselines, which the bench runs itself)."""
+
+    help: str
+    options: type = NoOptions
+    factory: str | None = None
+
+
+def no_drafter(target: LoadedModel, options: NoOptions) -> None:
+    """The ``ar`` factory: no drafter, plain autoregressive decoding through our loop."""
     return None
 
 
-def _pld(target: LoadedModel, options: MethodOptions) -> Drafter:
+def make_pld(target: LoadedModel, options: PldOptions) -> Drafter:
+    """The ``pld`` factory."""
     from .drafters.context import ContextNgramDrafter
 
-    return ContextNgramDrafter(k=options.get("k", 1), w=options.get("w", 10),
-                               max_ngram=options.get("max_ngram", 3), min_ngram=options.get("min_ngram", 1))
+    return ContextNgramDrafter(k=options.k, w=options.w, max_ngram=options.max_ngram, min_ngram=options.min_ngram)
 
 
-FACTORIES: dict[str, Any] = {
-    "ar": _ar,
-    "pld": _pld,
-    # Later methods register here as "module:function" strings.
-    "ngram-unigram": "specnb.drafters.model_ngram:make_unigram",
-    "ngram-bigram": "specnb.drafters.model_ngram:make_bigram",
-    "mixed": "specnb.drafters.mixed:make_mixed",
-    "mixed-adaptive": "specnb.drafters.mixed:make_mixed_adaptive",
-    "dense": "specnb.drafters.dense:make_dense",
-    "rest": "specnb.drafters.rest:make_rest",
-    "crest": "specnb.drafters.crest:make_crest",
-    "rest-priced": "specnb.drafters.priced:make_rest_priced",
-    "crest-priced": "specnb.drafters.priced:make_crest_priced",
-    "dense-priced": "specnb.drafters.priced:make_dense_priced",
-    "sd": "specnb.drafters.draft_model:make_sd",
-    "mcsd": "specnb.drafters.draft_model:make_mcsd",
+METHODS: dict[str, Method] = {
+    "ar": Method("autoregressive decoding through our loop (the reference; always runs)", NoOptions,
+                 "specnb.methods:no_drafter"),
+    "pld": Method("prompt lookup: n-gram matches in the prompt and output", PldOptions, "specnb.methods:make_pld"),
+    "ngram-unigram": Method("model-derived unigrams (N-Grammys)", UnigramOptions,
+                            "specnb.drafters.model_ngram:make_unigram"),
+    "ngram-bigram": Method("model-derived bigram chains (N-Grammys)", BigramOptions,
+                           "specnb.drafters.model_ngram:make_bigram"),
+    "mixed": Method("context n-grams, then model bigrams (N-Grammys)", MixedOptions,
+                    "specnb.drafters.mixed:make_mixed"),
+    "mixed-adaptive": Method("mixed, its shape chosen per call from the roofline", MixedAdaptiveOptions,
+                             "specnb.drafters.mixed:make_mixed_adaptive"),
+    "dense": Method("DReSD dense retrieval of hidden states (needs --datastore)", DenseOptions,
+                    "specnb.drafters.dense:make_dense"),
+    "rest": Method("REST suffix-array retrieval, token tree", RestOptions, "specnb.drafters.rest:make_rest"),
+    "crest": Method("CREST n-gram -> precomputed tree store", CrestOptions, "specnb.drafters.crest:make_crest"),
+    "rest-priced": Method("REST's tree cut to the budget that pays", RestPricedOptions,
+                          "specnb.drafters.priced:make_rest_priced"),
+    "crest-priced": Method("CREST's tree cut to the budget that pays", CrestPricedOptions,
+                           "specnb.drafters.priced:make_crest_priced"),
+    "dense-priced": Method("DReSD vote-merged tree cut to the budget that pays", DensePricedOptions,
+                           "specnb.drafters.priced:make_dense_priced"),
+    "sd": Method("vanilla speculative decoding with a draft model, one chain", SdOptions,
+                 "specnb.drafters.draft_model:make_sd"),
+    "mcsd": Method("MCSD: draft-model candidate tree, multi-candidate sampling", McsdOptions,
+                   "specnb.drafters.draft_model:make_mcsd"),
+    "hf": Method("Hugging Face generate (plain)"),
+    "hf-pld": Method("Hugging Face prompt lookup", LookupOptions),
+    "hf-assisted": Method("Hugging Face assisted generation with --draft", HfAssistedOptions),
+    "llamacpp": Method("llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy"),
+    "llamacpp-pld": Method("llama.cpp with its prompt-lookup drafting", LookupOptions),
 }
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
 LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.llamacpp
 
 
-def method_names() -> list[str]:
-    return [*FACTORIES, *HF_BASELINES, *LLAMACPP_BASELINES]
+def method(name: str) -> Method:
+    """The method called ``name``; OptionError naming the known ones otherwise."""
+    if name not in METHODS:
+        raise OptionError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name]
 
 
-def make_drafter(method: str, target: LoadedModel, options: MethodOptions | None = None) -> Drafter | None:
-    """The drafter for ``method`` (None for ``ar``). Raises ValueError naming the known methods."""
-    if method not in FACTORIES:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(method_names())}")
-    factory = FACTORIES[method]
-    if isinstance(factory, str):
-        module, function = factory.split(":")
-        factory = getattr(importlib.import_module(module), function)
-    options = options or MethodOptions()
-    # a priced variant reads its base method's store unless it has its own
-    path = options.datastores.get(method) or options.datastores.get(method.removesuffix("-priced"))
-    if path is not None:
-        options = dataclasses.replace(options, datastore=path)
-    return factory(target, options)
+def option_names(name: str) -> list[str]:
+    """The options method ``name`` reads, in declaration order."""
+    return [f.name for f in dataclasses.fields(method(name).options)]
 
 
-def split_datastores(values: list[str]) -> tuple[str | None, dict[str, str]]:
+def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
+    """Method ``name``'s options dataclass from ``values`` (strings from the command line, or typed values).
+
+    Raises OptionError naming the option for an unknown key, a value of the wrong type or out of range.
+    """
+    cls = method(name).options
+    hints = typing.get_type_hints(cls)
+    known = option_names(name)
+    values = values or {}
+    for key in values:
+        if key not in known:
+            raise OptionError(f"method {name} has no option {key!r}; it reads {', '.join(known) or 'none'}")
+    try:
+        return cls(**{key: _convert(key, value, hints[key]) for key, value in values.items()})
+    except OptionError as exc:
+        raise OptionError(f"method {name}: {exc}") from None
+
+
+def _convert(key: str, value: Any, hint: Any) -> Any:
+    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, or one of them | None)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        if value is None or (isinstance(value, str) and value.lower() in ("", "none")):
+            return None
+        hint = next(a for a in args if a is not type(None))
+        args = typing.get_args(hint)
+    if typing.get_origin(hint) is Literal:
+        if value not in args:
+            raise OptionError(f"option {key} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if hint is bool and isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[hint]
+    if isinstance(value, str) and hint in (int, float):
+        try:
+            return hint(value)
+        except ValueError:
+            raise OptionError(f"option {key} must be {expected}, got {value!r}") from None
+    if isinstance(value, hint) and not (isinstance(value, bool) and hint is not bool):
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    raise OptionError(f"option {key} must be {expected}, got {value!r}")
+
+
+def split_datastores(values: Sequence[str]) -> tuple[str | None, dict[str, str]]:
     """``--datastore`` values -> (the path for every method, {method: path}) from ``PATH`` / ``METHOD=PATH``."""
     shared, per_method = None, {}
     for value in values:
-        method, sep, path = value.partition("=")
-        if sep and method in FACTORIES:
-            per_method[method] = path
+        name, sep, path = value.partition("=")
+        if sep and name in METHODS:
+            per_method[name] = path
         elif shared is None:
             shared = value
         else:
-            raise ValueError(f"two datastores for every method ({shared!r}, {value!r}); use METHOD=PATH")
+            raise OptionError(f"two datastores for every method ({shared!r}, {value!r}); use METHOD=PATH")
     return shared, per_method
+
+
+def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Sequence[str] = (),
+                run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Typed options of every method in ``methods``: {method: options dataclass}.
+
+    given: option values from the command line (None = not given); datastores: ``--datastore`` values
+    (``PATH`` for every method, ``METHOD=PATH`` for one; a ``-priced`` method uses its base method's);
+    run: run-wide values (temperature, top_p, seed) for the methods that have such fields. Raises OptionError
+    for an unknown method, or a value that none of ``methods`` reads (naming what each one reads).
+    """
+    for name in methods:
+        method(name)
+    shared, per_method = split_datastores(datastores)
+    unused = [f"--datastore {name}=..." for name in per_method
+              if not any(m in (name, f"{name}-priced") for m in methods)]
+    given = {key: value for key, value in given.items() if value is not None}
+    if shared is not None:
+        given["datastore"] = shared
+    read: set[str] = set()
+    result = {}
+    for name in methods:
+        names = option_names(name)
+        values = {key: value for key, value in (run or {}).items() if key in names}
+        values.update({key: value for key, value in given.items() if key in names})
+        path = per_method.get(name) or per_method.get(name.removesuffix("-priced"))
+        if path is not None and "datastore" in names:
+            values["datastore"] = path
+            read.add("datastore")
+        read.update(key for key in given if key in names)
+        result[name] = parse_options(name, values)
+    unused += [FLAGS.get(key, f"-o {key}") for key in given if key not in read]
+    if unused:
+        accepts = "; ".join(f"{name} reads {', '.join(option_names(name)) or 'nothing'}" for name in methods)
+        raise OptionError(f"{', '.join(unused)}: read by none of the methods run ({accepts})")
+    return result
+
+
+def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter | None:
+    """The drafter of method ``name`` (None for ``ar``).
+
+    options: the method's options dataclass, a mapping of option values (parsed by :func:`parse_options`),
+    or None for the defaults. Raises OptionError for an unknown method or bad options.
+    """
+    spec = method(name)
+    if spec.factory is None:
+        raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.bench")
+    if options is None or isinstance(options, Mapping):
+        options = parse_options(name, options)
+    elif not isinstance(options, spec.options):
+        raise OptionError(f"method {name} takes {spec.options.__name__}, got {type(options).__name__}")
+    module, function = spec.factory.split(":")
+    return getattr(importlib.import_module(module), function)(target, options)

@@ -17,6 +17,7 @@ from specnb.corpus import (
     load_corpus,
     stdlib_files,
 )
+from specnb.datastores.manifest import verify_store
 from specnb.models import byte_tokenizer
 
 
@@ -47,7 +48,10 @@ def test_build_files_boundaries_and_cache(py_files, tmp_path):
     assert again.meta["build_seconds"] == corpus.meta["build_seconds"]
     directory = build_corpus(tmp_path / "src", "tiny-llama", out=tmp_path / "dir", progress=False)
     assert directory.num_docs == 3 and np.array_equal(directory.tokens, corpus.tokens)
-    assert not list(tmp_path.glob("*.partial-*"))
+    assert not list(tmp_path.glob("*partial*"))
+    assert verify_store(out).startswith(f"ok: corpus store {out}, 2 files")
+    forced = build_corpus(paths[:1], "tiny-llama", out=out, force=True, progress=False)  # replaces its own corpus
+    assert forced.num_docs == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "dir", "src"]
 
 
 def test_sample_and_select(py_files, tmp_path):

@@ -11,11 +11,12 @@ from conftest import tiny
 
 from specnb.ann import AnnIndex, IndexParams
 from specnb.corpus import CorpusError, TokenCorpus, TokenizerInfo
+from specnb.datastores.manifest import verify_store
 from specnb.decode import generate
 from specnb.drafters import dense
 from specnb.drafters.base import DecodeState
 from specnb.drafters.dense import BuildConfig, DenseDrafter, build_datastore, load_datastore, parse_shape
-from specnb.methods import MethodOptions, make_drafter
+from specnb.methods import make_drafter
 from specnb.replay import replay_greedy, teacher_forced_hidden
 
 PROMPTS = ("def add(a, b):", "hello world, hello", "the cat sat on")
@@ -129,19 +130,19 @@ def test_shapes_and_factory(stores):
         DenseDrafter(stores["llama"], 3, 21)
     with pytest.raises(ValueError, match="k >= 1"):
         DenseDrafter(stores["llama"], 0, 5)
-    drafter = make_drafter("dense", tiny("llama"), MethodOptions(datastore=str(stores["llama"].path),
-                                                                 draft_shape="greedy"))
+    drafter = make_drafter("dense", tiny("llama"), {"datastore": str(stores["llama"].path),
+                                                 "draft_shape": "greedy"})
     assert (drafter.k, drafter.w) == (3, 20) and drafter.needs_hidden_state
-    drafter = make_drafter("dense", tiny("llama"), MethodOptions(datastore=str(stores["llama"].path), k=4))
+    drafter = make_drafter("dense", tiny("llama"), {"datastore": str(stores["llama"].path), "k": 4})
     assert (drafter.k, drafter.w) == (4, 10)
     with pytest.raises(ValueError, match="--datastore"):
-        make_drafter("dense", tiny("llama"), MethodOptions())
+        make_drafter("dense", tiny("llama"))
 
 
 def test_a_datastore_refuses_another_model_or_tokenizer(stores, tmp_path):
     store = stores["llama"]
     with pytest.raises(CorpusError, match="tiny-llama"):
-        make_drafter("dense", tiny("qwen2"), MethodOptions(datastore=str(store.path)))  # same tokenizer, other model
+        make_drafter("dense", tiny("qwen2"), {"datastore": str(store.path)})  # same tokenizer, other model
     meta = json.loads((store.path / "meta.json").read_text())
     meta["tokenizer"]["fingerprint"] = "0" * 16
     copy = tmp_path / "copy"
@@ -178,6 +179,17 @@ def test_interrupted_or_corrupt_build_never_loads(tmp_path, monkeypatch):
         load_datastore(tmp_path / "ds")
     with pytest.raises(CorpusError, match="no dense datastore"):
         load_datastore(tmp_path / "nothing")
+
+    store = build_datastore(target, corpus, tmp_path / "ds", CONFIG, progress=False, overwrite=True)
+    assert set(store.meta["files"]) >= {"values.i32.npy", "keys.f32.npy", "projection.npz", "index.hnsw"}
+    assert verify_store(tmp_path / "ds").startswith(f"ok: dense store {tmp_path / 'ds'}")
+    del store
+    keys = tmp_path / "ds" / "keys.f32.npy"
+    data = bytearray(keys.read_bytes())
+    data[-1] ^= 1  # one bit of the last key: inside the sample checked on open
+    keys.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match="does not match its recorded checksum"):
+        load_datastore(tmp_path / "ds")
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])

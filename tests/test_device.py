@@ -20,7 +20,7 @@ from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.drafters.mixed import MixedDrafter
 from specnb.drafters.model_ngram import BigramDrafter, bigram_table
 from specnb.drafters.rest import RestDrafter, RestIndex
-from specnb.methods import MethodOptions, make_drafter
+from specnb.methods import make_drafter, options_for
 from specnb.models import LoadedModel, load_model
 from specnb.profiles import PROFILES
 from specnb.sampling import CandidateDraft, SamplingConfig, accept_mcss
@@ -164,7 +164,7 @@ def test_bench_runners_and_dresd_on_the_device(monkeypatch):
     prompts = [Prompt("a", text=PROMPT)]
     with fake_device():
         config = BenchConfig(["hf", "hf-pld", "hf-assisted", "pld"], max_new_tokens=6, warmup_tokens=2,
-                             options=MethodOptions(draft="tiny-llama"))  # the assistant: on the target's device
+                             options=options_for(["hf-assisted"], {"draft": "tiny-llama"}))  # on the target's device
         frame = run_bench(fake_target(), prompts, config, progress=False)
         hidden, root = prompt_state(fake_target(), prompts[0])
     summary = frame[frame.prompt_id == "ALL"].set_index("method")

@@ -18,7 +18,7 @@ from specnb.drafters.draft_model import (
     parse_shape,
     self_draft,
 )
-from specnb.methods import MethodOptions, make_drafter
+from specnb.methods import make_drafter
 from specnb.models import LoadedModel, byte_tokenizer, cache_dir, load_model
 
 PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
@@ -45,7 +45,7 @@ def ar_tokens(arch: str, max_new_tokens: int = 32) -> list[int]:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_output_equals_ar(arch, method, shape, scheme, verify):
     target = tiny(arch)
-    options = MethodOptions(draft="self:2", draft_shape=shape, extra={"scheme": scheme})
+    options = {"draft": "self:2", "draft_shape": shape, "scheme": scheme}
     out = generate(target, PROMPT, make_drafter(method, target, options), max_new_tokens=32, verify=verify)
     assert out.tokens == ar_tokens(arch)
 
@@ -109,9 +109,9 @@ def test_bad_shapes_and_options():
             parse_shape(bad)
     target = tiny("llama")
     with pytest.raises(ValueError, match="use mcsd"):
-        make_drafter("sd", target, MethodOptions(draft="self:2", draft_shape="2x1"))
+        make_drafter("sd", target, {"draft": "self:2", "draft_shape": "2x1"})
     with pytest.raises(ValueError, match="scheme"):
-        make_drafter("mcsd", target, MethodOptions(draft="self:2", extra={"scheme": "best"}))
+        make_drafter("mcsd", target, {"draft": "self:2", "scheme": "best"})
 
 
 @pytest.mark.slow

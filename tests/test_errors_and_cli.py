@@ -13,7 +13,7 @@ from specnb.cli import main
 from specnb.datasets import jsonl
 from specnb.draft import DraftError
 from specnb.drafters import ContextNgramDrafter
-from specnb.methods import FACTORIES, MethodOptions, make_drafter, split_datastores
+from specnb.methods import OptionError, make_drafter, options_for, parse_options, split_datastores
 from specnb.models import ModelError
 from specnb.profiles import get_profile
 
@@ -73,7 +73,7 @@ def test_draft_token_outside_vocabulary():
 
 def test_unknown_method_and_profile():
     with pytest.raises(ValueError, match="unknown method"):
-        make_drafter("telepathy", tiny("llama"), MethodOptions())
+        make_drafter("telepathy", tiny("llama"))
     with pytest.raises(ValueError, match="unknown profile"):
         get_profile("huge")
 
@@ -104,7 +104,7 @@ def test_jsonl_prompts(tmp_path):
     a, b = jsonl(path)
     assert a.text == "hi" and b.messages[0]["content"] == "yo"
     path.write_text(json.dumps({"prompt": "no id"}) + "\n")
-    with pytest.raises(ValueError, match="needs 'id'"):
+    with pytest.raises(ValueError, match="missing 'id'"):
         jsonl(path)
 
 
@@ -123,6 +123,19 @@ def test_cli_bench_writes_csv(tmp_path, capsys):
     assert len(per_prompt) == 8 and per_prompt.identical_to_ar.all()
     assert set(table[table.prompt_id == "ALL"].method) == {"ar", "hf", "hf-pld", "pld"}
     assert "speedup_vs_ar" in capsys.readouterr().out
+    # the summary's numbers are the per-prompt rows' (metrics.py definitions)
+    ar_seconds = per_prompt[per_prompt.method == "ar"].seconds.sum()
+    summary = table[table.prompt_id == "ALL"].set_index("method")
+    for method, group in per_prompt.groupby("method"):
+        row = summary.loc[method]
+        assert row.new_tokens == group.new_tokens.sum() and row.calls == group.calls.sum()
+        assert row.tokens_per_s == pytest.approx(group.new_tokens.sum() / group.seconds.sum())
+        assert row.tokens_per_call == pytest.approx((group.new_tokens.sum() - len(group)) / group.calls.sum())
+        assert row.speedup_vs_ar == pytest.approx(ar_seconds / group.seconds.sum())
+        assert float(row.identical_to_ar) == 1.0
+    for method in ("ar", "hf"):  # one call per token after the prefill's
+        group = per_prompt[per_prompt.method == method]
+        assert (group.calls == group.new_tokens - 1).all()
 
 
 def test_cli_bad_input_is_one_line(capsys):
@@ -155,10 +168,216 @@ def test_datastore_per_method():
     assert split_datastores(["odd=name"]) == ("odd=name", {})  # not a method: a path containing '='
     with pytest.raises(ValueError, match="METHOD=PATH"):
         split_datastores(["a", "b"])
-    seen = {}
-    FACTORIES["probe"] = lambda target, options: seen.setdefault("path", options.datastore)
-    try:
-        make_drafter("probe", None, MethodOptions(datastore="shared", datastores={"probe": "mine"}))
-    finally:
-        del FACTORIES["probe"]
-    assert seen["path"] == "mine"
+    options = options_for(["ar", "rest", "crest-priced", "dense"], {}, ["shared", "crest=c", "dense=d"])
+    assert options["rest"].datastore == "shared"
+    assert options["crest-priced"].datastore == "c"  # a priced method reads its base method's store
+    assert options["dense"].datastore == "d"
+
+
+# ------------------------------------------------------------------------------------------ typed options
+
+
+def test_options_are_typed_once_and_errors_name_the_option():
+    rest = parse_options("rest", {"w": "5", "max_nodes": "32", "datastore": "x"})
+    assert (rest.w, rest.max_nodes, rest.datastore) == (5, 32, "x")
+    assert parse_options("crest", {"max_nodes": "none"}).max_nodes is None
+    assert parse_options("dense-priced", {"datastore": "d"}).merge == "votes"  # its own default
+    with pytest.raises(OptionError, match="option w must be an integer, got 'abc'"):
+        parse_options("pld", {"w": "abc"})
+    with pytest.raises(OptionError, match="option merge must be one of rows, votes"):
+        parse_options("dense", {"datastore": "d", "merge": "mean"})
+    with pytest.raises(OptionError, match="min_query .* must not exceed max_query"):
+        parse_options("rest", {"min_query": 9, "max_query": 4})
+    with pytest.raises(OptionError, match="option k must be >= 1"):
+        parse_options("pld", {"k": 0})
+    with pytest.raises(OptionError, match="has no option 'x'.*reads k, w, max_ngram, min_ngram"):
+        parse_options("pld", {"x": 1})
+    with pytest.raises(OptionError, match="option max_ngram must be an integer, got 2.5"):
+        parse_options("pld", {"max_ngram": 2.5})
+
+
+@pytest.mark.parametrize("given, datastores, message", [
+    ({"unknownkey": "1"}, [], "-o unknownkey: read by none"),
+    ({"draft_shape": "4x2"}, [], "--draft-shape: read by none"),
+    ({"draft": "self:2"}, [], "--draft: read by none"),
+    ({}, ["store"], "--datastore: read by none"),
+    ({}, ["rest=store"], "--datastore rest=...: read by none"),
+])
+def test_an_option_no_chosen_method_reads_is_refused(given, datastores, message):
+    with pytest.raises(OptionError, match=message) as info:
+        options_for(["ar", "pld"], given, datastores)
+    assert "pld reads k, w, max_ngram, min_ngram" in str(info.value)
+
+
+def test_seed_and_temperature_reach_the_draft_model():
+    options = options_for(["sd", "mcsd"], {"draft": "self:2"}, run={"temperature": 0.7, "top_p": 0.9, "seed": 5})
+    assert (options["sd"].seed, options["sd"].temperature, options["mcsd"].top_p) == (5, 0.7, 0.9)
+    drafter = make_drafter("mcsd", tiny("llama"), options["mcsd"])
+    assert drafter.generator.initial_seed() == 5
+
+
+# --------------------------------------------------------------------------------- one error style, CLI
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if the command gets as far as loading a model."""
+    from specnb import models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+
+
+def run_cli(argv, capsys) -> tuple[int, str]:
+    code = main(argv)
+    err = capsys.readouterr().err
+    return code, err
+
+
+BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--n", "-1"], "--n must be >= 1"),
+    (["--n", "0"], "--n must be >= 1"),
+    (["--methods", "ar,warp"], "unknown method 'warp'"),
+    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["-o", "unknownkey=1"], "-o unknownkey: read by none"),
+    (["-o", "w=abc"], "method pld: option w must be an integer, got 'abc'"),
+    (["-o", "noequals"], "must look like KEY=VALUE"),
+    (["--draft-shape", "4x2"], "--draft-shape: read by none"),
+    (["--datastore", "somewhere"], "--datastore: read by none"),
+    (["--methods", "dense"], "dense needs --datastore"),
+    (["--methods", "dense", "--datastore", "d", "--draft-shape", "3-20"], "invalid dense draft shape"),
+    (["--methods", "mcsd", "--draft-shape", "4x0"], "invalid draft shape"),
+    (["--methods", "sd", "-o", "scheme=best"], "option scheme must be one of"),
+    (["--methods", "hf-assisted"], "hf-assisted needs --draft"),
+    (["--methods", "sd", "--draft", "self:x"], "invalid self-draft 'self:x'"),
+    (["--methods", "mcsd", "-o", "temperature=abc"], "method mcsd: option temperature must be a number"),
+    (["--dtype", "float8"], "invalid choice: 'float8'"),
+    (["--k", "abc"], "invalid int value: 'abc'"),
+    (["--verify", "sideways"], "invalid choice"),
+    (["--prompts", "nosuch"], "unknown prompt set 'nosuch'"),
+    (["--out", "{tmp}/missing/r.csv"], "folder {tmp}/missing does not exist"),
+    (["--out", "{tmp}"], "is a directory"),
+    (["--out", "{tmp}/file.txt/r.csv"], "does not exist"),
+])
+def test_bench_refuses_bad_input_in_one_line_before_loading(extra, message, tmp_path, capsys, no_model):
+    (tmp_path / "file.txt").write_text("x")
+    extra = [a.replace("{tmp}", str(tmp_path)) for a in extra]
+    code, err = run_cli([*BENCH, "--methods", "pld", *extra], capsys)
+    assert code == 2
+    assert err.startswith("specnb: error: ") and err.count("\n") == 1, err
+    assert message.replace("{tmp}", str(tmp_path)) in err
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "invalid JSON (Expecting property name enclosed in double quotes at column 2)"),
+    ('{"id": "x", "prompt": null}', "'prompt' must be a string, got null"),
+    ('{"id": "x", "prompt": 7}', "'prompt' must be a string, got a number"),
+    ('{"id": "x", "prompt": "  "}', "'prompt' is empty"),
+    ('{"id": "x"}', "needs 'prompt' (a string) or 'messages' (a list of {role, content})"),
+    ('{"prompt": "hi"}', "missing 'id'"),
+    ('{"id": null, "prompt": "hi"}', "'id' must be a string or an integer, got null"),
+    ('{"id": "a", "prompt": "again"}', "id 'a' already used on line 1"),
+    ('["a"]', "expected a JSON object, got a list"),
+    ('{"id": "x", "messages": []}', "'messages' is empty"),
+    ('{"id": "x", "messages": "hi"}', "'messages' must be a list, got a string"),
+    ('{"id": "x", "messages": [{"role": "user"}]}', "messages[0] has no 'content'"),
+    ('{"id": "x", "messages": [{"content": "hi"}]}', "messages[0] has no 'role'"),
+    ('{"id": "x", "messages": [{"role": "user", "content": 3}]}',
+     "messages[0] has a non-string (a number) 'content'"),
+    ('{"id": "x", "messages": ["hi"]}', "messages[0] must be an object"),
+])
+def test_prompt_file_errors_name_file_and_line(line, message, tmp_path, capsys, no_model):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "a", "prompt": "fine"}) + "\n\n" + line + "\n")
+    with pytest.raises(ValueError) as info:
+        jsonl(path)
+    assert str(info.value).startswith(f"{path}:3: {message}")
+    code, err = run_cli([*BENCH, "--prompts", str(path)], capsys)
+    assert code == 2 and err == f"specnb: error: {info.value}\n"
+
+
+def test_context_error_names_max_new_tokens(capsys):
+    code, err = run_cli([*BENCH[:-2], "--methods", "pld", "--n", "1", "--max-new-tokens", "100000"], capsys)
+    assert code == 2 and "--max-new-tokens 100000 exceeds the context" in err
+
+
+def test_every_command_reports_errors_in_one_line(tmp_path, capsys, isolated_cache):
+    for argv in (["models", "fetch", "no-such-model"], ["nosuchcommand"], ["bench", "--nosuchflag"],
+                 ["datastore", "verify", str(tmp_path / "nothing")],
+                 ["datastore", "build", "rest", str(tmp_path / "nosuchsource"), "--model", "tiny-llama"],
+                 ["datastore", "build", "crest", "--model", "tiny-llama", "--t", "0"],
+                 ["corpus", "build", str(tmp_path / "nosuchsource"), "--model", "tiny-llama"],
+                 ["roofline", "--model", "tiny-llama"]):
+        code, err = run_cli(argv, capsys)
+        assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1, (argv, err)
+
+
+def test_help_shows_defaults_lists_methods_and_is_light():
+    import subprocess
+    import sys
+    import time
+
+    from specnb.methods import METHODS
+
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", "import sys, specnb.cli; sys.exit(specnb.cli.main(['--help']))"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and time.perf_counter() - start < 5  # generous: the machine may be busy
+    script = ("import sys, specnb.cli\ntry:\n    specnb.cli.main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.rstrip().endswith("[]"), "bench --help imported torch or transformers"
+    for name, spec in METHODS.items():
+        assert f"  {name:15s} {spec.help}" in out.stdout
+    assert "(default: 128)" in out.stdout and "(default: gemma-3-270m)" in out.stdout
+
+
+# ------------------------------------------------------------------------------------- bench keeps work
+
+
+def test_ctrl_c_keeps_finished_prompts(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the third prompt: exit 130, no traceback, the two finished prompts' rows and a summary
+    of them in the CSV."""
+    import pandas as pd
+
+    from specnb import bench
+
+    calls = []
+
+    def interrupted_generate(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2 + 2 * 2 + 1:  # warm-up (ar, pld), two prompts, then the third prompt's ar run
+            raise KeyboardInterrupt
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(bench, "generate", interrupted_generate)
+    out = tmp_path / "r.csv"
+    code = main([*BENCH, "--methods", "pld", "--n", "4", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 130 and "Traceback" not in captured.err
+    assert "interrupted after 2 of 4 prompts" in captured.err and "speedup_vs_ar" in captured.out
+    table = pd.read_csv(out)
+    assert len(table[table.prompt_id != "ALL"]) == 4 and set(table[table.prompt_id == "ALL"].method) == {"ar", "pld"}
+
+
+def test_csv_sink_appends_and_widens(tmp_path):
+    import pandas as pd
+
+    from specnb.bench import CsvSink
+
+    path = tmp_path / "r.csv"
+    sink = CsvSink(path)
+    sink([{"method": "ar", "seconds": 1.0}])
+    assert path.read_text() == "method,seconds\nar,1.0\n"  # on disk as soon as the prompt is done
+    sink([{"method": "pld", "seconds": 0.5}])
+    sink([{"method": "pld", "seconds": 0.4, "first_divergence": 3}])
+    table = pd.read_csv(path)
+    assert list(table.columns) == ["method", "seconds", "first_divergence"] and len(table) == 3

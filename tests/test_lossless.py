@@ -128,7 +128,8 @@ def test_never_exceeds_max_new_tokens(max_new):
 def test_model_without_eos_runs_to_max_tokens():
     target = dataclasses.replace(tiny("qwen2"), eos_token_ids=frozenset())
     out = generate(target, PROMPTS["short"], ContextNgramDrafter(), max_new_tokens=25)
-    assert len(out.tokens) == 25
+    assert out.stop_reason == "max_new_tokens"
+    assert out.tokens == generate(target, PROMPTS["short"], max_new_tokens=25).tokens and len(out.tokens) == 25
 
 
 def test_matches_hugging_face_generate(tiny_target):

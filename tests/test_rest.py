@@ -99,9 +99,9 @@ def test_search_budget_and_save(tmp_path):
     tree, q = index.search(np.array(docs[3][50:66]), SearchConfig(max_nodes=16, max_matches=7))
     assert q == 16 and 0 < tree.num_nodes <= 16 and tree.counts.max() <= 7
     assert disk_bytes(tmp_path / "rest") >= index.storage_bytes == 8 * (corpus.num_tokens + corpus.num_docs)
-    assert not list(tmp_path.glob("*.partial-*"))
+    assert [p.name for p in tmp_path.iterdir()] == ["rest"]  # no temporary folder left
     (tmp_path / "rest" / "sa.npy").write_bytes(b"x")
-    with pytest.raises(CorpusError, match="corrupt"):
+    with pytest.raises(CorpusError, match="1 bytes, 16,208 recorded: damaged"):
         RestIndex.load(tmp_path / "rest")
     with pytest.raises(CorpusError, match="no REST datastore"):
         RestIndex.load(tmp_path / "missing")
@@ -124,7 +124,8 @@ def test_rest_drafter_greedy_lossless(verify):
         ar = generate(target, prompt, max_new_tokens=40)
         sd = generate(target, prompt, drafter, max_new_tokens=40, verify=verify)
         assert sd.tokens == ar.tokens
-    assert sd.stats.num_calls < 40 or sd.stats.accepted_length == 0
+        if prompt in prompts:  # its output is in the store: after the first call, whole continuations match
+            assert sd.stats.num_calls <= 5 and sd.stats.accepted_length >= 6.5, (prompt, sd.stats.num_calls)
 
 
 def test_rest_lossless_gemma3_window():

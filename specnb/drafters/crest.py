@@ -8,18 +8,20 @@ query, and store them in SQLite:
     CREATE TABLE trees (ngram BLOB PRIMARY KEY, tree BLOB NOT NULL) WITHOUT ROWID
         ngram: the n token ids as big-endian int32 bytes (n = len / 4)
         tree:  zlib(tokens as little-endian int32 [k] + parent index + 1 as uint8 [k])   (k <= max_nodes)
-    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)   tokenizer, m, t, REST parameters, counts
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)   tokenizer, m, t, REST parameters, counts, checksums
 
 Lookups go to the file through SQLite's B-tree (the store is never loaded whole); the drafter asks for all
 suffixes of the context of stored lengths in one query and uses the longest one found. The build writes to a
-temporary file and renames it, so an interrupted build leaves no store under the final name.
+temporary file and renames it, so an interrupted build leaves no store under the final name; it never replaces
+a file that is not a CREST store. The meta records ``trees_sha256`` (every row, in key order) and ``sample``
+(the hash of 16 evenly spaced rows): opening a store checks the sample, ``verify()`` everything.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
-import os
 import sqlite3
 import time
 import zlib
@@ -33,7 +35,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ..corpus import CorpusError, TokenizerInfo
+from ..datastores.atomic import atomic_file, check_replaceable
 from ..draft import Draft
+from ..methods import CrestOptions
 from .base import DecodeState, Drafter
 from .rest import (
     DEFAULT_SEARCH,
@@ -142,47 +146,76 @@ def ngram_trees(index: RestIndex, counter: NgramCounter, n: int, t: int, config:
 # -------------------------------------------------------------------------------------------- store
 
 
-def write_store(path: str | Path, tables: Sequence[NgramTrees], t: int | Sequence[int], meta: dict[str, Any]) -> Path:
+def write_store(path: str | Path, tables: Sequence[NgramTrees], t: int | Sequence[int], meta: dict[str, Any],
+                overwrite: bool = True) -> Path:
     """Write the first ``t`` entries of each table (``t`` per table or one for all) to SQLite at ``path``,
-    atomically (temporary file + rename)."""
+    atomically (temporary file + rename). An existing CREST store is replaced only with ``overwrite``; any
+    other file there never (ExistsError)."""
     path = Path(path)
+    check_replaceable(path, is_crest_store, overwrite, "CREST store")
     ts = [t] * len(tables) if isinstance(t, int) else list(t)
     entries = sorted((k, b) for table, tt in zip(tables, ts, strict=True)
                      for k, b in zip(table.keys[:tt], table.blobs[:tt], strict=True))
-    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with atomic_file(path) as tmp:
         db = sqlite3.connect(tmp)
-        db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
-                         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                         "CREATE TABLE trees (ngram BLOB PRIMARY KEY, tree BLOB NOT NULL) WITHOUT ROWID;")
-        db.executemany("INSERT INTO trees VALUES (?, ?)", entries)  # sorted keys: a compact B-tree
-        full = {**meta, "format": FORMAT_VERSION, "kind": "crest", "ns": [table.n for table in tables], "t": ts,
-                "num_entries": len(entries)}
-        db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in full.items()])
-        db.commit()
-        db.close()
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        try:
+            db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
+                             "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                             "CREATE TABLE trees (ngram BLOB PRIMARY KEY, tree BLOB NOT NULL) WITHOUT ROWID;")
+            db.executemany("INSERT INTO trees VALUES (?, ?)", entries)  # sorted keys: a compact B-tree
+            full = {**meta, "format": FORMAT_VERSION, "kind": "crest", "ns": [table.n for table in tables],
+                    "t": ts, "num_entries": len(entries), "trees_sha256": _rows_hash(entries),
+                    "sample": _sample(entries)}
+            db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in full.items()])
+            db.commit()
+        finally:
+            db.close()
     return path
 
 
+def _rows_hash(rows: Sequence[tuple[bytes, bytes]]) -> str:
+    """sha256 over (key, tree) rows in key order."""
+    digest = hashlib.sha256()
+    for key, blob in rows:
+        digest.update(len(key).to_bytes(4, "little") + key + len(blob).to_bytes(4, "little") + blob)
+    return digest.hexdigest()
+
+
+def _sample(entries: Sequence[tuple[bytes, bytes]], count: int = 16) -> dict[str, str]:
+    """{key hex: sha256 of its tree} for ``count`` evenly spaced entries (the open-time check)."""
+    picks = sorted({i * (len(entries) - 1) // max(1, count - 1) for i in range(count)}) if entries else []
+    return {entries[i][0].hex(): hashlib.sha256(entries[i][1]).hexdigest() for i in picks}
+
+
+def is_crest_store(path: Path) -> bool:
+    """Whether ``path`` is a file holding a CREST store's meta (it is ours to replace)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'kind'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+    return row is not None and json.loads(row[0]) == "crest"
+
+
 def build_crest(index: RestIndex, path: str | Path, ns: Sequence[int] = (1, 2, 3, 4, 5), t: int = 10_000,
-                config: SearchConfig = DEFAULT_SEARCH, progress: bool = True) -> CrestStore:
-    """Build a CREST store with the top ``t`` n-grams for every n in ``ns`` (one n = the single-n variant)."""
+                config: SearchConfig = DEFAULT_SEARCH, progress: bool = True, overwrite: bool = True) -> CrestStore:
+    """Build a CREST store with the top ``t`` n-grams for every n in ``ns`` (one n = the single-n variant);
+    ``overwrite`` as in :func:`write_store` (checked before the trees are computed)."""
+    check_replaceable(path, is_crest_store, overwrite, "CREST store")
     start = time.perf_counter()
     counter = NgramCounter(index)
     tables = [ngram_trees(index, counter, n, t, config, progress) for n in ns]
-    write_store(path, tables, t, store_meta(index, config, time.perf_counter() - start))
+    write_store(path, tables, t, store_meta(index, config, time.perf_counter() - start), overwrite)
     return CrestStore(path)
 
 
 def store_meta(index: RestIndex, config: SearchConfig, seconds: float) -> dict[str, Any]:
     """What a CREST store records about how it was built."""
     return {"tokenizer": index.meta["tokenizer"], "rest_corpus": index.meta.get("corpus"),
+            "rest_path": str(index.path) if index.path else None, "rest_builder": index.meta.get("builder"),
             "rest_tokens": index.meta["num_tokens"], "max_matches": config.max_matches, "length": config.length,
             "max_nodes": config.max_nodes, "codec": "zlib", "build_seconds": round(seconds, 2)}
 
@@ -207,6 +240,18 @@ class CrestStore:
         if self.meta.get("kind") != "crest" or self.meta.get("format") != FORMAT_VERSION:
             raise CorpusError(f"{self.path} is not a CREST store of format {FORMAT_VERSION}; build it again")
         self.ns = sorted(self.meta["ns"], reverse=True)  # longest first
+        for key, digest in self.meta.get("sample", {}).items():
+            row = self.db.execute("SELECT tree FROM trees WHERE ngram = ?", (bytes.fromhex(key),)).fetchone()
+            if row is None or hashlib.sha256(row[0]).hexdigest() != digest:
+                raise CorpusError(f"{self.path} does not match its recorded checksums: damaged; build it again")
+
+    def verify(self) -> None:
+        """Check every stored tree against the recorded ``trees_sha256`` (CorpusError if it differs)."""
+        if "trees_sha256" not in self.meta:
+            raise CorpusError(f"{self.path} records no checksums (built by an older specnb); build it again")
+        rows = self.db.execute("SELECT ngram, tree FROM trees ORDER BY ngram").fetchall()
+        if len(rows) != len(self) or _rows_hash(rows) != self.meta["trees_sha256"]:
+            raise CorpusError(f"{self.path} does not match its recorded checksums: damaged; build it again")
 
     @property
     def tokenizer(self) -> TokenizerInfo:
@@ -275,11 +320,10 @@ def open_crest(target: Any, path: str | Path | None) -> CrestStore:
     return store
 
 
-def make_crest(target: Any, options: Any) -> CrestDrafter:
+def make_crest(target: Any, options: CrestOptions) -> CrestDrafter:
     """Bench factory: ``--datastore PATH.sqlite`` or the default code store built for the target;
     ``-o max_nodes=K`` cuts the stored trees to their K most common nodes."""
-    max_nodes = options.get("max_nodes", 0)
-    return CrestDrafter(open_crest(target, options.datastore), max_nodes or None)
+    return CrestDrafter(open_crest(target, options.datastore), options.max_nodes)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
@@ -291,7 +335,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser("crest", help="CREST store: top-t n-grams -> precomputed REST trees, SQLite")
     add_source_arguments(parser)
     parser.add_argument("--rest", default=None, help="REST store to compute the trees from (default: the "
-                        "default REST store of this corpus and model, built if missing)")
+                        "default REST store of this corpus and model, built if missing); must match --model's "
+                        "tokenizer")
     parser.add_argument("--m", type=int, default=5, help="keep n-grams of n = 1..m")
     parser.add_argument("--single-n", type=int, default=None, help="keep only n-grams of this n")
     parser.add_argument("--t", type=int, default=10_000, help="n-grams kept per n (the most frequent)")
@@ -300,10 +345,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _cli_build(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
+    check_replaceable(out, is_crest_store, args.overwrite, "CREST store")  # before any work
+    if args.m < 1 or args.t < 1 or (args.single_n is not None and args.single_n < 1):
+        raise ValueError(f"--m, --t and --single-n must be >= 1, got {args.m}, {args.t}, {args.single_n}")
     index = ensure_rest(args.source, args.model, args.max_tokens, args.rest)
     ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
-    out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
-    store = build_crest(index, out, ns=ns, t=args.t)
+    store = build_crest(index, out, ns=ns, t=args.t, overwrite=True)
     print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes "
           f"(REST: {index.storage_bytes:,})")
     return 0

@@ -17,14 +17,15 @@ A dense datastore is a folder:
     hidden.f16.npy, positions.i64.npy, corpus_tokens.i32.npy, doc_starts.i64.npy   analysis only
 
 It is built in ``<out>.partial`` and renamed into place at the end, so an interrupted build never loads
-(and rerunning the build resumes the hidden-state extraction).
+(and rerunning the build resumes the hidden-state extraction). meta.json records every other file's checksums,
+checked (sizes and a sampled hash) whenever the store is opened. A build never replaces a folder that is not
+a dense store, and replaces a store only with ``overwrite``, once the new one is complete.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,8 +36,11 @@ import torch
 
 from ..ann import AnnIndex, IndexParams
 from ..corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
+from ..datastores.atomic import atomic_folder, check_replaceable
+from ..datastores.manifest import check_files, read_meta, write_meta
 from ..draft import Draft
 from ..embed import N_NEXT, Projection, extract, fit_projection, sample_rows
+from ..methods import DenseOptions
 from ..models import LoadedModel, cache_dir, load_model
 from .base import DecodeState, Drafter
 from .retrieval_tree import build_tree, sort_rows
@@ -140,6 +144,9 @@ def load_datastore(path: str | Path) -> DenseDatastore:
         if values.shape[0] != rows or keys.shape != (rows, projection.dims) or len(index) != rows:
             raise ValueError(f"sizes disagree: meta {rows} rows, values {values.shape}, keys {keys.shape}, "
                              f"index {len(index)}")
+        check_files(path, meta)
+    except CorpusError:
+        raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
         raise CorpusError(f"dense datastore at {path} is corrupt ({exc}); delete it and build it again") from None
     return DenseDatastore(path, meta, values, keys, projection, index)
@@ -149,16 +156,30 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
                     progress: bool = True, overwrite: bool = False) -> DenseDatastore:
     """Extract hidden states of ``corpus``, fit the key transform, index the keys, and save atomically.
 
-    An existing complete datastore at ``out`` is returned as is unless ``overwrite``.
+    An existing complete datastore at ``out`` is returned as is unless ``overwrite``; then it is replaced once
+    the new one is complete. A folder at ``out`` that is not a dense store is never replaced (ExistsError).
     """
     config = config or BuildConfig()
     out = Path(out)
-    if out.exists() and not overwrite:
+    replace = check_replaceable(out, is_dense_store, True, "dense datastore")  # never what is not a store
+    if replace and not overwrite:
         store = load_datastore(out)
         store.check(target)
         return store
     corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
-    tmp = out.with_name(out.name + ".partial")
+    with atomic_folder(out, replace=replace, keep_partial=True) as tmp:
+        _build_into(tmp, target, corpus, config, progress)
+    return load_datastore(out)
+
+
+def is_dense_store(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a dense store (complete or damaged: it is ours to replace)."""
+    meta = read_meta(path)
+    return meta is not None and meta.get("kind") == "dense"
+
+
+def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: BuildConfig, progress: bool) -> None:
+    """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there)."""
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     extracted = extract(target, corpus, tmp, n_next=config.n_next, seq_len=config.seq_len, overlap=config.overlap,
@@ -190,11 +211,7 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
                                :projection.dims].sum())},
             "index": asdict(config.index), "timings": {k: round(v, 2) for k, v in times.items()},
             "built": time.strftime("%Y-%m-%d %H:%M:%S")}
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))  # last: marks completion
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return load_datastore(out)
+    write_meta(tmp, meta)  # last: marks completion
 
 
 # ------------------------------------------------------------------------------------------- drafter
@@ -290,20 +307,17 @@ def datastore_path(name: str, model: str) -> Path:
     return cache_dir() / "datastores" / "dense" / f"{name}-{Path(model).name}"
 
 
-def make_dense(target: LoadedModel, options) -> DenseDrafter:
+def make_dense(target: LoadedModel, options: DenseOptions) -> DenseDrafter:
     """Bench factory: ``--datastore PATH|NAME`` (a folder, or a name under the cache), ``--k/--w`` or
     ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N -o merge=rows|votes``."""
-    if options.datastore is None:
-        raise ValueError("method dense needs --datastore (a folder from `specnb datastore build dense`)")
     path = Path(options.datastore)
     if not path.exists():
         path = datastore_path(options.datastore, target.name)
     store = load_datastore(path)
     store.check(target)
     k, w = parse_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
-    return DenseDrafter(store, k=options.get("k", k), w=options.get("w", w),
-                        neighbours=options.get("neighbours", 0) or None, ef=options.get("ef", 0) or None,
-                        merge=options.get("merge", "rows"))
+    return DenseDrafter(store, k=options.k or k, w=options.w or w, neighbours=options.neighbours, ef=options.ef,
+                        merge=options.merge)
 
 
 # ----------------------------------------------------------------------------------------------- CLI
@@ -342,22 +356,26 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--dims", type=int, default=defaults.dims, help="PCA components used")
     parser.add_argument("--components", type=int, default=defaults.n_components, help="PCA components fitted")
     parser.add_argument("--sample", type=int, default=defaults.sample_size, help="vectors for z-score / PCA fit")
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
-    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens)
+    parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per extraction window")
+    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens, help="tokens per forward batch")
     parser.add_argument("--M", type=int, default=defaults.index.M, help="hnswlib graph degree")
-    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction)
-    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search)
+    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction,
+                        help="hnswlib build-time candidate list")
+    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search,
+                        help="hnswlib query-time candidate list")
     parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
-    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
+                        "the new one is complete; never a folder that is not one)")
     parser.set_defaults(func=_cli_build)
     return parser
 
 
 def _cli_build(args: argparse.Namespace) -> int:
-    target = load_model(args.model, dtype=args.dtype)
-    corpus = resolve_corpus(args.source, target, args.max_tokens)
     name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
     out = Path(args.out) if args.out else datastore_path(name, args.model)
+    check_replaceable(out, is_dense_store, True, "dense datastore")  # before the model loads
+    target = load_model(args.model, dtype=args.dtype)
+    corpus = resolve_corpus(args.source, target, args.max_tokens)
     config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
                          sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
                          index=IndexParams(args.M, args.ef_construction, args.ef_search),

@@ -32,7 +32,7 @@ from ..device import model_device
 from ..draft import Draft
 from ..forward import TreeMasks, forward
 from ..kv_cache import GrowingCache
-from ..methods import MethodOptions
+from ..methods import DraftModelOptions, McsdOptions, SdOptions
 from ..metrics import CallStats
 from ..models import LoadedModel, load_model
 from ..prompts import Prompt
@@ -99,14 +99,21 @@ def _load_cached(name: str, dtype: torch.dtype, device: torch.device) -> LoadedM
     return load_model(name, dtype=dtype, device=device)
 
 
+def self_layers(name: str) -> int | None:
+    """L of a ``self:L`` draft name (ValueError unless L is a positive integer), None for any other name."""
+    if not name.startswith("self:"):
+        return None
+    layers = name.removeprefix("self:")
+    if not layers.isdigit() or int(layers) < 1:
+        raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L >= 1")
+    return int(layers)
+
+
 def load_draft(target: LoadedModel, name: str, device: str | torch.device | None = None) -> LoadedModel:
     """A draft model by name: ``self:L`` (the target's first L layers) or any :func:`load_model` name,
     loaded in the target's dtype on ``device`` (default: the target's) and checked to share its vocabulary."""
-    if name.startswith("self:"):
-        try:
-            layers = int(name.removeprefix("self:"))
-        except ValueError:
-            raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L") from None
+    layers = self_layers(name)
+    if layers is not None:
         return self_draft(target, layers)
     draft = _load_cached(name, next(target.model.parameters()).dtype,
                          model_device(target.model) if device is None else torch.device(device))
@@ -279,26 +286,22 @@ def _earlier(k: int) -> Tensor:
 # ------------------------------------------------------------------------------------- bench methods
 
 
-def _make(target: LoadedModel, options: MethodOptions, shape: str, scheme: str) -> DraftModelDrafter:
-    name = options.get("draft", "self:2" if target.name.startswith("tiny-") else None)
+def _make(target: LoadedModel, options: DraftModelOptions, shape: str) -> DraftModelDrafter:
+    name = options.draft or ("self:2" if target.name.startswith("tiny-") else None)
     if name is None:
         raise ValueError("draft-model methods need --draft NAME or --draft self:L")
-    return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.get("scheme", scheme),
-                             temperature=options.get("temperature", 0.0), top_p=options.get("top_p", 1.0),
-                             seed=options.get("seed", 0))
+    return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.scheme,
+                             temperature=options.temperature, top_p=options.top_p, seed=options.seed)
 
 
-def make_sd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
+def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
     """Vanilla SD: one chain of ``w`` tokens (default 4), or ``--draft-shape 1x1x...``."""
-    shape = options.get("draft_shape", "x".join(["1"] * options.get("w", 4)))
-    if max(parse_shape(shape)) > 1:
-        raise ValueError(f"sd drafts one chain; draft shape {shape!r} has several candidates per level (use mcsd)")
-    return _make(target, options, shape, "mcss")
+    return _make(target, options, options.draft_shape or "x".join(["1"] * options.w))
 
 
-def make_mcsd(target: LoadedModel, options: MethodOptions) -> DraftModelDrafter:
+def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:
     """MCSD: a ``--draft-shape`` tree (default 4x2x2x1), MCSS without replacement unless ``-o scheme=``."""
-    return _make(target, options, options.get("draft_shape", "4x2x2x1"), "mcss-wor")
+    return _make(target, options, options.draft_shape)
 
 
 # ------------------------------------------------------------------------------------ experiments

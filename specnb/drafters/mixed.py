@@ -29,6 +29,7 @@ import pandas as pd
 from torch import Tensor
 
 from ..draft import Draft
+from ..methods import MixedAdaptiveOptions, MixedOptions
 from ..metrics import CallStats, RunStats
 from ..replay import replay_many
 from .base import DecodeState, Drafter, Hindsight
@@ -228,20 +229,20 @@ class AdaptiveShapeDrafter(Drafter):
 # ----------------------------------------------------------------------------------- bench factories
 
 
-def make_mixed(target, options) -> MixedDrafter:
+def make_mixed(target, options: MixedOptions) -> MixedDrafter:
     """Bench factory for ``mixed`` (k = w = 10 by default, as the paper's reference shape)."""
-    return MixedDrafter(_table_for(target, options), k=options.get("k", 10), w=options.get("w", 10),
-                        max_ngram=options.get("max_ngram", 1), min_ngram=options.get("min_ngram", 1))
+    return MixedDrafter(_table_for(target, options), k=options.k, w=options.w, max_ngram=options.max_ngram,
+                        min_ngram=options.min_ngram)
 
 
-def make_mixed_adaptive(target, options) -> AdaptiveShapeDrafter:
+def make_mixed_adaptive(target, options: MixedAdaptiveOptions) -> AdaptiveShapeDrafter:
     """Bench factory for ``mixed-adaptive``: the roofline table of this model/dtype (measured once on a
     coarse grid and cached, or ``-o roofline=PATH.csv``) drives the shape choice."""
     from ..roofline import cost_model_for
 
-    base = MixedDrafter(_table_for(target, options), k=1, w=1,
-                        max_ngram=options.get("max_ngram", 1), min_ngram=options.get("min_ngram", 1))
-    return AdaptiveShapeDrafter(base, cost_model_for(target, options.get("roofline", "")))
+    base = MixedDrafter(_table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
+                        min_ngram=options.min_ngram)
+    return AdaptiveShapeDrafter(base, cost_model_for(target, options.roofline))
 
 
 # ---------------------------------------------------------------------------------- grid analyses

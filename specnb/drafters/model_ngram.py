@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,8 +28,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..datastores.atomic import atomic_file
 from ..draft import Draft
 from ..forward import forward
+from ..methods import BigramOptions, MixedAdaptiveOptions, MixedOptions, UnigramOptions
 from ..models import LoadedModel, cache_dir
 from .base import DecodeState, Drafter
 
@@ -64,16 +64,8 @@ def table_dir(target: LoadedModel) -> Path:
 
 def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
     """Write an .npz next to ``path`` and rename it into place: an interrupted build leaves nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.partial")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def _meta(target: LoadedModel, **extra) -> np.ndarray:
@@ -318,21 +310,20 @@ def default_restriction(target: LoadedModel) -> tuple[np.ndarray | None, str]:
     return corpus_tokens(target, texts), "tokens of the HumanEval + MT-Bench prompts"
 
 
-def _table_for(target: LoadedModel, options) -> BigramTable:
+def _table_for(target: LoadedModel, options: BigramOptions | MixedOptions | MixedAdaptiveOptions) -> BigramTable:
     """The bigram table a bench method uses: rows for ``-o bigram_tokens=all`` or the default restriction."""
-    which = options.get("bigram_tokens", "default")
-    tokens = None if which == "all" else default_restriction(target)[0]
+    tokens = None if options.bigram_tokens == "all" else default_restriction(target)[0]
     return bigram_table(target, tokens)
 
 
-def make_unigram(target: LoadedModel, options) -> UnigramDrafter:
+def make_unigram(target: LoadedModel, options: UnigramOptions) -> UnigramDrafter:
     """Bench factory for ``ngram-unigram`` (k, default 10; one-token drafts; ``-o unigram=distance|appendix``)."""
-    return UnigramDrafter(unigram_ranking(target, rule=options.get("unigram", "appendix")), k=options.get("k", 10))
+    return UnigramDrafter(unigram_ranking(target, rule=options.unigram), k=options.k)
 
 
-def make_bigram(target: LoadedModel, options) -> BigramDrafter:
+def make_bigram(target: LoadedModel, options: BigramOptions) -> BigramDrafter:
     """Bench factory for ``ngram-bigram`` (k default 10, w default 1; ``-o bigram_tokens=all`` for all rows)."""
-    return BigramDrafter(_table_for(target, options), k=options.get("k", 10), w=options.get("w", 1))
+    return BigramDrafter(_table_for(target, options), k=options.k, w=options.w)
 
 
 def add_parser(subparsers):

@@ -20,13 +20,13 @@ it was verified. Drafting deterministic tokens, its acceptance is exactly how fa
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 from torch import Tensor
 
 from ..draft import Draft
+from ..methods import CrestPricedOptions, DensePricedOptions, RestPricedOptions
 from .base import DecodeState, Drafter, Hindsight
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
@@ -114,31 +114,33 @@ class PricedTreeDrafter(Drafter):
         return self.base.needs_hidden_state
 
 
-def _priced(make_base, target: Any, options: Any, bucket_key: str = "match_len") -> PricedTreeDrafter:
+PricedOptions = RestPricedOptions | CrestPricedOptions | DensePricedOptions
+
+
+def _priced(make_base, target: Any, options: PricedOptions, bucket_key: str = "match_len") -> PricedTreeDrafter:
     from ..roofline import cost_model_for
 
-    return PricedTreeDrafter(make_base(target, options), cost_model_for(target, options.get("roofline", "")),
+    return PricedTreeDrafter(make_base(target, options), cost_model_for(target, options.roofline),
                              bucket_key=bucket_key)
 
 
-def make_rest_priced(target: Any, options: Any) -> PricedTreeDrafter:
+def make_rest_priced(target: Any, options: RestPricedOptions) -> PricedTreeDrafter:
     """Bench factory ``rest-priced``: REST's tree cut to the budget that pays (``-o roofline=CSV`` optional)."""
     from .rest import make_rest
 
     return _priced(make_rest, target, options)
 
 
-def make_crest_priced(target: Any, options: Any) -> PricedTreeDrafter:
+def make_crest_priced(target: Any, options: CrestPricedOptions) -> PricedTreeDrafter:
     """Bench factory ``crest-priced``: CREST's stored tree cut to the budget that pays."""
     from .crest import make_crest
 
     return _priced(make_crest, target, options)
 
 
-def make_dense_priced(target: Any, options: Any) -> PricedTreeDrafter:
+def make_dense_priced(target: Any, options: DensePricedOptions) -> PricedTreeDrafter:
     """Bench factory ``dense-priced``: DReSD's neighbours merged into a vote-ranked tree (``merge=votes``
     unless ``-o merge=rows``) of at most k * w nodes, cut to the budget that pays."""
     from .dense import make_dense
 
-    options = dataclasses.replace(options, extra={"merge": "votes", **options.extra})
     return _priced(make_dense, target, options, bucket_key="first_token_matches")

@@ -6,7 +6,11 @@ memory-mapped:
 
     <folder>/text.npy   big-endian int32 [N + D]: document tokens, SEPARATOR after each document
     <folder>/sa.npy     int32 (int64 past 2^31 tokens) [N + D]: start of each suffix, in sorted order
-    <folder>/meta.json  tokenizer (name, vocab size, fingerprint), corpus, counts
+    <folder>/meta.json  tokenizer (name, vocab size, fingerprint), corpus and builder parameters, counts, and
+                        the checksums of the other files (:mod:`specnb.datastores.manifest`)
+
+A build writes a temporary sibling folder and renames it into place when complete; it never replaces a
+folder that is not a REST store, and replaces a store only when told to (``--overwrite``).
 
 Search (per draft): take the longest suffix of the context, from ``max_query`` (16) down to ``min_query`` (2)
 tokens, that occurs in the datastore; take up to ``max_matches`` (5,000) occurrences in suffix-array order and
@@ -25,8 +29,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +37,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, cache_dir
+from ..corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, cache_dir, load_tokenizer
+from ..datastores.atomic import atomic_folder, check_replaceable
+from ..datastores.manifest import check_files, read_meta, write_meta
 from ..draft import Draft
+from ..methods import RestOptions
 from .base import DecodeState, Drafter
 from .retrieval_tree import RetrievalTree, build_tree
 
@@ -85,8 +90,14 @@ class RestIndex:
     # ------------------------------------------------------------------ build / load
 
     @classmethod
-    def build(cls, corpus: TokenCorpus, path: str | Path | None = None, progress: bool = True) -> RestIndex:
-        """Index ``corpus``; with ``path``, write the datastore there atomically and return it memory-mapped."""
+    def build(cls, corpus: TokenCorpus, path: str | Path | None = None, progress: bool = True,
+              overwrite: bool = True) -> RestIndex:
+        """Index ``corpus``; with ``path``, write the datastore there atomically and return it memory-mapped.
+
+        An existing REST store at ``path`` is replaced (once the new one is complete) only with ``overwrite``;
+        anything else there is never replaced (ExistsError).
+        """
+        replace = path is not None and check_replaceable(path, is_rest_store, overwrite, "REST datastore")
         start = time.perf_counter()
         bar = tqdm(total=2, desc="rest index", disable=not progress)
         lengths = np.diff(corpus.doc_starts)
@@ -103,20 +114,16 @@ class RestIndex:
         bar.close()
         meta = {"format": FORMAT_VERSION, "kind": "rest", "tokenizer": corpus.meta["tokenizer"],
                 "corpus": corpus.meta.get("name"), "fraction": corpus.meta.get("fraction", 1.0),
+                "builder": {"source": corpus.meta.get("source"), "max_tokens": corpus.meta.get("max_tokens"),
+                            "max_docs": corpus.meta.get("max_docs"), "suffix_array": "pydivsufsort"},
                 "num_docs": corpus.num_docs, "num_tokens": corpus.num_tokens,
                 "build_seconds": round(time.perf_counter() - start, 2)}
         if path is None:
             return cls(text, sa, meta)
-        path = Path(path)
-        tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        np.save(tmp / "text.npy", text)
-        np.save(tmp / "sa.npy", sa)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if path.exists():
-            shutil.rmtree(path)
-        tmp.rename(path)
+        with atomic_folder(path, replace=replace) as tmp:
+            np.save(tmp / "text.npy", text)
+            np.save(tmp / "sa.npy", sa)
+            write_meta(tmp, meta)
         return cls.load(path)
 
     @classmethod
@@ -125,14 +132,17 @@ class RestIndex:
         path = Path(path)
         try:
             meta = json.loads((path / "meta.json").read_text())
+            if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
+                raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION}; build it again")
+            check_files(path, meta)
             text = np.load(path / "text.npy", mmap_mode="r")
             sa = np.load(path / "sa.npy", mmap_mode="r")
         except FileNotFoundError:
             raise CorpusError(f"no REST datastore at {path}; build it with `specnb datastore build rest`") from None
-        except (ValueError, OSError, json.JSONDecodeError) as exc:
+        except CorpusError:
+            raise
+        except (ValueError, OSError, AttributeError) as exc:
             raise CorpusError(f"REST datastore at {path} is corrupt ({exc}); build it again") from None
-        if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
-            raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION}; build it again")
         return cls(text, sa, meta, path)
 
     # ------------------------------------------------------------------ facts
@@ -237,6 +247,12 @@ def default_store(model_name: str, kind: str = "rest", source: str = "code") -> 
     return cache_dir() / "datastores" / f"{kind}-{source}-{Path(model_name).name}{suffix}"
 
 
+def is_rest_store(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a REST store (complete or damaged: it is ours to replace)."""
+    meta = read_meta(path)
+    return meta is not None and meta.get("kind") == "rest"
+
+
 def open_rest(target: Any, path: str | Path | None) -> RestIndex:
     """Load a REST datastore (default: the code store of ``target``) and check it matches its tokenizer."""
     path = Path(path) if path else default_store(target.name, "rest")
@@ -245,17 +261,13 @@ def open_rest(target: Any, path: str | Path | None) -> RestIndex:
     return index
 
 
-def search_config(options: Any) -> SearchConfig:
-    """SearchConfig from bench options (``-o max_query=16 -o min_query=2 -o max_matches=5000 ...``; ``w`` is
-    the continuation length)."""
-    default = SearchConfig()
-    return SearchConfig(max_query=options.get("max_query", default.max_query),
-                        min_query=options.get("min_query", default.min_query),
-                        max_matches=options.get("max_matches", default.max_matches),
-                        length=options.get("w", default.length), max_nodes=options.get("max_nodes", default.max_nodes))
+def search_config(options: RestOptions) -> SearchConfig:
+    """SearchConfig from the method's options (``w`` is the continuation length)."""
+    return SearchConfig(max_query=options.max_query, min_query=options.min_query, max_matches=options.max_matches,
+                        length=options.w, max_nodes=options.max_nodes)
 
 
-def make_rest(target: Any, options: Any) -> RestDrafter:
+def make_rest(target: Any, options: RestOptions) -> RestDrafter:
     """Bench factory: ``--datastore PATH`` or the default code store built for the target."""
     return RestDrafter(open_rest(target, options.datastore), search_config(options))
 
@@ -270,7 +282,10 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model whose tokenizer the store is for")
     parser.add_argument("--max-tokens", type=int, default=None, help="corpus limit (tokens)")
     parser.add_argument("--out", default=None, help="output path (default: under the specnb cache, where "
-                        "`specnb bench --methods rest,crest` looks without --datastore)")
+                        "`specnb bench --methods rest,crest` looks without --datastore); never replaces what is "
+                        "not a store of this kind")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (once the "
+                        "new one is complete)")
 
 
 def source_tag(source: str) -> str:
@@ -278,13 +293,17 @@ def source_tag(source: str) -> str:
     return source if source in ("code", "chat") else Path(source).stem
 
 
-def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str | Path | None = None) -> RestIndex:
-    """The REST store for (source, model): loaded if it exists at ``out`` (default path), else built."""
+def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str | Path | None = None,
+                overwrite: bool = False) -> RestIndex:
+    """The REST store for (source, model): loaded if it exists at ``out`` (default path) and not
+    ``overwrite``, else built. A loaded store must match ``model``'s tokenizer (CorpusError otherwise)."""
     path = Path(out) if out else default_store(model, "rest", source_tag(source))
-    if (path / "meta.json").exists():
-        return RestIndex.load(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path)
+    if path.exists() and not overwrite:
+        index = RestIndex.load(path)
+        index.tokenizer.check(load_tokenizer(model), f"REST datastore {path}")
+        return index
+    check_replaceable(path, is_rest_store, overwrite, "REST datastore")  # before the corpus is tokenised
+    return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path, overwrite=overwrite)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -298,8 +317,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _cli_build(args: argparse.Namespace) -> int:
     path = Path(args.out) if args.out else default_store(args.model, "rest", source_tag(args.source))
-    if path.exists():
-        shutil.rmtree(path)  # an explicit build command rebuilds
-    index = ensure_rest(args.source, args.model, args.max_tokens, path)
+    check_replaceable(path, is_rest_store, args.overwrite, "REST datastore")  # an explicit build builds
+    index = ensure_rest(args.source, args.model, args.max_tokens, path, overwrite=True)
     print(f"REST {index.path}: {index.meta['num_tokens']:,} tokens, {disk_bytes(index.path):,} bytes")
     return 0

@@ -1,0 +1,99 @@
+"""Atomic writes: a file or a folder is built under a temporary sibling name and renamed into place only when
+complete, so an interrupted write never leaves a half file under the final name (and never deletes the old
+one before the new one is whole).
+
+    with atomic_file(path) as tmp:      # write tmp; on success it replaces path
+        np.save(tmp, array)
+    with atomic_folder(path, replace=is_store) as tmp:   # fill the folder tmp; on success it becomes path
+        ...
+
+``atomic_folder`` replaces an existing path only when told to, after :func:`check_replaceable` has made sure it
+holds one of the project's own stores, so a mistyped ``--out`` never deletes a user's files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class ExistsError(ValueError):
+    """An output path that exists and may not be replaced."""
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(f".{path.name}.partial-{os.getpid()}")
+
+
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; when the block succeeds it replaces ``path`` (else it is removed).
+
+    The temporary name keeps ``path``'s suffix, so writers that append one (``np.save``) see it already there.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temporary(path).with_suffix(path.suffix)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
+
+
+def check_replaceable(path: str | Path, is_store: Callable[[Path], bool], overwrite: bool, what: str) -> bool:
+    """Whether writing a store at ``path`` replaces one (True) or creates it (False).
+
+    Raises ExistsError when ``path`` holds anything but a store of this kind (``is_store(path)``), or a store
+    and ``overwrite`` is false: a build never deletes what the project did not create.
+    """
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return False
+    if not is_store(path):
+        raise ExistsError(f"{path} exists and is not a {what}; refusing to replace it (choose another --out)")
+    if not overwrite:
+        raise ExistsError(f"{path} already holds a {what}; pass --overwrite to replace it (the old one is kept "
+                          "until the new one is complete)")
+    return True
+
+
+@contextmanager
+def atomic_folder(path: str | Path, replace: bool = False, keep_partial: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder next to ``path``; when the block succeeds it takes ``path``'s place.
+
+    An existing ``path`` is replaced only when ``replace`` (see :func:`check_replaceable`), and only after the
+    new folder is complete: the old one is moved aside, the new one renamed in, then the old one deleted.
+    keep_partial: leave the temporary folder ``<path>.partial`` on failure, for a build that resumes from it.
+    """
+    path = Path(path)
+    if (path.exists() or path.is_symlink()) and not replace:
+        raise ExistsError(f"{path} exists; refusing to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.partial") if keep_partial else _temporary(path)
+    if not keep_partial:
+        shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(exist_ok=True)
+    try:
+        yield tmp
+    except BaseException:
+        if not keep_partial:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        path.rename(old)
+    tmp.rename(path)
+    if old.is_dir():
+        shutil.rmtree(old)
+    else:
+        old.unlink(missing_ok=True)

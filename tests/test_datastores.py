@@ -1,0 +1,147 @@
+"""Datastores never delete what the project did not create, replace a store only when told to and only once
+the new one is complete, record checksums and refuse damaged or foreign stores."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specnb.cli import main
+from specnb.corpus import CorpusError, build_corpus
+from specnb.datastores.atomic import ExistsError, atomic_file, atomic_folder
+from specnb.drafters import rest
+from specnb.drafters.rest import RestIndex
+from tests.conftest import tiny
+from tests.test_rest import make_corpus
+
+
+@pytest.fixture
+def source(tmp_path):
+    """A folder of small Python files to build stores from."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
+    return src
+
+
+@pytest.fixture
+def foreign(tmp_path):
+    """A folder of the user's own files."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "important.txt").write_text("keep me")
+    (folder / "notes.md").write_text("# notes")
+    return folder
+
+
+def build(argv: list[str], capsys) -> tuple[int, str]:
+    code = main(["datastore", "build", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_a_store_is_never_replaced(source, foreign, tmp_path, capsys, isolated_cache):
+    for argv in (["rest", str(source), "--model", "tiny-llama", "--out", str(foreign)],
+                 ["rest", str(source), "--model", "tiny-llama", "--out", str(foreign), "--overwrite"],
+                 ["crest", str(source), "--model", "tiny-llama", "--out", str(foreign / "notes.md"), "--overwrite"]):
+        code, err = build(argv, capsys)
+        assert code == 2 and "is not a" in err and "refusing to replace it" in err and err.count("\n") == 1
+    assert sorted(p.name for p in foreign.iterdir()) == ["important.txt", "notes.md"]
+    assert (foreign / "important.txt").read_text() == "keep me"
+    with pytest.raises(ExistsError):
+        build_corpus(source, "tiny-llama", out=foreign, force=True, progress=False)
+    from specnb.drafters.dense import build_datastore
+
+    for overwrite in (False, True):
+        with pytest.raises(ExistsError):
+            build_datastore(tiny("llama"), make_corpus([[1, 2, 3]]), foreign, overwrite=overwrite, progress=False)
+    code, err = build(["dense", str(source), "--model", "tiny-llama", "--out", str(foreign)], capsys)
+    assert code == 2 and "is not a dense datastore; refusing" in err
+    assert sorted(p.name for p in foreign.iterdir()) == ["important.txt", "notes.md"]
+
+
+def test_a_store_is_replaced_only_with_overwrite_and_only_once_complete(source, tmp_path, capsys, monkeypatch,
+                                                                        isolated_cache):
+    out = tmp_path / "out" / "store"
+    assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(out)], capsys)[0] == 0
+    before = RestIndex.load(out).meta
+    code, err = build(["rest", str(source), "--model", "tiny-llama", "--out", str(out)], capsys)
+    assert code == 2 and "pass --overwrite" in err
+
+    def interrupted(folder, meta):
+        raise KeyboardInterrupt  # after text.npy and sa.npy of the new store are written
+
+    monkeypatch.setattr(rest, "write_meta", interrupted)
+    code, err = build(["rest", str(source), "--model", "tiny-llama", "--out", str(out), "--overwrite",
+                       "--max-tokens", "10"], capsys)
+    assert code == 130 and "Traceback" not in err
+    assert RestIndex.load(out).meta == before  # the old store, whole
+    assert [p.name for p in out.parent.iterdir()] == ["store"]  # no temporary folder left
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECNB_CACHE", str(isolated_cache))
+    assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(out), "--overwrite",
+                  "--max-tokens", "10"], capsys)[0] == 0
+    assert RestIndex.load(out).meta["num_tokens"] < before["num_tokens"]
+
+
+def test_stores_record_checksums_and_refuse_damage(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "rest"
+    RestIndex.build(make_corpus([rng.integers(0, 50, 100_000).tolist()]), path, progress=False)
+    meta = json.loads((path / "meta.json").read_text())
+    assert set(meta["files"]) == {"text.npy", "sa.npy"} and meta["tokenizer"]["fingerprint"] == "x"
+    assert meta["builder"]["suffix_array"] == "pydivsufsort"
+    assert main(["datastore", "verify", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"ok: rest store {path}, 2 files")
+
+    text = path / "text.npy"
+    data = bytearray(text.read_bytes())
+    data[len(data) // 2 + 1] ^= 0xFF  # one byte, between the sampled chunks: only the full check sees it
+    text.write_bytes(bytes(data))
+    RestIndex.load(path)
+    assert main(["datastore", "verify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and "does not match its recorded checksum" in err
+
+    header = 128  # the .npy header kept: the file still loads as an array of the right shape
+    text.write_bytes(bytes(data[:header]) + rng.integers(0, 256, len(data) - header, dtype=np.uint8).tobytes())
+    with pytest.raises(CorpusError, match="does not match its recorded checksum"):
+        RestIndex.load(path)
+    text.write_bytes(bytes(data[:-4]))
+    with pytest.raises(CorpusError, match="recorded: damaged"):
+        RestIndex.load(path)
+
+
+def test_crest_refuses_a_rest_store_of_another_tokenizer(source, tmp_path, capsys, isolated_cache):
+    store = tmp_path / "rest"
+    assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(store)], capsys)[0] == 0
+    meta = json.loads((store / "meta.json").read_text())
+    meta["tokenizer"].update(name="other-model", fingerprint="0" * 16)
+    (store / "meta.json").write_text(json.dumps(meta))
+    code, err = build(["crest", str(source), "--model", "tiny-llama", "--rest", str(store), "--out",
+                       str(tmp_path / "c.sqlite")], capsys)
+    assert code == 2 and "tokenizer of 'other-model'" in err and not (tmp_path / "c.sqlite").exists()
+
+
+def test_atomic_helpers_leave_the_old_version_on_failure(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    with pytest.raises(RuntimeError), atomic_file(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a").write_text("old")
+    with pytest.raises(ExistsError):
+        with atomic_folder(folder):
+            pass
+    with pytest.raises(RuntimeError), atomic_folder(folder, replace=True) as tmp:
+        (tmp / "a").write_text("half")
+        raise RuntimeError
+    assert (folder / "a").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["d", "f.txt"]
+    with atomic_folder(folder, replace=True) as tmp:
+        (tmp / "b").write_text("new")
+    assert [p.name for p in folder.iterdir()] == ["b"] and sorted(p.name for p in tmp_path.iterdir()) == ["d", "f.txt"]

@@ -1,0 +1,88 @@
+"""The metric definitions of metrics.py (DESIGN §5) on hand-made and real runs; ID data (id_data.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from conftest import tiny
+
+from specnb.corpus import CorpusError
+from specnb.decode import generate
+from specnb.drafters import ContextNgramDrafter
+from specnb.id_data import docstring_stubs, generate_responses, id_corpus
+from specnb.metrics import CallStats, RunStats, first_divergence
+from specnb.prompts import Prompt, encode_prompt
+
+
+def call(depth: int, accepted: int, nodes: int | None = None, verify: float = 0.1) -> CallStats:
+    return CallStats(drafted_nodes=depth if nodes is None else nodes, draft_depth=depth, accepted=accepted,
+                     new_tokens=accepted + 1, draft_seconds=0.01, verify_seconds=verify, overhead_seconds=0.0)
+
+
+def test_metric_definitions():
+    stats = RunStats(prompt_tokens=5, calls=[call(4, 4, nodes=40), call(4, 1), call(0, 0), call(2, 0)],
+                     prefill_seconds=0.5, decode_seconds=1.0)
+    assert stats.num_calls == 4
+    assert stats.new_tokens == 1 + (5 + 2 + 1 + 1)  # the prefill's token counts as generated
+    assert stats.tokens_per_call == 9 / 4  # calls after prefill only: the prefill's token is not a call's
+    assert stats.accepted_length == stats.tokens_per_call - 1 == 5 / 4
+    # per call accepted / depth (not nodes: 40 nodes fully accepted along one path is 1.0), over calls
+    # that offered a draft
+    assert stats.acceptance_rate == pytest.approx((1 + 0.25 + 0) / 3)
+    assert stats.tokens_per_second == pytest.approx(10 / 1.5)
+    assert stats.outside_forward_fraction == pytest.approx(1 - 0.4 / 1.0)
+    assert stats.summary()["tokens_per_call"] == stats.tokens_per_call
+    empty = RunStats(calls=[call(0, 0)])
+    assert math.isnan(empty.acceptance_rate) and math.isnan(empty.outside_forward_fraction)
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2, 3], [1, 2]) == 2 and first_divergence([1], [1, 2]) == 1
+
+
+def test_metrics_of_real_runs():
+    target = tiny("llama")
+    ar = generate(target, "def add(a, b):", max_new_tokens=20, stop_at_eos=False).stats
+    assert ar.num_calls == ar.new_tokens - 1 == 19 and ar.tokens_per_call == 1.0 and ar.accepted_length == 0
+    assert math.isnan(ar.acceptance_rate)
+    sd = generate(target, "a b a b a b a b", ContextNgramDrafter(), max_new_tokens=20, stop_at_eos=False).stats
+    assert sd.new_tokens == 20 and sd.tokens_per_call == pytest.approx(19 / sd.num_calls)
+    assert sum(c.accepted for c in sd.calls) == 19 - sd.num_calls
+
+
+def test_docstring_stubs_are_seeded_stubs(monkeypatch):
+    from specnb import id_data
+
+    files = id_data.stdlib_files()[:40]  # list the library once, not once per call
+    monkeypatch.setattr(id_data, "stdlib_files", lambda root: files)
+    stubs = docstring_stubs(6, seed=1, max_files=40)
+    assert len(stubs) == 6 and len({s.id for s in stubs}) == 6
+    assert [s.id for s in stubs] == [s.id for s in docstring_stubs(6, seed=1, max_files=40)]
+    assert [s.id for s in stubs] != [s.id for s in docstring_stubs(6, seed=2, max_files=40)]
+    for stub in stubs:
+        assert stub.text.startswith("def ") and stub.text.rstrip().endswith(('"""', "'''"))
+        assert stub.messages[0]["content"].endswith(stub.text)
+
+
+def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):
+    target = tiny("llama")
+    prompts = [Prompt(name, text=text) for name, text in (("a", "def f(x):"), ("b", "import os\n"), ("c", "x = 1"))]
+    out = tmp_path / "r.jsonl"
+    generate_responses(target, prompts[:2], out, max_new_tokens=8, batch_size=1, source="test")
+    generate_responses(target, prompts, out, max_new_tokens=8, batch_size=1, source="test")  # resumes: adds c
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in records] == ["a", "b", "c"]
+    for prompt, record in zip(prompts, records, strict=True):
+        assert record["prompt_ids"] == encode_prompt(target, prompt).tolist()
+        assert record["response_ids"] == generate(target, prompt, max_new_tokens=8).tokens
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["model"] == "tiny-llama" and meta["num_responses"] == 3 and meta["max_new_tokens"] == 8
+    with pytest.raises(ValueError, match="other settings"):
+        generate_responses(target, prompts, out, max_new_tokens=9, batch_size=1)
+    corpus = id_corpus(out)
+    assert corpus.num_docs == 3 and corpus.tokenizer.name == "tiny-llama"
+    assert corpus.doc(1).tolist() == records[1]["prompt_ids"] + records[1]["response_ids"]
+    assert id_corpus(out, responses_only=True).doc(2).tolist() == records[2]["response_ids"]
+    with pytest.raises(CorpusError, match="no responses file"):
+        id_corpus(tmp_path / "missing.jsonl")

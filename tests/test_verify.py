@@ -1,0 +1,151 @@
+"""verify.py directly: tree and batch logits equal sequential decoding, keep() leaves exactly the cache of the
+accepted text, greedy acceptance and its ties; TreeMasks; a draft model's cache after a partial acceptance."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny
+
+from specnb.draft import Draft
+from specnb.drafters.base import DecodeState
+from specnb.drafters.draft_model import DraftModelDrafter, load_draft
+from specnb.forward import TreeMasks, forward
+from specnb.kv_cache import GrowingCache
+from specnb.verify import Verifier, accept_greedy
+
+# 24 prompt tokens: longer than the tiny Gemma3's sliding window (16), so its local-layer masks matter.
+PROMPT = torch.tensor([5, 17, 42, 99, 3, 250, 8, 61, 77, 12, 140, 33, 200, 9, 64, 128, 7, 19, 88, 101, 45, 2, 230, 56])
+ROOT = 71
+# root -> 10 -> 11 -> 12, root -> 20 -> 21, 10 -> 13: branching at the root and below it.
+TREE = Draft(torch.tensor([10, 11, 12, 20, 21, 13]), torch.tensor([-1, 0, 1, -1, 3, 0]))
+
+
+@torch.inference_mode()
+def fresh_logits(model, ids: torch.Tensor) -> torch.Tensor:
+    """Logits [L, V] of one causal call over ``ids`` from an empty cache."""
+    return forward(model, ids[None])[0][0]
+
+
+@torch.inference_mode()
+def fresh_cache(model, ids: torch.Tensor) -> GrowingCache:
+    cache = GrowingCache()
+    forward(model, ids[None], past_key_values=cache, use_cache=True)
+    return cache
+
+
+def node_path(draft: Draft, node: int) -> list[int]:
+    """Tokens from the first node down to ``node`` (inclusive)."""
+    path = []
+    while node >= 0:
+        path.append(int(draft.tokens[node]))
+        node = int(draft.parents[node])
+    return path[::-1]
+
+
+def assert_same_cache(cache: GrowingCache, expected: GrowingCache) -> None:
+    for layer, want in zip(cache.layers, expected.layers, strict=True):
+        assert layer.keys.shape == want.keys.shape
+        torch.testing.assert_close(layer.keys, want.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(layer.values, want.values, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("mode", ["tree", "batch"])
+def test_every_node_sees_exactly_its_ancestors(arch, mode):
+    """Row i+1 of the call's logits equals a fresh causal call over prompt + root + the path to node i."""
+    model = tiny(arch).model
+    verifier = Verifier(model, mode)
+    verifier.prefill(PROMPT)
+    verification = verifier.forward(ROOT, TREE)
+    context = torch.cat([PROMPT, torch.tensor([ROOT])])
+    torch.testing.assert_close(verification.logits[0], fresh_logits(model, context)[-1], atol=1e-4, rtol=1e-4)
+    for node in range(TREE.num_nodes):
+        expected = fresh_logits(model, torch.cat([context, torch.tensor(node_path(TREE, node))]))[-1]
+        torch.testing.assert_close(verification.logits[node + 1], expected, atol=1e-4, rtol=1e-4)
+    assert (verification.batch_paths is not None) == (mode == "batch")
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("mode", ["tree", "batch"])
+@pytest.mark.parametrize("accepted", [[3, 4], [0, 5], [0, 1, 2], []])
+def test_keep_leaves_the_cache_of_the_accepted_text(arch, mode, accepted):
+    """After keep(), the cache equals a fresh prefill of prompt + root + accepted tokens (non-contiguous
+    nodes included), and the next call's logits equal a fresh call's."""
+    model = tiny(arch).model
+    verifier = Verifier(model, mode)
+    verifier.prefill(PROMPT)
+    past = verifier.cache_len
+    verification = verifier.forward(ROOT, TREE)
+    nodes = torch.tensor(accepted, dtype=torch.long)
+    with torch.inference_mode():  # as in generate(): the cache is compacted in place
+        verifier.keep(past, verification, nodes)
+    text = torch.cat([PROMPT, torch.tensor([ROOT]), TREE.tokens[nodes]])
+    assert verifier.cache_len == text.shape[0]
+    assert_same_cache(verifier.cache, fresh_cache(model, text))
+    after = verifier.forward(7, Draft.chain([8]))
+    expected = fresh_logits(model, torch.cat([text, torch.tensor([7, 8])]))[-2:]
+    torch.testing.assert_close(after.logits, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_acceptance_follows_the_argmax_and_breaks_ties_by_lowest_id():
+    vocab = 32
+    logits = torch.full((TREE.num_nodes + 1, vocab), -1.0)
+    logits[0, [10, 20]] = 5.0  # a tie at the root: the target's token is the lower id, 10
+    logits[1, 13] = 5.0  # after 10 the target says 13 (node 5), not 11 (node 1)
+    logits[6, 30] = 5.0  # after 13: the bonus
+    result = accept_greedy(TREE, logits)
+    assert result.nodes.tolist() == [0, 5] and result.bonus == 30
+    logits[0, 20] = 6.0  # now 20 wins at the root; 21 is not the argmax after it
+    logits[4, 3] = 5.0
+    result = accept_greedy(TREE, logits)
+    assert result.nodes.tolist() == [3] and result.bonus == 3
+    nothing = accept_greedy(TREE, torch.zeros(TREE.num_nodes + 1, vocab))  # all tied: token 0, in no node
+    assert nothing.nodes.tolist() == [] and nothing.bonus == 0
+    # Equally long accepted paths: the one through the earliest nodes wins.
+    twins = Draft(torch.tensor([4, 4, 6]), torch.tensor([-1, -1, 1]))
+    logits = torch.zeros(4, vocab)
+    logits[:, 4] = 1.0
+    assert accept_greedy(twins, logits).nodes.tolist() == [0]
+
+
+def test_tree_masks():
+    allowed = torch.tensor([[True, False, True], [True, True, False]])
+    llama = TreeMasks(tiny("llama").model)
+    mask = llama(allowed, torch.tensor([20, 21]), torch.tensor([0, 20, 21]))
+    assert mask.shape == (1, 1, 2, 3) and mask.dtype == torch.float32
+    assert torch.equal(mask[0, 0] == 0, allowed) and (mask[0, 0][~allowed] == torch.finfo(torch.float32).min).all()
+    gemma = TreeMasks(tiny("gemma3").model)  # window 16: a query at 20 sees keys at 5..20 in local layers
+    masks = gemma(torch.ones(1, 3, dtype=torch.bool), torch.tensor([20]), torch.tensor([4, 5, 20]))
+    assert set(masks) == {"full_attention", "sliding_attention"}
+    assert (masks["full_attention"] == 0).all()
+    assert (masks["sliding_attention"][0, 0, 0] == 0).tolist() == [False, True, True]
+
+
+@pytest.mark.parametrize("accepted", [[1], [1, 0], [0, 1]])
+def test_draft_model_cache_after_a_partial_acceptance(accepted):
+    """The draft keeps exactly the slots of the accepted nodes it computed: its cache equals a fresh prefill
+    of the accepted text, and its next draft equals a fresh drafter's."""
+    target = tiny("llama")
+    draft = load_draft(target, "self:2")
+
+    def state(tokens: torch.Tensor) -> DecodeState:
+        return DecodeState(tokens, None, target.model, max_depth=8, prompt_len=PROMPT.shape[0])
+
+    drafter = DraftModelDrafter(draft, "3x2x2", target.vocab_size)
+    context = torch.cat([PROMPT, torch.tensor([ROOT])])
+    tree = drafter.propose(state(context))
+    node, tokens = -1, []
+    for rank in accepted:  # the rank-th child at each level: slots that are not a prefix of the cache
+        node = int(torch.nonzero(tree.parents == node)[rank])
+        tokens.append(int(tree.tokens[node]))
+    bonus = 3
+    with torch.inference_mode():  # as in generate()
+        drafter.update(torch.tensor([*tokens, bonus]))
+    text = torch.cat([context, torch.tensor(tokens, dtype=torch.long)])
+    assert drafter.prefix == text.shape[0]
+    assert_same_cache(drafter.cache, fresh_cache(draft.model, text))
+    following = torch.cat([text, torch.tensor([bonus])])
+    again, fresh = drafter.propose(state(following)), DraftModelDrafter(draft, "3x2x2", target.vocab_size)
+    expected = fresh.propose(state(following))
+    assert torch.equal(again.tokens, expected.tokens) and torch.equal(again.parents, expected.parents)
