@@ -142,15 +142,16 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
     ar_seconds = per_prompt.loc[per_prompt.method == "ar", "seconds"].sum()
     rows = []
     for method, group in per_prompt.groupby("method", sort=False):
-        target_calls = group.calls.sum() + len(group)  # + one prefill per prompt
+        calls = group.calls.sum(min_count=len(group))  # NaN when a runner cannot count them (llamacpp-pld)
+        target_calls = calls + len(group)  # + one prefill per prompt
         weight_gb_per_s = group.weight_bytes.iloc[0] * target_calls / group.seconds.sum() / 1e9 \
             if "weight_bytes" in group else math.nan
         rows.append({
             "method": method, "prompt_id": "ALL",
-            "new_tokens": group.new_tokens.sum(), "calls": group.calls.sum(), "seconds": group.seconds.sum(),
+            "new_tokens": group.new_tokens.sum(), "calls": calls, "seconds": group.seconds.sum(),
             "tokens_per_s": group.new_tokens.sum() / group.seconds.sum(),
             # the prefill's token is not a call's: (new tokens - 1 per prompt) / calls, as in metrics.py
-            "tokens_per_call": (group.new_tokens.sum() - len(group)) / max(1, group.calls.sum()),
+            "tokens_per_call": (group.new_tokens.sum() - len(group)) / max(1, calls) if calls == calls else math.nan,
             "accepted_length": group.accepted_length.mean() if "accepted_length" in group else math.nan,
             "identical_to_ar": group.identical_to_ar.mean(),
             "outside_forward_fraction": group.outside_forward_fraction.mean(),

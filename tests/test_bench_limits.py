@@ -55,3 +55,19 @@ def test_llamacpp_needs_an_embedded_gguf():
 
     with pytest.raises(ValueError, match="embedded model's GGUF"):
         llamacpp.gguf_path(tiny("llama"))
+
+
+def test_uncounted_calls_give_no_per_call_numbers():
+    import pandas as pd
+
+    from specnb.bench import summarize
+
+    rows = pd.DataFrame({"method": ["ar", "ar", "peer", "peer"], "prompt_id": ["a", "b", "a", "b"],
+                         "new_tokens": [10, 10, 10, 10], "calls": [9, 9, float("nan"), float("nan")],
+                         "seconds": [1.0, 1.0, 0.5, 0.5], "identical_to_ar": [True, True, None, None],
+                         "outside_forward_fraction": [0.1] * 4, "weight_bytes": [1e9] * 4,
+                         "read_gb_per_s": [20.0] * 4})
+    summary = summarize(rows).set_index("method")
+    assert summary.loc["ar", "tokens_per_call"] == pytest.approx(1.0)
+    assert summary.loc["ar", "weight_gb_per_s"] == pytest.approx(1e9 * 20 / 2.0 / 1e9)
+    assert summary.loc[["peer"], ["calls", "tokens_per_call", "weight_gb_per_s"]].isna().all(axis=None)
