@@ -17,6 +17,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from . import kernels
+from .decoder import body
 from .device import model_device
 
 
@@ -73,50 +74,16 @@ def forward(model: PreTrainedModel, input_ids: Tensor, *, last_only: bool = Fals
     """Run ``model`` on ``input_ids`` [B, S] (``kwargs`` go to its decoder: cache, mask, positions).
 
     The host/device boundary of every model call in specnb: ``input_ids`` and ``position_ids`` may be host
-    tensors and are moved to the model's device here (masks from :class:`TreeMasks` are built there).
+    tensors and are moved to the model's device here (masks from :class:`specnb.masks.TreeMasks` are built there).
     Returns ``(logits, hidden)`` on the model's device: logits [B, S, V] (or [B, 1, V] with ``last_only``)
     and the final hidden states [B, S, d] after the last norm, i.e. the LM head's input.
     """
     device = model_device(model)
     if kwargs.get("position_ids") is not None:
         kwargs["position_ids"] = kwargs["position_ids"].to(device, non_blocking=True)
-    hidden = model.get_decoder()(input_ids=input_ids.to(device, non_blocking=True), **kwargs).last_hidden_state
+    input_ids = input_ids.to(device, non_blocking=True)
+    if (lean := body(model)) is not None:  # explicit tensor code over the same weights, cache and masks
+        hidden = lean(input_ids, **kwargs)
+    else:
+        hidden = model.get_decoder()(input_ids=input_ids, **kwargs).last_hidden_state
     return output_head(model)(hidden[:, -1:] if last_only else hidden), hidden
-
-
-class TreeMasks:
-    """Attention masks for calls whose queries see an arbitrary set of keys (draft trees on a KV cache).
-
-    Hugging Face models accept a float mask [1, 1, q, K] (0 = attend, dtype-min = blocked) in place of the
-    causal one, and a dict of them, one per layer type, for models that mix full and sliding-window layers
-    (Gemma 3). Positions are absolute, so a sliding-window layer also hides keys more than ``window``
-    positions behind the query. Masks are built on the model's device: only the tree block crosses over.
-    """
-
-    def __init__(self, model: PreTrainedModel):
-        config = model.config.get_text_config()
-        self.layer_types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
-        self.sliding_window = getattr(config, "sliding_window", None)
-        self.dtype = next(model.parameters()).dtype
-        self.device = model_device(model)
-
-    def __call__(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor,
-                 prefix: int = 0) -> Tensor | dict[str, Tensor]:
-        """Masks [1, 1, q, prefix + n] on the model's device.
-
-        allowed: bool [q, n] (host), which of the last n keys each query may see; the first ``prefix`` keys
-        (the cache, at positions 0..prefix-1) are visible to every query. query_pos [q], key_pos [n]: the
-        positions of the queries and of the last n keys (host).
-        """
-        allowed, query_pos, key_pos = (t.to(self.device, non_blocking=True) for t in (allowed, query_pos, key_pos))
-        masks = {kind: self._float_mask(allowed, query_pos, key_pos, prefix, kind) for kind in self.layer_types}
-        return masks["full_attention"] if self.layer_types == ["full_attention"] else masks
-
-    def _float_mask(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor, prefix: int, kind: str) -> Tensor:
-        blocked = torch.finfo(self.dtype).min
-        mask = torch.zeros(allowed.shape[0], prefix + allowed.shape[1], dtype=self.dtype, device=self.device)
-        mask[:, prefix:].masked_fill_(~allowed, blocked)
-        if kind == "sliding_attention" and self.sliding_window:
-            keys = torch.cat([torch.arange(prefix, device=self.device), key_pos])
-            mask.masked_fill_(keys[None, :] <= query_pos[:, None] - self.sliding_window, blocked)
-        return mask[None, None]

@@ -17,7 +17,7 @@ place) keeps every position in every layer; sliding windows are enforced by the 
 nothing is recomputed.
 
 Host and device: drafts and the acceptance bookkeeping are host tensors; :func:`~specnb.forward.forward`
-moves ids and positions to the model's device and :class:`~specnb.forward.TreeMasks` builds the masks
+moves ids and positions to the model's device and :class:`~specnb.masks.TreeMasks` builds the masks
 there. Logits and hidden states stay on the device; greedy acceptance reads one host copy of the argmax
 per call.
 """
@@ -33,8 +33,9 @@ from transformers import PreTrainedModel
 
 from .device import model_device
 from .draft import Acceptance, Draft
-from .forward import TreeMasks, forward
+from .forward import forward
 from .kv_cache import GrowingCache
+from .masks import TreeMasks
 from .sampling import SamplingConfig, probabilities, sample
 
 VerifyMode = Literal["tree", "batch"]

@@ -63,8 +63,8 @@ def test_draft_cache_is_kept_not_recomputed(arch):
     draft sees each context token once plus the tree nodes, never the whole context again."""
     target = tiny(arch)
     fed: list[int] = []
-    hook = target.model.get_decoder().register_forward_pre_hook(
-        lambda _, args, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    hook = target.model.get_input_embeddings().register_forward_pre_hook(  # every model call embeds its ids
+        lambda _, args: fed.append(args[0].shape[1]))
     try:
         drafter = DraftModelDrafter(target, "1x1x1x1", target.vocab_size)
         out = generate(target, PROMPT, drafter, max_new_tokens=41)

@@ -10,8 +10,9 @@ from conftest import tiny
 from specnb.draft import Draft
 from specnb.drafters.base import DecodeState
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
-from specnb.forward import TreeMasks, forward
+from specnb.forward import forward
 from specnb.kv_cache import GrowingCache
+from specnb.masks import TreeMasks
 from specnb.verify import Verifier, accept_greedy
 
 # 24 prompt tokens: longer than the tiny Gemma3's sliding window (16), so its local-layer masks matter.

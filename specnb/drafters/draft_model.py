@@ -30,8 +30,9 @@ from ..decode import generate
 from ..device import generator as make_generator
 from ..device import model_device
 from ..draft import Draft
-from ..forward import TreeMasks, forward
+from ..forward import forward
 from ..kv_cache import GrowingCache
+from ..masks import TreeMasks
 from ..methods import DraftModelOptions, McsdOptions, SdOptions
 from ..metrics import CallStats
 from ..models import LoadedModel, load_model

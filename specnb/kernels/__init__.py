@@ -121,6 +121,21 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     return out, None
 
 
+def rms_norm(x: Tensor, scale: Tensor, eps: float, round_first: bool) -> Tensor:
+    """RMS norm of each row of x [R, d] (last dim contiguous) with a float32 ``scale`` [d] -> [R, d] in x's
+    dtype: ``x * rsqrt(mean(x^2) + eps) * scale`` in fp32, rounded once (``round_first``: rounded to x's dtype
+    before the scale, then again, as Llama's norm does). One call, rows bit-independent."""
+    return extension().rms_norm(x, scale, eps, round_first)
+
+
+def heads(x: Tensor, num_heads: int, scale: Tensor | None, eps: float, round_first: bool,
+          cos: Tensor | None, sin: Tensor | None) -> Tensor:
+    """x [B, S, H * D] (last dim contiguous) -> [B, H, S, D]: each head vector RMS-normed as :func:`rms_norm`
+    (where ``scale`` [D] is given), then rotated (``x * cos + rotate_half(x) * sin`` with cos / sin
+    [B|1, S, D] in x's dtype, rounded as PyTorch rounds each op). One call instead of ~20 small ops."""
+    return extension().heads(x, num_heads, scale, eps, round_first, cos, sin)
+
+
 def _register_attention() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask

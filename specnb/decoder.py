@@ -1,0 +1,176 @@
+"""The decoder body as a few screens of explicit tensor code over a Hugging Face model's own weights.
+
+A decoding step of a small model is mostly dispatch: Hugging Face's Gemma-3 layer spends ~10 PyTorch ops on
+each of its six RMS norms and ~20 on the rotary embedding, and each op and module call costs microseconds of
+Python and dispatcher time. For Gemma-3-270M at one token that was ~10 ms of a ~34 ms call (the weights
+take ~14 ms to stream). :class:`Body` runs the same layers with one kernel call per step that matters: the
+norm (:func:`specnb.kernels.rms_norm`), the split into heads with the q/k norm and rotary embedding
+(:func:`specnb.kernels.heads`), the fused q/k/v and gate/up projections, and the exact attention. The
+weights, the KV cache (any ``transformers`` ``Cache``, :class:`specnb.kv_cache.GrowingCache` in practice)
+and the masks (:class:`specnb.masks.TreeMasks`) are the ones the Hugging Face model uses.
+
+The arithmetic is Hugging Face's, rounded at the same places (norms in fp32, bf16 results where its bf16 ops
+round), so logits agree with ``model(...)`` to rounding; and every step keeps rows bit-independent, so a
+verified draft still gets the bits of decoding its tokens one at a time. Supported: Llama, Qwen2 and Gemma-3
+text models on the CPU with specnb's kernels (:func:`body` returns None otherwise and the Hugging Face
+decoder runs).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import PreTrainedModel
+
+from . import kernels
+from .masks import TreeMasks
+
+ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
+
+
+@dataclass
+class Norm:
+    """An RMS norm: y = x * rsqrt(mean(x^2) + eps) * scale (fp32 scale [d]; Gemma's is 1 + w, applied before
+    rounding; Llama's and Qwen2's is w, applied after rounding to the model's dtype)."""
+
+    scale: Tensor
+    eps: float
+    round_first: bool
+
+    @classmethod
+    def of(cls, module: nn.Module, gemma: bool) -> Norm:
+        weight = module.weight.detach().float()
+        eps = getattr(module, "eps", None) or module.variance_epsilon
+        return cls(1.0 + weight if gemma else weight, float(eps), not gemma)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """x [..., d] -> [..., d] in x's dtype."""
+        return kernels.rms_norm(x.reshape(-1, x.shape[-1]), self.scale, self.eps, self.round_first).view(x.shape)
+
+
+class Layer:
+    """One decoder layer's weights and settings, read from the Hugging Face layer."""
+
+    def __init__(self, layer: nn.Module, index: int, kind: str, gemma: bool):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.index, self.kind, self.attn, self.mlp = index, kind, attn, mlp
+        config = attn.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.scaling = attn.scaling
+        self.softcap = getattr(config, "attn_logit_softcapping", None)
+        self.q_norm = Norm.of(attn.q_norm, gemma) if hasattr(attn, "q_norm") else None
+        self.k_norm = Norm.of(attn.k_norm, gemma) if hasattr(attn, "k_norm") else None
+        self.input_norm = Norm.of(layer.input_layernorm, gemma)
+        self.post_attention_norm = Norm.of(layer.post_attention_layernorm, gemma)
+        sandwich = hasattr(layer, "pre_feedforward_layernorm")  # Gemma: norms before and after each block
+        self.pre_mlp_norm = Norm.of(layer.pre_feedforward_layernorm, gemma) if sandwich else None
+        self.post_mlp_norm = Norm.of(layer.post_feedforward_layernorm, gemma) if sandwich else None
+
+    def __call__(self, x: Tensor, rotary: tuple[Tensor, Tensor], mask: Tensor | None, cache) -> Tensor:
+        """x [B, S, d] -> [B, S, d]; appends the call's keys and values to ``cache`` (None: no cache)."""
+        B, S, _ = x.shape
+        attn, (cos, sin) = self.attn, rotary
+        h = self.input_norm(x)
+        q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)  # one fused call (kernels.FusedSiblings)
+        q = self._heads(q, self.heads, self.q_norm, cos, sin)  # [B, H, S, D]
+        k = self._heads(k, self.kv_heads, self.k_norm, cos, sin)  # [B, Hk, S, D]
+        v = v.view(B, S, self.kv_heads, -1).transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(k, v, self.index)
+        out, _ = kernels.attention(attn, q, k, v, mask, scaling=self.scaling, softcap=self.softcap)
+        out = attn.o_proj(out.reshape(B, S, -1))  # [B, S, H, D] -> [B, S, d]
+        if self.pre_mlp_norm is None:  # Llama, Qwen2
+            x = x + out
+            h = self.post_attention_norm(x)
+        else:  # Gemma
+            x = x + self.post_attention_norm(out)
+            h = self.pre_mlp_norm(x)
+        mlp = self.mlp
+        gate, up = mlp.gate_proj(h), mlp.up_proj(h)  # one fused call
+        out = mlp.down_proj(mlp.act_fn(gate) * up)
+        return x + (out if self.post_mlp_norm is None else self.post_mlp_norm(out))
+
+    @staticmethod
+    def _heads(x: Tensor, heads: int, norm: Norm | None, cos: Tensor, sin: Tensor) -> Tensor:
+        if norm is None:
+            return kernels.heads(x, heads, None, 0.0, False, cos, sin)
+        return kernels.heads(x, heads, norm.scale, norm.eps, norm.round_first, cos, sin)
+
+
+class Body:
+    """``model.get_decoder()`` for decoding and verification: ``input_ids`` [B, S] -> final hidden states
+    [B, S, d] (after the last norm), with the same cache, mask and position arguments."""
+
+    def __init__(self, model: PreTrainedModel):
+        decoder = model.get_decoder()
+        config = model.config.get_text_config()
+        gemma = ARCHITECTURES[config.model_type]
+        kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
+        self.embed = decoder.embed_tokens  # Gemma's scales by sqrt(d) in the model's dtype
+        self.rotary = decoder.rotary_emb
+        self.per_kind_rotary = "layer_type" in inspect.signature(self.rotary.forward).parameters
+        layers = decoder.layers[:config.num_hidden_layers]  # a self-draft runs the first layers of its target
+        self.layers = [Layer(layer, i, kinds[i], gemma) for i, layer in enumerate(layers)]
+        self.norm = Norm.of(decoder.norm, gemma)
+        self.kinds = sorted(set(kinds))
+        self.window = getattr(config, "sliding_window", None)
+        self.masks = TreeMasks(model)
+
+    def __call__(self, input_ids: Tensor, past_key_values=None, attention_mask: Tensor | dict | None = None,
+                 position_ids: Tensor | None = None, use_cache: bool = True) -> Tensor:
+        """Hidden states [B, S, d] in the model's dtype.
+
+        attention_mask: None (causal over the cache and the call) or a float mask [1, 1, S, K] / a dict of them
+        per layer type, as :class:`~specnb.masks.TreeMasks` builds. position_ids [1, S]: default, the cache
+        length onwards.
+        """
+        cache = past_key_values if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
+        S = input_ids.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(past, past + S, device=input_ids.device)[None]
+        x = self.embed(input_ids)
+        if attention_mask is None:
+            masks = self._causal(past, S)
+        elif isinstance(attention_mask, dict):
+            masks = attention_mask
+        else:
+            masks = dict.fromkeys(self.kinds, attention_mask)
+        if self.per_kind_rotary:
+            rotary = {kind: self.rotary(x, position_ids, kind) for kind in self.kinds}
+        else:
+            rotary = dict.fromkeys(self.kinds, self.rotary(x, position_ids))
+        for layer in self.layers:
+            x = layer(x, rotary[layer.kind], masks[layer.kind], cache)
+        return self.norm(x)
+
+    def _causal(self, past: int, S: int) -> dict[str, Tensor | None]:
+        """Masks for a causal call of S queries after ``past`` cached positions. None where the attention's
+        own causal rule is right: our kernel aligns the queries with the last keys; PyTorch's SDPA (calls of
+        more than kernels.MAX_QUERIES) only without a cache. Sliding layers need one once keys fall out of the
+        window."""
+        needed = {kind: (kind == "sliding_attention" and self.window is not None and past + S > self.window)
+                  or (S > kernels.MAX_QUERIES and past > 0) for kind in self.kinds}
+        if not any(needed.values()):
+            return dict.fromkeys(self.kinds)
+        positions = torch.arange(past, past + S)
+        allowed = torch.ones(S, S, dtype=torch.bool).tril_()
+        return {kind: self.masks.mask(allowed, positions, positions, past, kind) if needed[kind] else None
+                for kind in self.kinds}
+
+
+def body(model: PreTrainedModel) -> Body | None:
+    """The model's :class:`Body`; None where it does not apply (another architecture, or the model not routed
+    through specnb's kernels, e.g. inside :func:`specnb.kernels.stock`). Built once per weights' device and
+    dtype and kept on the model (its norm scales are fp32 copies, ~100 KB)."""
+    if model.config.get_text_config().model_type not in ARCHITECTURES or not kernels.routed(model):
+        return None
+    weight = model.get_input_embeddings().weight
+    key = (weight.device, weight.dtype, weight.data_ptr())
+    cached = getattr(model, "_specnb_body", None)
+    if cached is None or cached[0] != key:
+        cached = model._specnb_body = (key, Body(model))
+    return cached[1]

@@ -1,0 +1,116 @@
+"""The explicit decoder body (specnb/decoder.py) against Hugging Face's decoder on the same weights: prefill,
+chain, tree and batch calls, contexts past the sliding window; and its norm / heads kernels on their own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ARCHS, DTYPES, tiny
+
+from specnb import kernels
+from specnb.decoder import Body, body
+from specnb.draft import Draft
+from specnb.forward import forward
+from specnb.kv_cache import GrowingCache
+from specnb.masks import TreeMasks
+
+pytestmark = pytest.mark.skipif(kernels.extension() is None, reason="specnb's CPU kernels are not built here")
+
+PROMPT, STEPS = 40, 6  # the tiny Gemma's window is 16: most keys of the later calls are outside it
+
+
+def hf(model, ids, cache, **kwargs):
+    return model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs).last_hidden_state
+
+
+def assert_close(got, want, dtype):
+    if dtype == torch.bfloat16:  # rounded at the same places as Hugging Face's bf16 ops: the same bits
+        assert torch.equal(got, want)
+    else:  # fp32: only the norms' summation order differs
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_body_matches_hugging_face(arch, dtype):
+    model = tiny(arch, dtype).model
+    lean = body(model)
+    assert isinstance(lean, Body)
+    ids = torch.randint(0, 256, (1, PROMPT + STEPS + 3))
+    ours, theirs = GrowingCache(), GrowingCache()
+    with torch.inference_mode():
+        assert_close(lean(ids[:, :PROMPT], past_key_values=ours), hf(model, ids[:, :PROMPT], theirs), dtype)
+        for i in range(PROMPT, PROMPT + STEPS):  # one token at a time
+            assert_close(lean(ids[:, i:i + 1], past_key_values=ours), hf(model, ids[:, i:i + 1], theirs), dtype)
+        # a tree call: root with two children, positions by depth, masks as the verifier builds them
+        draft = Draft(ids[0, -2:], torch.tensor([-1, -1]))
+        visible, depth = draft.attention()
+        past = ours.get_seq_length()
+        positions = past + depth
+        mask = TreeMasks(model)(visible, positions, positions, prefix=past)
+        tree = ids[:, [-3, -2, -1]]
+        assert_close(lean(tree, past_key_values=ours, attention_mask=mask, position_ids=positions[None]),
+                     hf(model, tree, theirs, attention_mask=mask, position_ids=positions[None]), dtype)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_body_rows_are_bit_independent(arch):
+    """A chain call, and a batch of rows on a one-row cache, give each token the bits it gets alone."""
+    model = tiny(arch, torch.bfloat16).model
+    lean = body(model)
+    ids = torch.randint(0, 256, (1, PROMPT + 8))
+    with torch.inference_mode():
+        alone, chain = GrowingCache(), GrowingCache()
+        lean(ids[:, :PROMPT], past_key_values=alone)
+        lean(ids[:, :PROMPT], past_key_values=chain)
+        one = torch.cat([lean(ids[:, i:i + 1], past_key_values=alone) for i in range(PROMPT, PROMPT + 8)], 1)
+        assert torch.equal(lean(ids[:, PROMPT:], past_key_values=chain), one)
+        chain.keep(PROMPT, torch.empty(0, dtype=torch.long))
+        rows = torch.stack([ids[0, PROMPT:], ids[0, PROMPT:].flip(0)])  # [2, 8]: the first row is the chain
+        assert torch.equal(lean(rows, past_key_values=chain)[:1], one)
+
+
+def test_forward_uses_the_body_unless_the_model_runs_stock(monkeypatch):
+    model = tiny("llama").model
+    calls = []
+    monkeypatch.setattr(Body, "__call__", lambda self, *args, **kwargs: calls.append(1) or hf(model, *args[:1],
+                                                                                                  None))
+    ids = torch.randint(0, 256, (1, 5))
+    forward(model, ids, use_cache=False)
+    assert calls == [1]
+    with kernels.stock(model):
+        assert body(model) is None
+        forward(model, ids, use_cache=False)
+    assert calls == [1]
+
+
+def test_other_architectures_keep_hugging_faces_decoder(monkeypatch):
+    model = tiny("llama").model
+    monkeypatch.setattr(model.config, "model_type", "mistral")
+    assert body(model) is None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
+    """The norm kernel against the Hugging Face norm module; the heads kernel against the norm plus
+    Hugging Face's rotary embedding, on strided inputs (a slice of a fused projection)."""
+    model = tiny(arch, dtype).model
+    lean, layer = body(model), model.get_decoder().layers[0]
+    x = torch.randn(5, 64, dtype=dtype) * 3
+    assert_close(lean.layers[0].input_norm(x), layer.input_layernorm(x), dtype)
+    fused = torch.randn(1, 5, 3 * 64, dtype=dtype)
+    q = fused[..., :64]  # rows strided by 3 * 64
+    positions = torch.arange(7, 12)[None]
+    from transformers.models.gemma3.modeling_gemma3 import apply_rotary_pos_emb
+
+    if arch == "gemma3":
+        cos, sin = lean.rotary(q, positions, "full_attention")
+        want = layer.self_attn.q_norm(q.reshape(1, 5, 4, 16)).transpose(1, 2)
+        got = kernels.heads(q, 4, lean.layers[0].q_norm.scale, lean.layers[0].q_norm.eps, False, cos, sin)
+    else:
+        cos, sin = lean.rotary(q, positions)
+        want = q.reshape(1, 5, 4, 16).transpose(1, 2)
+        got = kernels.heads(q, 4, None, 0.0, False, cos, sin)
+    want, _ = apply_rotary_pos_emb(want, want, cos, sin)
+    assert_close(got, want, dtype)
