@@ -138,6 +138,18 @@ AVX512BF16 __attribute__((always_inline)) inline void step_bf16(__m512 (&acc)[mb
   }
 }
 
+// The horizontal sums of four accumulators at once: {sum(a), sum(b), sum(c), sum(d)}, each summed by the tree
+// _mm512_reduce_add_ps uses (lanes i + i+8, then i + i+4, i + i+2, i + i+1), so an element gets the same bits
+// whether its block reduced it alone (few rows) or with three others; in ~11 instructions instead of ~32.
+AVX512BF16 __attribute__((always_inline)) inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  __m512 s = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4E));
+  s = _mm512_add_ps(s, _mm512_permute_ps(s, 0xB1));
+  return _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, s));
+}
+
 template <int mb, int nb, typename Out>
 AVX512BF16 void block_bf16(const bf16* x, const bf16* w, const float* bias, Out* y, int64_t ldy, int64_t K) {
   __m512 acc[mb][nb];
@@ -150,9 +162,14 @@ AVX512BF16 void block_bf16(const bf16* x, const bf16* w, const float* bias, Out*
   if (k32 < K) step_bf16<mb, nb>(acc, x, w, K, k32, (__mmask32(1) << (K - k32)) - 1);
   float sums[mb][nb];
 #pragma GCC unroll 16
-  for (int m = 0; m < mb; m++)
+  for (int m = 0; m < mb; m++) {
+    if constexpr (nb == 4) {
+      _mm_storeu_ps(sums[m], reduce4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+    } else {
 #pragma GCC unroll 16
-    for (int j = 0; j < nb; j++) sums[m][j] = _mm512_reduce_add_ps(acc[m][j]);
+      for (int j = 0; j < nb; j++) sums[m][j] = _mm512_reduce_add_ps(acc[m][j]);
+    }
+  }
   for (int m = 0; m < mb; m++)
     for (int j = 0; j < nb; j++) store(y + m * ldy + j, bias ? sums[m][j] + bias[j] : sums[m][j]);
 }
