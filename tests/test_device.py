@@ -12,6 +12,7 @@ from fake_device import FAKE, DeviceMixing, fake_device
 from test_dense import CONFIG, own_outputs
 from test_rest import self_corpus
 
+from specnb.accept import CandidateDraft, accept_mcss
 from specnb.cli import main
 from specnb.decode import generate
 from specnb.drafters.crest import CrestDrafter, build_crest
@@ -23,7 +24,7 @@ from specnb.drafters.rest import RestDrafter, RestIndex
 from specnb.methods import make_drafter, options_for
 from specnb.models import LoadedModel, load_model
 from specnb.profiles import PROFILES
-from specnb.sampling import CandidateDraft, SamplingConfig, accept_mcss
+from specnb.sampling import SamplingConfig
 
 ARCH = "gemma3"  # sliding-window and full layers: both masks, contexts longer than the window
 PROMPT = "def add(a, b):\n    return"
@@ -155,7 +156,7 @@ def test_cuda_without_cuda_is_one_clear_error(command, tmp_path, capsys):
 def test_bench_runners_and_dresd_on_the_device(monkeypatch):
     from specnb import bench
     from specnb.bench import BenchConfig, run_bench
-    from specnb.dresd import prompt_state
+    from specnb.experiments.dresd import prompt_state
     from specnb.prompts import Prompt
 
     assistants = []  # hf-assisted's draft model (Hugging Face would also run one left on the CPU, slowly)
