@@ -95,10 +95,7 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
         if length + config.max_new_tokens > target.max_context:
             raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
                              f"exceeds the context of {target.name} ({target.max_context} tokens)")
-    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": read_bandwidth(),
-               "cpu_class": cpu_class()}
-    counter = _CallCounter(target.model)
-    methods = {m: _counted(_method(m, target, config.options[m], config), counter, machine) for m in config.methods}
+    methods, counter = bench_runners(target, config, {m: (m, config.options[m]) for m in config.methods})
     try:
         per_prompt = run(target, prompts, methods, temperature=config.temperature, top_p=config.top_p,
                          verify=config.verify, max_new_tokens=config.max_new_tokens, warmup=config.warmup_tokens,
@@ -120,6 +117,18 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
         summary["weight_gb_per_s"] = first.weight_bytes.to_numpy() * target_calls / summary.seconds / 1e9
         summary["bandwidth_fraction"] = summary.weight_gb_per_s / first.read_gb_per_s.to_numpy()
     return summary
+
+
+def bench_runners(target: LoadedModel, config: BenchConfig, methods: dict[str, tuple[str, Any]]
+                  ) -> tuple[dict[str, Runner], _CallCounter]:
+    """{label: runner} for :func:`specnb.experiments.run` from {label: (method name, its options)} (one method
+    may appear under several labels, e.g. two datastores), with the machine's columns on every row and the
+    target's forward calls counted for the peers; remove the returned counter's hook after the run."""
+    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": read_bandwidth(),
+               "cpu_class": cpu_class()}
+    counter = _CallCounter(target.model)
+    return {label: _counted(_method(name, target, options, config), counter, machine)
+            for label, (name, options) in methods.items()}, counter
 
 
 def _counted(runner: Runner, counter: _CallCounter, machine: dict) -> Runner:

@@ -209,6 +209,7 @@ class DraftModelDrafter(Drafter):
             return Draft(self.tree_tokens, self.tree_parents)
         return CandidateDraft(self.tree_tokens, self.tree_parents, torch.cat(qs), scheme=self.scheme)
 
+    @torch.inference_mode()
     def update(self, committed: Tensor, accepted: Tensor) -> None:
         """Keep the cache entries of the accepted nodes the draft already computed (every accepted node but
         a leaf of the drafted tree, whose logits the draft never needed)."""
