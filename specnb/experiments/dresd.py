@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..ann import ExactIndex
+from ..ann import AnnIndex, ExactIndex, IndexParams, query_latency, recall_at_k
 from ..corpus import CorpusError, TokenCorpus
 from ..drafters.dense import (
     BuildConfig,
@@ -127,4 +127,21 @@ def neighbours_table(target: LoadedModel, store: DenseDatastore, hidden: np.ndar
                      "context": decode(tokens[max(0, pos - context_tokens + 1):pos + 1].tolist()),
                      "predicts": decode([int(value[0])]), "passes_filter": int(value[0]) == root,
                      "value": decode([int(t) for t in value[1:1 + value_tokens] if t >= 0])})
+    return pd.DataFrame(rows)
+
+
+def hnsw_sweep(keys: np.ndarray, queries: np.ndarray, truth: np.ndarray, Ms: tuple[int, ...] = (8, 16, 32),
+               efs: tuple[int, ...] = (10, 16, 32, 64, 128), ef_construction: int = 100) -> pd.DataFrame:
+    """hnswlib over a grid of graph degrees ``Ms`` and ``efs`` search widths: recall@10 against ``truth``
+    (exact top-10 ids [q, 10] of ``queries``), single-query latency, build seconds and index MiB; one row per
+    (M, ef_search)."""
+    rows = []
+    for M in Ms:
+        index = AnnIndex.build(keys, IndexParams(M=M, ef_construction=ef_construction), progress=False)
+        size = index.nbytes()
+        for ef in efs:
+            found, _ = index.query(queries, 10, ef=ef)
+            rows.append({"n": keys.shape[0], "M": M, "ef_search": ef, "recall@10": recall_at_k(found, truth),
+                         **query_latency(index, queries, 10, ef=ef), "build_seconds": index.build_seconds,
+                         "index_MiB": size / 2**20})
     return pd.DataFrame(rows)
