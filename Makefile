@@ -39,8 +39,7 @@ test: setup models
 	$(PY) -m pytest -q
 
 lab: setup
-	$(PY) -m pip install -q -e ".[lab]"
-	cd notebooks && ../$(VENV)/bin/jupyter lab
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 lint: setup
 	$(VENV)/bin/ruff check specnb tests

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import math
 import os
 import time
 from collections.abc import Callable
@@ -34,22 +33,17 @@ from typing import Any
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from . import kernels
 from .ceilings import read_bandwidth, streamed_bytes
 from .datastores.atomic import write_text
-from .decode import generate
 from .device import model_device, synchronize
+from .experiments.runner import Runner, decode_runner, run
+from .experiments.runner import summarize as experiments_summarize
 from .kernels.cpu import cpu_class
 from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
-from .metrics import first_divergence
 from .models import LoadedModel, load_model
 from .prompts import Prompt, encode_prompt
-
-# Relative precision of a logit in each dtype (unit roundoff); a top-2 gap below a few units of the top
-# logit's magnitude can flip between two mathematically equal computations.
-ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
 
 
 @dataclass
@@ -87,7 +81,8 @@ class BenchConfig:
 
 def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True,
               sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
-    """Run every method on every prompt; returns per-prompt rows followed by one summary row per method.
+    """Run every method on every prompt (:func:`specnb.experiments.run`); returns per-prompt rows followed by
+    one summary row per method.
 
     sink: called with the rows of each prompt once all its methods have run (e.g. :class:`CsvSink`).
     Ctrl-C (KeyboardInterrupt) during the prompts stops the run: the result then holds the finished prompts
@@ -100,109 +95,69 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
         if length + config.max_new_tokens > target.max_context:
             raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
                              f"exceeds the context of {target.name} ({target.max_context} tokens)")
-    runners = {m: _runner(m, target, config.options[m], config) for m in config.methods}
-    for method in config.methods:  # warm-up: allocator, kernels, lazily built tables
-        runners[method](prompts[0], min(config.warmup_tokens, config.max_new_tokens))
-
-    bandwidth = read_bandwidth()
-    weight_bytes = streamed_bytes(target.model)
-    rows: list[dict] = []
-    done, interrupted = 0, False
-    counter = _CallCounter(target.model)
+    methods, counter = bench_runners(target, config, {m: (m, config.options[m]) for m in config.methods})
     try:
-        for prompt in tqdm(prompts, desc="bench", disable=not progress):
-            reference: dict = {}
-            prompt_rows = []
-            for method in config.methods:
-                counter.calls = 0
-                out = runners[method](prompt, config.max_new_tokens)
-                out.setdefault("calls", counter.calls - 1)  # forward calls after prefill
-                row = {"method": method, "prompt_id": prompt.id, "weight_bytes": weight_bytes, **out,
-                       "read_gb_per_s": bandwidth, "cpu_class": cpu_class()}
-                if method == "ar":
-                    reference = dict(out)
-                prompt_rows.append(_compare(row, reference, config, target))
-            rows += prompt_rows
-            done += 1
-            if sink is not None:
-                sink(prompt_rows)
-    except KeyboardInterrupt:
-        interrupted = True
+        per_prompt = run(target, prompts, methods, temperature=config.temperature, top_p=config.top_p,
+                         verify=config.verify, max_new_tokens=config.max_new_tokens, warmup=config.warmup_tokens,
+                         seed=config.seed, progress=progress, sink=sink)
     finally:
         counter.remove()
-    per_prompt = pd.DataFrame(rows)
-    results = pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True) if rows else per_prompt
-    results.attrs.update(interrupted=interrupted, prompts_done=done)
+    results = pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True) if len(per_prompt) else per_prompt
+    results.attrs.update(per_prompt.attrs)
     return results
 
 
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
-    """One row per method: totals, tokens/s over all prompts, mean tokens per call, speedup vs our AR, and the
-    weight bytes streamed per second (target calls, prefills included) as a fraction of the read bandwidth."""
-    ar_seconds = per_prompt.loc[per_prompt.method == "ar", "seconds"].sum()
-    rows = []
-    for method, group in per_prompt.groupby("method", sort=False):
-        calls = group.calls.sum(min_count=len(group))  # NaN when a runner cannot count them (llamacpp-pld)
-        target_calls = calls + len(group)  # + one prefill per prompt
-        weight_gb_per_s = group.weight_bytes.iloc[0] * target_calls / group.seconds.sum() / 1e9 \
-            if "weight_bytes" in group else math.nan
-        rows.append({
-            "method": method, "prompt_id": "ALL",
-            "new_tokens": group.new_tokens.sum(), "calls": calls, "seconds": group.seconds.sum(),
-            "tokens_per_s": group.new_tokens.sum() / group.seconds.sum(),
-            # the prefill's token is not a call's: (new tokens - 1 per prompt) / calls, as in metrics.py
-            "tokens_per_call": (group.new_tokens.sum() - len(group)) / max(1, calls) if calls == calls else math.nan,
-            "accepted_length": group.accepted_length.mean() if "accepted_length" in group else math.nan,
-            "identical_to_ar": group.identical_to_ar.mean(),
-            "outside_forward_fraction": group.outside_forward_fraction.mean(),
-            "speedup_vs_ar": ar_seconds / group.seconds.sum(),
-            "weight_gb_per_s": weight_gb_per_s,
-            "bandwidth_fraction": weight_gb_per_s / group.read_gb_per_s.iloc[0] if "read_gb_per_s" in group
-            else math.nan,
-        })
-    return pd.DataFrame(rows)
+    """:func:`specnb.experiments.summarize` (speedup vs our AR) plus the weight bytes streamed per second
+    (target calls, prefills included) and that as a fraction of the read bandwidth."""
+    summary = experiments_summarize(per_prompt, baseline="ar")
+    if "weight_bytes" in per_prompt:
+        first = per_prompt.groupby("method", sort=False)[["weight_bytes", "read_gb_per_s"]].first()
+        target_calls = summary.calls.to_numpy() + summary.prompts.to_numpy()  # + one prefill per prompt
+        summary["weight_gb_per_s"] = first.weight_bytes.to_numpy() * target_calls / summary.seconds / 1e9
+        summary["bandwidth_fraction"] = summary.weight_gb_per_s / first.read_gb_per_s.to_numpy()
+    return summary
 
 
-def _compare(row: dict, reference: dict, config: BenchConfig, target: LoadedModel) -> dict:
-    """Add identical_to_ar and, for greedy runs that differ, where and how close the AR call was there."""
-    tokens = row.pop("tokens")
-    for private in [key for key in row if key.startswith("_")]:
-        del row[private]
-    if config.temperature > 0 or row["method"] in LLAMACPP_BASELINES:
-        # sampled runs differ by design (their check is statistical: tests); llama.cpp runs other weights
-        return {**row, "identical_to_ar": math.nan}
-    index = first_divergence(reference["tokens"], tokens)
-    row["identical_to_ar"] = index is None
-    row["first_divergence"] = index
-    if index is not None and index < len(reference["_gaps"]):
-        gap, logit = reference["_gaps"][index], reference["_top1"][index]
-        dtype = next(target.model.parameters()).dtype
-        row["first_divergence_gap"] = gap
-        # A few units of roundoff of the logit's magnitude: rounding in the last layers and the LM head.
-        row["gap_within_rounding"] = gap <= 8 * ROUNDOFF.get(dtype, 2.0**-8) * max(1.0, abs(logit))
-    return row
+def bench_runners(target: LoadedModel, config: BenchConfig, methods: dict[str, tuple[str, Any]]
+                  ) -> tuple[dict[str, Runner], _CallCounter]:
+    """{label: runner} for :func:`specnb.experiments.run` from {label: (method name, its options)} (one method
+    may appear under several labels, e.g. two datastores), with the machine's columns on every row and the
+    target's forward calls counted for the peers; remove the returned counter's hook after the run."""
+    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": read_bandwidth(),
+               "cpu_class": cpu_class()}
+    counter = _CallCounter(target.model)
+    return {label: _counted(_method(name, target, options, config), counter, machine)
+            for label, (name, options) in methods.items()}, counter
 
 
-def _runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):
-    """A function (prompt, max_new_tokens) -> result dict for one method."""
+def _counted(runner: Runner, counter: _CallCounter, machine: dict) -> Runner:
+    """``runner`` whose rows carry the machine's columns and, where it reports none, the target's forward
+    calls after prefill, counted by a hook."""
+
+    def run(prompt: Prompt, max_new_tokens: int) -> dict:
+        counter.calls = 0
+        out = runner(prompt, max_new_tokens)
+        out.setdefault("calls", counter.calls - 1)
+        return {**machine, **out}
+
+    return run
+
+
+def _method(method: str, target: LoadedModel, options: Any, config: BenchConfig) -> Runner:
+    """A :data:`specnb.experiments.Runner` for one method: our loop with its drafter, or a peer."""
     if method in HF_BASELINES:
         return _hf_runner(method, target, options, config)
     if method in LLAMACPP_BASELINES:
         from . import llamacpp
 
-        return llamacpp.runner(method, target, target.max_context,
+        peer = llamacpp.runner(method, target, target.max_context,
                                draft_tokens=options.w if isinstance(options, LookupOptions) else 10)
-    drafter = make_drafter(method, target, options)
-
-    def run(prompt: Prompt, max_new_tokens: int) -> dict:
-        out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=config.temperature,
-                       top_p=config.top_p, verify=config.verify, seed=config.seed, record_gaps=method == "ar")
-        result = {**out.stats.summary(), "calls": out.stats.num_calls, "tokens": out.tokens}
-        if method == "ar":  # what comparisons need; underscored keys stay out of the CSV
-            result.update(_gaps=out.top2_gaps, _top1=out.top1_logits)
-        return result
-
-    return run
+        # llama.cpp runs other weights: its tokens are not compared with our AR's
+        return lambda prompt, max_new_tokens: {k: v for k, v in peer(prompt, max_new_tokens).items() if k != "tokens"}
+    return decode_runner(target, make_drafter(method, target, options), temperature=config.temperature,
+                         top_p=config.top_p, verify=config.verify, seed=config.seed,
+                         record_gaps=method == "ar" and config.temperature == 0)
 
 
 def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):

@@ -204,8 +204,13 @@ def _key_value(text: str) -> tuple[str, str]:
 def _notebooks_run(args: argparse.Namespace) -> int:
     from .notebooks import run_notebooks
 
-    run_notebooks(args.profile, args.names or None)
-    return 0
+    runs = run_notebooks(args.profile, args.names or None)
+    failed = [run for run in runs if run.error]
+    total = sum(run.seconds for run in runs)
+    print(f"{len(runs) - len(failed)} of {len(runs)} notebooks ran in {total / 60:.1f} min", flush=True)
+    for run in failed:
+        print(f"specnb: error: {run.source.name} failed ({run.error}); see {run.executed}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _datastore_verify(args: argparse.Namespace) -> int:

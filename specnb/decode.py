@@ -11,20 +11,27 @@ The token buffer, drafts and EOS ids live on the host; logits and hidden states 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from .accept import accept, source_row
 from .device import generator as make_generator
 from .device import model_device, synchronize
-from .draft import Acceptance, Draft
+from .draft import Draft
 from .drafters.base import DecodeState, Drafter
 from .metrics import CallStats, RunStats
 from .models import LoadedModel
 from .prompts import PromptLike, encode_prompt
 from .sampling import SamplingConfig, probabilities, sample
-from .verify import Verifier, VerifyMode, accept_greedy, accept_sampled
+from .verify import Verifier, VerifyMode
+
+CallHook = Callable[[Tensor], None]
+"""Called once after prefill and once after every target call with the logits [m, V] (model's device) of
+the positions that produced the tokens just committed (prefill: its last position; a call: the root and
+every accepted node), e.g. to record the target's top-2 margins where a divergence could come from rounding."""
 
 
 @dataclass
@@ -33,9 +40,7 @@ class Generation:
 
     prompt_ids: the encoded prompt; tokens: the new tokens (EOS included if one was produced);
     text: the decoded new tokens; stats: per-call statistics and wall times (see :mod:`specnb.metrics`);
-    stop_reason: ``"eos"`` or ``"max_new_tokens"``; with ``record_gaps``, top1_logits and top2_gaps hold the
-    target's top-1 logit and its margin over the top-2 at every generated position (to judge whether a
-    divergence between two runs sits where rounding can flip the argmax).
+    stop_reason: ``"eos"`` or ``"max_new_tokens"``.
     """
 
     prompt_ids: list[int]
@@ -43,19 +48,18 @@ class Generation:
     text: str
     stats: RunStats
     stop_reason: str
-    top1_logits: list[float] = field(default_factory=list)
-    top2_gaps: list[float] = field(default_factory=list)
 
 
 @torch.inference_mode()
 def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = None, *,
              max_new_tokens: int = 128, temperature: float = 0.0, top_p: float = 1.0,
              verify: VerifyMode = "tree", seed: int = 0, stop_at_eos: bool = True,
-             record_gaps: bool = False) -> Generation:
+             on_call: CallHook | None = None) -> Generation:
     """Decode up to ``max_new_tokens`` new tokens from ``prompt`` (text, chat messages or token ids).
 
     Greedy (``temperature=0``) output equals the target's own greedy output token for token; sampled
     output follows the target's distribution (after temperature and top-p) whatever the drafter.
+    on_call: an optional :data:`CallHook` (its time counts as overhead).
     """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -73,11 +77,13 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
     buffer[:prompt_ids.shape[0]] = prompt_ids
     length = prompt_ids.shape[0]
     stats = RunStats(prompt_tokens=length)
-    tops: list[tuple[float, float]] = []  # (top-1 logit, top-1 minus top-2)
 
     start = time.perf_counter()
     first = verifier.prefill(prompt_ids)
-    root = _pick(first.logits[-1], config, generator, tops if record_gaps else None)
+    if on_call is not None:
+        on_call(first.logits[-1:])
+    logits = first.logits[-1]
+    root = int(logits.argmax()) if config.greedy else sample(probabilities(logits, config), generator)
     hidden = None if first.hidden is None else first.hidden[-1]
     synchronize(device)
     stats.prefill_seconds = time.perf_counter() - start
@@ -92,23 +98,17 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         t0 = time.perf_counter()
         draft = None
         if drafter is not None:
-            draft = drafter.propose(DecodeState(buffer[:length], hidden, target.model, remaining - 1,
-                                                prompt_ids.shape[0]))
+            draft = drafter.propose(DecodeState(buffer[:length], hidden, remaining - 1, prompt_ids.shape[0]))
         draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
         synchronize(device)
         t1 = time.perf_counter()
-        past = verifier.cache_len
         result = verifier.forward(root, draft)
         synchronize(device)
         t2 = time.perf_counter()
-        if config.greedy:
-            acceptance = accept_greedy(draft, result.logits)
-        else:
-            acceptance = _accept(draft, result.logits, config, generator)
-        verifier.keep(past, result, acceptance.nodes)
-        if record_gaps:
-            rows = torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1]).to(device)
-            tops.extend(_top2(result.logits[rows]))
+        acceptance = accept(draft, result.logits, config, generator)
+        verifier.keep(acceptance.nodes)
+        if on_call is not None:
+            on_call(result.logits[torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1]).to(device)])
 
         committed = torch.cat([draft.tokens[acceptance.nodes], torch.tensor([acceptance.bonus])])
         hits = torch.nonzero(torch.isin(committed, eos))
@@ -122,52 +122,17 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             last = int(acceptance.nodes[-1]) + 1 if acceptance.nodes.numel() else 0
             hidden = result.hidden[last]
         if drafter is not None:
-            drafter.update(committed)
+            drafter.update(committed, acceptance.nodes[:committed.shape[0]])
         synchronize(device)
         t3 = time.perf_counter()
         stats.calls.append(CallStats(
             drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth, accepted=int(acceptance.nodes.numel()),
             new_tokens=int(committed.shape[0]), draft_seconds=t1 - t0, verify_seconds=t2 - t1,
             overhead_seconds=t3 - t2,
-            accepted_row=_accepted_row(draft, acceptance),
+            accepted_row=source_row(draft, acceptance.nodes),
             info=dict(drafter.last_info) if drafter is not None else {}))
     stats.decode_seconds = time.perf_counter() - start - stats.prefill_seconds
 
     tokens = buffer[prompt_ids.shape[0]:length].tolist()
-    tops = tops[:len(tokens)]
     text = target.tokenizer.decode(tokens, skip_special_tokens=True)
-    return Generation(prompt_ids.tolist(), tokens, text, stats, stop_reason,
-                      [t for t, _ in tops], [g for _, g in tops])
-
-
-def _pick(logits: Tensor, config: SamplingConfig, generator: torch.Generator,
-          tops: list[tuple[float, float]] | None) -> int:
-    """The target's own choice from one logits vector (used after prefill)."""
-    if tops is not None:
-        tops.extend(_top2(logits[None]))
-    if config.greedy:
-        return int(logits.argmax())
-    return sample(probabilities(logits, config), generator)
-
-
-def _accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: torch.Generator) -> Acceptance:
-    """Sampling acceptance: deterministic drafts use one target draw per node; drafts carrying draft
-    distributions ``q`` use multi-candidate speculative sampling (:mod:`specnb.sampling`)."""
-    if draft.q is None:
-        return accept_sampled(draft, logits, config, generator)
-    from .sampling import accept_mcss  # provided with the draft-model drafters
-
-    return accept_mcss(draft, logits, config, generator)
-
-
-def _top2(logits: Tensor) -> list[tuple[float, float]]:
-    """(top-1 logit, top-1 minus top-2) for each row of [m, V]."""
-    top = logits.float().topk(2, dim=-1).values.cpu()
-    return list(zip(top[:, 0].tolist(), (top[:, 0] - top[:, 1]).tolist(), strict=True))
-
-
-def _accepted_row(draft: Draft, acceptance: Acceptance) -> int | None:
-    """Which of the drafter's rows the accepted path came from (None when nothing was accepted)."""
-    if draft.source_row is None or acceptance.nodes.numel() == 0:
-        return None
-    return int(draft.source_row[acceptance.nodes[-1]])
+    return Generation(prompt_ids.tolist(), tokens, text, stats, stop_reason)

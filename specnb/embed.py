@@ -250,36 +250,37 @@ def sample_rows(hidden: np.ndarray, size: int = 1_000_000, seed: int = 0) -> np.
 
 
 def fit_projection(sample: np.ndarray, n_components: int = 256, dims: int = 64, *, znorm: bool = True,
-                   l2: bool = True, eps: float = 1e-6, chunk: int = 65536) -> Projection:
+                   l2: bool = True, eps: float = 1e-6, chunk: int = 65536,
+                   max_bytes: int = 2 * 2**30) -> Projection:
     """Fit mean / std and PCA on ``sample`` float [m, d] (DReSD fits both on ~1M stored states).
 
-    PCA is the eigen-decomposition of the d x d covariance of the (z-scored) sample, accumulated in float64
-    ``chunk`` rows at a time. ``n_components`` and ``dims`` are capped at d.
+    scikit-learn does the fitting: ``StandardScaler`` (mean and variance, ``chunk`` rows at a time; scale =
+    sqrt(var + eps), so a constant dimension cannot divide by zero) and ``PCA`` of the scaled sample in
+    float64 (the eigen-decomposition of its d x d covariance), or ``IncrementalPCA`` over ``chunk``-row
+    batches when the float64 copy would exceed ``max_bytes``. ``n_components`` and ``dims`` are capped at d.
+    Each component's sign is fixed so that its largest-magnitude entry is positive.
     """
+    from sklearn.decomposition import PCA, IncrementalPCA
+    from sklearn.preprocessing import StandardScaler
+
     m, d = sample.shape
     if m < 2:
         raise ValueError(f"need at least 2 sample vectors to fit a projection, got {m}")
     c = min(n_components, d)
-    total = np.zeros(d)
-    total_sq = np.zeros(d)
+    scaler = StandardScaler()
     for i in range(0, m, chunk):
-        block = np.asarray(sample[i:i + chunk], dtype=np.float64)
-        total += block.sum(0)
-        total_sq += (block * block).sum(0)
-    mean = total / m
-    var = np.maximum(total_sq / m - mean * mean, 0.0)
-    scale = np.sqrt(var + eps) if znorm else np.ones(d)
-    cov = np.zeros((d, d))
-    for i in range(0, m, chunk):
-        block = (np.asarray(sample[i:i + chunk], dtype=np.float64) - mean) / scale
-        cov += block.T @ block
-    cov /= m - 1
-    eigvals, eigvecs = np.linalg.eigh(cov)  # ascending
-    eigvals, eigvecs = eigvals[::-1], eigvecs[:, ::-1]
-    components = eigvecs[:, :c].T
-    signs = np.sign(components[np.arange(c), np.abs(components).argmax(1)])
-    components *= signs[:, None]
-    ratio = np.maximum(eigvals[:c], 0) / max(float(eigvals.clip(min=0).sum()), 1e-30)
+        scaler.partial_fit(np.asarray(sample[i:i + chunk], dtype=np.float64))
+    mean = scaler.mean_
+    scale = np.sqrt(scaler.var_ + eps) if znorm else np.ones(d)
+    scaled = lambda rows: (np.asarray(rows, dtype=np.float64) - mean) / scale  # noqa: E731
+    if m * d * 8 <= max_bytes:
+        pca = PCA(n_components=c, svd_solver="covariance_eigh").fit(scaled(sample))
+    else:
+        pca = IncrementalPCA(n_components=c)
+        for rows in np.array_split(np.arange(m), -(-m // chunk)):  # near-equal batches of <= chunk rows
+            pca.partial_fit(scaled(sample[rows[0]:rows[-1] + 1]))
+    components = pca.components_.copy()
+    components *= np.sign(components[np.arange(c), np.abs(components).argmax(1)])[:, None]
     meta = {"sample_size": int(m), "znorm": znorm, "eps": eps, "n_components": c}
     return Projection(mean.astype(np.float32), scale.astype(np.float32), components.astype(np.float32),
-                      ratio.astype(np.float32), min(dims, c), l2, meta)
+                      pca.explained_variance_ratio_.astype(np.float32), min(dims, c), l2, meta)

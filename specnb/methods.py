@@ -204,8 +204,8 @@ class DraftModelOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from .accept import SCHEMES
         from .drafters.draft_model import self_layers
-        from .sampling import SCHEMES
 
         if self.draft is not None:
             self_layers(self.draft)

@@ -8,6 +8,8 @@ Definitions (DESIGN §5), all computed from per-call records after prefill:
 * **acceptance rate** (MAR in DReSD): accepted draft tokens / draft depth offered, per call; averaged over
   the calls that offered a draft, then over prompts. The denominator is the *depth* (longest path),
   not the number of nodes: a 10 x 10 batch fully accepted along one row scores 1.0.
+* **step acceptance rate** (MCSD): accepted draft tokens / (accepted + rejected draft steps). Levels are
+  verified one after another, so a call that stops short of its draft depth had exactly one rejected step.
 * **speedup**: AR wall time / method wall time, same process, same prompts and max tokens, after warm-up.
 * **tokens/s**: new tokens (prefill's included) / wall time including prefill.
 """
@@ -70,6 +72,11 @@ class RunStats:
         """Mean over calls that offered a draft of accepted / draft depth (NaN if no draft was offered)."""
         rates = [c.accepted / c.draft_depth for c in self.calls if c.draft_depth > 0]
         return sum(rates) / len(rates) if rates else float("nan")
+
+    @property
+    def rejected_steps(self) -> int:
+        """Calls that stopped short of the draft depth they offered (one rejected draft step each)."""
+        return sum(c.accepted < c.draft_depth for c in self.calls)
 
     @property
     def tokens_per_second(self) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,9 +31,20 @@ def figures_for(profile: str) -> Path:
     return ROOT / "figures" if profile == "quick" else ROOT / "figures" / profile
 
 
+@dataclass
+class NotebookRun:
+    """One executed notebook: its executed copy, wall seconds, and the error that stopped it (None if it ran)."""
+
+    source: Path
+    executed: Path
+    seconds: float
+    error: str | None = None
+
+
 def run_notebooks(profile: str = "quick", names: list[str] | None = None, parameters: dict | None = None,
-                  output_dir: Path | None = None) -> list[tuple[Path, float]]:
-    """Execute notebooks in order; returns (executed copy, seconds) for each. Stops at the first failure."""
+                  output_dir: Path | None = None) -> list[NotebookRun]:
+    """Execute notebooks in order, each to the end or to its first failing cell; a failure does not stop the
+    others. Prints each notebook's wall time as it finishes; returns one :class:`NotebookRun` per notebook."""
     import papermill
 
     output_dir = output_dir or NOTEBOOKS / "executed" / profile
@@ -42,8 +54,13 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     for path in find_notebooks(names):
         start = time.perf_counter()
         out = output_dir / path.name
-        papermill.execute_notebook(str(path), str(out), parameters={"profile": profile, **(parameters or {})},
-                                   kernel_name="python3", cwd=str(path.parent), progress_bar=False)
-        done.append((out, time.perf_counter() - start))
-        print(f"{path.name}: {done[-1][1]:.0f} s -> {out}", flush=True)
+        error = None
+        try:
+            papermill.execute_notebook(str(path), str(out), parameters={"profile": profile, **(parameters or {})},
+                                       kernel_name="python3", cwd=str(path.parent), progress_bar=False)
+        except Exception as exc:  # any failure of one notebook is reported; the others still run
+            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        done.append(NotebookRun(path, out, time.perf_counter() - start, error))
+        status = "FAILED" if error else "ok"
+        print(f"{path.name}: {status} in {done[-1].seconds:.0f} s -> {out}", flush=True)
     return done

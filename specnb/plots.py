@@ -1,4 +1,4 @@
-"""One figure style for every notebook, and saving a figure together with the data behind it.
+"""One figure style for every notebook, one heatmap (seaborn), and saving a figure with the data behind it.
 
 ``save_figure(fig, "05_roofline_bf16", table)`` writes ``figures/05_roofline_bf16.png`` and
 ``figures/05_roofline_bf16.csv`` so a reader can re-plot or check any number.
@@ -13,7 +13,10 @@ import matplotlib
 
 matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 
 STYLE = {
     "figure.figsize": (6.4, 4.0),
@@ -28,6 +31,33 @@ STYLE = {
     "legend.frameon": False,
 }
 plt.rcParams.update(STYLE)
+
+
+def heatmap(table: pd.DataFrame, ax: plt.Axes, *, fmt: str = ".2f", cmap: str = "viridis", log: bool = False,
+            vmin: float | None = None, vmax: float | None = None, label: str = "",
+            outline: np.ndarray | None = None, hatch_missing: bool = True) -> plt.Axes:
+    """A grid such as (k, w) -> value as an annotated seaborn heatmap, first row of ``table`` at the bottom.
+
+    table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``); NaN
+    cells stay blank over a hatched background (not measured). log: a logarithmic colour scale (when the
+    values span more than a factor 2). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
+    threshold). label: the colour bar's label.
+    """
+    values = table.to_numpy(dtype=float)
+    lo = np.nanmin(values) if vmin is None else vmin
+    hi = np.nanmax(values) if vmax is None else vmax
+    norm = LogNorm(lo, hi) if log and lo > 0 and hi > 2 * lo else Normalize(lo, max(hi, lo + 1e-9))
+    if hatch_missing:
+        ax.add_patch(plt.Rectangle((0, 0), values.shape[1], values.shape[0], hatch="//", fill=False, color="0.6",
+                                   lw=0, zorder=0))
+    sns.heatmap(table, ax=ax, annot=True, fmt=fmt, cmap=cmap, norm=norm, annot_kws={"fontsize": 7},
+                cbar_kws={"label": label})
+    ax.invert_yaxis()
+    if outline is not None:
+        for i, j in zip(*np.nonzero(outline), strict=True):
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec="tab:cyan", lw=1.0))
+    ax.grid(False)
+    return ax
 
 
 def figures_dir() -> Path:

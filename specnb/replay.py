@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .accept import longest_path, matches_output, source_row
 from .draft import Draft
 from .drafters.base import DecodeState, Drafter
 from .forward import forward
@@ -46,15 +47,15 @@ def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[in
     while pos < n_prompt + n_out - 1:
         remaining = n_prompt + n_out - 1 - pos  # tokens still to produce after the root
         state_hidden = None if hidden is None else hidden[pos - 1]  # the state that produced the root
-        draft = drafter.propose(DecodeState(tokens[:pos + 1], state_hidden, None, remaining - 1, n_prompt))
+        draft = drafter.propose(DecodeState(tokens[:pos + 1], state_hidden, remaining - 1, n_prompt))
         draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
-        truth = tokens[pos + 1:pos + 1 + draft.max_depth + 1]
-        accepted, row = _accepted(draft, truth)
-        drafter.update(tokens[pos + 1:pos + 2 + accepted])
+        nodes = longest_path(draft, matches_output(draft, tokens[pos + 1:pos + 1 + draft.max_depth]))
+        accepted = nodes.shape[0]
+        drafter.update(tokens[pos + 1:pos + 2 + accepted], nodes)
         stats.calls.append(CallStats(drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth,
                                      accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
-                                     verify_seconds=0.0, overhead_seconds=0.0, accepted_row=row,
-                                     info=dict(drafter.last_info)))
+                                     verify_seconds=0.0, overhead_seconds=0.0,
+                                     accepted_row=source_row(draft, nodes), info=dict(drafter.last_info)))
         pos += accepted + 1
     return stats
 
@@ -72,20 +73,3 @@ def teacher_forced_hidden(target: LoadedModel, prompt_ids: Tensor, output: Tenso
     ids = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), torch.as_tensor(output, dtype=torch.long)])
     _, hidden = forward(target.model, ids[None], last_only=True)
     return hidden[0].float()
-
-
-def _accepted(draft: Draft, truth: Tensor) -> tuple[int, int | None]:
-    """(accepted length, source row of the last accepted node) of ``draft`` against the true tokens."""
-    if draft.num_nodes == 0:
-        return 0, None
-    paths = draft.paths()  # [P, D] full indices, -1 padded
-    tokens = torch.cat([torch.tensor([-1]), draft.tokens])
-    along = tokens[paths.clamp(min=0)]
-    depth = min(paths.shape[1], truth.shape[0])
-    match = (along[:, :depth] == truth[None, :depth]) & (paths[:, :depth] >= 0)
-    lengths = match.long().cumprod(1).sum(1)
-    best = int(lengths.argmax())
-    accepted = int(lengths[best])
-    if accepted == 0 or draft.source_row is None:
-        return accepted, None
-    return accepted, int(draft.source_row[int(paths[best, accepted - 1]) - 1])

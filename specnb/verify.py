@@ -1,4 +1,5 @@
-"""One target forward call over a Draft, the acceptance rules, and keeping the accepted KV entries.
+"""One target forward call over a Draft, and keeping the accepted KV entries (the acceptance rules are in
+:mod:`specnb.accept`).
 
 Two executions of the same tree give the same logits (up to floating-point rounding):
 
@@ -32,11 +33,10 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from .device import model_device
-from .draft import Acceptance, Draft
+from .draft import Draft
 from .forward import forward
 from .kv_cache import GrowingCache
 from .masks import TreeMasks
-from .sampling import SamplingConfig, probabilities, sample
 
 VerifyMode = Literal["tree", "batch"]
 
@@ -47,16 +47,18 @@ class Verification:
 
     logits: [n+1, V] target logits at the root (row 0) and at every node (row i+1 = node i).
     hidden: [n+1, d] last hidden states at the same places, or None if not requested.
-    batch_paths: for batch mode, the [P, D] path matrix that was run (full indices), else None.
     """
 
     logits: Tensor
     hidden: Tensor | None
-    batch_paths: Tensor | None = None
 
 
 class Verifier:
-    """Runs the target on drafts and maintains its KV cache. One instance per generation."""
+    """Runs the target on drafts and maintains its KV cache. One instance per generation.
+
+    :meth:`forward` remembers where its call began (the cache length, and for batch verification the path
+    matrix it ran), so :meth:`keep` needs only the accepted nodes.
+    """
 
     def __init__(self, model: PreTrainedModel, mode: VerifyMode = "tree", want_hidden: bool = False):
         if mode not in ("tree", "batch"):
@@ -67,6 +69,8 @@ class Verifier:
         self.device = model_device(model)
         self.cache = GrowingCache()
         self.masks = TreeMasks(model)
+        self._past = 0  # cache length before the last forward call
+        self._paths: Tensor | None = None  # batch mode: the [P, D] paths (full indices) the last call ran
 
     @property
     def cache_len(self) -> int:
@@ -90,6 +94,7 @@ class Verifier:
         if draft.num_nodes and int(draft.tokens.max()) >= self.model.get_output_embeddings().weight.shape[0]:
             raise ValueError("draft contains a token id outside the target's vocabulary")
         ids = torch.cat([torch.tensor([root]), draft.tokens])
+        self._past, self._paths = self.cache_len, None
         if draft.is_chain:
             logits, hidden = self._call(ids[None])
             return Verification(logits[0], None if hidden is None else hidden[0])
@@ -98,7 +103,7 @@ class Verifier:
         return self._forward_batch(ids, draft)
 
     def _forward_tree(self, ids: Tensor, draft: Draft) -> Verification:
-        past = self.cache_len
+        past = self._past
         visible, depth = draft.attention()  # [n+1, n+1], [n+1]
         positions = past + depth
         # Every node sees the whole cache and, among the new entries, exactly itself and its ancestors.
@@ -107,7 +112,7 @@ class Verifier:
         return Verification(logits[0], None if hidden is None else hidden[0])
 
     def _forward_batch(self, ids: Tensor, draft: Draft) -> Verification:
-        paths = draft.paths()  # [P, D] full indices, -1 padded
+        paths = self._paths = draft.paths()  # [P, D] full indices, -1 padded
         padded = torch.cat([torch.zeros(paths.shape[0], 1, dtype=torch.long), paths], dim=1)  # root first
         rows = ids[padded.clamp(min=0)]  # padding repeats the root token; its outputs are never read
         logits, hidden = self._call(rows)  # the cache broadcasts to the rows (see kv_cache)
@@ -118,18 +123,17 @@ class Verifier:
         first = torch.full((n + 1,), flat.numel(), dtype=torch.long).scatter_reduce_(
             0, flat[valid], valid, reduce="amin").to(self.device)
         pick = lambda t: t.flatten(0, 1)[first]  # noqa: E731
-        return Verification(pick(logits), None if hidden is None else pick(hidden), batch_paths=paths)
+        return Verification(pick(logits), None if hidden is None else pick(hidden))
 
     # ------------------------------------------------------------------ KV bookkeeping
 
-    def keep(self, past: int, verification: Verification, accepted: Tensor) -> None:
-        """Keep root + accepted nodes (0-based node indices in path order) after a call that began at
-        cache length ``past``; drop every other entry the call added."""
-        paths = verification.batch_paths
-        if paths is not None:  # batch: the row of the path holding the accepted nodes, root included
-            self.cache.keep_row(_row_of(paths, accepted), 1 + accepted.shape[0])
+    def keep(self, accepted: Tensor) -> None:
+        """Keep the root and the ``accepted`` nodes (int64 [a], 0-based node indices in path order) of the
+        last :meth:`forward` call; drop every other entry that call added."""
+        if self._paths is not None:  # batch: the row of the path holding the accepted nodes, root included
+            self.cache.keep_row(_row_of(self._paths, accepted), 1 + accepted.shape[0])
         else:
-            self.cache.keep(past + 1, past + 1 + accepted)
+            self.cache.keep(self._past + 1, self._past + 1 + accepted)
 
 
 def _row_of(paths: Tensor, accepted: Tensor) -> int:
@@ -138,47 +142,3 @@ def _row_of(paths: Tensor, accepted: Tensor) -> int:
         return 0
     prefix = paths[:, :accepted.shape[0]]
     return int(torch.nonzero((prefix == accepted[None] + 1).all(1))[0])
-
-
-# ---------------------------------------------------------------------- acceptance rules
-
-
-def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
-    """Longest root-to-leaf prefix whose every token is the target's argmax at its parent.
-
-    Ties between equally long paths go to the path through the earliest nodes. The bonus token is the
-    argmax after the last accepted node. logits [n+1, V] may be on any device: the argmax [n+1] is read to
-    the host once and the rest runs there.
-    """
-    predicted = logits.argmax(-1).cpu()  # [n+1]
-    if draft.num_nodes == 0:
-        return Acceptance(torch.empty(0, dtype=torch.long), int(predicted[0]))
-    match = torch.cat([torch.tensor([True]), draft.tokens == predicted[draft.parents + 1]])  # full indices
-    paths = draft.paths()
-    along = match[paths.clamp(min=0)] & (paths >= 0)  # padding never matches
-    lengths = along.cumprod(1).sum(1)
-    best = int(lengths.argmax())  # first maximum
-    nodes = paths[best, :int(lengths[best])]
-    last = int(nodes[-1]) if nodes.numel() else 0
-    return Acceptance(nodes - 1, int(predicted[last]))
-
-
-def accept_sampled(draft: Draft, logits: Tensor, config: SamplingConfig,
-                   generator: torch.Generator | None) -> Acceptance:
-    """Speculative sampling for deterministic drafts (no q): walk down from the root, drawing one token
-    from the target's distribution at the current node; move to the child holding that token if there is
-    one (the first such child), else stop and emit the token as the bonus.
-
-    Every emitted token is a fresh draw from the target at its true context, so the output distribution
-    is exactly the target's. Only nodes on the walk are sampled (at most depth + 1 draws).
-    """
-    nodes: list[int] = []
-    current = 0  # full index
-    while True:
-        token = sample(probabilities(logits[current], config), generator)
-        children = torch.nonzero((draft.parents + 1 == current) & (draft.tokens == token))
-        if children.numel() == 0:
-            return Acceptance(torch.tensor(nodes, dtype=torch.long), token)
-        node = int(children[0])
-        nodes.append(node)
-        current = node + 1

@@ -80,7 +80,7 @@ def test_vote_merged_tree_is_lossless_ranked_and_within_budget(stores, verify):
     for row in range(0, store.rows, 23):
         root = int(store.values[row, 0])
         rows = drafter.continuations(hidden[row], root, 5)
-        state = DecodeState(tokens=torch.tensor([root]), hidden=torch.from_numpy(hidden[row]), target=None,
+        state = DecodeState(tokens=torch.tensor([root]), hidden=torch.from_numpy(hidden[row]),
                             max_depth=5, prompt_len=0)
         draft = drafter.propose(state)
         assert draft.num_nodes <= 10

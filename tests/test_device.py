@@ -13,6 +13,7 @@ from test_dense import CONFIG, own_outputs
 from test_rest import self_corpus
 
 from specnb import kernels
+from specnb.accept import CandidateDraft, accept_mcss
 from specnb.cli import main
 from specnb.decode import generate
 from specnb.drafters.crest import CrestDrafter, build_crest
@@ -24,7 +25,7 @@ from specnb.drafters.rest import RestDrafter, RestIndex
 from specnb.methods import make_drafter, options_for
 from specnb.models import LoadedModel, load_model
 from specnb.profiles import PROFILES
-from specnb.sampling import CandidateDraft, SamplingConfig, accept_mcss
+from specnb.sampling import SamplingConfig
 
 ARCH = "gemma3"  # sliding-window and full layers: both masks, contexts longer than the window
 PROMPT = "def add(a, b):\n    return"
@@ -159,7 +160,7 @@ def test_cuda_without_cuda_is_one_clear_error(command, tmp_path, capsys):
 def test_bench_runners_and_dresd_on_the_device(monkeypatch):
     from specnb import bench
     from specnb.bench import BenchConfig, run_bench
-    from specnb.dresd import prompt_state
+    from specnb.experiments.dresd import prompt_state
     from specnb.prompts import Prompt
 
     assistants = []  # hf-assisted's draft model (Hugging Face would also run one left on the CPU, slowly)

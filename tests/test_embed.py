@@ -129,3 +129,35 @@ def test_projection_options_and_round_trip(tmp_path):
     np.testing.assert_allclose(proj.transform(x.astype(np.float16), chunk=7), proj(x.astype(np.float16)), atol=1e-6)
     with pytest.raises(ValueError, match="dims"):
         proj.with_dims(11)
+
+
+def eigh_projection(x: np.ndarray, n_components: int, znorm: bool, eps: float = 1e-6) -> tuple[np.ndarray, ...]:
+    """The projection as specnb fitted it before scikit-learn: float64 moments, eigh of the covariance, the
+    largest-magnitude entry of each component positive. Returns (mean, scale, components, ratio)."""
+    mean, var = x.mean(0), x.var(0)
+    scale = np.sqrt(var + eps) if znorm else np.ones(x.shape[1])
+    z = (x - mean) / scale
+    eigvals, eigvecs = np.linalg.eigh(z.T @ z / (x.shape[0] - 1))
+    eigvals, components = eigvals[::-1], eigvecs[:, ::-1][:, :n_components].T
+    components = components * np.sign(components[np.arange(n_components), np.abs(components).argmax(1)])[:, None]
+    return mean, scale, components, eigvals[:n_components] / eigvals.sum()
+
+
+@pytest.mark.parametrize("znorm", [True, False])
+@pytest.mark.parametrize("incremental", [False, True])
+def test_scikit_learn_projection_matches_the_eigh_projection(znorm, incremental):
+    """StandardScaler + PCA give the same transform as the former hand-written fit, signs included, to 1e-5
+    (IncrementalPCA, used when the sample is large, too: with every component kept it is exact)."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((2000, 12)) @ rng.standard_normal((12, 12)) * rng.uniform(0.1, 5, 12)
+         + rng.uniform(-3, 3, 12)).astype(np.float32)
+    c = 12 if incremental else 8
+    proj = fit_projection(x, n_components=c, dims=6, znorm=znorm, chunk=500, max_bytes=0 if incremental else 2**30)
+    mean, scale, components, ratio = eigh_projection(x.astype(np.float64), c, znorm)
+    np.testing.assert_allclose(proj.mean, mean, atol=1e-5)
+    np.testing.assert_allclose(proj.scale, scale, rtol=1e-5)
+    np.testing.assert_allclose(proj.components, components, atol=1e-5)
+    np.testing.assert_allclose(proj.explained_variance_ratio, ratio, atol=1e-5)
+    expected = (x - mean) / scale @ components[:6].T
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(proj(x), expected, atol=1e-5)

@@ -348,7 +348,7 @@ def test_ctrl_c_keeps_finished_prompts(tmp_path, capsys, monkeypatch):
     of them in the CSV."""
     import pandas as pd
 
-    from specnb import bench
+    from specnb.experiments import runner
 
     calls = []
 
@@ -358,7 +358,7 @@ def test_ctrl_c_keeps_finished_prompts(tmp_path, capsys, monkeypatch):
             raise KeyboardInterrupt
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(bench, "generate", interrupted_generate)
+    monkeypatch.setattr(runner, "generate", interrupted_generate)
     out = tmp_path / "r.csv"
     code = main([*BENCH, "--methods", "pld", "--n", "4", "--out", str(out)])
     captured = capsys.readouterr()

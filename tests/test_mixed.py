@@ -47,7 +47,7 @@ class FakeCost:
 
 
 def state(tokens: list[int], max_depth: int = 10) -> DecodeState:
-    return DecodeState(torch.tensor(tokens), None, None, max_depth, 1)
+    return DecodeState(torch.tensor(tokens), None, max_depth, 1)
 
 
 def test_context_rows_first_then_bigram_without_duplicates():
@@ -137,7 +137,7 @@ def test_adaptive_learns_while_not_drafting(tiny_target):
     manual = ShapeStatistics(*adaptive.stats.hits.shape[:1], adaptive.stats.hits.shape[1] - 1, w_max)
     base = MixedDrafter(table, k=1, w=1)
     for g in range(1, len(out.tokens) - w_max + 1):
-        state = DecodeState(tokens[:len(out.prompt_ids) + g], None, None, w_max, len(out.prompt_ids))
+        state = DecodeState(tokens[:len(out.prompt_ids) + g], None, w_max, len(out.prompt_ids))
         base.propose_shape(state, adaptive._shadow_shape[0], w_max)
         if base.last_rows:
             truth = np.asarray(out.tokens[g:g + w_max])

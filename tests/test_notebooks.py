@@ -1,4 +1,5 @@
-"""Every numbered notebook runs end to end under papermill with profile=smoke (tiny models, seconds)."""
+"""Every numbered notebook runs end to end under papermill with profile=smoke (tiny models, seconds), writes its
+results file and renders its conclusions from it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,53 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
     assert all(not c.get("outputs") for c in source["cells"] if c["cell_type"] == "code"), "commit without outputs"
     monkeypatch.setattr("specnb.notebooks.figures_for", lambda profile: tmp_path / "figures")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it: tiny models run best on one thread
-    [(executed, _)] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
+    [run] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
+    assert run.error is None, run.error
+    executed = run.executed
     assert executed.exists()
-    assert list((tmp_path / "figures").glob("*.png")), "a notebook should save at least one figure"
+    figures = tmp_path / "figures"
+    assert list(figures.glob("*.png")), "a notebook should save at least one figure"
+    prefix = path.stem[:2]
+    results = json.loads((figures / f"{prefix}_results.json").read_text())
+    assert results["profile"] == "smoke" and results["ours"], "headline numbers go to NN_results.json"
+    for table in results["tables"]:
+        assert (figures / table).exists()
+    rendered = [output for cell in json.loads(executed.read_text())["cells"] if cell["cell_type"] == "code"
+                for output in cell.get("outputs", []) if "text/markdown" in output.get("data", {})]
+    assert any(f"{prefix}_results.json" in "".join(o["data"]["text/markdown"]) for o in rendered), \
+        "the conclusions are a code cell rendered from the results file"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_measured_number_is_typed_into_a_conclusion(path):
+    """Markdown cells under a Conclusions heading hold no digits: numbers come from the rendered cell."""
+    cells = json.loads(path.read_text())["cells"]
+    conclusions = [c for c in cells if c["cell_type"] == "markdown" and "conclusion" in "".join(c["source"]).lower()
+                   or c["cell_type"] == "markdown" and "what this shows" in "".join(c["source"]).lower()]
+    for cell in conclusions:
+        text = "".join(cell["source"])
+        assert not any(ch.isdigit() for ch in text.split("\n", 1)[-1]), f"typed number in: {text[:80]!r}"
+
+
+def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
+    """`specnb notebooks run` goes on after a failure, lists every failure at the end and exits non-zero."""
+    import nbformat
+
+    from specnb import notebooks
+    from specnb.cli import main
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    for name, code in (("00_fails", "raise RuntimeError('boom')"), ("01_runs", "x = 1"), ("02_fails", "1 / 0")):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('profile = "quick"',
+                                                                        metadata={"tags": ["parameters"]}),
+                                             nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    monkeypatch.setattr(notebooks, "NOTEBOOKS", folder)
+    monkeypatch.setattr(notebooks, "find_notebooks", lambda names=None: sorted(folder.glob("*.ipynb")))
+    monkeypatch.setattr(notebooks, "figures_for", lambda profile: tmp_path / "figures")
+    assert main(["notebooks", "run", "--profile", "smoke"]) == 1
+    out, err = capsys.readouterr()
+    assert "01_runs.ipynb: ok" in out and "1 of 3 notebooks ran" in out
+    assert "00_fails.ipynb failed (PapermillExecutionError" in err and "02_fails.ipynb failed" in err

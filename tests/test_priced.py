@@ -64,7 +64,7 @@ def test_hindsight_aligns_when_the_first_steps_propose_nothing():
     hindsight = Hindsight()
     prompt, output = [1, 2], [10, 11, 12, 13, 14]
     hindsight.commit(torch.tensor(output[1:3]))  # two steps with no proposal (the first token came from prefill)
-    state = DecodeState(torch.tensor(prompt + output[:3]), None, None, 4, len(prompt))
+    state = DecodeState(torch.tensor(prompt + output[:3]), None, 4, len(prompt))
     hindsight.add(state, "key", "tree", horizon=2)
     assert hindsight.commit(torch.tensor([13])) == []
     assert hindsight.commit(torch.tensor([14])) == [("key", "tree", [13, 14])]

@@ -141,7 +141,7 @@ def test_rest_lossless_gemma3_window():
 def test_draftretriever_comparison_classifies_every_difference(tmp_path):
     """PyPI draftretriever is ADED's tri-gram/MCTS fork: its candidates differ from REST's, and every
     difference must fall in one of the explained classes."""
-    from specnb.drafters.draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
+    from specnb.experiments.draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
 
     rng = np.random.default_rng(0)
     docs = [rng.integers(0, 6, int(rng.integers(5, 60))).tolist() for _ in range(30)]

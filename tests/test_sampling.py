@@ -13,10 +13,11 @@ import torch
 from conftest import tiny
 from scipy.stats import chi2_contingency, chisquare
 
+from specnb.accept import CandidateDraft, _normalise, accept_mcss, mcss
 from specnb.decode import generate
 from specnb.draft import Draft
 from specnb.drafters.draft_model import DraftModelDrafter, self_draft
-from specnb.sampling import CandidateDraft, SamplingConfig, _normalise, accept_mcss, mcss
+from specnb.sampling import SamplingConfig
 
 DRAWS = 100_000
 ALPHA = 1e-4  # p-value below which a distribution test fails

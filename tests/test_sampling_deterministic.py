@@ -11,10 +11,10 @@ from conftest import tiny
 from scipy import stats
 
 from specnb import Draft, generate
+from specnb.accept import accept_sampled
 from specnb.draft import Acceptance
 from specnb.drafters.base import DecodeState, Drafter
 from specnb.sampling import SamplingConfig, probabilities
-from specnb.verify import accept_sampled
 
 V = 6
 DRAWS = 20_000

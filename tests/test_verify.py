@@ -7,13 +7,14 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.accept import accept_greedy
 from specnb.draft import Draft
 from specnb.drafters.base import DecodeState
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.forward import forward
 from specnb.kv_cache import GrowingCache
 from specnb.masks import TreeMasks
-from specnb.verify import Verifier, accept_greedy
+from specnb.verify import Verifier
 
 # 24 prompt tokens: longer than the tiny Gemma3's sliding window (16), so its local-layer masks matter.
 PROMPT = torch.tensor([5, 17, 42, 99, 3, 250, 8, 61, 77, 12, 140, 33, 200, 9, 64, 128, 7, 19, 88, 101, 45, 2, 230, 56])
@@ -64,7 +65,6 @@ def test_every_node_sees_exactly_its_ancestors(arch, mode):
     for node in range(TREE.num_nodes):
         expected = fresh_logits(model, torch.cat([context, torch.tensor(node_path(TREE, node))]))[-1]
         torch.testing.assert_close(verification.logits[node + 1], expected, atol=1e-4, rtol=1e-4)
-    assert (verification.batch_paths is not None) == (mode == "batch")
 
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
@@ -76,11 +76,10 @@ def test_keep_leaves_the_cache_of_the_accepted_text(arch, mode, accepted):
     model = tiny(arch).model
     verifier = Verifier(model, mode)
     verifier.prefill(PROMPT)
-    past = verifier.cache_len
-    verification = verifier.forward(ROOT, TREE)
+    verifier.forward(ROOT, TREE)
     nodes = torch.tensor(accepted, dtype=torch.long)
     with torch.inference_mode():  # as in generate(): the cache is compacted in place
-        verifier.keep(past, verification, nodes)
+        verifier.keep(nodes)
     text = torch.cat([PROMPT, torch.tensor([ROOT]), TREE.tokens[nodes]])
     assert verifier.cache_len == text.shape[0]
     assert_same_cache(verifier.cache, fresh_cache(model, text))
@@ -131,18 +130,18 @@ def test_draft_model_cache_after_a_partial_acceptance(accepted):
     draft = load_draft(target, "self:2")
 
     def state(tokens: torch.Tensor) -> DecodeState:
-        return DecodeState(tokens, None, target.model, max_depth=8, prompt_len=PROMPT.shape[0])
+        return DecodeState(tokens, None, max_depth=8, prompt_len=PROMPT.shape[0])
 
     drafter = DraftModelDrafter(draft, "3x2x2", target.vocab_size)
     context = torch.cat([PROMPT, torch.tensor([ROOT])])
     tree = drafter.propose(state(context))
-    node, tokens = -1, []
+    node, nodes = -1, []
     for rank in accepted:  # the rank-th child at each level: slots that are not a prefix of the cache
         node = int(torch.nonzero(tree.parents == node)[rank])
-        tokens.append(int(tree.tokens[node]))
-    bonus = 3
+        nodes.append(node)
+    tokens, bonus = tree.tokens[nodes].tolist(), 3
     with torch.inference_mode():  # as in generate()
-        drafter.update(torch.tensor([*tokens, bonus]))
+        drafter.update(torch.tensor([*tokens, bonus]), torch.tensor(nodes, dtype=torch.long))
     text = torch.cat([context, torch.tensor(tokens, dtype=torch.long)])
     assert drafter.prefix == text.shape[0]
     assert_same_cache(drafter.cache, fresh_cache(draft.model, text))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from ..draft import Draft
 
@@ -19,16 +18,15 @@ class DecodeState:
             draft (the token the target just produced; it is not yet in the target's KV cache).
     hidden: float [d] on the target's device, its last hidden state at the position that produced the root,
             or None unless the drafter sets ``needs_hidden_state``.
-    target: the target model (for drafters derived from it). A drafter must never touch its KV cache.
     max_depth: the deepest draft worth proposing (tokens left before ``max_new_tokens``, minus the bonus).
     prompt_len: number of prompt tokens at the start of ``tokens``.
 
-    A drafter returns a Draft of host tensors (its ``q``, if any, may stay on the device).
+    A drafter returns a Draft of host tensors (its ``q``, if any, may stay on the device). Drafters derived
+    from the target take it when they are made; none touches the target's KV cache.
     """
 
     tokens: Tensor
     hidden: Tensor | None
-    target: PreTrainedModel
     max_depth: int
     prompt_len: int
 
@@ -37,19 +35,13 @@ class DecodeState:
         return int(self.tokens[-1])
 
 
-@dataclass
-class DraftInfo:
-    """Optional per-call facts a drafter reports (strategy allocation, lookup kind...)."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-
-
 class Drafter:
     """Base class of every drafter. Subclasses implement :meth:`propose`.
 
     ``propose`` returns a :class:`~specnb.draft.Draft` rooted at ``state.root`` or None (no speculation
     this step: the loop then decodes one token). ``reset`` is called once per generation with the prompt,
-    ``update`` after each verification with the tokens just committed (accepted draft tokens and bonus).
+    ``update`` after each verification with the tokens just committed (accepted draft tokens and bonus) and
+    the accepted node indices of the draft it proposed.
     ``last_info`` may carry per-call details into the run statistics.
     """
 
@@ -62,8 +54,10 @@ class Drafter:
     def propose(self, state: DecodeState) -> Draft | None:
         raise NotImplementedError
 
-    def update(self, committed: Tensor) -> None:  # noqa: B027 - optional hook
-        """Learn from the tokens the target just committed (int64 [m])."""
+    def update(self, committed: Tensor, accepted: Tensor) -> None:  # noqa: B027 - optional hook
+        """Learn from the tokens the target just committed (int64 [m]: the accepted draft tokens, then the
+        bonus token, cut after an EOS) and the accepted nodes of the last draft (int64 [a], 0-based node
+        indices in path order, a <= m; empty when nothing was accepted or nothing was drafted)."""
 
     @property
     def last_info(self) -> dict[str, Any]:

@@ -11,22 +11,19 @@ Draft models: any model with the target's vocabulary (``qwen2.5-coder-0.5b-instr
 target), or ``self:L``, the target's own first L layers with its final norm and LM head (no extra
 weights). Temperature 0 drafting is deterministic (the top-k_l tokens, or the top-1 chain when drawing
 with replacement, as in the MCSD paper) and carries no q; temperature > 0 returns a
-:class:`~specnb.sampling.CandidateDraft` whose ``q`` and ``scheme`` drive :func:`~specnb.sampling.accept_mcss`.
+:class:`~specnb.accept.CandidateDraft` whose ``q`` and ``scheme`` drive :func:`~specnb.accept.accept_mcss`.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass
 
-import pandas as pd
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from ..decode import generate
+from ..accept import SCHEMES, CandidateDraft, Scheme
 from ..device import generator as make_generator
 from ..device import model_device
 from ..draft import Draft
@@ -34,11 +31,8 @@ from ..forward import forward
 from ..kv_cache import GrowingCache
 from ..masks import TreeMasks
 from ..methods import DraftModelOptions, McsdOptions, SdOptions
-from ..metrics import CallStats
 from ..models import LoadedModel, load_model
-from ..prompts import Prompt
-from ..sampling import SCHEMES, CandidateDraft, SamplingConfig, Scheme, probabilities
-from ..verify import VerifyMode
+from ..sampling import SamplingConfig, probabilities
 from .base import DecodeState, Drafter
 
 
@@ -216,22 +210,15 @@ class DraftModelDrafter(Drafter):
             return Draft(self.tree_tokens, self.tree_parents)
         return CandidateDraft(self.tree_tokens, self.tree_parents, torch.cat(qs), scheme=self.scheme)
 
-    def update(self, committed: Tensor) -> None:
-        """Keep the cache entries of the accepted nodes the draft already computed.
-
-        The accepted draft tokens are ``committed[:-1]`` (the last one is the target's bonus token, whose
-        logits the draft has not computed yet). They are followed down the tree by token id.
-        """
-        keep: list[int] = []
-        current = -1
-        for token in committed[:-1].tolist():
-            child = torch.nonzero((self.tree_parents == current) & (self.tree_tokens == token))
-            if child.numel() == 0 or int(self.tree_slot[child[0, 0]]) < 0:
-                break
-            current = int(child[0, 0])
-            keep.append(int(self.tree_slot[current]))
-        self.cache.keep(self.prefix, torch.tensor(keep, dtype=torch.long))
-        self.prefix += len(keep)
+    @torch.inference_mode()
+    def update(self, committed: Tensor, accepted: Tensor) -> None:
+        """Keep the cache entries of the accepted nodes the draft already computed (every accepted node but
+        a leaf of the drafted tree, whose logits the draft never needed)."""
+        slots = self.tree_slot[accepted]
+        unfed = torch.nonzero(slots < 0)
+        fed = int(unfed[0]) if unfed.numel() else slots.shape[0]
+        self.cache.keep(self.prefix, slots[:fed])
+        self.prefix += fed
         self._forget_tree()
 
     # -------------------------------------------------------------- internals
@@ -303,63 +290,3 @@ def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
 def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:
     """MCSD: a ``--draft-shape`` tree (default 4x2x2x1), MCSS without replacement unless ``-o scheme=``."""
     return _make(target, options, options.draft_shape)
-
-
-# ------------------------------------------------------------------------------------ experiments
-
-
-def step_acceptance_rate(calls: list[CallStats]) -> tuple[int, int]:
-    """(accepted, rejected) draft *steps* over calls, for MCSD's acceptance rate accepted / (accepted +
-    rejected): levels are verified one after another, so a call that stops short of its draft depth had
-    exactly one rejected step. (``RunStats.acceptance_rate`` instead divides by the depth offered.)"""
-    offered = [c for c in calls if c.draft_depth > 0]
-    return sum(c.accepted for c in offered), sum(c.accepted < c.draft_depth for c in offered)
-
-
-@dataclass
-class Variant:
-    """One configuration of a comparison: a drafter (None = AR through the same loop) and a verify mode."""
-
-    drafter: Drafter | None
-    verify: VerifyMode = "tree"
-
-
-def run_variants(target: LoadedModel, prompts: list[Prompt], variants: dict[str, Variant], *,
-                 temperature: float, max_new_tokens: int, seed: int = 0, progress: bool = True) -> pd.DataFrame:
-    """Run every variant on every prompt (interleaved per prompt, after one short warm-up each).
-
-    One row per (variant, prompt): new tokens, calls, wall seconds (prefill included), draft seconds, and
-    the accepted / rejected draft steps (see :func:`step_acceptance_rate`). Summarise with
-    :func:`summarize_variants`.
-    """
-    for variant in variants.values():
-        generate(target, prompts[0], variant.drafter, max_new_tokens=8, temperature=temperature,
-                 verify=variant.verify, seed=seed)
-    rows = []
-    for prompt in tqdm(prompts, desc="prompts", disable=not progress):
-        for name, variant in variants.items():
-            out = generate(target, prompt, variant.drafter, max_new_tokens=max_new_tokens, temperature=temperature,
-                           verify=variant.verify, seed=seed)
-            accepted, rejected = step_acceptance_rate(out.stats.calls)
-            rows.append({"variant": name, "prompt_id": prompt.id, "new_tokens": out.stats.new_tokens,
-                         "calls": out.stats.num_calls, "seconds": out.stats.seconds,
-                         "draft_seconds": out.stats.draft_seconds, "accepted_steps": accepted,
-                         "rejected_steps": rejected})
-    return pd.DataFrame(rows)
-
-
-def summarize_variants(rows: pd.DataFrame, baseline: str = "AR") -> pd.DataFrame:
-    """Per variant, pooled over prompts: tokens per call (block efficiency), MCSD acceptance rate, tokens/s,
-    the draft's share of wall time and the speedup over ``baseline`` (ratio of total wall times)."""
-    totals = rows.groupby("variant", sort=False)[["new_tokens", "calls", "seconds", "draft_seconds",
-                                                 "accepted_steps", "rejected_steps"]].sum()
-    prompts = rows.groupby("variant", sort=False).size()
-    out = pd.DataFrame({
-        "tokens_per_call": (totals.new_tokens - prompts) / totals.calls.clip(lower=1),
-        "acceptance_rate": totals.accepted_steps / (totals.accepted_steps + totals.rejected_steps),
-        "tokens_per_s": totals.new_tokens / totals.seconds,
-        "draft_share": totals.draft_seconds / totals.seconds,
-    })
-    if baseline in totals.index:
-        out["speedup"] = totals.seconds[baseline] / totals.seconds
-    return out.reset_index()

@@ -25,13 +25,11 @@ import time
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from torch import Tensor
 
 from ..draft import Draft
 from ..methods import MixedAdaptiveOptions, MixedOptions
-from ..metrics import CallStats, RunStats
-from ..replay import replay_many
+from ..metrics import CallStats
 from .base import DecodeState, Drafter, Hindsight
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import BigramTable, _table_for
@@ -215,7 +213,7 @@ class AdaptiveShapeDrafter(Drafter):
         self._info = {**self.base.last_info, "k": k, "w": w, "bucket": bucket, "expected_rate": rate}
         return draft
 
-    def update(self, committed: Tensor) -> None:
+    def update(self, committed: Tensor, accepted: Tensor) -> None:
         """Score every shadow whose next ``w_max`` tokens are now known."""
         w_max = self._shadow_shape[1]
         for bucket, rows, truth in self.hindsight.commit(committed):
@@ -243,39 +241,3 @@ def make_mixed_adaptive(target, options: MixedAdaptiveOptions) -> AdaptiveShapeD
     base = MixedDrafter(_table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
     return AdaptiveShapeDrafter(base, cost_model_for(target, options.roofline))
-
-
-# ---------------------------------------------------------------------------------- grid analyses
-
-
-def estimated_seconds(stats: RunStats, cost, k: int, w: int) -> float:
-    """Sum over the calls of the roofline cost of a (k, w) call at that call's context length
-    (drafting and acceptance time excluded); (k, w) = (1, 0) prices AR decoding."""
-    context = stats.prompt_tokens + np.cumsum([0] + [c.new_tokens for c in stats.calls[:-1]])
-    return float(sum(cost.seconds_at(k, w, int(ell)) for ell in context))
-
-
-def ar_estimated_seconds(references: list[tuple[Tensor, Tensor]], cost) -> float:
-    """Roofline-priced time of AR decoding the references (one (1, 0) call per output token)."""
-    total = 0.0
-    for prompt, output in references:
-        context = prompt.shape[0] + np.arange(output.shape[0] - 1)
-        total += sum(cost.seconds_at(1, 0, int(ell)) for ell in context)
-    return total
-
-
-def mixed_grid(table: BigramTable, references: list[tuple[Tensor, Tensor]], ks: list[int], ws: list[int],
-               cost=None, max_ngram: int = 1) -> pd.DataFrame:
-    """Replayed tokens per call of the mixed strategy for every (k, w), and with a cost model the
-    estimated speedup over AR (roofline-priced calls). Columns k, w, tokens_per_call[, est_speedup]."""
-    ar_seconds = ar_estimated_seconds(references, cost) if cost is not None else None
-    rows = []
-    for k in ks:
-        for w in ws:
-            runs = replay_many(lambda k=k, w=w: MixedDrafter(table, k, w, max_ngram=max_ngram), references)
-            new = sum(c.new_tokens for run in runs for c in run.calls)
-            row = dict(k=k, w=w, tokens_per_call=new / max(1, sum(run.num_calls for run in runs)))
-            if cost is not None:
-                row["est_speedup"] = ar_seconds / sum(estimated_seconds(run, cost, k, w) for run in runs)
-            rows.append(row)
-    return pd.DataFrame(rows)

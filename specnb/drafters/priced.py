@@ -23,8 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 from torch import Tensor
 
+from ..accept import matches_output, path_accepted
 from ..draft import Draft
 from ..methods import CrestPricedOptions, DensePricedOptions, RestPricedOptions
 from .base import DecodeState, Drafter, Hindsight
@@ -38,13 +40,8 @@ def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> 
 
     truth: int [T], the tokens that followed the root. Returns int64 [len(budgets)].
     """
-    visible, depth = draft.attention()
-    visible, depth = visible[1:, 1:].numpy(), depth[1:].numpy()  # nodes only: ancestors-or-self, depth >= 1
-    t = truth.shape[0]
-    ok = (depth <= t) & (draft.tokens.numpy() == truth[np.clip(depth - 1, 0, max(t - 1, 0))]) if t else \
-        np.zeros(depth.shape[0], dtype=bool)
-    matched = ~(visible & ~ok[None, :]).any(1)  # its whole path equals the output
-    best = np.maximum.accumulate(np.where(matched, depth, 0))  # [n]: best over the first i + 1 nodes
+    matched = path_accepted(draft, matches_output(draft, torch.as_tensor(truth, dtype=torch.long)))
+    best = np.maximum.accumulate(torch.where(matched, draft.depth, 0).numpy())  # [n]: best of the first i + 1
     return np.where(budgets > 0, best[np.clip(budgets, 1, best.shape[0]) - 1], 0)
 
 
@@ -98,9 +95,9 @@ class PricedTreeDrafter(Drafter):
         self._info = {**info, "bucket": bucket, "budget": budget}
         return full.truncate(full.max_depth, budget) if budget else None
 
-    def update(self, committed: Tensor) -> None:
+    def update(self, committed: Tensor, accepted: Tensor) -> None:
         """Score every pending tree whose covered tokens are now all known."""
-        self.base.update(committed)
+        self.base.update(committed, accepted)
         for bucket, tree, truth in self.hindsight.commit(committed):
             self.accepted[bucket] += accepted_by_budget(tree, np.asarray(truth, dtype=np.int64), self.budgets)
             self.steps[bucket] += 1

@@ -1,5 +1,5 @@
-"""The DReSD experiments of notebooks 01-03: datastores sized by profile, projection variants, and running
-several drafters over the same prompts.
+"""The DReSD experiments of notebooks 01-03: datastores sized by profile, projection variants, and the
+nearest neighbours of a prompt's state (the drafters themselves run through :func:`specnb.experiments.run`).
 
 Datastores (cached under ``cache_dir()/datastores/dense``, built on first use):
 
@@ -13,23 +13,26 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from .ann import ExactIndex
-from .corpus import CorpusError, TokenCorpus
-from .decode import generate
-from .drafters.base import Drafter
-from .drafters.dense import BuildConfig, DenseDatastore, build_datastore, datastore_path, load_datastore, resolve_corpus
-from .embed import Projection
-from .models import LoadedModel, cache_dir
-from .prompts import Prompt
+from ..ann import AnnIndex, ExactIndex, IndexParams, query_latency, recall_at_k
+from ..corpus import CorpusError, TokenCorpus
+from ..drafters.dense import (
+    BuildConfig,
+    DenseDatastore,
+    build_datastore,
+    datastore_path,
+    load_datastore,
+    resolve_corpus,
+)
+from ..embed import Projection
+from ..models import LoadedModel, cache_dir
+from ..prompts import Prompt
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 # Corpus tokens per OOD datastore. Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores.
 STORE_TOKENS = {
@@ -47,7 +50,7 @@ def id_responses(target: LoadedModel, profile: str) -> Path:
     if profile != "smoke":
         raise CorpusError(f"no ID responses for {target.name} in {DATA}; make them with `python -m specnb.id_data "
                           f"code --model {target.name} --out {shipped}`")
-    from .id_data import docstring_stubs, generate_responses
+    from ..id_data import docstring_stubs, generate_responses
 
     out = cache_dir() / "id_data" / shipped.name
     if not out.exists():
@@ -97,46 +100,12 @@ def with_projection(store: DenseDatastore, projection: Projection, chunk: int = 
     return dataclasses.replace(store, keys=keys, projection=projection, index=ExactIndex(keys))
 
 
-def run_drafters(target: LoadedModel, prompts: list[Prompt], drafters: dict[str, Drafter | None],
-                 max_new_tokens: int, verify: str = "batch", progress: bool = True) -> pd.DataFrame:
-    """Greedy-decode every prompt with every drafter (interleaved per prompt); one row per (method, prompt).
-
-    Columns: the :meth:`RunStats.summary` metrics (``acceptance_rate`` is MAR, depth denominator), plus
-    ``identical_to_ar`` when a ``None`` drafter (plain AR) is among them and is listed first.
-    """
-    rows = []
-    for prompt in tqdm(prompts, desc="prompts", disable=not progress):
-        reference = None
-        for name, drafter in drafters.items():
-            start = time.perf_counter()
-            out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, verify=verify)
-            row = {"method": name, "prompt_id": prompt.id, **out.stats.summary(),
-                   "wall_seconds": time.perf_counter() - start}
-            if drafter is None and reference is None:
-                reference = out.tokens
-            row["identical_to_ar"] = None if reference is None else out.tokens == reference
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
-    """Per method: MAR and accepted length averaged per prompt, tokens/s over all tokens, tokens per call."""
-    grouped = per_prompt.groupby("method", sort=False)
-    return pd.DataFrame({
-        "MAR": grouped.acceptance_rate.mean(),
-        "accepted_length": grouped.accepted_length.mean(),
-        "tokens_per_call": grouped.tokens_per_call.mean(),
-        "tokens_per_s": grouped.new_tokens.sum() / grouped.seconds.sum(),
-        "identical_to_ar": grouped.identical_to_ar.apply(lambda s: bool(s.dropna().all()) if s.notna().any() else None),
-    })
-
-
 def prompt_state(target: LoadedModel, prompt: Prompt) -> tuple[np.ndarray, int]:
     """(hidden float32 [d], root token): the target's last hidden state after ``prompt`` and its greedy token."""
     import torch
 
-    from .forward import forward
-    from .prompts import encode_prompt
+    from ..forward import forward
+    from ..prompts import encode_prompt
 
     ids = encode_prompt(target, prompt)[None]
     with torch.inference_mode():
@@ -158,4 +127,21 @@ def neighbours_table(target: LoadedModel, store: DenseDatastore, hidden: np.ndar
                      "context": decode(tokens[max(0, pos - context_tokens + 1):pos + 1].tolist()),
                      "predicts": decode([int(value[0])]), "passes_filter": int(value[0]) == root,
                      "value": decode([int(t) for t in value[1:1 + value_tokens] if t >= 0])})
+    return pd.DataFrame(rows)
+
+
+def hnsw_sweep(keys: np.ndarray, queries: np.ndarray, truth: np.ndarray, Ms: tuple[int, ...] = (8, 16, 32),
+               efs: tuple[int, ...] = (10, 16, 32, 64, 128), ef_construction: int = 100) -> pd.DataFrame:
+    """hnswlib over a grid of graph degrees ``Ms`` and ``efs`` search widths: recall@10 against ``truth``
+    (exact top-10 ids [q, 10] of ``queries``), single-query latency, build seconds and index MiB; one row per
+    (M, ef_search)."""
+    rows = []
+    for M in Ms:
+        index = AnnIndex.build(keys, IndexParams(M=M, ef_construction=ef_construction), progress=False)
+        size = index.nbytes()
+        for ef in efs:
+            found, _ = index.query(queries, 10, ef=ef)
+            rows.append({"n": keys.shape[0], "M": M, "ef_search": ef, "recall@10": recall_at_k(found, truth),
+                         **query_latency(index, queries, 10, ef=ef), "build_seconds": index.build_seconds,
+                         "index_MiB": size / 2**20})
     return pd.DataFrame(rows)

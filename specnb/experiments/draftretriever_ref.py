@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from ..corpus import TokenCorpus
-from .rest import DEFAULT_SEARCH, RestIndex, SearchConfig
-from .retrieval_tree import build_tree
+from ..drafters.rest import DEFAULT_SEARCH, RestIndex, SearchConfig
+from ..drafters.retrieval_tree import build_tree
 
 
 def write_draftretriever(corpus: TokenCorpus, path: str | Path) -> Path:

@@ -1,0 +1,201 @@
+"""One runner for every timed experiment, and one summary.
+
+:func:`run` decodes every prompt with every method in one process: one short warm-up per method first,
+then methods interleaved per prompt (slow drift of the machine hits all of them alike). It returns a tidy
+DataFrame, one row per (method, prompt), holding every :class:`~specnb.metrics.CallStats` aggregate of the
+generation (:func:`generation_row`) and, for greedy runs, whether the output equals the reference method's
+(``ar`` by default) token for token. :func:`summarize` turns those rows into one row per method following
+:mod:`specnb.metrics`: ratios of totals over prompts (tokens per call, accepted length, tokens/s, speedup),
+except the acceptance rate (MAR), which is averaged per prompt as its definition says.
+
+A *method* is a drafter (``None``: AR through the same loop), a :class:`Variant` (a drafter with its own
+verification mode), or a :data:`Runner`: any function ``(prompt, max_new_tokens) -> dict`` of row fields
+(the bench's Hugging Face and llama.cpp peers). A runner's ``tokens`` (the new token ids) are compared with
+the reference's and not kept; fields whose name starts with ``_`` are read by the comparison and dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Union
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from ..decode import CallHook, generate
+from ..drafters.base import Drafter
+from ..metrics import RunStats, first_divergence
+from ..models import LoadedModel
+from ..prompts import Prompt
+from ..verify import VerifyMode
+
+Runner = Callable[[Prompt, int], dict]
+"""(prompt, max_new_tokens) -> row fields: at least ``new_tokens`` and ``seconds``; ``tokens`` to compare."""
+
+# Relative precision of a logit in each dtype (unit roundoff); a top-2 gap below a few units of the top
+# logit's magnitude can flip between two mathematically equal computations.
+ROUNDOFF = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11, torch.float32: 2.0**-24}
+
+
+@dataclass
+class Variant:
+    """A drafter (None = AR through the same loop) run with its own verification mode."""
+
+    drafter: Drafter | None
+    verify: VerifyMode = "tree"
+
+
+MethodLike = Union[Drafter, Variant, Runner, None]  # noqa: UP007 - a runtime alias
+
+
+class TopTwo:
+    """A :data:`specnb.decode.CallHook` recording, at every generated position, the target's top-1 logit and
+    its margin over the top-2 (to judge whether a divergence between two runs sits where rounding can flip
+    the argmax)."""
+
+    def __init__(self) -> None:
+        self.top1: list[float] = []
+        self.gaps: list[float] = []
+
+    def __call__(self, logits: torch.Tensor) -> None:
+        top = logits.float().topk(2, dim=-1).values.cpu()  # [m, 2]
+        self.top1 += top[:, 0].tolist()
+        self.gaps += (top[:, 0] - top[:, 1]).tolist()
+
+
+def generation_row(stats: RunStats) -> dict[str, float]:
+    """Every aggregate of one generation: totals of the per-call fields and the per-generation metrics."""
+    calls = stats.calls
+    return {
+        **stats.summary(),
+        "prefill_seconds": stats.prefill_seconds, "decode_seconds": stats.decode_seconds,
+        "overhead_seconds": sum(c.overhead_seconds for c in calls),
+        "drafted_nodes": sum(c.drafted_nodes for c in calls), "draft_depth": sum(c.draft_depth for c in calls),
+        "accepted": sum(c.accepted for c in calls), "rejected_steps": stats.rejected_steps,
+    }
+
+
+def decode_runner(target: LoadedModel, method: Drafter | Variant | None, *, temperature: float, top_p: float,
+                  verify: VerifyMode, seed: int, record_gaps: bool = False) -> Runner:
+    """A :data:`Runner` decoding with ``method`` through :func:`specnb.decode.generate`; with
+    ``record_gaps`` its rows carry the target's top-2 margins (``_gaps``, ``_top1``) for comparisons."""
+    drafter, mode = (method.drafter, method.verify) if isinstance(method, Variant) else (method, verify)
+
+    def run(prompt: Prompt, max_new_tokens: int) -> dict:
+        tops: CallHook | None = TopTwo() if record_gaps else None
+        out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=temperature,
+                       top_p=top_p, verify=mode, seed=seed, on_call=tops)
+        row = {**generation_row(out.stats), "tokens": out.tokens}
+        if tops is not None:
+            row.update(_gaps=tops.gaps[:len(out.tokens)], _top1=tops.top1[:len(out.tokens)])
+        return row
+
+    return run
+
+
+def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, MethodLike], *,
+        temperature: float = 0.0, top_p: float = 1.0, verify: VerifyMode = "tree", max_new_tokens: int = 128,
+        warmup: int = 16, seed: int = 0, reference: str = "ar", progress: bool = True,
+        sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
+    """Run every method on every prompt; one row per (method, prompt), in run order.
+
+    warmup: new tokens of the warm-up run of each method on the first prompt (0: none). reference: the
+    method the others are compared with (greedy only: ``identical_to_ar``, ``first_divergence`` and, where
+    it differs, the reference's top-2 logit gap there); listed first or not, it runs first on each prompt.
+    sink: called with each prompt's rows as soon as all its methods ran (e.g. a CSV writer). Ctrl-C stops
+    the run between two prompts' methods: the result then holds the finished prompts, and
+    ``result.attrs["interrupted"]`` is True; ``result.attrs["prompts_done"]`` counts them.
+    """
+    if not prompts:
+        raise ValueError("no prompts to run")
+    names = sorted(methods, key=lambda name: name != reference)  # the reference first, the rest in order
+    runners = {name: _as_runner(target, methods[name], temperature=temperature, top_p=top_p, verify=verify,
+                                seed=seed, record_gaps=name == reference and temperature == 0)
+               for name in names}
+    for runner in runners.values():  # warm-up: allocator, kernels, lazily built tables
+        if warmup > 0:
+            runner(prompts[0], min(warmup, max_new_tokens))
+    dtype = next(target.model.parameters()).dtype
+    rows: list[dict] = []
+    done, interrupted = 0, False
+    try:
+        for prompt in tqdm(prompts, desc="prompts", disable=not progress):
+            ref: dict = {}
+            prompt_rows = []
+            for name in names:
+                out = runners[name](prompt, max_new_tokens)
+                if name == reference:
+                    ref = out
+                prompt_rows.append(_compare({"method": name, "prompt_id": prompt.id, **out}, ref,
+                                            greedy=temperature == 0, dtype=dtype))
+            rows += prompt_rows
+            done += 1
+            if sink is not None:
+                sink(prompt_rows)
+    except KeyboardInterrupt:
+        interrupted = True
+    frame = pd.DataFrame(rows)
+    frame.attrs.update(interrupted=interrupted, prompts_done=done)
+    return frame
+
+
+def _as_runner(target: LoadedModel, method: MethodLike, **settings: Any) -> Runner:
+    if method is None or isinstance(method, Drafter | Variant):
+        return decode_runner(target, method, **settings)
+    return method
+
+
+def _compare(row: dict, reference: dict, *, greedy: bool, dtype: torch.dtype) -> dict:
+    """``row`` without its private fields, with identical_to_ar and, for greedy runs that differ, where and
+    how close the reference call was there. Sampled runs differ by design (their check is statistical: the
+    tests) and rows without tokens cannot be compared: NaN."""
+    tokens = row.pop("tokens", None)
+    row = {key: value for key, value in row.items() if not key.startswith("_")}
+    if not greedy or tokens is None or "tokens" not in reference:
+        return {**row, "identical_to_ar": math.nan}
+    index = first_divergence(reference["tokens"], tokens)
+    row["identical_to_ar"] = index is None
+    row["first_divergence"] = index
+    gaps = reference.get("_gaps", [])
+    if index is not None and index < len(gaps):
+        gap, logit = gaps[index], reference["_top1"][index]
+        row["first_divergence_gap"] = gap
+        # A few units of roundoff of the logit's magnitude: rounding in the last layers and the LM head.
+        row["gap_within_rounding"] = gap <= 8 * ROUNDOFF.get(dtype, 2.0**-8) * max(1.0, abs(logit))
+    return row
+
+
+def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
+    """One row per method (``prompt_id == "ALL"``) from :func:`run`'s rows, following :mod:`specnb.metrics`.
+
+    Ratios of totals over prompts: tokens/s (all new tokens / all seconds), tokens per call ((new tokens -
+    one prefill token per prompt) / calls), accepted length (accepted / calls), the MCSD step acceptance rate
+    (accepted / (accepted + rejected steps)), the draft's share of wall time, the share of decode time spent
+    outside the target's calls, ``speedup_vs_<baseline>`` (the baseline's total seconds / the method's).
+    ``acceptance_rate`` (MAR) is the mean of the per-prompt rates, as its definition says. A column a method
+    cannot report (a peer that counts no calls) gives NaN, never a made-up value.
+    """
+    col = lambda group, name: group[name].sum(min_count=len(group)) if name in group else math.nan  # noqa: E731
+    base = rows.loc[rows.method == baseline, "seconds"].sum()
+    out = []
+    for method, group in rows.groupby("method", sort=False):
+        n, calls, seconds, new = len(group), col(group, "calls"), group.seconds.sum(), group.new_tokens.sum()
+        accepted, rejected = col(group, "accepted"), col(group, "rejected_steps")
+        out.append({
+            "method": method, "prompt_id": "ALL", "prompts": n, "new_tokens": new, "calls": calls,
+            "seconds": seconds, "tokens_per_s": new / seconds if seconds > 0 else math.nan,
+            "tokens_per_call": (new - n) / calls if calls > 0 else math.nan,
+            "accepted_length": accepted / calls if calls > 0 else math.nan,
+            "acceptance_rate": group.acceptance_rate.mean() if "acceptance_rate" in group else math.nan,
+            "step_acceptance_rate": accepted / (accepted + rejected) if accepted + rejected > 0 else math.nan,
+            "draft_share": col(group, "draft_seconds") / seconds if seconds > 0 else math.nan,
+            "outside_forward_fraction": 1 - col(group, "verify_seconds") / col(group, "decode_seconds")
+            if col(group, "decode_seconds") > 0 else math.nan,
+            "identical_to_ar": group.identical_to_ar.astype(float).mean() if "identical_to_ar" in group
+            else math.nan,
+            f"speedup_vs_{baseline}": base / seconds if base > 0 else math.nan,
+        })
+    return pd.DataFrame(out)

@@ -1,0 +1,32 @@
+"""The retrieval datastores of the study notebooks (08, 09), built once into the cache and reused.
+
+REST, CREST and DReSD are built on *the same corpus*: the documents of the profile's dense OOD code store
+(:func:`specnb.experiments.dresd.datastores`), so their differences are the methods', not the corpora's.
+DReSD also gets its in-distribution (ID) store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..drafters.crest import build_crest
+from ..drafters.rest import RestIndex
+from ..models import LoadedModel, cache_dir
+from .dresd import datastores, store_corpus
+
+CREST_T = {"smoke": 200, "quick": 10_000, "full": 10_000}  # top-t n-grams per n
+
+
+def study_stores(target: LoadedModel, profile: str, progress: bool = False) -> dict[str, Path]:
+    """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile`` size."""
+    dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress)
+    ood = dense["code-OOD"]
+    folder = cache_dir() / "datastores" / "study"
+    folder.mkdir(parents=True, exist_ok=True)
+    rest_path = folder / f"rest-{ood.path.name}"
+    index = RestIndex.load(rest_path) if rest_path.exists() else RestIndex.build(store_corpus(ood), rest_path,
+                                                                                   progress=progress)
+    crest_path = folder / f"crest-t{CREST_T[profile]}-{ood.path.name}.sqlite"
+    if not crest_path.exists():
+        build_crest(index, crest_path, t=CREST_T[profile], progress=progress).close()
+    return {"rest": rest_path, "crest": crest_path, "dense": ood.path, "dense-id": dense["code-ID"].path}
