@@ -84,7 +84,9 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
 
     logits [n+1, V] may be on any device: the argmax [n+1] is read to the host once and the rest runs there.
     """
-    predicted = logits.argmax(-1).cpu()  # [n+1]
+    # max(-1) gives argmax's indices (the first maximum) ~4x faster on bf16 CPU logits: 0.2 vs 0.9 ms a row of
+    # Gemma-3's 262k, 7 vs 31 ms for 64 rows
+    predicted = logits.max(-1).indices.cpu()  # [n+1]
     nodes = longest_path(draft, draft.tokens == predicted[draft.parents + 1])
     last = int(nodes[-1]) + 1 if nodes.numel() else 0
     return Acceptance(nodes, int(predicted[last]))
@@ -200,7 +202,7 @@ def target_probabilities(logits: Tensor, config: SamplingConfig) -> Tensor:
     matching, as the MCSD paper notes (with replacement it is vanilla SD, without it equals MCNS)."""
     if config.greedy:
         return torch.zeros(logits.shape, dtype=torch.float32, device=logits.device).scatter_(
-            -1, logits.argmax(-1, keepdim=True), 1.0)
+            -1, logits.max(-1, keepdim=True).indices, 1.0)
     return probabilities(logits, config)
 
 

@@ -83,7 +83,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
     if on_call is not None:
         on_call(first.logits[-1:])
     logits = first.logits[-1]
-    root = int(logits.argmax()) if config.greedy else sample(probabilities(logits, config), generator)
+    root = int(logits.max(-1).indices) if config.greedy else sample(probabilities(logits, config), generator)
     hidden = None if first.hidden is None else first.hidden[-1]
     synchronize(device)
     stats.prefill_seconds = time.perf_counter() - start
