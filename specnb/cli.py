@@ -16,12 +16,12 @@ from typing import NoReturn
 # Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
 # help (so that listing them imports nothing), and the kinds under ``specnb datastore build KIND``.
 PLUGIN_COMMANDS = {
-    "corpus": ("specnb.corpus", "token corpora for retrieval datastores"),
+    "corpus": ("specnb.datastores.corpus", "token corpora for retrieval datastores"),
     "ngram-table": ("specnb.drafters.model_ngram", "build the model-derived unigram/bigram tables (cached)"),
     "roofline": ("specnb.roofline", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.kernels.bench", "the few-row CPU kernels"),
 }
-DATASTORE_KINDS = ["specnb.drafters.rest", "specnb.drafters.crest", "specnb.drafters.dense"]
+DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest", "specnb.datastores.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]
 
 

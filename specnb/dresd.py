@@ -3,7 +3,7 @@ several drafters over the same prompts.
 
 Datastores (cached under ``cache_dir()/datastores/dense``, built on first use):
 
-* ``code-OOD``: the CPython standard library (:func:`specnb.corpus.build_corpus` ``"code"``), truncated;
+* ``code-OOD``: the CPython standard library (:func:`specnb.datastores.corpus.build_corpus` ``"code"``), truncated;
 * ``chat-OOD``: ShareGPT assistant turns (``"chat"``), truncated;
 * ``code-ID``: the target's own greedy responses to stdlib docstring stubs (``data/id_code_<model>.jsonl``,
   made by :mod:`specnb.id_data`; for the tiny smoke model a few are generated on the fly).
@@ -21,10 +21,17 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from .ann import ExactIndex
-from .corpus import CorpusError, TokenCorpus
+from .datastores.corpus import CorpusError, TokenCorpus
+from .datastores.dense import (
+    BuildConfig,
+    DenseDatastore,
+    build_datastore,
+    datastore_path,
+    load_datastore,
+    resolve_corpus,
+)
 from .decode import generate
 from .drafters.base import Drafter
-from .drafters.dense import BuildConfig, DenseDatastore, build_datastore, datastore_path, load_datastore, resolve_corpus
 from .embed import Projection
 from .models import LoadedModel, cache_dir
 from .prompts import Prompt

@@ -8,12 +8,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specnb.corpus import CorpusError
+from specnb.datastores import crest
 from specnb.datastores.atomic import ExistsError
+from specnb.datastores.corpus import CorpusError
+from specnb.datastores.crest import CrestStore, NgramCounter, build_crest
+from specnb.datastores.rest import RestIndex
 from specnb.decode import generate
-from specnb.drafters import crest
-from specnb.drafters.crest import CrestDrafter, CrestStore, NgramCounter, build_crest
-from specnb.drafters.rest import RestIndex
+from specnb.drafters.crest import CrestDrafter
 from tests.conftest import tiny
 from tests.test_rest import make_corpus, self_corpus
 
@@ -140,7 +141,7 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     """`specnb datastore build rest|crest` (default paths under the cache) then the bench factories."""
     import argparse
 
-    from specnb.drafters import rest
+    from specnb.datastores import rest
     from specnb.methods import make_drafter
 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))

@@ -8,7 +8,7 @@ import math
 import pytest
 from conftest import tiny
 
-from specnb.corpus import CorpusError
+from specnb.datastores.corpus import CorpusError
 from specnb.decode import generate
 from specnb.drafters import ContextNgramDrafter
 from specnb.id_data import docstring_stubs, generate_responses, id_corpus

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specnb.corpus import CorpusError, TokenCorpus
+from specnb.datastores.corpus import CorpusError, TokenCorpus
+from specnb.datastores.rest import RestIndex, SearchConfig, disk_bytes
+from specnb.datastores.retrieval_tree import build_tree, sort_rows
 from specnb.decode import generate
-from specnb.drafters.rest import RestDrafter, RestIndex, SearchConfig, disk_bytes
-from specnb.drafters.retrieval_tree import build_tree, sort_rows
+from specnb.drafters.rest import RestDrafter
 from tests.conftest import tiny
 
 META = {"tokenizer": {"name": "tiny-llama", "vocab_size": 259, "fingerprint": "x"}, "name": "test"}
@@ -141,7 +142,7 @@ def test_rest_lossless_gemma3_window():
 def test_draftretriever_comparison_classifies_every_difference(tmp_path):
     """PyPI draftretriever is ADED's tri-gram/MCTS fork: its candidates differ from REST's, and every
     difference must fall in one of the explained classes."""
-    from specnb.drafters.draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
+    from specnb.datastores.draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
 
     rng = np.random.default_rng(0)
     docs = [rng.integers(0, 6, int(rng.integers(5, 60))).tolist() for _ in range(30)]

