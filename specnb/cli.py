@@ -17,7 +17,7 @@ from typing import NoReturn
 # help (so that listing them imports nothing), and the kinds under ``specnb datastore build KIND``.
 PLUGIN_COMMANDS = {
     "corpus": ("specnb.datastores.corpus", "token corpora for retrieval datastores"),
-    "ngram-table": ("specnb.drafters.model_ngram", "build the model-derived unigram/bigram tables (cached)"),
+    "ngram-table": ("specnb.datastores.ngram_tables", "build the model-derived unigram/bigram tables (cached)"),
     "roofline": ("specnb.roofline", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.kernels.bench", "the few-row CPU kernels"),
 }

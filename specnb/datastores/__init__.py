@@ -5,6 +5,7 @@ safety they share.
 * :mod:`.rest`: REST's suffix-array store and its search; :mod:`.crest`: CREST's n-gram -> tree store;
   :mod:`.retrieval_tree`: the token tree both build from retrieved continuations;
 * :mod:`.dense`: DReSD's hidden-state store (keys, projection, ANN index, values);
+* :mod:`.ngram_tables`: the unigram ranking and bigram table derived from a model's weights (N-Grammys);
 * :mod:`.draftretriever_ref`: REST's search checked against ``draftretriever`` from PyPI;
 * :mod:`.atomic`: atomic builds; :mod:`.manifest`: per-file checksums and ``specnb datastore verify``.
 

@@ -28,13 +28,14 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from ..datastores.ngram_tables import BigramTable
 from ..draft import Draft
 from ..methods import MixedAdaptiveOptions, MixedOptions
 from ..metrics import CallStats, RunStats
 from ..replay import replay_many
 from .base import DecodeState, Drafter, Hindsight
 from .context import ContextNgramDrafter, continuations
-from .model_ngram import BigramTable, _table_for
+from .model_ngram import table_for
 
 
 class MixedDrafter(Drafter):
@@ -231,7 +232,7 @@ class AdaptiveShapeDrafter(Drafter):
 
 def make_mixed(target, options: MixedOptions) -> MixedDrafter:
     """Bench factory for ``mixed`` (k = w = 10 by default, as the paper's reference shape)."""
-    return MixedDrafter(_table_for(target, options), k=options.k, w=options.w, max_ngram=options.max_ngram,
+    return MixedDrafter(table_for(target, options), k=options.k, w=options.w, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
 
 
@@ -240,7 +241,7 @@ def make_mixed_adaptive(target, options: MixedAdaptiveOptions) -> AdaptiveShapeD
     coarse grid and cached, or ``-o roofline=PATH.csv``) drives the shape choice."""
     from ..roofline import cost_model_for
 
-    base = MixedDrafter(_table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
+    base = MixedDrafter(table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
     return AdaptiveShapeDrafter(base, cost_model_for(target, options.roofline))
 
