@@ -39,7 +39,8 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from ..models import EMBEDDED, LoadedModel, byte_tokenizer, cache_dir, fetch
+from ..model_names import ModelError, resolve_name
+from ..models import LoadedModel, byte_tokenizer, cache_dir, fetch
 from . import CorpusError
 from .atomic import atomic_folder, check_replaceable
 from .manifest import check_files, write_meta
@@ -99,10 +100,14 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a model name (embedded, ``tiny-<arch>``, HF id or path) without loading weights."""
     from transformers import AutoTokenizer
 
-    if name.startswith("tiny-"):
+    where = resolve_name(name)  # an unknown name fails at once, before the hub is asked
+    if where.kind == "tiny":
         return byte_tokenizer()
-    source = str(fetch(name, quiet=True)) if name in EMBEDDED else name
-    return AutoTokenizer.from_pretrained(source)
+    source = str(fetch(name, quiet=True)) if where.kind == "embedded" else where.source
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
+    except OSError as exc:  # hub unreachable, missing files
+        raise ModelError(f"cannot load the tokenizer of {name!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------ the corpus
