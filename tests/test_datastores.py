@@ -123,6 +123,7 @@ def test_crest_refuses_a_rest_store_of_another_tokenizer(source, tmp_path, capsy
     code, err = build(["crest", str(source), "--model", "tiny-llama", "--rest", str(store), "--out",
                        str(tmp_path / "c.sqlite")], capsys)
     assert code == 2 and "tokenizer of 'other-model'" in err and not (tmp_path / "c.sqlite").exists()
+    assert "model 'tiny-llama' has a different one" in err  # the name given, not a cache path
 
 
 def test_atomic_helpers_leave_the_old_version_on_failure(tmp_path):

@@ -86,8 +86,9 @@ class TokenizerInfo:
             name, tokenizer = getattr(source, "name_or_path", "") or type(source).__name__, source
         return cls(name, len(tokenizer), tokenizer_fingerprint(tokenizer)), tokenizer
 
-    def check(self, target: LoadedModel | PreTrainedTokenizerBase, what: str) -> None:
-        """Raise CorpusError when ``target``'s tokenizer differs from this one (``what`` names the store)."""
+    def check(self, target: str | LoadedModel | PreTrainedTokenizerBase, what: str) -> None:
+        """Raise CorpusError when ``target``'s tokenizer (a model name, a loaded model or a tokenizer) differs from
+        this one (``what`` names the store)."""
         other, _ = TokenizerInfo.of(target)
         if other.fingerprint != self.fingerprint:
             raise CorpusError(f"{what} was built with the tokenizer of {self.name!r} (vocab {self.vocab_size}, "

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from ..models import cache_dir
 from .atomic import atomic_folder, check_replaceable
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_tokenizer
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus
 from .manifest import check_files, read_meta, write_meta
 from .retrieval_tree import RetrievalTree, build_tree
 
@@ -265,7 +265,7 @@ def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str
     path = Path(out) if out else default_store(model, "rest", source_tag(source))
     if path.exists() and not overwrite:
         index = RestIndex.load(path)
-        index.tokenizer.check(load_tokenizer(model), f"REST datastore {path}")
+        index.tokenizer.check(model, f"REST datastore {path}")
         return index
     check_replaceable(path, is_rest_store, overwrite, "REST datastore")  # before the corpus is tokenised
     return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path, overwrite=overwrite)
