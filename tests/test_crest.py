@@ -85,6 +85,16 @@ def test_bad_stores(docs, tmp_path):
     foreign = tiny("llama").tokenizer
     with pytest.raises(CorpusError, match="rebuild it with"):
         store.tokenizer.check(foreign, "CREST store")
+    store = build_crest(index, path, ns=(1, 2, 3), t=10, progress=False)
+    sampled = {bytes.fromhex(key) for key in store.meta["sample"]}
+    store.close()
+    with sqlite3.connect(path) as db:  # a tree outside the open-time sample changed in place
+        key, blob = next(row for row in db.execute("SELECT ngram, tree FROM trees") if row[0] not in sampled)
+        db.execute("UPDATE trees SET tree = ? WHERE ngram = ?", (blob[:-1] + bytes([blob[-1] ^ 1]), key))
+    db.close()
+    store = CrestStore(path)  # opening checks the sample only: milliseconds for any size
+    with pytest.raises(CorpusError, match="does not match its recorded checksums"):
+        store.verify()  # `specnb datastore verify` checks every tree
 
 
 def test_interrupted_build_leaves_nothing(docs, tmp_path, monkeypatch):
