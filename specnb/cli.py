@@ -16,12 +16,12 @@ from typing import NoReturn
 # Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
 # help (so that listing them imports nothing), and the kinds under ``specnb datastore build KIND``.
 PLUGIN_COMMANDS = {
-    "corpus": ("specnb.corpus", "token corpora for retrieval datastores"),
-    "ngram-table": ("specnb.drafters.model_ngram", "build the model-derived unigram/bigram tables (cached)"),
+    "corpus": ("specnb.datastores.corpus", "token corpora for retrieval datastores"),
+    "ngram-table": ("specnb.datastores.ngram_tables", "build the model-derived unigram/bigram tables (cached)"),
     "roofline": ("specnb.roofline", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.kernels.bench", "the few-row CPU kernels"),
 }
-DATASTORE_KINDS = ["specnb.drafters.rest", "specnb.drafters.crest", "specnb.drafters.dense"]
+DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest", "specnb.datastores.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]
 
 
@@ -54,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``specnb ARGS``; returns the exit status (0 done, 2 user error, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        _check_model_names(argv)
         parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
         args = parser.parse_args(argv)
         if not hasattr(args, "func"):
@@ -66,6 +67,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specnb: interrupted", file=sys.stderr)
         return 130
+
+
+def _check_model_names(argv: list[str]) -> None:
+    """Check every ``--model NAME`` and ``--draft NAME`` before the command's module is imported (torch takes
+    seconds), so that a mistyped name fails at once (:func:`specnb.model_names.resolve_name`). Spellings this
+    quick look does not read (abbreviations) are checked later, when the model loads."""
+    from .model_names import resolve_name
+
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        flag, sep, value = arg.partition("=")
+        if flag in ("--model", "--draft"):
+            if not sep:
+                value = argv[i + 1] if i + 1 < len(argv) else ""
+            if value and not value.startswith(("-", "self:")):  # self:L drafts are checked with the options
+                resolve_name(value)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -138,7 +156,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _models_list(args: argparse.Namespace) -> int:
-    from .models import EMBEDDED, TINY_ARCHS, cache_dir
+    from .model_names import EMBEDDED, TINY_ARCHS
+    from .paths import cache_dir
 
     for name, spec in EMBEDDED.items():
         ready = (cache_dir() / "models" / name / "config.json").exists()

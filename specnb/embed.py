@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .corpus import TokenCorpus
+from .datastores.corpus import TokenCorpus
 from .models import LoadedModel
 
 N_NEXT = 20  # tokens per value after the predicted one (DReSD stores the next N tokens of each key)

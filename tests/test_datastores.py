@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from specnb.cli import main
-from specnb.corpus import CorpusError, build_corpus
+from specnb.datastores import rest
 from specnb.datastores.atomic import ExistsError, atomic_file, atomic_folder
-from specnb.drafters import rest
-from specnb.drafters.rest import RestIndex
+from specnb.datastores.corpus import CorpusError, build_corpus
+from specnb.datastores.rest import RestIndex
 from tests.conftest import tiny
 from tests.test_rest import make_corpus
 
@@ -52,7 +52,7 @@ def test_a_folder_that_is_not_a_store_is_never_replaced(source, foreign, tmp_pat
     assert (foreign / "important.txt").read_text() == "keep me"
     with pytest.raises(ExistsError):
         build_corpus(source, "tiny-llama", out=foreign, force=True, progress=False)
-    from specnb.drafters.dense import build_datastore
+    from specnb.datastores.dense import build_datastore
 
     for overwrite in (False, True):
         with pytest.raises(ExistsError):
@@ -123,6 +123,7 @@ def test_crest_refuses_a_rest_store_of_another_tokenizer(source, tmp_path, capsy
     code, err = build(["crest", str(source), "--model", "tiny-llama", "--rest", str(store), "--out",
                        str(tmp_path / "c.sqlite")], capsys)
     assert code == 2 and "tokenizer of 'other-model'" in err and not (tmp_path / "c.sqlite").exists()
+    assert "model 'tiny-llama' has a different one" in err  # the name given, not a cache path
 
 
 def test_atomic_helpers_leave_the_old_version_on_failure(tmp_path):

@@ -10,12 +10,12 @@ import torch
 from conftest import tiny
 
 from specnb.ann import AnnIndex, IndexParams
-from specnb.corpus import CorpusError, TokenCorpus, TokenizerInfo
+from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
+from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore
 from specnb.datastores.manifest import verify_store
 from specnb.decode import generate
-from specnb.drafters import dense
 from specnb.drafters.base import DecodeState
-from specnb.drafters.dense import BuildConfig, DenseDrafter, build_datastore, load_datastore, parse_shape
+from specnb.drafters.dense import DenseDrafter, parse_shape
 from specnb.methods import make_drafter
 from specnb.replay import replay_greedy, teacher_forced_hidden
 
@@ -35,7 +35,7 @@ def own_outputs(target, n_tokens: int = 40) -> TokenCorpus:
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> dict[str, dense.DenseDatastore]:
+def stores(tmp_path_factory) -> dict[str, DenseDatastore]:
     root = tmp_path_factory.mktemp("dense")
     return {arch: build_datastore(tiny(arch), own_outputs(tiny(arch)), root / arch, CONFIG, progress=False)
             for arch in ("llama", "gemma3")}

@@ -15,13 +15,17 @@ from test_rest import self_corpus
 from specnb import kernels
 from specnb.accept import CandidateDraft, accept_mcss
 from specnb.cli import main
+from specnb.datastores.crest import build_crest
+from specnb.datastores.dense import build_datastore
+from specnb.datastores.ngram_tables import bigram_table
+from specnb.datastores.rest import RestIndex
 from specnb.decode import generate
-from specnb.drafters.crest import CrestDrafter, build_crest
-from specnb.drafters.dense import DenseDrafter, build_datastore
+from specnb.drafters.crest import CrestDrafter
+from specnb.drafters.dense import DenseDrafter
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.drafters.mixed import MixedDrafter
-from specnb.drafters.model_ngram import BigramDrafter, bigram_table
-from specnb.drafters.rest import RestDrafter, RestIndex
+from specnb.drafters.model_ngram import BigramDrafter
+from specnb.drafters.rest import RestDrafter
 from specnb.methods import make_drafter, options_for
 from specnb.models import LoadedModel, load_model
 from specnb.profiles import PROFILES

@@ -10,7 +10,7 @@ import torch
 from conftest import tiny
 
 from specnb import embed
-from specnb.corpus import TokenCorpus, TokenizerInfo
+from specnb.datastores.corpus import TokenCorpus, TokenizerInfo
 from specnb.embed import Projection, extract, fit_projection, next_tokens, row_layout, segments
 
 

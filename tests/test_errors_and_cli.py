@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,6 +49,45 @@ def test_invalid_decoding_parameters(kwargs, message):
 def test_unknown_model(name):
     with pytest.raises(ModelError, match="unknown"):
         load_model(name)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["corpus", "build", "code", "--model", "gemma-3-27Om"], "unknown model 'gemma-3-27Om'"),
+    (["datastore", "build", "rest", "code", "--model=gemma3"], "unknown model 'gemma3'"),
+    (["datastore", "build", "dense", "code", "--model", "no-such/model"], "HF_HUB_OFFLINE is set"),
+    (["ngram-table", "--model", "tiny-gpt"], "unknown tiny architecture 'gpt'"),
+    (["bench", "--methods", "sd", "--draft", "qwen-0.5b"], "unknown model 'qwen-0.5b'"),
+])
+def test_unknown_model_names_fail_at_once(argv, message):
+    """A mistyped --model / --draft is one line and exit 2 before torch loads or the hub is asked (it used to
+    spend ~25 s on hub retries): a fresh interpreter, so the time includes everything the command imports."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}  # a well-formed hub id is then refused without a request
+    script = (f"import sys, specnb.cli\ncode = specnb.cli.main({argv!r})\n"
+              "print(sorted(m for m in sys.modules if m in ('torch', 'transformers')))\nsys.exit(code)")
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         cwd=Path(__file__).parents[1])  # this checkout's specnb
+    seconds = time.perf_counter() - start
+    assert out.returncode == 2 and out.stderr.startswith("specnb: error: ") and out.stderr.count("\n") == 1, out
+    assert message in out.stderr and out.stdout == "[]\n", out  # refused before torch was imported
+    assert seconds < 5, f"{argv} took {seconds:.1f} s"  # generous: ~0.1 s alone, the machine may be busy
+
+
+def test_model_names_resolve_without_the_hub(tmp_path, monkeypatch):
+    from specnb.model_names import resolve_name
+
+    assert resolve_name("gemma-3-270m").kind == "embedded" and resolve_name("tiny-qwen2").source == "qwen2"
+    local = resolve_name(str(tmp_path))
+    assert local.kind == "local" and local.offline  # from_pretrained then never asks the hub
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    for name in ("org/model", "./missing", "../a/b", "a/b/c", "~/nothing"):
+        with pytest.raises(ModelError):
+            resolve_name(name)
 
 
 @pytest.mark.parametrize("kwargs", [{"k": 0}, {"w": 0}, {"max_ngram": 1, "min_ngram": 2}])

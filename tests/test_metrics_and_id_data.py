@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 from conftest import tiny
 
-from specnb.corpus import CorpusError
+from specnb.datastores.corpus import CorpusError
 from specnb.decode import generate
 from specnb.drafters import ContextNgramDrafter
 from specnb.id_data import docstring_stubs, generate_responses, id_corpus
@@ -63,6 +64,18 @@ def test_docstring_stubs_are_seeded_stubs(monkeypatch):
     for stub in stubs:
         assert stub.text.startswith("def ") and stub.text.rstrip().endswith(('"""', "'''"))
         assert stub.messages[0]["content"].endswith(stub.text)
+
+
+def test_a_response_that_ends_keeps_its_eos(tmp_path):
+    """A response that stops at an EOS holds it (as generate() does) and says so."""
+    prompt = Prompt("a", text="def f(x):")
+    free = generate(tiny("llama"), prompt, max_new_tokens=8).tokens
+    target = dataclasses.replace(tiny("llama"), eos_token_ids=frozenset({free[3]}))  # stop at the 4th token
+    out = generate_responses(target, [prompt], tmp_path / "r.jsonl", max_new_tokens=8, batch_size=1)
+    record = json.loads(out.read_text())
+    assert record["stop_reason"] == "eos"
+    assert record["response_ids"] == generate(target, prompt, max_new_tokens=8).tokens == \
+        free[:free.index(free[3]) + 1]
 
 
 def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.datastores.ngram_tables import BigramTable, bigram_table
 from specnb.decode import generate
 from specnb.drafters.base import DecodeState
 from specnb.drafters.mixed import (
@@ -19,7 +20,6 @@ from specnb.drafters.mixed import (
     longest_suffix_match,
     match_lengths,
 )
-from specnb.drafters.model_ngram import BigramTable, bigram_table
 from specnb.metrics import CallStats
 from specnb.replay import replay_greedy
 from specnb.roofline import CostModel

@@ -9,17 +9,16 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.decode import generate
-from specnb.drafters import model_ngram
-from specnb.drafters.model_ngram import (
-    BigramDrafter,
+from specnb.datastores import ngram_tables
+from specnb.datastores.ngram_tables import (
     NgramTableError,
-    UnigramDrafter,
     bigram_path,
     bigram_table,
     unigram_distances,
     unigram_ranking,
 )
+from specnb.decode import generate
+from specnb.drafters.model_ngram import BigramDrafter, UnigramDrafter
 
 PROMPT = list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
 
@@ -59,8 +58,8 @@ def test_bigram_cache_reloads_grows_and_refuses_other_models(monkeypatch):
     target = tiny("llama")
     first = bigram_table(target, [10, 20], k_max=4, progress=False)
     calls = []
-    original = model_ngram._compute_rows
-    monkeypatch.setattr(model_ngram, "_compute_rows", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
+    original = ngram_tables._compute_rows
+    monkeypatch.setattr(ngram_tables, "_compute_rows", lambda *a, **k: calls.append(a[1]) or original(*a, **k))
     again = bigram_table(target, [10, 20], k_max=4, progress=False)
     assert calls == [] and np.array_equal(again.topk, first.topk) and np.array_equal(again.tokens, first.tokens)
     grown = bigram_table(target, [30], k_max=4, progress=False)
@@ -108,7 +107,7 @@ def test_cli_builds_the_tables(tmp_path, capsys):
     import argparse
 
     parser = argparse.ArgumentParser()
-    model_ngram.add_parser(parser.add_subparsers())
+    ngram_tables.add_parser(parser.add_subparsers())
     text = tmp_path / "corpus.txt"
     text.write_text("hello")
     args = parser.parse_args(["ngram-table", "--model", "tiny-llama", "--tokens", str(text), "--k-max", "4"])

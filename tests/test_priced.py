@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from specnb.datastores.rest import RestIndex
 from specnb.decode import generate
 from specnb.draft import Draft
 from specnb.drafters.base import DecodeState, Hindsight
 from specnb.drafters.priced import PricedTreeDrafter, accepted_by_budget
-from specnb.drafters.rest import RestDrafter, RestIndex
+from specnb.drafters.rest import RestDrafter
 from tests.conftest import tiny
 from tests.test_rest import self_corpus
 

@@ -1,6 +1,16 @@
-"""Datastore safety shared by every store kind: atomic builds (:mod:`.atomic`) and per-file checksums
-(:mod:`.manifest`). The store formats and builders are in :mod:`specnb.corpus`, :mod:`specnb.drafters.rest`,
-:mod:`specnb.drafters.crest` and :mod:`specnb.drafters.dense`."""
+"""Datastores: every store the drafters read, with its format, its builder and its ``specnb`` command, and the
+safety they share.
+
+* :mod:`.corpus`: token corpora (the input of every retrieval store) and tokenizer fingerprints;
+* :mod:`.rest`: REST's suffix-array store and its search; :mod:`.crest`: CREST's n-gram -> tree store;
+  :mod:`.retrieval_tree`: the token tree both build from retrieved continuations;
+* :mod:`.dense`: DReSD's hidden-state store (keys, projection, ANN index, values);
+* :mod:`.ngram_tables`: the unigram ranking and bigram table derived from a model's weights (N-Grammys);
+* :mod:`.draftretriever_ref`: REST's search checked against ``draftretriever`` from PyPI;
+* :mod:`.atomic`: atomic builds; :mod:`.manifest`: per-file checksums and ``specnb datastore verify``.
+
+The drafters that query these stores are in :mod:`specnb.drafters`.
+"""
 
 
 class CorpusError(ValueError):

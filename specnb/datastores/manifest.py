@@ -5,7 +5,7 @@ complete build) ``"files": {name: {"bytes", "sha256", "sample_sha256"}}`` for ev
 store checks every file's size and its *sampled* hash (16 chunks of 4 KiB at fixed offsets: milliseconds
 even for gigabytes, and it catches a file overwritten or truncated); ``specnb datastore verify PATH`` checks
 the full hashes. A CREST store is one SQLite file and records the same two hashes over its trees table (see
-:mod:`specnb.drafters.crest`). Stores built before checksums existed carry no ``files`` and are not checked.
+:mod:`specnb.datastores.crest`). Stores built before checksums existed carry no ``files`` and are not checked.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def verify_store(path: str | Path) -> str:
     Returns a one-line report; raises CorpusError when anything is wrong."""
     path = Path(path)
     if path.is_file():
-        from ..drafters.crest import CrestStore
+        from .crest import CrestStore
 
         store = CrestStore(path)
         store.verify()
@@ -103,15 +103,15 @@ def verify_store(path: str | Path) -> str:
     checked = check_files(path, meta, full=True)
     kind = meta.get("kind")
     if kind == "rest":
-        from ..drafters.rest import RestIndex
+        from .rest import RestIndex
 
         RestIndex.load(path)
     elif kind == "dense":
-        from ..drafters.dense import load_datastore
+        from .dense import load_datastore
 
         load_datastore(path)
     else:
-        from ..corpus import load_corpus
+        from .corpus import load_corpus
 
         load_corpus(path)
         kind = "corpus"

@@ -6,215 +6,23 @@ every position of a token corpus. Each neighbour's value is the next tokens of i
 neighbours whose first value token equals the root (the token the target actually produced) are kept, and
 the tokens after it become up to ``k`` de-duplicated drafts of ``w`` tokens, best neighbour first.
 Verification takes them as a batch (``verify="batch"``) or as the trie of the rows (``verify="tree"``).
-
-A dense datastore is a folder:
-
-    meta.json            written last: what built it (model, tokenizer, corpus, parameters, timings, sizes)
-    values.i32.npy       int32 [n, 1 + N]   (see :mod:`specnb.embed`)
-    keys.f32.npy         float32 [n, dims]  the transformed keys (exact search, MRR)
-    projection.npz       the fitted z-score / PCA transform
-    index.hnsw           hnswlib inner-product index over the keys
-    hidden.f16.npy, positions.i64.npy, corpus_tokens.i32.npy, doc_starts.i64.npy   analysis only
-
-It is built in ``<out>.partial`` and renamed into place at the end, so an interrupted build never loads
-(and rerunning the build resumes the hidden-state extraction). meta.json records every other file's checksums,
-checked (sizes and a sampled hash) whenever the store is opened. A build never replaces a folder that is not
-a dense store, and replaces a store only with ``overwrite``, once the new one is complete.
+The datastore's format and builder are in :mod:`specnb.datastores.dense`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import torch
 
-from ..ann import AnnIndex, IndexParams
-from ..corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
-from ..datastores.atomic import atomic_folder, check_replaceable
-from ..datastores.manifest import check_files, read_meta, write_meta
+from ..datastores.dense import DenseDatastore, open_dense
+from ..datastores.retrieval_tree import build_tree, sort_rows
 from ..draft import Draft
-from ..embed import N_NEXT, Projection, extract, fit_projection, sample_rows
 from ..methods import DenseOptions
-from ..models import LoadedModel, cache_dir, load_model
+from ..models import LoadedModel
 from .base import DecodeState, Drafter
-from .retrieval_tree import build_tree, sort_rows
 
-FORMAT_VERSION = 1
 SAMPLING_SHAPE = (10, 10)  # k drafts x w tokens: DReSD's best shape for nucleus sampling
 GREEDY_SHAPE = (3, 20)  # DReSD's best shape for greedy decoding
-RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz", "index.hnsw")
-
-
-@dataclass
-class BuildConfig:
-    """Parameters of a dense datastore build (recorded in its meta.json)."""
-
-    n_next: int = N_NEXT
-    dims: int = 64
-    n_components: int = 256
-    sample_size: int = 1_000_000
-    znorm: bool = True
-    l2: bool = True
-    seq_len: int = 512
-    overlap: int = 64
-    batch_tokens: int = 4096
-    index: IndexParams = field(default_factory=IndexParams)
-    keep_hidden: bool = True  # keep hidden.f16.npy for analyses (PCA ablations); not needed to draft
-
-
-@dataclass
-class DenseDatastore:
-    """A loaded dense datastore (arrays memory-mapped; see the module docstring for the files)."""
-
-    path: Path
-    meta: dict[str, Any]
-    values: np.ndarray
-    keys: np.ndarray
-    projection: Projection
-    index: AnnIndex
-
-    @property
-    def rows(self) -> int:
-        return int(self.values.shape[0])
-
-    @property
-    def n_next(self) -> int:
-        return int(self.values.shape[1] - 1)
-
-    @property
-    def pad_id(self) -> int:
-        return int(self.meta["extract"]["pad_id"])
-
-    def hidden(self) -> np.ndarray:
-        """float16 [n, d] memory map of the raw hidden states (if the build kept them)."""
-        return self._array("hidden.f16.npy")
-
-    def positions(self) -> np.ndarray:
-        return self._array("positions.i64.npy")
-
-    def corpus_tokens(self) -> np.ndarray:
-        return self._array("corpus_tokens.i32.npy")
-
-    def doc_starts(self) -> np.ndarray:
-        return self._array("doc_starts.i64.npy")
-
-    def _array(self, name: str) -> np.ndarray:
-        if not (self.path / name).exists():
-            raise CorpusError(f"{self.path} has no {name} (built with keep_hidden=False?)")
-        return np.load(self.path / name, mmap_mode="r")
-
-    def storage_bytes(self) -> int:
-        """Bytes on disk of what drafting needs (values, projection, index, meta)."""
-        return sum((self.path / name).stat().st_size for name in RUNTIME_FILES)
-
-    def check(self, target: LoadedModel) -> None:
-        """Raise CorpusError unless ``target`` is the model (and tokenizer) the hidden states came from."""
-        TokenizerInfo(**self.meta["tokenizer"]).check(target, f"dense datastore {self.path}")
-        model = self.meta["model"]
-        hidden_size = target.model.config.get_text_config().hidden_size
-        if model["name"] != target.name or model["hidden_size"] != hidden_size:
-            raise CorpusError(f"dense datastore {self.path} holds hidden states of model {model['name']!r} "
-                              f"(d={model['hidden_size']}), not of {target.name!r} (d={hidden_size}); "
-                              f"rebuild it with --model {target.name}")
-
-
-def load_datastore(path: str | Path) -> DenseDatastore:
-    """Open a dense datastore folder. Raises CorpusError (one line) when it is missing, unfinished or corrupt."""
-    path = Path(path)
-    if not (path / "meta.json").exists():
-        hint = " (an interrupted build is in .partial: rerun the build to resume)" if \
-            path.with_name(path.name + ".partial").exists() else ""
-        raise CorpusError(f"no dense datastore at {path}{hint}; build it with `specnb datastore build dense`")
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-        if meta.get("format") != FORMAT_VERSION or meta.get("kind") != "dense":
-            raise ValueError(f"format {meta.get('format')!r}, kind {meta.get('kind')!r}")
-        values = np.load(path / "values.i32.npy", mmap_mode="r")
-        keys = np.load(path / "keys.f32.npy", mmap_mode="r")
-        projection = Projection.load(path / "projection.npz")
-        params = IndexParams(**meta["index"])
-        index = AnnIndex.load(path / "index.hnsw", projection.dims, params)
-        rows = meta["rows"]
-        if values.shape[0] != rows or keys.shape != (rows, projection.dims) or len(index) != rows:
-            raise ValueError(f"sizes disagree: meta {rows} rows, values {values.shape}, keys {keys.shape}, "
-                             f"index {len(index)}")
-        check_files(path, meta)
-    except CorpusError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise CorpusError(f"dense datastore at {path} is corrupt ({exc}); delete it and build it again") from None
-    return DenseDatastore(path, meta, values, keys, projection, index)
-
-
-def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, config: BuildConfig | None = None,
-                    progress: bool = True, overwrite: bool = False) -> DenseDatastore:
-    """Extract hidden states of ``corpus``, fit the key transform, index the keys, and save atomically.
-
-    An existing complete datastore at ``out`` is returned as is unless ``overwrite``; then it is replaced once
-    the new one is complete. A folder at ``out`` that is not a dense store is never replaced (ExistsError).
-    """
-    config = config or BuildConfig()
-    out = Path(out)
-    replace = check_replaceable(out, is_dense_store, True, "dense datastore")  # never what is not a store
-    if replace and not overwrite:
-        store = load_datastore(out)
-        store.check(target)
-        return store
-    corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
-    with atomic_folder(out, replace=replace, keep_partial=True) as tmp:
-        _build_into(tmp, target, corpus, config, progress)
-    return load_datastore(out)
-
-
-def is_dense_store(path: Path) -> bool:
-    """Whether ``path`` is a folder holding a dense store (complete or damaged: it is ours to replace)."""
-    meta = read_meta(path)
-    return meta is not None and meta.get("kind") == "dense"
-
-
-def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: BuildConfig, progress: bool) -> None:
-    """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there)."""
-    times: dict[str, float] = {}
-    t0 = time.perf_counter()
-    extracted = extract(target, corpus, tmp, n_next=config.n_next, seq_len=config.seq_len, overlap=config.overlap,
-                        batch_tokens=config.batch_tokens, progress=progress)
-    times["extract_seconds"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    hidden = np.load(tmp / "hidden.f16.npy", mmap_mode="r")
-    sample = sample_rows(hidden, config.sample_size)
-    projection = fit_projection(sample, config.n_components, config.dims, znorm=config.znorm, l2=config.l2)
-    projection.save(tmp / "projection.npz")
-    keys = projection.transform(hidden, progress=progress)
-    np.save(tmp / "keys.f32.npy", keys)
-    times["projection_seconds"] = time.perf_counter() - t0
-
-    index = AnnIndex.build(keys, config.index, progress=progress)
-    index.save(tmp / "index.hnsw")
-    times["index_seconds"] = index.build_seconds
-    del hidden
-    if not config.keep_hidden:
-        (tmp / "hidden.f16.npy").unlink()
-
-    info, _ = TokenizerInfo.of(target)
-    meta = {"format": FORMAT_VERSION, "kind": "dense", "rows": int(keys.shape[0]),
-            "model": {"name": target.name, "hidden_size": extracted["hidden_size"], "dtype": extracted["dtype"]},
-            "tokenizer": info.__dict__, "corpus": corpus.meta, "extract": extracted,
-            "projection": {**projection.meta, "dims": projection.dims, "l2": projection.l2,
-                           "explained_variance_at_dims": float(projection.explained_variance_ratio[
-                               :projection.dims].sum())},
-            "index": asdict(config.index), "timings": {k: round(v, 2) for k, v in times.items()},
-            "built": time.strftime("%Y-%m-%d %H:%M:%S")}
-    write_meta(tmp, meta)  # last: marks completion
-
-
-# ------------------------------------------------------------------------------------------- drafter
 
 
 class DenseDrafter(Drafter):
@@ -223,7 +31,7 @@ class DenseDrafter(Drafter):
     merge: ``"rows"`` (DReSD's drafts: the first k distinct continuations, best neighbour first, as the trie
     of the rows) or ``"votes"`` (every continuation that passes the filter merged into one token tree of at
     most k * w nodes ranked by how many continuations pass through each node, REST's construction
-    (:mod:`specnb.drafters.retrieval_tree`), so its first b nodes are the best-supported tree of b nodes:
+    (:mod:`specnb.datastores.retrieval_tree`), so its first b nodes are the best-supported tree of b nodes:
     what :mod:`specnb.drafters.priced` needs to cut it).
     neighbours: how many nearest keys to fetch before the first-token filter (default max(4k, 128): most
     neighbours fail the filter, and on the 92k-position code store 128 instead of 40 raise the accepted
@@ -302,85 +110,10 @@ def parse_shape(shape: str) -> tuple[int, int]:
     return k, w
 
 
-def datastore_path(name: str, model: str) -> Path:
-    """Default location of a named dense datastore for ``model`` in the cache."""
-    return cache_dir() / "datastores" / "dense" / f"{name}-{Path(model).name}"
-
-
 def make_dense(target: LoadedModel, options: DenseOptions) -> DenseDrafter:
     """Bench factory: ``--datastore PATH|NAME`` (a folder, or a name under the cache), ``--k/--w`` or
     ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N -o merge=rows|votes``."""
-    path = Path(options.datastore)
-    if not path.exists():
-        path = datastore_path(options.datastore, target.name)
-    store = load_datastore(path)
-    store.check(target)
+    store = open_dense(target, options.datastore)
     k, w = parse_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
     return DenseDrafter(store, k=options.k or k, w=options.w or w, neighbours=options.neighbours, ef=options.ef,
                         merge=options.merge)
-
-
-# ----------------------------------------------------------------------------------------------- CLI
-
-
-def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = None) -> TokenCorpus:
-    """``code`` / ``chat`` (cached corpora of :mod:`specnb.corpus`), a responses ``*.jsonl`` (ID data from
-    :mod:`specnb.id_data`), a built corpus folder, or a source path for :func:`specnb.corpus.build_corpus`.
-    ``max_tokens`` truncates (whole documents) for quick builds."""
-    path = Path(source)
-    if source.endswith(".jsonl"):
-        from ..id_data import id_corpus
-
-        corpus = id_corpus(path)
-    elif (path / "meta.json").exists():
-        corpus = load_corpus(path)
-    else:
-        corpus = build_corpus(source, target, max_tokens=max_tokens, progress=True)
-    if max_tokens is not None and corpus.num_tokens > max_tokens:
-        # whole documents up to max_tokens (build_corpus stops *after* the document that crosses it)
-        keep = int(np.searchsorted(corpus.doc_starts, max_tokens, side="right")) - 1
-        corpus = corpus.select(np.arange(max(keep, 1)))
-    return corpus
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb datastore build dense SOURCE --model M [--out DIR] ...`` (to hang under `datastore build`)."""
-    defaults = BuildConfig()
-    parser = subparsers.add_parser("dense", help="DReSD datastore: hidden states -> PCA keys -> hnswlib index")
-    parser.add_argument("source", help="code | chat | responses .jsonl (ID data) | corpus folder | path")
-    parser.add_argument("--model", required=True, help="target model whose hidden states are stored")
-    parser.add_argument("--dtype", default="auto", help="model dtype for extraction (auto: bf16 where fast)")
-    parser.add_argument("--out", default=None, help="output folder (default: the cache, named after the source)")
-    parser.add_argument("--max-tokens", type=int, default=None, help="use about this many corpus tokens")
-    parser.add_argument("--n-next", type=int, default=defaults.n_next, help="draft tokens stored per value")
-    parser.add_argument("--dims", type=int, default=defaults.dims, help="PCA components used")
-    parser.add_argument("--components", type=int, default=defaults.n_components, help="PCA components fitted")
-    parser.add_argument("--sample", type=int, default=defaults.sample_size, help="vectors for z-score / PCA fit")
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per extraction window")
-    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens, help="tokens per forward batch")
-    parser.add_argument("--M", type=int, default=defaults.index.M, help="hnswlib graph degree")
-    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction,
-                        help="hnswlib build-time candidate list")
-    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search,
-                        help="hnswlib query-time candidate list")
-    parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
-                        "the new one is complete; never a folder that is not one)")
-    parser.set_defaults(func=_cli_build)
-    return parser
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
-    out = Path(args.out) if args.out else datastore_path(name, args.model)
-    check_replaceable(out, is_dense_store, True, "dense datastore")  # before the model loads
-    target = load_model(args.model, dtype=args.dtype)
-    corpus = resolve_corpus(args.source, target, args.max_tokens)
-    config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
-                         sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
-                         index=IndexParams(args.M, args.ef_construction, args.ef_search),
-                         keep_hidden=not args.no_hidden)
-    store = build_datastore(target, corpus, out, config, overwrite=args.overwrite)
-    print(f"{store.path}: {store.rows:,} keys of {store.projection.dims} dims, "
-          f"{store.storage_bytes() / 2**20:.1f} MiB to draft, timings {store.meta['timings']}")
-    return 0

@@ -27,12 +27,13 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from ..datastores.ngram_tables import BigramTable
 from ..draft import Draft
 from ..methods import MixedAdaptiveOptions, MixedOptions
 from ..metrics import CallStats
 from .base import DecodeState, Drafter, Hindsight
 from .context import ContextNgramDrafter, continuations
-from .model_ngram import BigramTable, _table_for
+from .model_ngram import table_for
 
 
 class MixedDrafter(Drafter):
@@ -229,7 +230,7 @@ class AdaptiveShapeDrafter(Drafter):
 
 def make_mixed(target, options: MixedOptions) -> MixedDrafter:
     """Bench factory for ``mixed`` (k = w = 10 by default, as the paper's reference shape)."""
-    return MixedDrafter(_table_for(target, options), k=options.k, w=options.w, max_ngram=options.max_ngram,
+    return MixedDrafter(table_for(target, options), k=options.k, w=options.w, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
 
 
@@ -238,6 +239,6 @@ def make_mixed_adaptive(target, options: MixedAdaptiveOptions) -> AdaptiveShapeD
     coarse grid and cached, or ``-o roofline=PATH.csv``) drives the shape choice."""
     from ..roofline import cost_model_for
 
-    base = MixedDrafter(_table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
+    base = MixedDrafter(table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
     return AdaptiveShapeDrafter(base, cost_model_for(target, options.roofline))

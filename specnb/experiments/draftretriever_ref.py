@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..corpus import TokenCorpus
-from ..drafters.rest import DEFAULT_SEARCH, RestIndex, SearchConfig
-from ..drafters.retrieval_tree import build_tree
+from ..datastores.corpus import TokenCorpus
+from ..datastores.rest import DEFAULT_SEARCH, RestIndex, SearchConfig
+from ..datastores.retrieval_tree import build_tree
 
 
 def write_draftretriever(corpus: TokenCorpus, path: str | Path) -> Path:

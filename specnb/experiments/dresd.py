@@ -3,7 +3,7 @@ nearest neighbours of a prompt's state (the drafters themselves run through :fun
 
 Datastores (cached under ``cache_dir()/datastores/dense``, built on first use):
 
-* ``code-OOD``: the CPython standard library (:func:`specnb.corpus.build_corpus` ``"code"``), truncated;
+* ``code-OOD``: the CPython standard library (:func:`specnb.datastores.corpus.build_corpus` ``"code"``), truncated;
 * ``chat-OOD``: ShareGPT assistant turns (``"chat"``), truncated;
 * ``code-ID``: the target's own greedy responses to stdlib docstring stubs (``data/id_code_<model>.jsonl``,
   made by :mod:`specnb.id_data`; for the tiny smoke model a few are generated on the fly).
@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ..ann import AnnIndex, ExactIndex, IndexParams, query_latency, recall_at_k
-from ..corpus import CorpusError, TokenCorpus
-from ..drafters.dense import (
+from ..datastores.corpus import CorpusError, TokenCorpus
+from ..datastores.dense import (
     BuildConfig,
     DenseDatastore,
     build_datastore,

@@ -13,15 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..datastores.crest import CrestStore
+from ..datastores.dense import load_datastore
+from ..datastores.ngram_tables import BigramTable
+from ..datastores.rest import DEFAULT_SEARCH, RestIndex
 from ..draft import Draft
 from ..drafters.base import DecodeState, Drafter
 from ..drafters.context import ContextNgramDrafter
-from ..drafters.crest import CrestDrafter, CrestStore
-from ..drafters.dense import DenseDrafter, load_datastore
+from ..drafters.crest import CrestDrafter
+from ..drafters.dense import DenseDrafter
 from ..drafters.draft_model import DraftModelDrafter
 from ..drafters.mixed import MixedDrafter
-from ..drafters.model_ngram import BigramDrafter, BigramTable
-from ..drafters.rest import DEFAULT_SEARCH, RestDrafter, RestIndex
+from ..drafters.model_ngram import BigramDrafter
+from ..drafters.rest import RestDrafter
 from ..models import LoadedModel
 
 GRID_K = (1, 2, 4, 8, 16)

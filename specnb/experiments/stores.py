@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..drafters.crest import build_crest
-from ..drafters.rest import RestIndex
+from ..datastores.crest import build_crest
+from ..datastores.rest import RestIndex
 from ..models import LoadedModel, cache_dir
 from .dresd import datastores, store_corpus
 

