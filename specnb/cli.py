@@ -82,7 +82,7 @@ def _check_model_names(argv: list[str]) -> None:
         if flag in ("--model", "--draft"):
             if not sep:
                 value = argv[i + 1] if i + 1 < len(argv) else ""
-            # self:L drafts are checked with the options, roofline's random:SHAPE models by the roofline
+            # self:L drafts are checked with the options, random:SHAPE models (roofline only) by roofline
             if value and not value.startswith(("-", "self:", "random:")):
                 resolve_name(value)
 
