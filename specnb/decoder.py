@@ -18,6 +18,8 @@ decoder runs).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import inspect
 from dataclasses import dataclass
 
@@ -174,3 +176,17 @@ def body(model: PreTrainedModel) -> Body | None:
     if cached is None or cached[0] != key:
         cached = model._specnb_body = (key, Body(model))
     return cached[1]
+
+
+@functools.cache
+def _digest() -> str:
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:8]
+
+
+def call_path(model: PreTrainedModel) -> str:
+    """What runs a call of ``model``: ``""`` for PyTorch / Hugging Face alone, else the kernels'
+    :func:`~specnb.kernels.routed` name plus ``-body<hash of this file>`` where the :class:`Body` runs. Timing
+    tables are cached under it, so a change to either the kernels or the body measures them again."""
+    kernel = kernels.routed(model)
+    return f"{kernel}-body{_digest()}" if kernel and body(model) is not None else kernel

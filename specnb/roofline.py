@@ -28,8 +28,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
-from . import kernels
 from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
+from .decoder import call_path
 from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
 from .kernels.cpu import cpu_class
@@ -154,7 +154,7 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     frame["dtype"] = dtype
     frame["device"] = device_name(param.device)
     frame["torch"] = torch.__version__
-    frame["kernel"] = kernels.routed(model) or "torch"
+    frame["kernel"] = call_path(model) or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
     if param.device.type == "cpu":
@@ -222,7 +222,7 @@ class CostModel:
 def cost_table_path(target: LoadedModel) -> Path:
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
-    kernel = kernels.routed(target.model)  # a table timed with other GEMM kernels does not apply
+    kernel = call_path(target.model)  # a table timed with other kernels or another body does not apply
     name = "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
     return cache_dir() / "roofline" / f"{name}.csv"
 

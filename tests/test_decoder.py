@@ -114,3 +114,18 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
         got = kernels.heads(q, 4, None, 0.0, False, cos, sin)
     want, _ = apply_rotary_pos_emb(want, want, cos, sin)
     assert_close(got, want, dtype)
+
+
+def test_timing_tables_are_keyed_by_the_body_too(monkeypatch):
+    """Roofline tables timed before a change to the body (or without it) are not reused."""
+    from specnb.decoder import call_path
+    from specnb.roofline import cost_table_path
+
+    target = tiny("gemma3")
+    name = call_path(target.model)
+    assert name.startswith(kernels.routed(target.model)) and "-body" in name
+    assert name in cost_table_path(target).name
+    monkeypatch.setattr("specnb.decoder._digest", lambda: "changed0")
+    assert call_path(target.model) != name
+    with kernels.stock(target.model):
+        assert call_path(target.model) == ""
