@@ -201,19 +201,22 @@ void rows_block(int isa, int mb, const TX* x, const TW* w, const float* bias, Ou
 
 // Weight blocks are handed out in chunks from a shared counter rather than split evenly up front: when another
 // process holds one of the cores, the other threads take over its share instead of waiting for it. Chunks are
-// long runs of weight: each chunk starts a new stream that the hardware prefetchers must pick up again, and
-// 64 KB chunks streamed the LM heads at ~26 GB/s where 1/8 of the matrix per chunk reaches ~40 (interleaved
-// measurements, Zen 4); at least 256 KB, so a small matrix still splits over the threads.
+// long runs of weight, since each chunk starts a new stream that the hardware prefetchers must pick up again
+// (64 KB chunks streamed the LM heads at ~26 GB/s where a quarter of a thread's share per chunk reaches ~40;
+// interleaved measurements, Zen 4), and their number is a multiple of the threads, so that with every core
+// free no thread is left with one chunk more than the others (an uneven split cost ~20% at 16 rows).
 template <typename TX, typename TW, typename Out>
 void gemm(int isa, const TX* x, const TW* w, const float* bias, Out* y, int64_t M, int64_t N, int64_t K,
           bool parallel = true) {
+  constexpr int64_t CHUNKS_PER_THREAD = 4, MIN_CHUNK_BYTES = 128 << 10;  // below that, one thread does it
   const int64_t blocks = (N + NB - 1) / NB;
-  constexpr int64_t CHUNKS = 8, MIN_CHUNK_BYTES = 256 << 10;
-  const int64_t chunk = std::max<int64_t>({int64_t(1), MIN_CHUNK_BYTES / (NB * K * int64_t(sizeof(TW))),
-                                           blocks / CHUNKS});
-  const int64_t tasks = (blocks + chunk - 1) / chunk;
+  const int64_t threads = parallel ? at::get_num_threads() : 1;
+  int64_t tasks = std::min(blocks * NB * K * int64_t(sizeof(TW)) / MIN_CHUNK_BYTES, CHUNKS_PER_THREAD * threads);
+  tasks = tasks <= 1 ? 1 : std::min(blocks, (tasks + threads - 1) / threads * threads);
+  const int64_t chunk = (blocks + tasks - 1) / tasks;
+  tasks = (blocks + chunk - 1) / chunk;
+  const int64_t workers = std::min(tasks, threads);
   std::atomic<int64_t> next{0};
-  const int64_t workers = parallel ? std::min<int64_t>(tasks, at::get_num_threads()) : 1;
   at::parallel_for(0, workers, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
       for (int64_t first; (first = next.fetch_add(chunk)) < blocks;) {
