@@ -58,7 +58,15 @@ class Layer:
 
     def __init__(self, layer: nn.Module, index: int, kind: str, gemma: bool):
         attn, mlp = layer.self_attn, layer.mlp
-        self.index, self.kind, self.attn, self.mlp = index, kind, attn, mlp
+        self.index, self.kind, self.attn = index, kind, attn
+        # the weights as the kernels take them: q/k/v and gate/up stacked (kernels.FusedSiblings), so each is
+        # one kernel call without the nn.Module machinery around it
+        self.qkv, self.gate_up = kernels.stacked(attn.q_proj), kernels.stacked(mlp.gate_proj)
+        if self.qkv is None or self.gate_up is None:
+            raise NotImplementedError("q/k/v or gate/up not fused by specnb.kernels.install")
+        self.o = attn.o_proj.weight, attn.o_proj.bias
+        self.down = mlp.down_proj.weight, mlp.down_proj.bias
+        self.act = mlp.act_fn
         config = attn.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.scaling = attn.scaling
@@ -76,23 +84,24 @@ class Layer:
         B, S, _ = x.shape
         attn, (cos, sin) = self.attn, rotary
         h = self.input_norm(x)
-        q, k, v = attn.q_proj(h), attn.k_proj(h), attn.v_proj(h)  # one fused call (kernels.FusedSiblings)
+        weight, bias, sizes = self.qkv
+        q, k, v = kernels.linear(h, weight, bias).split(sizes, dim=-1)
         q = self._heads(q, self.heads, self.q_norm, cos, sin)  # [B, H, S, D]
         k = self._heads(k, self.kv_heads, self.k_norm, cos, sin)  # [B, Hk, S, D]
         v = v.view(B, S, self.kv_heads, -1).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.index)
         out, _ = kernels.attention(attn, q, k, v, mask, scaling=self.scaling, softcap=self.softcap)
-        out = attn.o_proj(out.reshape(B, S, -1))  # [B, S, H, D] -> [B, S, d]
+        out = kernels.linear(out.reshape(B, S, -1), *self.o)  # [B, S, H, D] -> [B, S, d]
         if self.pre_mlp_norm is None:  # Llama, Qwen2
             x = x + out
             h = self.post_attention_norm(x)
         else:  # Gemma
             x = x + self.post_attention_norm(out)
             h = self.pre_mlp_norm(x)
-        mlp = self.mlp
-        gate, up = mlp.gate_proj(h), mlp.up_proj(h)  # one fused call
-        out = mlp.down_proj(mlp.act_fn(gate) * up)
+        weight, bias, sizes = self.gate_up
+        gate, up = kernels.linear(h, weight, bias).split(sizes, dim=-1)
+        out = kernels.linear(self.act(gate) * up, *self.down)
         return x + (out if self.post_mlp_norm is None else self.post_mlp_norm(out))
 
     @staticmethod
@@ -174,7 +183,11 @@ def body(model: PreTrainedModel) -> Body | None:
     key = (weight.device, weight.dtype, weight.data_ptr())
     cached = getattr(model, "_specnb_body", None)
     if cached is None or cached[0] != key:
-        cached = model._specnb_body = (key, Body(model))
+        try:
+            lean = Body(model)
+        except NotImplementedError:  # layers the kernels did not fuse: Hugging Face's decoder runs them
+            lean = None
+        cached = model._specnb_body = (key, lean)
     return cached[1]
 
 

@@ -199,6 +199,18 @@ class FusedSiblings:
         return out
 
 
+def stacked(first: nn.Linear) -> tuple[Tensor, Tensor | None, list[int]] | None:
+    """The stacked weight [sum N, K], bias and output sizes of the siblings ``first`` leads (``q_proj``,
+    ``gate_proj``), for code that calls :func:`linear` on them directly; None if ``first`` is not fused."""
+    fused = getattr(getattr(first, "forward", None), "func", None)
+    fused = getattr(fused, "__self__", None)
+    if not isinstance(fused, FusedSiblings) or fused.layers[0] is not first:
+        return None
+    if first.weight.data_ptr() != fused.weight.data_ptr():  # moved or cast since
+        fused._stack()
+    return fused.weight, fused.bias, fused.sizes
+
+
 def _fuse_siblings(model: nn.Module) -> None:
     for module in model.modules():
         for names in SIBLINGS:
