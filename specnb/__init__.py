@@ -12,11 +12,14 @@ from typing import Any
 
 # OpenMP threads that finish a parallel region spin for a while before sleeping (GNU libgomp: 300k spins by
 # default). On a 2-core machine with one other busy process, a spinning thread steals the core its sibling
-# needs, and a decoding step (hundreds of short parallel regions) ran 2.6x slower; spinning briefly keeps the
-# quiet speed within noise and the slow-down at ~1.4x (measured on Gemma-3-270M, bf16). It only takes effect
-# when specnb is imported before torch; an explicit GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
+# needs: a decoding step (~75 short parallel regions for Gemma-3-270M) ran 2.6x slower. Too short a spin
+# costs the quiet case instead: the other thread has gone to sleep by the next layer's call and waking it
+# (a futex and, on a VM, an idle vCPU) delays every region. Measured on Gemma-3-270M bf16, one-token calls,
+# 2-core Zen 4 VM: 1000 spins: quiet ~30 ms, contended ~1.5x; 3000: quiet ~27 ms, contended ~1.9x; 10000:
+# quiet ~25 ms, contended ~2.9x. It only takes effect when specnb is imported before torch; an explicit
+# GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
 if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+    os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
 _EXPORTS = {"Draft": "draft", "Generation": "decode", "LoadedModel": "models", "Prompt": "prompts",
             "generate": "decode", "load_model": "models", "tiny_model": "models"}
