@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specnb import kernels
-from specnb.kernels import cpu
+from specnb.kernels import cpu, memory
 from specnb.models import tiny_model
 
 pytestmark = pytest.mark.skipif(kernels.extension() is None, reason="no AVX2/FMA CPU or no C++ toolchain")
@@ -197,3 +197,37 @@ def test_a_fused_model_can_be_cast_and_copied():
         scale = float(fp32.abs().max())
         torch.testing.assert_close(clone(ids).logits.float(), fp32, rtol=0.05, atol=0.05 * scale)
         assert torch.equal(loaded.model(ids).logits, fp32)  # the original is untouched
+
+
+def _huge_pages_of(address: int) -> int:
+    """AnonHugePages (kB) of the mapping that holds ``address`` in this process."""
+    mapped, pages = False, 0
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                mapped = lo <= address < hi
+            elif mapped and head == "AnonHugePages:":
+                pages = int(line.split()[1])
+    return pages
+
+
+@pytest.mark.skipif(not memory.available(), reason="no transparent huge pages on this OS")
+def test_rehome_moves_large_weights_into_huge_pages_and_keeps_ties():
+    model = torch.nn.Sequential(torch.nn.Embedding(2048, 1024), torch.nn.Linear(1024, 2048, bias=False),
+                                torch.nn.LayerNorm(1024))
+    model[1].weight = model[0].weight  # tied, as Gemma's head and embedding are
+    before = {name: p.detach().clone() for name, p in model.state_dict().items()}
+    small = model[2].weight.data_ptr()
+    assert memory.rehome(model) == 2048 * 1024 * 4  # the tied weight once, the small norm not at all
+    assert model[1].weight is model[0].weight
+    assert model[0].weight.data_ptr() % memory.HUGE_PAGE == 0 and model[2].weight.data_ptr() == small
+    for name, p in model.state_dict().items():
+        assert torch.equal(p, before[name])
+    mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    if "[never]" not in mode:  # the OS honours the advice: the weight's mapping holds 2 MB pages
+        assert _huge_pages_of(model[0].weight.data_ptr()) >= 2048
+    with torch.inference_mode():  # and the kernels read it like any tensor
+        x = torch.randn(3, 1024)
+        torch.testing.assert_close(kernels.linear(x, model[1].weight), x @ before["0.weight"].T, rtol=1e-4, atol=1e-4)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..paths import cache_dir
+from . import memory
 from .cpu import ISAS, kernel_isa
 
 MAX_ROWS = 256  # linear calls above this (prefills) go to PyTorch's GEMM, faster for many rows
@@ -174,7 +175,11 @@ class FusedSiblings:
 
     def _stack(self) -> None:
         layers = self.layers
-        self.weight = torch.cat([layer.weight.detach() for layer in layers])
+        weights = [layer.weight.detach() for layer in layers]
+        shape, dtype = (sum(self.sizes), weights[0].shape[1]), weights[0].dtype
+        huge = weights[0].device.type == "cpu" and memory.available() \
+            and shape[0] * shape[1] * weights[0].element_size() >= memory.MIN_BYTES
+        self.weight = torch.cat(weights, out=memory.empty(shape, dtype) if huge else None)
         biases = [layer.bias for layer in layers]
         self.bias = None if all(b is None for b in biases) else torch.cat(
             [b.detach() if b is not None else self.weight.new_zeros(n)
@@ -230,8 +235,9 @@ def routed(model: nn.Module) -> str:
 def install(model: nn.Module) -> bool:
     """Route ``model``'s linear layers and attention through the kernels; returns whether it did.
 
-    Only the instances' ``forward`` and the config's attention implementation change: weights, state dict
-    and code that calls the modules (Hugging Face's ``generate`` included) see the same model. Does nothing
+    Only the instances' ``forward``, the config's attention implementation and where the weights live change
+    (large ones move into huge pages, :mod:`specnb.kernels.memory`): parameters, values, state dict and code
+    that calls the modules (Hugging Face's ``generate`` included) see the same model. Does nothing
     for devices other than the CPU, dtypes other than fp32 / bf16 or where the kernels are unusable.
     """
     param = next(model.parameters(), None)
@@ -239,6 +245,7 @@ def install(model: nn.Module) -> bool:
             or extension() is None:
         return False
     _register_attention()
+    memory.rehome(model)  # weights in 2 MB pages stream faster
     for module in model.modules():
         if isinstance(module, nn.Linear):
             module.forward = types.MethodType(_linear_forward, module)
