@@ -1,9 +1,9 @@
 """Micro-benchmark of the linear layers a decoding call runs: ``specnb kernels bench``.
 
 For each weight shape and row count it times every available backend on the same inputs, cycling through
-enough copies of the weight (>= 256 MB) that each call streams its weight from memory as in a real model,
-and reports ms per call, the weight bytes read per second and that as a fraction of the machine's read
-bandwidth (:func:`specnb.ceilings.read_bandwidth`). Backends:
+enough copies of the weight (>= 256 MB, in 2 MB pages where the OS offers them) that each call streams its
+weight from memory as in a real model, and reports ms per call, the weight bytes read per second and that as
+a fraction of the machine's read bandwidth (:func:`specnb.ceilings.read_bandwidth`). Backends:
 
 * ``fewrow``:  :mod:`specnb.kernels` (this project's kernel);
 * ``torch``:   ``F.linear`` (MKL / oneDNN as PyTorch dispatches it);
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from ..ceilings import read_bandwidth
 from . import linear as fewrow_linear
+from . import memory
 from .cpu import cpu_class
 
 # (name, N, K): the linear layers that dominate Gemma-3-270M and Qwen2.5-Coder-1.5B
@@ -52,6 +53,13 @@ def _inductor(weight: Tensor) -> Callable[[Tensor], Tensor]:
     return lambda x: compiled(x, weight)
 
 
+def _weight(n: int, k: int, dtype: torch.dtype) -> Tensor:
+    """A random [n, k] weight in 2 MB pages where the OS offers them, as a model's weights are after
+    :func:`specnb.kernels.install`: every backend streams the same kind of memory."""
+    values = torch.randn(n, k).to(dtype)
+    return memory.empty(values.shape, dtype).copy_(values) if memory.available() else values
+
+
 BACKENDS: dict[str, Callable[[Tensor], Callable[[Tensor], Tensor]]] = {
     "fewrow": lambda w: lambda x: fewrow_linear(x, w),
     "torch": lambda w: lambda x: F.linear(x, w),
@@ -72,7 +80,7 @@ def bench_linear(shapes: dict[str, tuple[int, int]] = SHAPES, rows: tuple[int, .
     bar = tqdm(total=len(cells), desc="kernels", disable=not progress)
     for name, (n, k) in shapes.items():
         nbytes = n * k * torch.finfo(dtype).bits // 8
-        weights = [torch.randn(n, k).to(dtype) for _ in range(max(1, -(-STREAM_BYTES // nbytes)))]
+        weights = [_weight(n, k, dtype) for _ in range(max(1, -(-STREAM_BYTES // nbytes)))]
         for backend in backends:
             calls = [BACKENDS[backend](w) for w in weights]
             one = None
