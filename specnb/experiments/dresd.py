@@ -121,12 +121,15 @@ def corpus_sweep(store: DenseDatastore, references: list[Reference], states: lis
     them). Both methods are replayed against them; both see exactly the sampled documents (REST indexes their
     tokens, DReSD keeps their keys, searched exactly at every size so the sizes compare like with like).
     Returns one row per (fraction, method): fraction, corpus_tokens, method, accepted_length, tokens_per_call,
-    acceptance_rate, nodes_per_call.
+    acceptance_rate, nodes_per_call (a fraction that rounds to a sample already measured is skipped).
     """
     corpus = store_corpus(store)
-    rows = []
+    rows, sizes = [], set()
     for fraction in fractions:
         docs = corpus.sample_docs(fraction, seed)
+        if docs.shape[0] in sizes:  # a small store: this fraction rounds to a sample already measured
+            continue
+        sizes.add(docs.shape[0])
         sample, index = subset(store, docs), RestIndex.build(corpus.select(docs), progress=False)
         makers = {"REST": lambda index=index: RestDrafter(index),
                   "DReSD 10x6": lambda sample=sample: DenseDrafter(sample, 10, 6)}
