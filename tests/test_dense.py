@@ -204,30 +204,3 @@ def test_replay_with_teacher_forced_states_matches_decoding(stores, arch):
     assert [c.accepted for c in replay.calls] == [c.accepted for c in out.stats.calls]
     with pytest.raises(ValueError, match="hidden"):
         replay_greedy(DenseDrafter(stores[arch], 10, 10), prompt, tokens)
-
-
-def test_subset_keeps_exactly_the_keys_of_the_sampled_documents_and_the_sweep_compares_them(stores):
-    from specnb.experiments.dresd import corpus_sweep, store_corpus, subset
-
-    store = stores["llama"]
-    corpus = store_corpus(store)
-    docs = corpus.sample_docs(0.5, seed=0)
-    assert np.array_equal(corpus.sample(0.5, seed=0).tokens, corpus.select(docs).tokens)
-    part = subset(store, docs)
-    document = np.searchsorted(np.asarray(store.doc_starts()), np.asarray(store.positions()), side="right") - 1
-    kept = np.flatnonzero(np.isin(document, docs))
-    assert 0 < part.rows == kept.shape[0] < store.rows
-    assert np.array_equal(part.values, np.asarray(store.values)[kept])
-    assert np.array_equal(part.keys, np.asarray(store.keys)[kept])
-    assert len(part.index) == part.rows  # searched over the kept keys only
-
-    target = tiny("llama")
-    out = generate(target, PROMPTS[0], max_new_tokens=24)
-    references = [(torch.tensor(out.prompt_ids), torch.tensor(out.tokens))]
-    states = [teacher_forced_hidden(target, *references[0])]
-    sweep = corpus_sweep(store, references, states, fractions=(0.5, 1.0))
-    assert list(sweep.method) == ["REST", "DReSD 10x6"] * 2
-    assert sweep.corpus_tokens.iloc[0] < sweep.corpus_tokens.iloc[-1] == corpus.num_tokens
-    # the prompt's own continuation is in the store: the full corpus lets both methods accept something
-    full = sweep[sweep.fraction == 1.0].set_index("method")
-    assert (full.accepted_length > 0).all() and (sweep.tokens_per_call >= 1).all()

@@ -172,18 +172,14 @@ class TokenCorpus:
                 "selected_from": self.meta.get("name")}
         return TokenCorpus(np.ascontiguousarray(tokens, dtype=np.int32), starts, meta)
 
-    def sample_docs(self, fraction: float, seed: int = 0) -> np.ndarray:
-        """int64 [m]: the indices, increasing, of a random ``fraction`` of the documents (at least one).
-        Equal seeds give nested samples (the 2% sample contains the 1%)."""
+    def sample(self, fraction: float, seed: int = 0) -> TokenCorpus:
+        """A random ``fraction`` of the documents (at least one), in corpus order: the CREST paper's
+        1%...100% REST datastores. Equal seeds give nested samples (the 2% sample contains the 1%)."""
         if not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
         order = np.random.default_rng(seed).permutation(self.num_docs)
-        return np.sort(order[:max(1, round(fraction * self.num_docs))])
-
-    def sample(self, fraction: float, seed: int = 0) -> TokenCorpus:
-        """The documents :meth:`sample_docs` picks, in corpus order: the CREST paper's 1%...100% REST
-        datastores."""
-        corpus = self.select(self.sample_docs(fraction, seed))
+        keep = np.sort(order[:max(1, round(fraction * self.num_docs))])
+        corpus = self.select(keep)
         corpus.meta["fraction"] = fraction
         return corpus
 

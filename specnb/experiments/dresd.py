@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from torch import Tensor
 
 from ..ann import AnnIndex, ExactIndex, IndexParams, query_latency, recall_at_k
 from ..datastores.corpus import CorpusError, TokenCorpus
@@ -29,15 +28,9 @@ from ..datastores.dense import (
     load_datastore,
     resolve_corpus,
 )
-from ..datastores.rest import RestIndex
-from ..drafters.dense import DenseDrafter
-from ..drafters.rest import RestDrafter
 from ..embed import Projection
 from ..models import LoadedModel, cache_dir
 from ..prompts import Prompt
-from ..replay import Reference
-from .grids import replay_table
-from .runner import summarize
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -99,50 +92,6 @@ def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("cod
 def store_corpus(store: DenseDatastore) -> TokenCorpus:
     """The token corpus a dense datastore was built from (so REST can index the very same documents)."""
     return TokenCorpus(np.asarray(store.corpus_tokens()), np.asarray(store.doc_starts()), dict(store.meta["corpus"]))
-
-
-def subset(store: DenseDatastore, docs: np.ndarray) -> DenseDatastore:
-    """The datastore restricted to the keys of the corpus documents ``docs`` (int indices, as
-    :meth:`TokenCorpus.sample_docs` gives), searched exactly (no index build; needs the analysis files)."""
-    document = np.searchsorted(np.asarray(store.doc_starts()), np.asarray(store.positions()), side="right") - 1
-    keep = np.isin(document, docs)
-    keys = np.ascontiguousarray(np.asarray(store.keys)[keep])
-    return dataclasses.replace(store, values=np.asarray(store.values)[keep], keys=keys, index=ExactIndex(keys))
-
-
-SWEEP_FRACTIONS = (0.125, 0.25, 0.5, 1.0)
-
-
-def corpus_sweep(store: DenseDatastore, references: list[Reference], states: list[Tensor],
-                 fractions: tuple[float, ...] = SWEEP_FRACTIONS, seed: int = 0) -> pd.DataFrame:
-    """REST and DReSD (10 x 6) on the same documents, over nested random fractions of a dense store's corpus.
-
-    references / states: greedy AR runs and their teacher-forced hidden states (as :func:`replay_table` takes
-    them). Both methods are replayed against them; both see exactly the sampled documents (REST indexes their
-    tokens, DReSD keeps their keys, searched exactly at every size so the sizes compare like with like).
-    Returns one row per (fraction, method): fraction, corpus_tokens, method, accepted_length, tokens_per_call,
-    acceptance_rate, nodes_per_call (a fraction that rounds to a sample already measured is skipped).
-    """
-    corpus = store_corpus(store)
-    rows, sizes = [], set()
-    for fraction in fractions:
-        docs = corpus.sample_docs(fraction, seed)
-        if docs.shape[0] in sizes:  # a small store: this fraction rounds to a sample already measured
-            continue
-        sizes.add(docs.shape[0])
-        sample, index = subset(store, docs), RestIndex.build(corpus.select(docs), progress=False)
-        makers = {"REST": lambda index=index: RestDrafter(index),
-                  "DReSD 10x6": lambda sample=sample: DenseDrafter(sample, 10, 6)}
-        replayed = replay_table(makers, references, states)
-        table = summarize(replayed, baseline="").set_index("method")
-        for method in makers:
-            rows.append({"fraction": fraction, "corpus_tokens": int(np.diff(corpus.doc_starts)[docs].sum()),
-                         "method": method, "accepted_length": table.accepted_length[method],
-                         "tokens_per_call": table.tokens_per_call[method],
-                         "acceptance_rate": table.acceptance_rate[method],
-                         "nodes_per_call": replayed[replayed.method == method].drafted_nodes.sum()
-                         / table.calls[method]})
-    return pd.DataFrame(rows)
 
 
 def with_projection(store: DenseDatastore, projection: Projection, chunk: int = 65536) -> DenseDatastore:
