@@ -89,15 +89,16 @@ def best_shapes(grids: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def measured_shapes(target: LoadedModel, grids: pd.DataFrame, makers: dict[str, Callable[[int, int], Drafter]],
-                    families: tuple[str, ...], prompts: list[Prompt], max_new_tokens: int) -> pd.DataFrame:
-    """Real decoding of three shapes per family (the best estimated one, the widest, the deepest of its
-    HumanEval grid) in both verification modes on the same drafts, AR alongside (:func:`specnb.experiments.run`).
+                    timed_families: tuple[str, ...], prompts: list[Prompt], max_new_tokens: int) -> pd.DataFrame:
+    """Real decoding of three shapes per family of ``timed_families`` (the best estimated one, the widest, the
+    deepest of its HumanEval grid) in both verification modes on the same drafts, AR alongside
+    (:func:`specnb.experiments.run`).
 
     Returns one row per (family, k, w, mode): predicted (the grid's est_speedup), measured (speedup vs AR),
     tokens_per_call and identical_to_ar.
     """
     rows = []
-    for family in families:
+    for family in timed_families:
         sub = grids[(grids.family == family) & (grids.set == "HumanEval")]
         picks = {tuple(sub.loc[i, ["k", "w"]]) for i in (sub.est_speedup.idxmax(), sub.k.idxmax(), sub.w.idxmax())}
         methods = {"ar": None} | {f"{family} {k}x{w} {mode}": Variant(makers[family](k, w), mode)
