@@ -31,7 +31,7 @@ from .runner import run, summarize
 from .stores import rest_store
 
 FRACTIONS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0)  # REST on nested document samples (CREST Figs. 6-7)
-CHECKED = {"code": 3, "chat": 2}  # prompts per task decoded for real to check the replay (quick and full)
+CHECKED = {"code": 3, "chat": 2}  # prompts per task decoded for real to check the replay (quick)
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def sizes_for(profile: str, n_prompts: int) -> Sizes:
         return Sizes(stdlib_files()[:6], 30_000, 2, (10, 40, 160), 4, {"code": 1, "chat": 1})
     if profile == "quick":
         return Sizes("code", 3_000_000, min(n_prompts, 6), (250, 500, 1000, 2000, 4000, 8000), 5)
-    return Sizes("code", None, n_prompts, (1000, 4000, 16000, 64000), 5)
+    return Sizes("code", None, n_prompts, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 2})
 
 
 def corpora_and_indexes(target: LoadedModel, sizes: Sizes, work: Path
