@@ -53,3 +53,6 @@ def test_sweep_summary_states_the_winner_per_corpus_and_rest_alone():
     assert out["corpora"] == ["small", "large"] and out["tokens"] == [100, 1000]
     assert out["winner"] == ["DReSD", "REST"] and out["ratio"] == pytest.approx([2.0, 0.9])
     assert out["rest_only"] == {"tokens": 10_000, "accepted": 0.7, "speedup": 1.3}
+    assert out["largest_shared"] == {"tokens": 1000, "rest_accepted": 0.5, "dresd_accepted": 0.45}
+    sweep.loc[1, "est_speedup"] = 0.9 * (1 + out["tie"] / 2)  # within the tie margin of REST's 0.9
+    assert sweep_summary(sweep)["winner"][0] == "neither"

@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from ..datastores.corpus import build_corpus
 from ..datastores.dense import DenseDatastore, subset_datastore
-from ..datastores.rest import RestIndex, disk_bytes, ensure_rest
+from ..datastores.rest import RestIndex, disk_bytes
 from ..drafters.base import Drafter
 from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
@@ -64,8 +65,9 @@ def sweep_points(target: LoadedModel, profile: str, progress: bool = False) -> l
         points.append(SweepPoint(f"{fraction:.0%} of the dense store's", sample.num_tokens,
                                  rest_store(sample, study_folder() / name, progress), dense))
     if WHOLE_STDLIB[profile]:
-        whole = ensure_rest("code", target.name)
-        points.append(SweepPoint("whole stdlib", int(whole.meta["num_tokens"]), whole, None))
+        stdlib = build_corpus("code", target, progress=progress)  # cached; notebook 04's code corpus
+        whole = rest_store(stdlib, study_folder() / f"rest-{stdlib.meta['name']}", progress)
+        points.append(SweepPoint("whole stdlib", stdlib.num_tokens, whole, None))
     return points
 
 
@@ -92,19 +94,28 @@ def corpus_sweep(points: list[SweepPoint], references: list[Reference], hidden: 
     return pd.DataFrame(rows)
 
 
+TIE = 0.02  # predicted speedups closer than this (relative) call neither method faster
+
+
 def sweep_summary(sweep: pd.DataFrame) -> dict[str, object]:
-    """Headline numbers of :func:`corpus_sweep`'s table: per corpus with both methods, DReSD's accepted length
-    over REST's and the winner by predicted speedup; the largest corpus REST alone was built on."""
+    """Headline numbers of :func:`corpus_sweep`'s table: per corpus with both methods (lists in corpus order:
+    corpora, tokens, rest_accepted, dresd_accepted, ratio = DReSD's accepted length over REST's, rest_speedup,
+    dresd_speedup, winner = the method predicted faster, or "neither" within ``tie`` = :data:`TIE`);
+    ``largest_shared``: the largest corpus both were built on (tokens, rest_accepted, dresd_accepted);
+    ``rest_only``: the largest corpus REST alone was built on (tokens, accepted, speedup)."""
     dresd = sweep[sweep.method != "REST"].set_index("corpus")
     rest = sweep[sweep.method == "REST"].set_index("corpus")
     both = dresd.index
     out: dict[str, object] = {
-        "corpora": list(both), "tokens": rest.corpus_tokens[both].tolist(),
+        "tie": TIE, "corpora": list(both), "tokens": rest.corpus_tokens[both].tolist(),
         "ratio": (dresd.accepted_length / rest.accepted_length[both]).tolist(),
         "rest_accepted": rest.accepted_length[both].tolist(), "dresd_accepted": dresd.accepted_length.tolist(),
-        "winner": ["DReSD" if d > r else "REST" for d, r in zip(dresd.est_speedup, rest.est_speedup[both],
-                                                                 strict=True)],
+        "winner": ["neither" if abs(d - r) <= TIE * max(d, r) else "DReSD" if d > r else "REST"
+                   for d, r in zip(dresd.est_speedup, rest.est_speedup[both], strict=True)],
         "dresd_speedup": dresd.est_speedup.tolist(), "rest_speedup": rest.est_speedup[both].tolist()}
+    shared = rest.corpus_tokens[both].idxmax()
+    out["largest_shared"] = {"tokens": rest.corpus_tokens[shared], "rest_accepted": rest.accepted_length[shared],
+                             "dresd_accepted": dresd.accepted_length[shared]}
     only = rest.drop(index=both)
     if len(only):
         largest = only.loc[only.corpus_tokens.idxmax()]
