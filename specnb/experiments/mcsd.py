@@ -47,7 +47,7 @@ class Study:
         outputs of ``dataset`` (exact for greedy decoding, no target calls; no times: speedup is NaN)."""
         references = greedy_references(self.target, self.prompts[dataset], self.max_new_tokens)
         makers = {s: (lambda s=s: DraftModelDrafter(self.draft, s, self.target.vocab_size)) for s in shapes}
-        out = summarize(replay_table(makers, references), baseline="")
+        out = summarize(replay_table(makers, references), baseline="").drop(columns="speedup_vs_")
         return out.rename(columns={"method": "variant"}).assign(
             speedup=math.nan, acceptance_rate=lambda t: t.step_acceptance_rate, dataset=dataset, temperature=0.0)
 
