@@ -1,4 +1,5 @@
-"""The retrieval datastores of the study notebooks (08, 09), built once into the cache and reused.
+"""The retrieval datastores of the study notebooks (03's corpus sweep, 08, 09), built once into the cache under
+``cache_dir()/datastores/study`` and reused.
 
 REST, CREST and DReSD are built on *the same corpus*: the documents of the profile's dense OOD code store
 (:func:`specnb.experiments.dresd.datastores`), so their differences are the methods', not the corpora's.
