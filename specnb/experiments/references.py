@@ -2,7 +2,7 @@
 
 Greedy decoding is deterministic for one model, dtype, device and forward path, so each (prompt, max new tokens)
 is decoded once and cached under ``cache_dir()/references/<machine key>/`` (:func:`specnb.roofline.machine_key`):
-the notebooks that replay the same prompts (02, 03, 04, 06, 08) share them, and a rerun decodes nothing.
+the notebooks that replay the same prompts (02, 03, 04, 06, 07, 08) share them, and a rerun decodes nothing.
 """
 
 from __future__ import annotations
