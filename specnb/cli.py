@@ -107,6 +107,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"], help="run size")
     p.add_argument("names", nargs="*", help="notebook names or number prefixes, e.g. 00 05_roofline")
     p.set_defaults(func=_notebooks_run)
+    p = nb.add_parser("lines", help="count each notebook's non-plotting and plotting code lines")
+    p.add_argument("names", nargs="*", help="notebook names or number prefixes (default: all)")
+    p.set_defaults(func=_notebooks_lines)
 
     for name, (module, text) in PLUGIN_COMMANDS.items():
         if command == name:
@@ -231,6 +234,15 @@ def _notebooks_run(args: argparse.Namespace) -> int:
     for run in failed:
         print(f"specnb: error: {run.source.name} failed ({run.error}); see {run.executed}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _notebooks_lines(args: argparse.Namespace) -> int:
+    from .notebooks import code_lines, find_notebooks
+
+    for path in find_notebooks(args.names or None):
+        counts = code_lines(path)
+        print(f"{path.stem:28s} code {counts['code']:4d}   plotting {counts['plotting']:4d}")
+    return 0
 
 
 def _datastore_verify(args: argparse.Namespace) -> int:

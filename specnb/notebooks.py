@@ -6,6 +6,8 @@ default ``quick`` profile and to ``figures/<profile>/`` otherwise, so a smoke ru
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -64,3 +66,122 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
         status = "FAILED" if error else "ok"
         print(f"{path.name}: {status} in {done[-1].seconds:.0f} s -> {out}", flush=True)
     return done
+
+
+# ------------------------------------------------------------------------------------ thin notebooks
+
+PLOT_MODULES = ("matplotlib", "seaborn", "specnb.plots")
+PLOT_NAMES = frozenset({"plt", "sns", "fig", "ax", "axes"})  # the usual figure handles
+
+
+def _span(node: ast.AST) -> set[int]:
+    return set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    """Names ``node`` reads, less those its comprehensions bind."""
+    local = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
+             if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+
+
+def _bound(stmt: ast.stmt) -> set[str]:
+    """Names a statement binds itself: assignment and ``for`` targets, a ``def``'s name, imported names."""
+    if isinstance(stmt, ast.FunctionDef):
+        return {stmt.name}
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+        [stmt.target] if isinstance(stmt, ast.AugAssign | ast.AnnAssign | ast.For) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _is_plot_import(stmt: ast.Import | ast.ImportFrom) -> bool:
+    modules = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else [a.name for a in stmt.names]
+    return all(any(m == p or m.startswith(p + ".") for p in PLOT_MODULES) for m in modules)
+
+
+def _classify(body: list[ast.stmt], plot: set[str]) -> tuple[set[int], set[int]]:
+    """(code lines, plotting lines) of the statements ``body``; ``plot`` holds the plotting names and grows.
+
+    An import from :data:`PLOT_MODULES` is plotting. A simple statement is plotting when it reads a plotting
+    name; the names it binds become plotting names (``fig, ax = plt.subplots()``). A compound statement
+    (``for``, ``if``, ``with``, ``def``) is plotting when everything inside it is (a ``for`` over a plotting
+    name binds plotting names inside it; a plotting ``def`` makes its name one); otherwise its header lines are
+    code and its inner statements count one by one. Code that rebinds a name makes it a plain name again.
+    """
+    code: set[int] = set()
+    plotting: set[int] = set()
+    for stmt in body:
+        blocks = [b for b in (getattr(stmt, "body", None), getattr(stmt, "orelse", None),
+                              getattr(stmt, "finalbody", None)) if isinstance(b, list) and b]
+        blocks += [h.body for h in getattr(stmt, "handlers", [])]
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            is_plot = _is_plot_import(stmt)
+        elif not blocks:
+            is_plot = bool(_loaded(stmt) & plot)
+        else:
+            if isinstance(stmt, ast.For):
+                plot -= _bound(stmt)
+                plot |= _plot_targets(stmt, plot)
+            inner_code, inner_plot = set(), set()
+            for block in blocks:
+                block_code, block_plot = _classify(block, plot)
+                inner_code, inner_plot = inner_code | block_code, inner_plot | block_plot
+            is_plot = not inner_code
+            if not is_plot:
+                header = _span(stmt) - set().union(*(_span(s) for block in blocks for s in block))
+                code |= header | inner_code
+                plotting |= inner_plot
+                continue
+        if is_plot:
+            plot |= _bound(stmt) if not blocks or isinstance(stmt, ast.FunctionDef) else set()
+            plotting |= _span(stmt)
+        else:
+            plot -= _bound(stmt)  # rebound by code
+            code |= _span(stmt)
+    return code, plotting
+
+
+def _plot_targets(loop: ast.For, plot: set[str]) -> set[str]:
+    """The names a ``for`` loop binds to plotting values: all of them when it iterates over a plotting name,
+    and in ``for a, b in zip(x, y)`` those taken from the plotting arguments only."""
+    it, target = loop.iter, loop.target
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "zip" \
+            and isinstance(target, ast.Tuple) and len(target.elts) == len(it.args):
+        return {n.id for elt, arg in zip(target.elts, it.args, strict=True) if _loaded(arg) & plot
+                for n in ast.walk(elt) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if _loaded(it) & plot else set()
+
+
+def _string_lines(tree: ast.AST, source: list[str]) -> set[int]:
+    """Lines that hold nothing but the inside of a multi-line string (Markdown templates, docstrings): every line
+    after a string's first, except a last line with code after the string's end."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant | ast.JoinedStr) and node.end_lineno and node.end_lineno > node.lineno:
+            lines |= set(range(node.lineno + 1, node.end_lineno))
+            rest = source[node.end_lineno - 1][node.end_col_offset or 0:]
+            if not rest.strip(" ),;"):
+                lines.add(node.end_lineno)
+    return lines
+
+
+def code_lines(path: Path) -> dict[str, int]:
+    """Lines of a notebook's code cells, the ``parameters`` cell left out: ``code`` (non-plotting) and ``plotting``
+    (matplotlib / seaborn / ``specnb.plots`` calls and figure layout, see :func:`_classify`). Blank lines,
+    comments and the inside of multi-line strings (conclusion templates) are not counted."""
+    counts = {"code": 0, "plotting": 0}
+    plot = set(PLOT_NAMES)
+    for cell in json.loads(Path(path).read_text())["cells"]:
+        if cell["cell_type"] != "code" or "parameters" in cell.get("metadata", {}).get("tags", []):
+            continue
+        text = "".join(cell["source"])
+        source = text.splitlines()
+        tree = ast.parse(text)
+        code, plotting = _classify(tree.body, plot)
+        blank = {i for i, line in enumerate(source, 1) if not line.strip() or line.strip().startswith("#")}
+        strings = _string_lines(tree, source)
+        counts["code"] += len(code - blank - strings)
+        counts["plotting"] += len(plotting - blank - strings)
+    return counts

@@ -1,4 +1,5 @@
-"""One figure style for every notebook, one heatmap (seaborn), and saving a figure with the data behind it.
+"""One figure style for every notebook, one heatmap (seaborn) and the roofline's row of them, and saving a figure
+with the data behind it.
 
 ``save_figure(fig, "05_roofline_bf16", table)`` writes ``figures/05_roofline_bf16.png`` and
 ``figures/05_roofline_bf16.csv`` so a reader can re-plot or check any number.
@@ -58,6 +59,25 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, fmt: str = ".2f", cmap: str = 
             ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec="tab:cyan", lw=1.0))
     ax.grid(False)
     return ax
+
+
+def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
+    """One :func:`heatmap` per context length of a roofline table (:func:`specnb.roofline.measure` rows: context,
+    k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on a log colour scale from 1, cells above
+    ``threshold`` outlined (past the memory-bound regime), unmeasured cells hatched."""
+    from .roofline import heatmap_table
+
+    contexts = sorted(frame.context.unique())
+    ks, ws = sorted(frame.k.unique()), sorted(frame.w.unique())
+    fig, axes = plt.subplots(1, len(contexts), figsize=(4.6 * len(contexts), 4.2), squeeze=False)
+    vmax = float(np.nanmax(frame.slowdown))
+    for ax, context in zip(axes[0], contexts, strict=True):
+        table = heatmap_table(frame, context).reindex(index=ks, columns=ws)
+        heatmap(table, ax, fmt=".1f", cmap="magma_r", log=True, vmin=1.0, vmax=max(vmax, 1.01),
+                label="slow-down vs (1, 0)", outline=table.to_numpy() > threshold)
+        ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"ℓ = {context}")
+    fig.suptitle(title)
+    return fig
 
 
 def figures_dir() -> Path:

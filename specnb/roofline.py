@@ -219,12 +219,17 @@ class CostModel:
         return float(np.interp(n, tokens, seconds))
 
 
-def cost_table_path(target: LoadedModel) -> Path:
+def machine_key(target: LoadedModel) -> str:
+    """Model, dtype, device (CPU model and threads) and forward path of ``target``, as a file name: what a
+    cached timing or output depends on (a table timed with other kernels or another body does not apply)."""
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
-    kernel = call_path(target.model)  # a table timed with other kernels or another body does not apply
-    name = "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
-    return cache_dir() / "roofline" / f"{name}.csv"
+    kernel = call_path(target.model)
+    return "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
+
+
+def cost_table_path(target: LoadedModel) -> Path:
+    return cache_dir() / "roofline" / f"{machine_key(target)}.csv"
 
 
 def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: bool = True) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from conftest import tiny
 
 from specnb.ann import AnnIndex, IndexParams
 from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
-from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore
+from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore, subset_datastore
 from specnb.datastores.manifest import verify_store
 from specnb.decode import generate
 from specnb.drafters.base import DecodeState
@@ -153,6 +153,24 @@ def test_a_datastore_refuses_another_model_or_tokenizer(stores, tmp_path):
     (copy / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(CorpusError, match="tokenizer"):
         load_datastore(copy).check(tiny("llama"))
+
+
+def test_a_subset_store_equals_a_fresh_build_of_its_documents(stores, tmp_path):
+    """The corpus-size sweep's stores: a parent's rows of some documents, their own transform and index."""
+    parent = stores["llama"]
+    corpus = TokenCorpus(np.asarray(parent.corpus_tokens()), np.asarray(parent.doc_starts()), parent.meta["corpus"])
+    docs = corpus.sample_docs(0.5, seed=3)
+    sub = subset_datastore(parent, docs, tmp_path / "sub", CONFIG)
+    fresh = build_datastore(tiny("llama"), corpus.select(docs), tmp_path / "fresh", CONFIG, progress=False)
+    assert sub.rows == fresh.rows < parent.rows and sub.meta["extract"]["subset_of"] == parent.path.name
+    assert np.array_equal(sub.values, fresh.values)
+    for name in ("positions", "corpus_tokens", "doc_starts"):
+        assert np.array_equal(getattr(sub, name)(), getattr(fresh, name)()), name
+    np.testing.assert_allclose(np.asarray(sub.hidden(), np.float32), np.asarray(fresh.hidden(), np.float32),
+                               rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(np.abs(sub.keys), np.abs(fresh.keys), atol=2e-2)  # PCA axes up to their sign
+    assert subset_datastore(parent, docs, tmp_path / "sub", CONFIG).path == sub.path  # reused, not rebuilt
+    assert verify_store(sub.path)
 
 
 def test_interrupted_or_corrupt_build_never_loads(tmp_path, monkeypatch):

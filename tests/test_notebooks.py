@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specnb.notebooks import find_notebooks, run_notebooks
+from specnb.notebooks import code_lines, find_notebooks, run_notebooks
 
 NOTEBOOKS = find_notebooks()
 
@@ -50,6 +50,33 @@ def test_no_measured_number_is_typed_into_a_conclusion(path):
     for cell in conclusions:
         text = "".join(cell["source"])
         assert not any(ch.isdigit() for ch in text.split("\n", 1)[-1]), f"typed number in: {text[:80]!r}"
+
+
+MAX_CODE_LINES = 60  # non-plotting code lines per notebook: the logic lives in specnb, the notebook calls it
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebooks_stay_thin(path):
+    counts = code_lines(path)
+    assert counts["code"] <= MAX_CODE_LINES, f"{path.name}: {counts['code']} non-plotting code lines (max " \
+        f"{MAX_CODE_LINES}); move the logic into specnb.experiments (plot helpers into specnb.plots)"
+
+
+def test_code_lines_tells_plotting_from_code(tmp_path):
+    import nbformat
+
+    cells = ['profile = "quick"\nx = 1', "import matplotlib.pyplot as plt\nimport numpy as np\n\n# a comment",
+             "table = np.arange(3)\nfig, ax = plt.subplots()\nfor value in table:\n    ax.plot(value, value)\n"
+             "label = ax.get_title()\nfor value in table:\n    total = value\n    ax.plot(total, 0)",
+             'text = f"""\nmarkdown {table}\n"""\nlabel = len(table)  # rebound by code: plain again\n'
+             "print(label)"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nbformat.write(nb, tmp_path / "00_x.ipynb")
+    # code: import numpy, table =, the second loop's header and its assignment, text = (not the string's inside
+    # nor its closing line), label =, print; plotting: import matplotlib, subplots, the first loop (2 lines),
+    # label = ax..., the second loop's ax.plot
+    assert code_lines(tmp_path / "00_x.ipynb") == {"code": 7, "plotting": 6}
 
 
 def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, capsys):

@@ -172,14 +172,17 @@ class TokenCorpus:
                 "selected_from": self.meta.get("name")}
         return TokenCorpus(np.ascontiguousarray(tokens, dtype=np.int32), starts, meta)
 
-    def sample(self, fraction: float, seed: int = 0) -> TokenCorpus:
-        """A random ``fraction`` of the documents (at least one), in corpus order: the CREST paper's
-        1%...100% REST datastores. Equal seeds give nested samples (the 2% sample contains the 1%)."""
+    def sample_docs(self, fraction: float, seed: int = 0) -> np.ndarray:
+        """int64 [d]: the sorted indices of a random ``fraction`` of the documents (at least one). Equal seeds
+        give nested samples (the 2% sample contains the 1%)."""
         if not 0 < fraction <= 1:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}")
         order = np.random.default_rng(seed).permutation(self.num_docs)
-        keep = np.sort(order[:max(1, round(fraction * self.num_docs))])
-        corpus = self.select(keep)
+        return np.sort(order[:max(1, round(fraction * self.num_docs))])
+
+    def sample(self, fraction: float, seed: int = 0) -> TokenCorpus:
+        """The documents of :meth:`sample_docs`, in corpus order: the CREST paper's 1%...100% REST datastores."""
+        corpus = self.select(self.sample_docs(fraction, seed))
         corpus.meta["fraction"] = fraction
         return corpus
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..ann import AnnIndex, IndexParams
-from ..embed import N_NEXT, Projection, extract, fit_projection, sample_rows
+from ..embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from ..models import LoadedModel, cache_dir, load_model
 from .atomic import atomic_folder, check_replaceable
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
@@ -169,12 +169,17 @@ def is_dense_store(path: Path) -> bool:
 
 def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: BuildConfig, progress: bool) -> None:
     """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there)."""
-    times: dict[str, float] = {}
     t0 = time.perf_counter()
     extracted = extract(target, corpus, tmp, n_next=config.n_next, seq_len=config.seq_len, overlap=config.overlap,
                         batch_tokens=config.batch_tokens, progress=progress)
-    times["extract_seconds"] = time.perf_counter() - t0
+    info, _ = TokenizerInfo.of(target)
+    _index_into(tmp, extracted, info.__dict__, corpus.meta, config, {"extract_seconds": time.perf_counter() - t0},
+                progress)
 
+
+def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any], corpus_meta: dict[str, Any],
+                config: BuildConfig, times: dict[str, float], progress: bool) -> None:
+    """Fit the key transform on the hidden states in ``tmp``, write the keys and the index, then meta.json."""
     t0 = time.perf_counter()
     hidden = np.load(tmp / "hidden.f16.npy", mmap_mode="r")
     sample = sample_rows(hidden, config.sample_size)
@@ -191,16 +196,45 @@ def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: Bui
     if not config.keep_hidden:
         (tmp / "hidden.f16.npy").unlink()
 
-    info, _ = TokenizerInfo.of(target)
     meta = {"format": FORMAT_VERSION, "kind": "dense", "rows": int(keys.shape[0]),
-            "model": {"name": target.name, "hidden_size": extracted["hidden_size"], "dtype": extracted["dtype"]},
-            "tokenizer": info.__dict__, "corpus": corpus.meta, "extract": extracted,
+            "model": {"name": extracted["model"], "hidden_size": extracted["hidden_size"],
+                      "dtype": extracted["dtype"]},
+            "tokenizer": tokenizer, "corpus": corpus_meta, "extract": extracted,
             "projection": {**projection.meta, "dims": projection.dims, "l2": projection.l2,
                            "explained_variance_at_dims": float(projection.explained_variance_ratio[
                                :projection.dims].sum())},
             "index": asdict(config.index), "timings": {k: round(v, 2) for k, v in times.items()},
             "built": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_meta(tmp, meta)  # last: marks completion
+
+
+def subset_datastore(parent: DenseDatastore, docs: np.ndarray, out: str | Path, config: BuildConfig | None = None,
+                     progress: bool = False) -> DenseDatastore:
+    """A dense store over the documents ``docs`` (sorted int indices) of ``parent``'s corpus, without the model.
+
+    Extraction cuts every document on its own (:func:`specnb.embed.segments`), so the parent's rows of those
+    documents are the hidden states a fresh extraction would give (up to the rounding of another batch
+    layout); the store fits its own key transform and index on them, as a build does. Written atomically; an
+    existing store at ``out`` is opened instead. Needs a parent built with its hidden states kept.
+    """
+    out = Path(out)
+    if check_replaceable(out, is_dense_store, True, "dense datastore"):
+        return load_datastore(out)
+    corpus = TokenCorpus(np.asarray(parent.corpus_tokens()), np.asarray(parent.doc_starts()),
+                         dict(parent.meta["corpus"])).select(docs)
+    positions = np.asarray(parent.positions())
+    rows = np.isin(np.searchsorted(parent.doc_starts(), positions, side="right") - 1, docs)  # bool [n]
+    new_positions, _ = row_layout(corpus.doc_starts)
+    extracted = {**parent.meta["extract"], "rows": int(rows.sum()), "corpus_tokens": corpus.num_tokens,
+                 "corpus_docs": corpus.num_docs, "subset_of": parent.path.name}
+    with atomic_folder(out) as tmp:
+        np.save(tmp / "hidden.f16.npy", parent.hidden()[rows])
+        np.save(tmp / "values.i32.npy", np.asarray(parent.values)[rows])  # next tokens never leave a document
+        np.save(tmp / "positions.i64.npy", new_positions)
+        np.save(tmp / "corpus_tokens.i32.npy", corpus.tokens)
+        np.save(tmp / "doc_starts.i64.npy", corpus.doc_starts)
+        _index_into(tmp, extracted, parent.meta["tokenizer"], corpus.meta, config or BuildConfig(), {}, progress)
+    return load_datastore(out)
 
 
 def datastore_path(name: str, model: str) -> Path:

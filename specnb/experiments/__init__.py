@@ -1,5 +1,8 @@
-"""Experiments: one runner and one summary (:mod:`.runner`), and what only the notebooks' studies need
-(replay grids, the DReSD datastores and neighbours, the draftretriever comparison)."""
+"""Experiments: one runner and one summary (:mod:`.runner`), and what only the notebooks' studies need: the
+cached greedy references (:mod:`.references`), replay grids (:mod:`.grids`), the DReSD studies (:mod:`.dresd`),
+the corpus-size sweep (:mod:`.corpus_sweep`), CREST's compaction (:mod:`.compaction`), the n-gram drafts
+(:mod:`.ngrams`), MCSD (:mod:`.mcsd`), draft shapes (:mod:`.shapes`), the study stores (:mod:`.stores`), the
+end-to-end table (:mod:`.endtoend`) and the draftretriever comparison."""
 
 from .runner import Runner, Variant, run, summarize
 

@@ -1,24 +1,194 @@
-"""CREST's compaction analysis (notebook 04): the target's reference outputs, accepted length by replay, how
-much storage CREST needs to match REST's accepted length, and lookup latency."""
+"""CREST's compaction analysis (notebook 04): corpora and their REST indexes, n-gram statistics (CREST Table 1,
+Fig. 4), accepted length by replay against storage for REST on corpus fractions and CREST top-t stores (Figs.
+6-9), tree sizes (Table 2), the replay checked by real decoding, and lookup latency.
+
+Every store lives under ``cache_dir()/nb04/<profile>`` and is built once: a rerun opens what is there (REST
+indexes, CREST stores, draftretriever indexes) and only replays, which takes milliseconds per point.
+"""
 
 from __future__ import annotations
 
-import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..datastores.atomic import write_text
-from ..decode import generate
+from ..datastores.corpus import TokenCorpus, build_corpus, stdlib_files
+from ..datastores.crest import CrestStore, NgramCounter, NgramTrees, ngram_trees, store_meta, write_store
+from ..datastores.rest import DEFAULT_SEARCH, RestIndex, disk_bytes
 from ..drafters.base import Drafter
-from ..drafters.crest import CrestStore
-from ..drafters.rest import RestIndex
+from ..drafters.crest import CrestDrafter
+from ..drafters.priced import PricedTreeDrafter
+from ..drafters.rest import RestDrafter
 from ..models import LoadedModel
-from ..prompts import Prompt, encode_prompt
-from ..replay import replay_greedy
-from .draftretriever_ref import compare_latency
+from ..prompts import Prompt
+from ..replay import Reference, replay_greedy
+from .draftretriever_ref import compare_latency, write_draftretriever
+from .grids import replay_table
+from .runner import run, summarize
+from .stores import rest_store
+
+FRACTIONS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0)  # REST on nested document samples (CREST Figs. 6-7)
+CHECKED = {"code": 3, "chat": 2}  # prompts per task decoded for real to check the replay (quick)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """One profile's run: the code corpus source, chat corpus tokens (None: all of ShareGPT), prompts per task,
+    CREST's top-t grid and largest n."""
+
+    code: str | list[Path]
+    chat_tokens: int | None
+    prompts: int
+    t_grid: tuple[int, ...]
+    m: int
+    checked: dict[str, int] = field(default_factory=lambda: dict(CHECKED))
+
+
+def sizes_for(profile: str, n_prompts: int) -> Sizes:
+    """``smoke``: six stdlib files and 30k ShareGPT tokens; ``quick``: the whole stdlib (~9.4M Gemma tokens) and
+    3M ShareGPT tokens; ``full``: all of ShareGPT. ``n_prompts``: the profile's prompts per set."""
+    if profile == "smoke":
+        return Sizes(stdlib_files()[:6], 30_000, 2, (10, 40, 160), 4, {"code": 1, "chat": 1})
+    if profile == "quick":
+        return Sizes("code", 3_000_000, min(n_prompts, 6), (250, 500, 1000, 2000, 4000, 8000), 5)
+    return Sizes("code", None, n_prompts, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 2})
+
+
+def corpora_and_indexes(target: LoadedModel, sizes: Sizes, work: Path
+                        ) -> tuple[dict[str, TokenCorpus], dict[str, RestIndex], pd.DataFrame]:
+    """The code and chat corpora (cached by :func:`specnb.datastores.corpus.build_corpus`), their 100% REST
+    indexes (built once under ``work``) and a table: task, docs, tokens, REST bytes, build s (of the index)."""
+    corpora = {"code": build_corpus(sizes.code, target, out=work / "corpus-code" if isinstance(sizes.code, list)
+                                    else None),
+               "chat": build_corpus("chat", target, max_tokens=sizes.chat_tokens)}
+    indexes = {task: rest_store(c, work / f"rest-{task}-100") for task, c in corpora.items()}
+    table = pd.DataFrame([{"task": t, "docs": c.num_docs, "tokens": c.num_tokens,
+                           "REST bytes": disk_bytes(indexes[t].path), "build s": indexes[t].meta["build_seconds"]}
+                          for t, c in corpora.items()])
+    return corpora, indexes, table
+
+
+def ngram_statistics(indexes: dict[str, RestIndex], m: int
+                     ) -> tuple[dict[str, NgramCounter], pd.DataFrame, pd.DataFrame]:
+    """(counters per task, CREST Table 1: distinct n-grams per n (rows "1".."m" and "1-m") x task, CREST Fig. 4:
+    rows task, n, fraction_of_ngrams, fraction_of_occurrences at ~60 log-spaced points per curve, most frequent
+    n-grams first)."""
+    counters = {task: NgramCounter(index) for task, index in indexes.items()}
+    table1, curves = {}, []
+    for task, counter in counters.items():
+        counts = [counter.counts(n) for n in range(1, m + 1)]
+        table1[task] = [len(c) for c in counts] + [sum(len(c) for c in counts)]
+        for n, c in enumerate(counts, 1):
+            pick = np.unique(np.geomspace(1, len(c), 60).astype(int)) - 1
+            curves.append(pd.DataFrame({"task": task, "n": n, "fraction_of_ngrams": (pick + 1) / len(c),
+                                        "fraction_of_occurrences": (np.cumsum(c) / c.sum())[pick]}))
+    index = pd.Index([str(n) for n in range(1, m + 1)] + [f"1-{m}"], name="n")
+    return counters, pd.DataFrame(table1, index=index), pd.concat(curves, ignore_index=True)
+
+
+def ngram_tables(indexes: dict[str, RestIndex], counters: dict[str, NgramCounter], m: int, t: int
+                 ) -> Tables:
+    """REST's tree of each of the top ``t`` n-grams of every n <= ``m``, per task (CREST's precomputation)."""
+    return {task: {n: ngram_trees(index, counters[task], n, t, progress=False) for n in range(1, m + 1)}
+            for task, index in indexes.items()}
+
+
+def crest_point(task: str, ns: list[int], t: int, tables: Tables,
+                indexes: dict[str, RestIndex], references: dict[str, list[Reference]], work: Path) -> dict:
+    """One CREST store (the top ``t`` n-grams of every n in ``ns``; written once under ``work``) replayed over
+    the task's references: task, ns, m, t, entries, bytes, accepted_length."""
+    path = work / f"crest-{task}-{'m' if len(ns) > 1 else 'n'}{max(ns)}-t{t}.sqlite"
+    if not path.exists():
+        write_store(path, [tables[task][n] for n in ns], t, store_meta(indexes[task], DEFAULT_SEARCH, 0.0))
+    store = CrestStore(path)
+    row = {"task": task, "ns": "-".join(map(str, ns)), "m": max(ns), "t": t, "entries": len(store),
+           "bytes": disk_bytes(path), "accepted_length": accepted_length(CrestDrafter(store), references[task])}
+    store.close()
+    return row
+
+
+Tables = dict[str, dict[int, NgramTrees]]  # task -> n -> the precomputed trees of its top n-grams
+
+
+def compaction(corpora: dict[str, TokenCorpus], indexes: dict[str, RestIndex], tables: Tables,
+               references: dict[str, list[Reference]], sizes: Sizes, work: Path) -> pd.DataFrame:
+    """CREST Figs. 6-7: one row per REST datastore on a :data:`FRACTIONS` sample of each corpus (task, method
+    "REST", fraction, tokens, bytes, accepted_length) and per CREST store with every n <= m at each t of the
+    grid (method "CREST" and :func:`crest_point`'s columns)."""
+    rows = []
+    for task, corpus in corpora.items():
+        for fraction in FRACTIONS:
+            index = indexes[task] if fraction == 1 else rest_store(corpus.sample(fraction, seed=0),
+                                                                     work / f"rest-{task}-{fraction}")
+            rows.append({"task": task, "method": "REST", "fraction": fraction, "tokens": index.meta["num_tokens"],
+                         "bytes": disk_bytes(index.path),
+                         "accepted_length": accepted_length(RestDrafter(index), references[task])})
+    ns = list(range(1, sizes.m + 1))
+    rows += [dict(crest_point(task, ns, t, tables, indexes, references, work), method="CREST")
+             for task in indexes for t in sizes.t_grid]
+    return pd.DataFrame(rows)
+
+
+def top_t_grids(indexes: dict[str, RestIndex], tables: Tables, references: dict[str, list[Reference]],
+                sizes: Sizes, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(CREST Fig. 8: single-n stores, CREST Fig. 9: all-n <= m stores) over the t grid, :func:`crest_point`
+    rows."""
+    single = pd.DataFrame([crest_point(task, [n], t, tables, indexes, references, work) for task in indexes
+                           for n in range(1, sizes.m + 1) for t in sizes.t_grid])
+    upto = pd.DataFrame([crest_point(task, list(range(1, m + 1)), t, tables, indexes, references, work)
+                         for task in indexes for m in range(1, sizes.m + 1) for t in sizes.t_grid])
+    return single, upto
+
+
+def tree_sizes(tables: Tables) -> pd.DataFrame:
+    """CREST Table 2: task, n, n-grams, avg tree nodes, avg occurrences of the precomputed top n-grams."""
+    return pd.DataFrame([{"task": task, "n": n, "n-grams": len(trees.nodes), "avg tree nodes": trees.nodes.mean(),
+                          "avg occurrences": trees.counts.mean()}
+                         for task in tables for n, trees in tables[task].items()])
+
+
+def real_decoding_check(target: LoadedModel, indexes: dict[str, RestIndex], crest: dict[str, CrestStore],
+                        references: dict[str, list[Reference]], cost, sizes: Sizes, max_new_tokens: int
+                        ) -> pd.DataFrame:
+    """Greedy speculative decoding for real (:func:`specnb.experiments.run`, AR alongside) of the first
+    ``sizes.checked[task]`` references' prompts with full REST and CREST trees and their priced forms (the
+    roofline ``cost``; they learn across prompts). :func:`specnb.experiments.summarize` rows with task,
+    prompts and the replay's tokens per call (``replay_tokens_per_call``; none for the priced forms, whose
+    choices depend on their history)."""
+    out = []
+    for task, index in indexes.items():
+        refs = references[task][:sizes.checked[task]]
+        base = {"REST": lambda index=index: RestDrafter(index), "CREST": lambda task=task: CrestDrafter(crest[task])}
+        methods = {"ar": None} | {n: make() for n, make in base.items()} | \
+            {f"{n} priced": PricedTreeDrafter(make(), cost) for n, make in base.items()}
+        rows = run(target, [Prompt(str(i), p.tolist()) for i, (p, _) in enumerate(refs)], methods,
+                   max_new_tokens=max_new_tokens, warmup=0, progress=False)
+        replayed = summarize(replay_table(base, refs), baseline="").set_index("method").tokens_per_call
+        summary = summarize(rows)
+        out.append(summary.assign(task=task, prompts=len(refs), replay_tokens_per_call=summary.method.map(replayed)))
+    return pd.concat(out, ignore_index=True)
+
+
+def lookup_contexts(references: list[Reference], per_reference: int = 20) -> list[np.ndarray]:
+    """int [L + i] contexts: each reference's prompt followed by ~``per_reference`` evenly spaced prefixes of its
+    output (the queries of the latency and candidate comparisons)."""
+    return [np.concatenate([p, g])[:len(p) + i] for p, g in references
+            for i in range(1, len(g), max(1, len(g) // per_reference))]
+
+
+def latency_table(corpora: dict[str, TokenCorpus], indexes: dict[str, RestIndex], crest: dict[str, CrestStore],
+                  contexts: dict[str, list[np.ndarray]], m: int, work: Path) -> pd.DataFrame:
+    """:func:`lookup_latency` per task (draftretriever's index of the corpus written once under ``work``)."""
+    rows = []
+    for task, index in indexes.items():
+        path = work / f"draftretriever-{task}.idx"
+        if not path.exists():
+            write_draftretriever(corpora[task], path)
+        rows.append({"task": task, **lookup_latency(index, crest[task], path, contexts[task], m)})
+    return pd.DataFrame(rows)
 
 
 def storage_summary(compaction: pd.DataFrame, task: str) -> dict[str, float]:
@@ -53,21 +223,9 @@ def storage_summary(compaction: pd.DataFrame, task: str) -> dict[str, float]:
             "crest_gain_over_rest_best": crest.accepted_length.max() / best.accepted_length - 1}
 
 
-Reference = tuple[np.ndarray, np.ndarray]  # (prompt ids [L], the target's greedy output [T])
-
-
-def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens: int, saved: Path
-                      ) -> list[Reference]:
-    """The target's greedy outputs for ``prompts``, kept in the JSON file ``saved`` (greedy outputs are
-    deterministic, so a rerun reuses them)."""
-    if saved.exists():
-        return [(np.array(p), np.array(g)) for p, g in json.loads(saved.read_text())]
-    refs = []
-    for prompt in prompts:
-        ids = encode_prompt(target, prompt)
-        refs.append((ids.numpy(), np.asarray(generate(target, ids, max_new_tokens=max_new_tokens).tokens)))
-    write_text(saved, json.dumps([(p.tolist(), g.tolist()) for p, g in refs]))
-    return refs
+def storage_table(compaction: pd.DataFrame) -> pd.DataFrame:
+    """:func:`storage_summary` of every task of a :func:`compaction` table, one row each."""
+    return pd.DataFrame([storage_summary(compaction, task) for task in compaction.task.unique()])
 
 
 def accepted_length(drafter: Drafter, references: list[Reference]) -> float:

@@ -22,11 +22,14 @@ from ..replay import Reference, replay_many
 from .runner import generation_row, summarize
 
 
-def estimated_seconds(stats: RunStats, cost, k: int, w: int) -> float:
-    """Sum over the calls of the roofline cost of a (k, w) call at that call's context length
-    (drafting and acceptance time excluded); (k, w) = (1, 0) prices AR decoding."""
-    context = stats.prompt_tokens + np.cumsum([0] + [c.new_tokens for c in stats.calls[:-1]])
-    return float(sum(cost.seconds_at(k, w, int(ell)) for ell in context))
+def estimated_seconds(stats: RunStats, cost, shape: tuple[int, int] | None = None) -> float:
+    """Sum over the calls of the roofline cost of each call at its context length (drafting and acceptance
+    time excluded): a (k, w) call with ``shape``, else one tree-attention row of the call's drafted nodes after
+    the root, (1, nodes). (1, 0) prices AR decoding."""
+    new = np.array([c.new_tokens for c in stats.calls], dtype=np.int64)
+    context = stats.prompt_tokens + np.cumsum(new) - new  # context length at each call
+    return float(sum(cost.seconds_at(*(shape or (1, call.drafted_nodes)), int(ell))
+                     for call, ell in zip(stats.calls, context, strict=True)))
 
 
 def ar_estimated_seconds(references: list[Reference], cost) -> float:
@@ -51,26 +54,30 @@ def replay_table(makers: Mapping[str, Callable[[], Drafter]], references: list[R
                      ignore_index=True)
 
 
+def replay_summary(name: str, runs: list[RunStats], cost=None, ar_seconds: float | None = None,
+                   shape: tuple[int, int] | None = None) -> dict[str, float]:
+    """One row for the replayed ``runs`` of one drafter: the :func:`specnb.experiments.summarize` columns replay
+    gives (calls, tokens_per_call, accepted_length, acceptance_rate), nodes_per_call and, with a cost model and
+    the references' priced AR time ``ar_seconds``, ``est_speedup`` (that time / the priced time of the replayed
+    calls, each priced as a ``shape`` call or, without one, by its drafted nodes: :func:`estimated_seconds`)."""
+    frame = replay_rows(name, runs)
+    summary = summarize(frame, baseline="").iloc[0]
+    row = {**summary[["calls", "tokens_per_call", "accepted_length", "acceptance_rate"]],
+           "nodes_per_call": frame.drafted_nodes.sum() / max(1, frame.calls.sum())}
+    if cost is not None and ar_seconds is not None:
+        row["est_speedup"] = ar_seconds / sum(estimated_seconds(run, cost, shape) for run in runs)
+    return row
+
+
 def replay_grid(make: Callable[[int, int], Drafter], references: list[Reference],
                 shapes: Iterable[tuple[int, int]], cost=None, hidden: list[Tensor] | None = None) -> pd.DataFrame:
-    """Replayed acceptance of ``make(k, w)`` for every (k, w) in ``shapes`` over the same references.
-
-    One row per shape: k, w and the :func:`specnb.experiments.summarize` columns that replay gives (calls,
-    tokens_per_call, accepted_length, acceptance_rate), nodes per call, and with a cost model ``est_speedup``
-    (roofline-priced AR time / the priced time of the replayed (k, w) calls).
-    """
+    """Replayed acceptance of ``make(k, w)`` for every (k, w) in ``shapes`` over the same references: one
+    :func:`replay_summary` row per shape, with k and w (a call priced as a (k, w) call)."""
     ar_seconds = ar_estimated_seconds(references, cost) if cost is not None else None
-    rows = []
-    for k, w in shapes:
-        runs = replay_many(lambda k=k, w=w: make(k, w), references, hidden)
-        frame = replay_rows(f"{k}x{w}", runs)
-        summary = summarize(frame, baseline="").iloc[0]
-        row = {"k": k, "w": w, **summary[["calls", "tokens_per_call", "accepted_length", "acceptance_rate"]],
-               "nodes_per_call": frame.drafted_nodes.sum() / max(1, frame.calls.sum())}
-        if cost is not None:
-            row["est_speedup"] = ar_seconds / sum(estimated_seconds(run, cost, k, w) for run in runs)
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"k": k, "w": w, **replay_summary(f"{k}x{w}", replay_many(lambda k=k, w=w: make(k, w),
+                                                                                  references, hidden),
+                                                           cost, ar_seconds, (k, w))}
+                         for k, w in shapes])
 
 
 def mixed_grid(table: BigramTable, references: list[Reference], ks: list[int], ws: list[int],

@@ -1,4 +1,5 @@
-"""The retrieval datastores of the study notebooks (08, 09), built once into the cache and reused.
+"""The retrieval datastores of the study notebooks (03's corpus sweep, 08, 09), built once into the cache under
+``cache_dir()/datastores/study`` and reused.
 
 REST, CREST and DReSD are built on *the same corpus*: the documents of the profile's dense OOD code store
 (:func:`specnb.experiments.dresd.datastores`), so their differences are the methods', not the corpora's.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..datastores.corpus import TokenCorpus
 from ..datastores.crest import build_crest
 from ..datastores.rest import RestIndex
 from ..models import LoadedModel, cache_dir
@@ -21,12 +23,20 @@ def study_stores(target: LoadedModel, profile: str, progress: bool = False) -> d
     """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile`` size."""
     dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress)
     ood = dense["code-OOD"]
-    folder = cache_dir() / "datastores" / "study"
-    folder.mkdir(parents=True, exist_ok=True)
-    rest_path = folder / f"rest-{ood.path.name}"
-    index = RestIndex.load(rest_path) if rest_path.exists() else RestIndex.build(store_corpus(ood), rest_path,
-                                                                                   progress=progress)
-    crest_path = folder / f"crest-t{CREST_T[profile]}-{ood.path.name}.sqlite"
+    index = rest_store(store_corpus(ood), study_folder() / f"rest-{ood.path.name}", progress)
+    crest_path = study_folder() / f"crest-t{CREST_T[profile]}-{ood.path.name}.sqlite"
     if not crest_path.exists():
         build_crest(index, crest_path, t=CREST_T[profile], progress=progress).close()
-    return {"rest": rest_path, "crest": crest_path, "dense": ood.path, "dense-id": dense["code-ID"].path}
+    return {"rest": index.path, "crest": crest_path, "dense": ood.path, "dense-id": dense["code-ID"].path}
+
+
+def study_folder() -> Path:
+    """``cache_dir()/datastores/study`` (created on demand): the study notebooks' stores."""
+    folder = cache_dir() / "datastores" / "study"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def rest_store(corpus: TokenCorpus, path: Path, progress: bool = False) -> RestIndex:
+    """The REST index of ``corpus`` at ``path``: opened when it exists, else built there (atomically)."""
+    return RestIndex.load(path) if path.exists() else RestIndex.build(corpus, path, progress=progress)

@@ -1,0 +1,58 @@
+"""specnb.experiments helpers: pricing replayed calls, the cached greedy references, the corpus sweep's summary."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import tiny
+
+from specnb.decode import generate
+from specnb.experiments import references as refs_module
+from specnb.experiments.corpus_sweep import sweep_summary
+from specnb.experiments.grids import estimated_seconds
+from specnb.metrics import CallStats, RunStats
+from specnb.prompts import Prompt
+from tests.test_priced import LinearCost
+
+
+def call(nodes: int, new_tokens: int) -> CallStats:
+    return CallStats(drafted_nodes=nodes, draft_depth=min(nodes, 1), accepted=new_tokens - 1, new_tokens=new_tokens,
+                     draft_seconds=0.0, verify_seconds=0.0, overhead_seconds=0.0)
+
+
+def test_replayed_calls_are_priced_by_their_shape_or_their_nodes():
+    stats = RunStats(prompt_tokens=5, calls=[call(4, 3), call(10, 1), call(0, 1)])
+    cost = LinearCost(0.5)  # 1 + 0.5 * k * w seconds
+    assert estimated_seconds(stats, cost) == pytest.approx(3 + 0.5 * 14)  # (1, nodes) per call
+    assert estimated_seconds(stats, cost, (2, 3)) == pytest.approx(3 * (1 + 0.5 * 6))
+    assert estimated_seconds(RunStats(prompt_tokens=5), cost) == 0.0  # no call, no phantom one
+
+
+def test_greedy_references_are_decoded_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    target = tiny("llama")
+    prompts = [Prompt("a", text="def add(a, b):"), Prompt("b", text="hello world")]
+    first = refs_module.greedy_references(target, prompts, 12)
+    assert [out.tolist() for _, out in first] == [generate(target, p, max_new_tokens=12).tokens for p in prompts]
+    monkeypatch.setattr(refs_module, "generate", lambda *a, **k: pytest.fail("decoded again"))
+    again = refs_module.greedy_references(target, prompts, 12)
+    assert all(a.tolist() == b.tolist() and pa.tolist() == pb.tolist()
+               for (pa, a), (pb, b) in zip(first, again, strict=True))
+    assert len(list(tmp_path.rglob("*.json"))) == 2
+
+
+def test_sweep_summary_states_the_winner_per_corpus_and_rest_alone():
+    sweep = pd.DataFrame([
+        {"corpus": "small", "corpus_tokens": 100, "method": "REST", "accepted_length": 0.2, "est_speedup": 0.9},
+        {"corpus": "small", "corpus_tokens": 100, "method": "DReSD 10x6", "accepted_length": 0.4, "est_speedup": 1.1},
+        {"corpus": "large", "corpus_tokens": 1000, "method": "REST", "accepted_length": 0.5, "est_speedup": 1.2},
+        {"corpus": "large", "corpus_tokens": 1000, "method": "DReSD 10x6", "accepted_length": 0.45,
+         "est_speedup": 1.0},
+        {"corpus": "all", "corpus_tokens": 10_000, "method": "REST", "accepted_length": 0.7, "est_speedup": 1.3}])
+    out = sweep_summary(sweep)
+    assert out["corpora"] == ["small", "large"] and out["tokens"] == [100, 1000]
+    assert out["winner"] == ["DReSD", "REST"] and out["ratio"] == pytest.approx([2.0, 0.9])
+    assert out["rest_only"] == {"tokens": 10_000, "accepted": 0.7, "speedup": 1.3}
+    assert out["largest_shared"] == {"tokens": 1000, "rest_accepted": 0.5, "dresd_accepted": 0.45}
+    sweep.loc[1, "est_speedup"] = 0.9 * (1 + out["tie"] / 2)  # within the tie margin of REST's 0.9
+    assert sweep_summary(sweep)["winner"][0] == "neither"
