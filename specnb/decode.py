@@ -106,6 +106,8 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         synchronize(device)
         t2 = time.perf_counter()
         acceptance = accept(draft, result.logits, config, generator)
+        if drafter is not None and drafter.needs_logits:
+            drafter.observe(torch.cat([torch.tensor([root]), draft.tokens]), result.logits)
         verifier.keep(acceptance.nodes)
         if on_call is not None:
             on_call(result.logits[torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1]).to(device)])

@@ -42,11 +42,14 @@ class Drafter:
     this step: the loop then decodes one token). ``reset`` is called once per generation with the prompt,
     ``update`` after each verification with the tokens just committed (accepted draft tokens and bonus) and
     the accepted node indices of the draft it proposed.
+    Drafters that set ``needs_logits`` also get :meth:`observe` after every target call, with the logits of
+    every position it verified (Token Recycling keeps their top tokens).
     ``last_info`` may carry per-call details into the run statistics.
     """
 
     name = "drafter"
     needs_hidden_state = False
+    needs_logits = False
 
     def reset(self, prompt_ids: Tensor) -> None:  # noqa: B027 - optional hook
         """Forget everything about the previous generation."""
@@ -58,6 +61,14 @@ class Drafter:
         """Learn from the tokens the target just committed (int64 [m]: the accepted draft tokens, then the
         bonus token, cut after an EOS) and the accepted nodes of the last draft (int64 [a], 0-based node
         indices in path order, a <= m; empty when nothing was accepted or nothing was drafted)."""
+
+    def observe(self, tokens: Tensor, logits: Tensor) -> None:  # noqa: B027 - optional hook
+        """See the target's verdict on every position of the last call (only if ``needs_logits``).
+
+        tokens: int64 [n+1] on the host, the root then the draft's nodes (node order, whether accepted or not);
+        logits: float [n+1, V] on the model's device, row i the target's next-token logits after
+        ``tokens[i]`` in the context of its own path (root and ancestors). Called before :meth:`update`.
+        """
 
     @property
     def last_info(self) -> dict[str, Any]:
