@@ -250,6 +250,47 @@ class McsdOptions(DraftModelOptions):
 
 
 @dataclass(frozen=True)
+class SuffixOptions:
+    """SuffixDecoding: a tree of up to ``max_nodes`` from the longest suffix match (this request and earlier
+    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned."""
+
+    max_nodes: int = 24
+    alpha: float = 1.0
+    max_depth: int = 16
+    min_prob: float = 0.1
+    max_query: int = 32
+    min_query: int = 1
+    history_tokens: int = 262_144
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "max_nodes", "max_depth", "max_query", "min_query", "history_tokens")
+        if self.alpha <= 0 or not 0 <= self.min_prob <= 1:
+            raise OptionError(f"options alpha > 0 and 0 <= min_prob <= 1 needed, got {self.alpha}, {self.min_prob}")
+        if self.min_query > self.max_query:
+            raise OptionError(f"option min_query ({self.min_query}) must not exceed max_query ({self.max_query})")
+
+
+# Model-free drafters the router can choose among (draft models and already-priced methods excluded).
+ROUTABLE = ("pld", "suffix", "recycle", "ngram-unigram", "ngram-bigram", "mixed", "rest", "crest", "dense")
+
+
+@dataclass(frozen=True)
+class AutoOptions:
+    """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
+    where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV."""
+
+    members: str = ""
+    crest: str = ""
+    dense: str = ""
+    roofline: str = ""
+
+    def __post_init__(self) -> None:
+        for name in filter(None, self.members.split(",")):
+            if name not in ROUTABLE:
+                raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")
+
+
+@dataclass(frozen=True)
 class LookupOptions:
     """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
 
@@ -317,6 +358,10 @@ METHODS: dict[str, Method] = {
                            "specnb.drafters.priced:make_crest_priced"),
     "dense-priced": Method("DReSD vote-merged tree cut to the budget that pays", DensePricedOptions,
                            "specnb.drafters.priced:make_dense_priced"),
+    "suffix": Method("SuffixDecoding: suffix matches in this request and earlier outputs", SuffixOptions,
+                     "specnb.drafters.suffix:make_suffix"),
+    "auto": Method("router: each step, the drafter with the best expected tokens/s on this machine", AutoOptions,
+                   "specnb.drafters.auto:make_auto"),
     "sd": Method("vanilla speculative decoding with a draft model, one chain", SdOptions,
                  "specnb.drafters.draft_model:make_sd"),
     "mcsd": Method("MCSD: draft-model candidate tree, multi-candidate sampling", McsdOptions,

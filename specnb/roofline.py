@@ -218,6 +218,23 @@ class CostModel:
             return float(seconds[-1] * n / tokens[-1])
         return float(np.interp(n, tokens, seconds))
 
+    def chain_seconds(self, nodes: np.ndarray, context_len: int) -> np.ndarray:
+        """float64 [B]: :meth:`seconds_at` ``(1, b, context_len)`` for every b in ``nodes`` (int [B]), in one
+        pass: the seconds of a call verifying b draft nodes and the root (priced drafters ask every step)."""
+        seconds = self.seconds(context_len)
+        tokens = self.shapes[:, 0] * (self.shapes[:, 1] + 1)
+        order = np.argsort(tokens, kind="stable")
+        tokens, sorted_seconds = tokens[order], seconds[order]
+        n = np.asarray(nodes, dtype=np.int64) + 1
+        out = np.interp(n, tokens, sorted_seconds)
+        beyond = n > tokens[-1]
+        out[beyond] = sorted_seconds[-1] * n[beyond] / tokens[-1]
+        chains = np.flatnonzero(self.shapes[:, 0] == 1)[::-1]  # measured (1, w): the first one wins, as above
+        measured = dict(zip(self.shapes[chains, 1].tolist(), seconds[chains].tolist(), strict=True))
+        hit = np.array([b in measured for b in n - 1])
+        out[hit] = [measured[b] for b in (n - 1)[hit]]
+        return out
+
 
 def machine_key(target: LoadedModel) -> str:
     """Model, dtype, device (CPU model and threads) and forward path of ``target``, as a file name: what a

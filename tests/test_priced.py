@@ -25,6 +25,9 @@ class LinearCost:
     def seconds_at(self, k: int, w: int, context_len: int) -> float:
         return 1.0 + self.per_token * k * w
 
+    def chain_seconds(self, nodes: np.ndarray, context_len: int) -> np.ndarray:
+        return 1.0 + self.per_token * np.asarray(nodes, dtype=np.float64)
+
 
 def test_accepted_length_of_every_node_prefix():
     # rank order: 5, 9 (children of the root), 6 and 8 (children of 5), 7 (child of 6)

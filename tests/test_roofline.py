@@ -49,6 +49,16 @@ def test_cost_model_interpolates_in_context_and_tokens():
         CostModel(frame.drop(columns="seconds"))
 
 
+def test_chain_seconds_is_seconds_at_for_every_budget():
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, seconds=s * (1 + c / 1000)) for c in (100, 900)
+                          for k, w, s in [(1, 0, 1.0), (1, 1, 1.3), (2, 1, 1.2), (1, 4, 2.0), (4, 3, 3.5)]])
+    cost = CostModel(frame)
+    budgets = np.array([0, 1, 2, 3, 4, 5, 8, 15, 16, 40])
+    for context in (50, 300, 2000):
+        expected = [cost.seconds_at(1, int(b), context) for b in budgets]
+        assert cost.chain_seconds(budgets, context).tolist() == pytest.approx(expected)
+
+
 def test_cli_writes_a_table_with_provenance(tmp_path):
     parser = argparse.ArgumentParser()
     roofline.add_parser(parser.add_subparsers())

@@ -86,27 +86,35 @@ class RandomTreeDrafter(Drafter):
         return Draft.from_rows(self.rng.integers(0, 320, size=(4, 3)).tolist())
 
 
-def test_end_to_end_distribution_matches_ar_sampling():
-    """Two-sample chi-square on the (1st, 2nd) generated tokens of a peaked tiny model at temperature 1."""
-    target = tiny("llama")
-    prompt = [256, 5, 6, 7]
-    # Make the drafter useful: draft from the target's own top tokens so acceptances happen.
-    greedy = generate(target, prompt, max_new_tokens=3, stop_at_eos=False).tokens
+def sampling_matches_ar(target, prompt: list[int], make_drafter, runs: int = 300) -> tuple[float, int]:
+    """Two-sample chi-square of the (1st, 2nd) generated tokens, temperature 1 and top-p 0.5: ``runs`` plain
+    sampled generations against ``runs`` speculative ones, each with a fresh ``make_drafter()``.
+
+    Returns (p-value, draft tokens accepted over all speculative runs: a test with power needs many).
+    """
     ar, sd = collections.Counter(), collections.Counter()
     accepted = 0
-    for seed in range(300):
+    for seed in range(runs):
         a = generate(target, prompt, max_new_tokens=2, temperature=1.0, top_p=0.5, seed=seed, stop_at_eos=False)
-        drafter = FixedDrafter([greedy[1:3], greedy[1:2] + [7]])
-        s = generate(target, prompt, drafter, max_new_tokens=3, temperature=1.0, top_p=0.5, seed=10_000 + seed,
-                     stop_at_eos=False)
+        s = generate(target, prompt, make_drafter(), max_new_tokens=3, temperature=1.0, top_p=0.5,
+                     seed=10_000 + seed, stop_at_eos=False)
         ar[tuple(a.tokens[:2])] += 1
         sd[tuple(s.tokens[:2])] += 1
         accepted += sum(c.accepted for c in s.stats.calls)
-    assert accepted > 50  # the test exercises acceptance, not just bonus tokens
     keys = sorted(set(ar) | set(sd))
     table = np.array([[ar[k] for k in keys], [sd[k] for k in keys]])
     table = table[:, table.sum(0) >= 10]
-    assert stats.chi2_contingency(table).pvalue > 1e-3
+    return float(stats.chi2_contingency(table).pvalue), accepted
+
+
+def test_end_to_end_distribution_matches_ar_sampling():
+    """A peaked tiny model at temperature 1, drafts from the target's own greedy tokens (so they are accepted)."""
+    target = tiny("llama")
+    prompt = [256, 5, 6, 7]
+    greedy = generate(target, prompt, max_new_tokens=3, stop_at_eos=False).tokens
+    pvalue, accepted = sampling_matches_ar(target, prompt, lambda: FixedDrafter([greedy[1:3], greedy[1:2] + [7]]))
+    assert accepted > 50  # the test exercises acceptance, not just bonus tokens
+    assert pvalue > 1e-3
 
 
 class FixedDrafter(Drafter):

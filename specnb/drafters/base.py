@@ -54,6 +54,11 @@ class Drafter:
     def reset(self, prompt_ids: Tensor) -> None:  # noqa: B027 - optional hook
         """Forget everything about the previous generation."""
 
+    def clear(self) -> None:  # noqa: B027 - optional hook
+        """Forget what carries over from one request to the next (earlier outputs, learned tables). The
+        runner calls it after its warm-up, so that a warm-up on the first prompt does not leak into that
+        prompt's measured run."""
+
     def propose(self, state: DecodeState) -> Draft | None:
         raise NotImplementedError
 

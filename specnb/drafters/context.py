@@ -30,17 +30,18 @@ class ContextNgramDrafter(Drafter):
 
     def propose(self, state: DecodeState) -> Draft | None:
         rows = self.candidates(state.tokens.numpy(), min(self.w, state.max_depth))
-        self._info = {"matched_rows": len(rows)}
         return Draft.from_rows(rows) if rows else None
 
     @property
     def last_info(self) -> dict[str, int]:
+        """``matched_rows`` (drafts found) and ``match_len`` (query length of the first, 0 if none)."""
         return self._info
 
     def candidates(self, context: np.ndarray, w: int) -> list[list[int]]:
         """Up to k distinct continuations (lists of <= w ids) of the context's last tokens, best first."""
         drafts: list[list[int]] = []
         seen: set[tuple[int, ...]] = set()
+        self._info = {"matched_rows": 0, "match_len": 0}
         if w < 1:
             return drafts
         for q in self.ngram_sizes:
@@ -49,6 +50,7 @@ class ContextNgramDrafter(Drafter):
                 if key not in seen:
                     seen.add(key)
                     drafts.append(row)
+                    self._info = {"matched_rows": len(drafts), "match_len": self._info["match_len"] or q}
                     if len(drafts) == self.k:
                         return drafts
         return drafts

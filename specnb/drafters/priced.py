@@ -69,6 +69,10 @@ class PricedTreeDrafter(Drafter):
         self.base.reset(prompt_ids)
         self.hindsight.reset()
 
+    def clear(self) -> None:
+        """The base drafter forgets earlier requests; the learned expectations stay."""
+        self.base.clear()
+
     def expected(self, bucket: int) -> np.ndarray:
         """E[accepted tokens] for each budget in ``bucket``, shrunk toward the pooled estimate: [B]."""
         pooled = self.accepted.sum(0) / max(self.steps.sum(), 1.0)
@@ -78,7 +82,7 @@ class PricedTreeDrafter(Drafter):
         """(budget, expected tokens per second) for a tree of ``nodes`` nodes."""
         usable = self.budgets <= nodes
         budgets = self.budgets[usable]
-        seconds = np.array([self.cost.seconds_at(1, int(b), context_len) for b in budgets])
+        seconds = self.cost.chain_seconds(budgets, context_len)
         rate = (1.0 + self.expected(bucket)[usable]) / seconds
         best = int(np.argmax(rate))
         return int(budgets[best]), float(rate[best])
@@ -109,6 +113,13 @@ class PricedTreeDrafter(Drafter):
     @property
     def needs_hidden_state(self) -> bool:
         return self.base.needs_hidden_state
+
+    @property
+    def needs_logits(self) -> bool:
+        return self.base.needs_logits
+
+    def observe(self, tokens: Tensor, logits: Tensor) -> None:
+        self.base.observe(tokens, logits)
 
 
 PricedOptions = RestPricedOptions | CrestPricedOptions | DensePricedOptions

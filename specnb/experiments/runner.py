@@ -115,9 +115,12 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
     runners = {name: _as_runner(target, methods[name], temperature=temperature, top_p=top_p, verify=verify,
                                 seed=seed, record_gaps=name == reference and temperature == 0)
                for name in names}
-    for runner in runners.values():  # warm-up: allocator, kernels, lazily built tables
+    for name, runner in runners.items():  # warm-up: allocator, kernels, lazily built tables
         if warmup > 0:
             runner(prompts[0], min(warmup, max_new_tokens))
+            drafter = methods[name].drafter if isinstance(methods[name], Variant) else methods[name]
+            if isinstance(drafter, Drafter):
+                drafter.clear()  # the warm-up's output must not be an "earlier request" of the first prompt
     dtype = next(target.model.parameters()).dtype
     rows: list[dict] = []
     done, interrupted = 0, False

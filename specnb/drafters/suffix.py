@@ -1,0 +1,105 @@
+"""SuffixDecoding (Oliaro et al. 2024, arXiv 2411.04975): model-free drafts from the longest suffix match in
+the current request and in earlier requests' outputs, as a tree ranked by how often each continuation followed.
+
+Per step: find the longest suffix of the context (up to ``max_query`` tokens) that occurred before, in this
+request's prompt + output (:func:`~specnb.datastores.history.earlier_match`) and in the outputs of earlier
+requests (:class:`~specnb.datastores.history.OutputHistory`); take the longer match (both when they tie);
+read the ``depth`` tokens after each occurrence, where ``depth = ceil(alpha * q)`` capped at ``max_depth``:
+a long match is a reliable one, so it may speculate further; merge the continuations into a tree whose nodes
+are ranked by the number of continuations through them (REST's tree,
+:func:`~specnb.datastores.retrieval_tree.build_tree`) and keep the first ``max_nodes`` nodes whose
+empirical probability (continuations through the node / all continuations) is at least ``min_prob``.
+
+A finished request's output joins the history when the next request starts; the history keeps the newest
+``history_tokens`` tokens and persists until :meth:`SuffixDrafter.clear`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from torch import Tensor
+
+from ..datastores.history import OutputHistory, earlier_match, rows_after
+from ..datastores.retrieval_tree import build_tree, sort_rows
+from ..draft import Draft
+from ..methods import SuffixOptions
+from .base import DecodeState, Drafter
+
+
+class SuffixDrafter(Drafter):
+    """SuffixDecoding's drafter; see the module docstring. ``last_info``: ``match_len`` (q, 0 when nothing
+    matched), ``source`` (``request``, ``history`` or ``both``), ``occurrences`` and ``tree_nodes``."""
+
+    name = "suffix"
+
+    def __init__(self, max_nodes: int = 24, alpha: float = 1.0, max_depth: int = 16, min_prob: float = 0.1,
+                 max_query: int = 32, min_query: int = 1, max_matches: int = 1000, history_tokens: int = 262_144):
+        if max_nodes < 1 or max_depth < 1 or max_matches < 1 or alpha <= 0 or not 0 <= min_prob <= 1:
+            raise ValueError("suffix drafter needs max_nodes, max_depth, max_matches >= 1, alpha > 0 and "
+                             f"0 <= min_prob <= 1; got {max_nodes}, {max_depth}, {max_matches}, {alpha}, {min_prob}")
+        if not 1 <= min_query <= max_query:
+            raise ValueError(f"need 1 <= min_query <= max_query, got {min_query}, {max_query}")
+        self.max_nodes, self.alpha, self.max_depth, self.min_prob = max_nodes, alpha, max_depth, min_prob
+        self.max_query, self.min_query, self.max_matches = max_query, min_query, max_matches
+        self.history = OutputHistory(history_tokens)
+        self.output: list[int] = []
+        self._info: dict[str, Any] = {}
+
+    def reset(self, prompt_ids: Tensor) -> None:
+        """A new request: the previous one's output joins the history."""
+        self.history.add(np.asarray(self.output, dtype=np.int64))
+        self.output = []
+
+    def clear(self) -> None:
+        """Forget every earlier request (the history) and the current output."""
+        self.history.clear()
+        self.output = []
+
+    def update(self, committed: Tensor, accepted: Tensor) -> None:
+        self.output += committed.tolist()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the drafter holds across requests (the history's text and suffix array)."""
+        return self.history.nbytes
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        context = state.tokens.numpy()
+        if not self.output:  # the first step of a request: its first token came from the prefill, not update()
+            self.output = context[state.prompt_len:].tolist()
+        q_request, starts = earlier_match(context, self.max_query, self.min_query)
+        q_history, lo, hi = self.history.match(context, self.max_query, self.min_query)
+        q = max(q_request, q_history)
+        depth = min(self.max_depth, state.max_depth, math.ceil(self.alpha * q))
+        self._info = {"match_len": q, "source": "", "occurrences": 0, "tree_nodes": 0}
+        if q == 0 or depth < 1:
+            return None
+        parts = []
+        if q_request == q:  # the most recent occurrences when there are too many
+            parts.append(rows_after(context, starts[-self.max_matches:], depth))
+        if q_history == q:
+            parts.append(self.history.continuations(lo, hi, q, self.max_matches, depth))
+        rows = np.concatenate(parts)
+        rows = rows[rows[:, 0] >= 0]  # an occurrence at the very end of an output has no continuation
+        if rows.shape[0] == 0:
+            return None
+        tree = build_tree(sort_rows(rows), self.max_nodes)
+        # Nodes come most frequent first, so the ones above min_prob are a prefix (and a tree).
+        keep = int((tree.counts >= self.min_prob * rows.shape[0]).sum())
+        self._info.update(source={1: "request", 2: "history", 3: "both"}[(q_request == q) + 2 * (q_history == q)],
+                          occurrences=int(rows.shape[0]), tree_nodes=keep)
+        return tree.to_draft().truncate(depth, keep) if keep else None
+
+    @property
+    def last_info(self) -> dict[str, Any]:
+        return self._info
+
+
+def make_suffix(target: Any, options: SuffixOptions) -> SuffixDrafter:
+    """Bench factory ``suffix``."""
+    return SuffixDrafter(max_nodes=options.max_nodes, alpha=options.alpha, max_depth=options.max_depth,
+                         min_prob=options.min_prob, max_query=options.max_query, min_query=options.min_query,
+                         history_tokens=options.history_tokens)

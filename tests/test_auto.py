@@ -1,0 +1,92 @@
+"""The router (``auto``): lossless whatever it picks, picks the member that pays, offers nothing when nothing
+does, and keeps the target's distribution when sampling."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from conftest import ARCHS, DTYPES, tiny
+from test_sampling_deterministic import sampling_matches_ar
+
+from specnb import Draft, generate
+from specnb.drafters.auto import AutoDrafter
+from specnb.drafters.base import DecodeState, Drafter
+from specnb.drafters.context import ContextNgramDrafter
+from specnb.drafters.suffix import SuffixDrafter
+from specnb.methods import OptionError, parse_options
+from specnb.roofline import CostModel
+
+PROMPT = [256] + list(range(40, 52)) * 3
+MAX_NEW = 40
+
+
+def cost(per_token: float) -> CostModel:
+    """A roofline table: one token costs 1 s, every further verified token ``per_token`` s more."""
+    return CostModel(pd.DataFrame([{"context": c, "k": 1, "w": w, "seconds": 1.0 + per_token * w}
+                                   for c in (0, 4096) for w in (0, 1, 4, 16, 64)]))
+
+
+class Shifted(Drafter):
+    """Proposes the true continuation (``shift=0``) or tokens that never equal it (``shift=1``)."""
+
+    def __init__(self, truth: list[int], prompt_len: int, shift: int, depth: int = 6):
+        self.truth, self.prompt_len, self.shift, self.depth = truth, prompt_len, shift, depth
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        done = state.tokens.shape[0] - self.prompt_len
+        row = [(t + self.shift) % 320 for t in self.truth[done:done + self.depth]]
+        return Draft.chain(row) if row else None
+
+
+def reference(arch: str = "llama", dtype: torch.dtype = torch.float32) -> list[int]:
+    return generate(tiny(arch, dtype), PROMPT, max_new_tokens=MAX_NEW, stop_at_eos=False).tokens
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_auto_is_lossless(arch, dtype):
+    target = tiny(arch, dtype)
+    truth = reference(arch, dtype)
+    router = AutoDrafter({"pld": ContextNgramDrafter(), "suffix": SuffixDrafter(min_prob=0.0),
+                          "noise": Shifted(truth, len(PROMPT), shift=1)}, cost(0.0))
+    runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(3)]
+    assert all(run.tokens == truth for run in runs)
+    assert sum(c.accepted for c in runs[-1].stats.calls) > 10  # by the third request it drafts and is right
+
+
+def test_auto_picks_the_member_that_pays():
+    target = tiny("llama")
+    truth = reference()
+    router = AutoDrafter({"wrong": Shifted(truth, len(PROMPT), shift=1),
+                          "right": Shifted(truth, len(PROMPT), shift=0)}, cost(0.05))
+    out = generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False)
+    picked = [c.info["picked"] for c in out.stats.calls]
+    assert out.tokens == truth
+    assert "wrong" not in picked and picked.count("right") >= len(picked) // 2
+    assert len(out.stats.calls) < MAX_NEW // 2  # and the accepted drafts cut the calls
+
+
+def test_auto_offers_nothing_when_nothing_pays():
+    """Members that are never right: every call verifies the root alone, as AR does; the only extra cost is
+    the members' proposals, measured as ``draft_seconds``."""
+    target = tiny("llama")
+    truth = reference()
+    router = AutoDrafter({"wrong": Shifted(truth, len(PROMPT), shift=1),
+                          "worse": Shifted(truth, len(PROMPT), shift=2, depth=16)}, cost(0.05))
+    out = generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False)
+    assert out.tokens == truth
+    assert [(c.drafted_nodes, c.info["picked"]) for c in out.stats.calls] == [(0, "")] * (MAX_NEW - 1)
+
+
+def test_auto_sampling_keeps_the_target_distribution():
+    target = tiny("llama")
+    router = AutoDrafter({"suffix": SuffixDrafter(min_prob=0.0), "pld": ContextNgramDrafter()}, cost(0.0))
+    pvalue, accepted = sampling_matches_ar(target, [256, 5, 6, 7], lambda: router)
+    assert accepted > 50
+    assert pvalue > 1e-3
+
+
+def test_members_are_validated_before_loading():
+    with pytest.raises(OptionError, match="cannot be routed"):
+        parse_options("auto", {"members": "pld,sd"})
