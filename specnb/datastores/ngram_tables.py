@@ -158,6 +158,12 @@ class BigramTable:
         return self.topk.shape[1]
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays (the extended chains too, once built)."""
+        arrays = (self.tokens, self.topk, self.logprobs, self.row_of, self._chains)
+        return sum(a.nbytes for a in arrays if a is not None)
+
+    @property
     def coverage(self) -> float:
         """Share of the vocabulary that has a row."""
         return self.tokens.shape[0] / self.row_of.shape[0]

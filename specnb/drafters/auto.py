@@ -57,6 +57,11 @@ class AutoDrafter(Drafter):
         return any(m.needs_hidden_state for m in self.members.values())
 
     @property
+    def nbytes(self) -> int:
+        """What the members keep (histories, tables, stores), summed."""
+        return sum(m.nbytes for m in self.members.values())
+
+    @property
     def needs_logits(self) -> bool:
         return any(m.needs_logits for m in self.members.values())
 

@@ -62,6 +62,12 @@ class Drafter:
     def propose(self, state: DecodeState) -> Draft | None:
         raise NotImplementedError
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of what the drafter keeps beyond the context (tables, histories, stores on disk); 0 for
+        drafters that read only the context."""
+        return 0
+
     def update(self, committed: Tensor, accepted: Tensor) -> None:  # noqa: B027 - optional hook
         """Learn from the tokens the target just committed (int64 [m]: the accepted draft tokens, then the
         bonus token, cut after an EOS) and the accepted nodes of the last draft (int64 [a], 0-based node

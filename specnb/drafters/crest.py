@@ -27,6 +27,11 @@ class CrestDrafter(Drafter):
         self.store, self.max_nodes = store, max_nodes
         self._info: dict[str, int] = {}
 
+    @property
+    def nbytes(self) -> int:
+        """The store's size on disk (it is memory-mapped by SQLite, not held whole in memory)."""
+        return self.store.path.stat().st_size
+
     def propose(self, state: DecodeState) -> Draft | None:
         tokens, parents, n = self.store.lookup(state.tokens[-self.store.ns[0]:].numpy())
         tokens, parents = tokens[:self.max_nodes], parents[:self.max_nodes]  # rank order: a prefix is the top-k tree

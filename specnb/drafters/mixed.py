@@ -53,6 +53,10 @@ class MixedDrafter(Drafter):
         self.last_rows: list[list[int]] = []
         self._info: dict[str, int] = {}
 
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
+
     def propose(self, state: DecodeState) -> Draft | None:
         return self.propose_shape(state, self.k, self.w)
 
@@ -184,6 +188,10 @@ class AdaptiveShapeDrafter(Drafter):
         self._shadow_shape = (int(self.shapes[:, 0].max()), self.stats.hits.shape[2] - 1)
         self.hindsight = Hindsight()  # shadow rows, keyed by bucket
         self._info: dict[str, Any] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.base.nbytes
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new generation. Acceptance statistics carry over between prompts on purpose (the task rarely

@@ -44,6 +44,10 @@ class BigramDrafter(Drafter):
         self.table, self.k, self.w = table, k, w
         self._info: dict[str, bool] = {}
 
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes
+
     def propose(self, state: DecodeState) -> Draft | None:
         w = min(self.w, state.max_depth)
         rows = self.table.rows(state.root, self.k, w) if w >= 1 else None

@@ -115,6 +115,10 @@ class PricedTreeDrafter(Drafter):
         return self.base.needs_hidden_state
 
     @property
+    def nbytes(self) -> int:
+        return self.base.nbytes
+
+    @property
     def needs_logits(self) -> bool:
         return self.base.needs_logits
 

@@ -37,20 +37,28 @@ def method_specs(stores: dict[str, Path], draft: str, methods: tuple[str, ...] =
     return specs
 
 
-def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
-               max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
-    """One summary row per label (:func:`specnb.experiments.summarize`, speedup vs our AR) plus
-    ``speedup_vs_hf``: Hugging Face ``generate``'s total wall time over the method's."""
+def run_specs(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
+              max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
+    """:func:`specnb.experiments.run`'s rows (one per label and prompt) for {label: (bench method, {option:
+    value})}, each method's drafter made once for the whole prompt list."""
     run_values = {"temperature": temperature, "top_p": 1.0, "seed": 0}
     config = BenchConfig(["ar"], max_new_tokens=max_new_tokens, temperature=temperature)
     options = {label: (name, options_for([name], given, run=run_values)[name])
                for label, (name, given) in specs.items()}
     runners, counter = bench_runners(target, config, options)
     try:
-        rows = run(target, prompts, runners, temperature=temperature, max_new_tokens=max_new_tokens, warmup=warmup,
+        return run(target, prompts, runners, temperature=temperature, max_new_tokens=max_new_tokens, warmup=warmup,
                    progress=progress)
     finally:
         counter.remove()
+
+
+def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
+               max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
+    """One summary row per label (:func:`specnb.experiments.summarize`, speedup vs our AR) plus
+    ``speedup_vs_hf``: Hugging Face ``generate``'s total wall time over the method's."""
+    rows = run_specs(target, prompts, specs, temperature=temperature, max_new_tokens=max_new_tokens, warmup=warmup,
+                     progress=progress)
     summary = summarize(rows)
     if "hf" in specs:
         summary["speedup_vs_hf"] = rows.loc[rows.method == "hf", "seconds"].sum() / summary.seconds

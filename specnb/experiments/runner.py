@@ -88,7 +88,10 @@ def decode_runner(target: LoadedModel, method: Drafter | Variant | None, *, temp
         tops: CallHook | None = TopTwo() if record_gaps else None
         out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=temperature,
                        top_p=top_p, verify=mode, seed=seed, on_call=tops)
-        row = {**generation_row(out.stats), "tokens": out.tokens}
+        row = {**generation_row(out.stats), "tokens": out.tokens,
+               "held_bytes": drafter.nbytes if drafter is not None else 0}
+        if any("picked" in c.info for c in out.stats.calls):  # a router: which member drafted each call
+            row["picks"] = " ".join(c.info.get("picked") or "-" for c in out.stats.calls)
         if tops is not None:
             row.update(_gaps=tops.gaps[:len(out.tokens)], _top1=tops.top1[:len(out.tokens)])
         return row
@@ -199,6 +202,7 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
             if col(group, "decode_seconds") > 0 else math.nan,
             "identical_to_ar": group.identical_to_ar.astype(float).mean() if "identical_to_ar" in group
             else math.nan,
+            "held_bytes": group.held_bytes.max() if "held_bytes" in group else math.nan,
             f"speedup_vs_{baseline}": base / seconds if base > 0 else math.nan,
         })
     return pd.DataFrame(out)

@@ -1,0 +1,76 @@
+"""Beyond the seed papers (notebook 10): SuffixDecoding (``suffix``), Token Recycling (``recycle``) and the router
+(``auto``) against prompt lookup, N-Grammys' adaptive mix and priced CREST, on code, chat, multi-turn chat and
+repeated code requests, where what a drafter remembers from earlier requests can pay.
+
+Each prompt set runs in one process with every method's drafter made once for the whole set
+(:func:`specnb.experiments.endtoend.run_specs`), so cross-request structures (the suffix history, the recycle
+table, the router's learned rates) grow over the set as they would in a server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..models import LoadedModel
+from ..prompts import Prompt
+from .endtoend import run_specs
+from .runner import summarize
+
+METHODS = ("ar", "pld", "mixed-adaptive", "crest-priced", "suffix", "recycle", "auto")
+SINGLE = ("pld", "mixed-adaptive", "suffix", "recycle", "crest-priced")  # what the router must match
+SETS = {"code": "humaneval", "chat": "mtbench", "multi-turn chat": "mtbench2", "repeated code": "humaneval2"}
+MULTI_TURN = ("multi-turn chat", "repeated code")
+
+
+def method_specs(crest_store: Path) -> dict[str, tuple[str, dict]]:
+    """{label: (bench method, {option: value})} of :data:`METHODS`; CREST (priced, and as a router member)
+    reads ``crest_store``."""
+    specs: dict[str, tuple[str, dict]] = {name: (name, {}) for name in METHODS}
+    specs["crest-priced"] = ("crest-priced", {"datastore": str(crest_store)})
+    specs["auto"] = ("auto", {"crest": str(crest_store)})
+    return specs
+
+
+def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, tuple], *, max_new_tokens: int,
+           warmup: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Greedy runs of ``specs`` on every prompt set.
+
+    Returns (summary, picks): summary has one row per (set, method) (:func:`specnb.experiments.summarize`:
+    tokens/s, tokens per call, ``speedup_vs_ar``, ``identical_to_ar``, ``held_bytes`` = the most a drafter
+    kept beyond the context, in bytes); picks has one row per target call of ``auto`` (set, step from 0 over
+    the whole set, ``picked`` member or ``-`` for no draft).
+    """
+    summaries, picks = [], []
+    for name, prompts in sets.items():
+        rows = run_specs(target, prompts, specs, temperature=0.0, max_new_tokens=max_new_tokens, warmup=warmup)
+        summaries.append(summarize(rows).assign(set=name))
+        if "picks" in rows:
+            steps = " ".join(rows.loc[rows.picks.notna(), "picks"]).split()
+            picks.append(pd.DataFrame({"set": name, "step": range(len(steps)), "picked": steps}))
+    return pd.concat(summaries, ignore_index=True), pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
+
+
+def pick_shares(picks: pd.DataFrame, window: int = 25) -> dict[str, pd.DataFrame]:
+    """{set: [steps, members]} share of the last ``window`` calls each member drafted (``-``: none), for a
+    stacked-area chart of what the router picked over a run."""
+    shares = {}
+    for name, group in picks.groupby("set", sort=False):
+        onehot = pd.get_dummies(group.set_index("step").picked).astype(float)
+        shares[name] = onehot.rolling(window, min_periods=1).mean()
+    return shares
+
+
+def verdicts(summary: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """The issue's ratios per set: ``auto_vs_best`` (auto's tokens/s over the best single method's, and
+    which), ``auto_vs_pld``, and ``suffix_vs_pld_tokens_per_call``."""
+    out = {}
+    for name, group in summary.groupby("set", sort=False):
+        rate = group.set_index("method").tokens_per_s
+        per_call = group.set_index("method").tokens_per_call
+        singles = rate[rate.index.isin(SINGLE)]
+        out[name] = {"best_single": singles.idxmax(), "auto_vs_best": rate["auto"] / singles.max(),
+                     "auto_vs_pld": rate["auto"] / rate["pld"],
+                     "suffix_vs_pld_tokens_per_call": per_call["suffix"] / per_call["pld"]}
+    return out
