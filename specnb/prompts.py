@@ -16,15 +16,42 @@ class Prompt:
     """One evaluation prompt: ``text`` for completion models, ``messages`` for chat models (either or both).
 
     When both are given, chat models use ``messages`` and base models ``text``.
+
+    A follow-up turn names in ``follows`` the id of the earlier prompt whose generated answer it continues;
+    its ``messages`` are the user turns without that answer, which :func:`with_answer` inserts before the last
+    one (the runner does it with the reference method's output, so every method sees the same conversation).
     """
 
     id: str
     text: str | None = None
     messages: tuple[dict[str, str], ...] | None = None
+    follows: str | None = None
 
     def __post_init__(self) -> None:
         if self.text is None and not self.messages:
             raise ValueError(f"prompt {self.id!r} has neither text nor messages")
+        if self.follows is not None and (not self.messages or len(self.messages) < 2):
+            raise ValueError(f"follow-up prompt {self.id!r} needs the earlier user turn and its own in messages")
+
+
+def check_follow_ups(prompts: Sequence[Prompt]) -> None:
+    """ValueError naming every follow-up whose ``follows`` is not an earlier prompt of ``prompts``."""
+    seen: set[str] = set()
+    orphans = []
+    for prompt in prompts:
+        if prompt.follows is not None and prompt.follows not in seen:
+            orphans.append(f"{prompt.id} (follows {prompt.follows})")
+        seen.add(prompt.id)
+    if orphans:
+        raise ValueError(f"follow-up prompts without their earlier turn before them: {', '.join(orphans)}")
+
+
+def with_answer(prompt: Prompt, answer: str) -> Prompt:
+    """The follow-up ``prompt`` with the earlier turn's ``answer`` in place: messages (..., user, assistant
+    answer, user) for chat models, the turns and the answer separated by blank lines as text for base models."""
+    *before, last = prompt.messages
+    messages = (*before, {"role": "assistant", "content": answer}, last)
+    return Prompt(prompt.id, text="\n\n".join(m["content"] for m in messages), messages=messages)
 
 
 PromptLike = str | Prompt | Sequence[dict[str, str]] | Sequence[int] | Tensor
@@ -36,6 +63,9 @@ def encode_prompt(target: LoadedModel, prompt: PromptLike) -> Tensor:
     Raises ValueError for an empty prompt.
     """
     if isinstance(prompt, Prompt):
+        if prompt.follows is not None:
+            raise ValueError(f"prompt {prompt.id!r} follows {prompt.follows!r}: put that prompt's answer in first "
+                             "(specnb.prompts.with_answer; the runner does it)")
         if prompt.messages and (target.chat or prompt.text is None):
             prompt = list(prompt.messages)
         else:

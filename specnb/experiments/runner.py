@@ -29,7 +29,7 @@ from ..decode import CallHook, generate
 from ..drafters.base import Drafter
 from ..metrics import RunStats, first_divergence
 from ..models import LoadedModel
-from ..prompts import Prompt
+from ..prompts import Prompt, check_follow_ups, with_answer
 from ..verify import VerifyMode
 
 Runner = Callable[[Prompt, int], dict]
@@ -107,13 +107,16 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
 
     warmup: new tokens of the warm-up run of each method on the first prompt (0: none). reference: the
     method the others are compared with (greedy only: ``identical_to_ar``, ``first_divergence`` and, where
-    it differs, the reference's top-2 logit gap there); listed first or not, it runs first on each prompt.
+    it differs, the reference's top-2 logit gap there); listed first or not, it runs first on each prompt,
+    and its output is the answer a follow-up prompt (:attr:`Prompt.follows`) sees for every method; a
+    follow-up without its earlier prompt before it is a ValueError before anything runs.
     sink: called with each prompt's rows as soon as all its methods ran (e.g. a CSV writer). Ctrl-C stops
     the run between two prompts' methods: the result then holds the finished prompts, and
     ``result.attrs["interrupted"]`` is True; ``result.attrs["prompts_done"]`` counts them.
     """
     if not prompts:
         raise ValueError("no prompts to run")
+    check_follow_ups(prompts)
     names = sorted(methods, key=lambda name: name != reference)  # the reference first, the rest in order
     runners = {name: _as_runner(target, methods[name], temperature=temperature, top_p=top_p, verify=verify,
                                 seed=seed, record_gaps=name == reference and temperature == 0)
@@ -128,7 +131,10 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
     rows: list[dict] = []
     done, interrupted = 0, False
     try:
+        answers: dict[str, str] = {}  # the reference's output per prompt id, for the follow-ups
         for prompt in tqdm(prompts, desc="prompts", disable=not progress):
+            if prompt.follows is not None:
+                prompt = with_answer(prompt, answers[prompt.follows])
             ref: dict = {}
             prompt_rows = []
             for name in names:
@@ -137,6 +143,7 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
                     ref = out
                 prompt_rows.append(_compare({"method": name, "prompt_id": prompt.id, **out}, ref,
                                             greedy=temperature == 0, dtype=dtype))
+            answers[prompt.id] = target.tokenizer.decode(ref.get("tokens", []), skip_special_tokens=True)
             rows += prompt_rows
             done += 1
             if sink is not None:

@@ -1,0 +1,65 @@
+"""The prompt sets where history matters: repeated code requests and MT-Bench's two turns, the second seeing
+the model's first answer."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import tiny
+
+from specnb import generate
+from specnb.datasets import load_prompts
+from specnb.experiments.runner import run
+from specnb.prompts import Prompt, encode_prompt, with_answer
+
+
+def test_humaneval2_asks_every_problem_twice_in_order():
+    prompts = load_prompts("humaneval2", 5)
+    assert [p.id for p in prompts] == ["HumanEval/0/a", "HumanEval/0/b", "HumanEval/1/a", "HumanEval/1/b",
+                                       "HumanEval/2/a"]
+    first, second = prompts[:2]
+    stub = first.text
+    assert stub in first.messages[0]["content"] and stub in second.messages[0]["content"]
+    assert first.messages != second.messages and second.text.endswith(stub) and second.text != stub
+
+
+def test_mtbench2_orders_turns_and_names_what_each_follows():
+    prompts = load_prompts("mtbench2", 4)
+    ids = [p.id for p in prompts]
+    assert ids[0].endswith("/1") and ids[1] == ids[0][:-1] + "2" and ids[2].endswith("/1")
+    assert [p.follows for p in prompts] == [None, ids[0], None, ids[2]]
+    assert prompts[1].messages[0] == prompts[0].messages[0] and len(prompts[1].messages) == 2
+
+
+def test_a_follow_up_cannot_be_encoded_without_its_answer():
+    follow_up = load_prompts("mtbench2", 2)[1]
+    with pytest.raises(ValueError, match="follows"):
+        encode_prompt(tiny("llama"), follow_up)
+    resolved = with_answer(follow_up, "THE ANSWER")
+    assert [m["role"] for m in resolved.messages] == ["user", "assistant", "user"]
+    assert resolved.messages[1]["content"] == "THE ANSWER" and "THE ANSWER" in resolved.text
+
+
+def test_the_second_turn_sees_the_reference_answer_to_the_first():
+    target = tiny("llama")
+    first = Prompt("q/1", text="alpha beta", messages=({"role": "user", "content": "alpha beta"},))
+    other = Prompt("r/1", text="gamma delta", messages=({"role": "user", "content": "gamma delta"},))
+    second = Prompt("q/2", messages=(first.messages[0], {"role": "user", "content": "and then?"}), follows="q/1")
+    seen = []
+
+    def spy(prompt: Prompt, max_new_tokens: int) -> dict:
+        seen.append(prompt)
+        return {"new_tokens": 0, "seconds": 1.0}
+
+    run(target, [first, other, second], {"ar": None, "spy": spy}, max_new_tokens=6, warmup=0, progress=False)
+    answer, other_answer = (target.tokenizer.decode(generate(target, p, max_new_tokens=6).tokens,
+                                                    skip_special_tokens=True) for p in (first, other))
+    assert answer != other_answer  # the test can tell the right answer from the latest one
+    assert seen[-1].id == "q/2" and seen[-1].follows is None
+    assert seen[-1].messages == (first.messages[0], {"role": "assistant", "content": answer},
+                                 {"role": "user", "content": "and then?"})
+
+
+def test_an_orphan_follow_up_fails_before_anything_runs():
+    follow_up = load_prompts("mtbench2", 2)[1]
+    with pytest.raises(ValueError, match=follow_up.id):
+        run(tiny("llama"), [follow_up], {"ar": None}, max_new_tokens=4, progress=False)
