@@ -291,6 +291,17 @@ class AutoOptions:
 
 
 @dataclass(frozen=True)
+class RecycleOptions:
+    """Token Recycling: the target's top ``k`` successors of every token; breadth-first trees of ``max_nodes``."""
+
+    k: int = 8
+    max_nodes: int = 32
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "k", "max_nodes")
+
+
+@dataclass(frozen=True)
 class LookupOptions:
     """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
 
@@ -360,6 +371,8 @@ METHODS: dict[str, Method] = {
                            "specnb.drafters.priced:make_dense_priced"),
     "suffix": Method("SuffixDecoding: suffix matches in this request and earlier outputs", SuffixOptions,
                      "specnb.drafters.suffix:make_suffix"),
+    "recycle": Method("Token Recycling: trees from the target's own earlier top-k successors", RecycleOptions,
+                      "specnb.drafters.recycle:make_recycle"),
     "auto": Method("router: each step, the drafter with the best expected tokens/s on this machine", AutoOptions,
                    "specnb.drafters.auto:make_auto"),
     "sd": Method("vanilla speculative decoding with a draft model, one chain", SdOptions,
