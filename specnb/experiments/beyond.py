@@ -54,10 +54,12 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
 
 def pick_shares(picks: pd.DataFrame, window: int = 25) -> dict[str, pd.DataFrame]:
     """{set: [steps, members]} share of the last ``window`` calls each member drafted (``-``: none), for a
-    stacked-area chart of what the router picked over a run."""
+    stacked-area chart of what the router picked over a run; the same columns, in the same order, for every
+    set (so that a member keeps its colour)."""
+    members = ["-", *sorted(set(picks.picked) - {"-"})]
     shares = {}
     for name, group in picks.groupby("set", sort=False):
-        onehot = pd.get_dummies(group.set_index("step").picked).astype(float)
+        onehot = pd.get_dummies(group.set_index("step").picked).reindex(columns=members, fill_value=0).astype(float)
         shares[name] = onehot.rolling(window, min_periods=1).mean()
     return shares
 
