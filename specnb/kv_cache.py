@@ -65,6 +65,14 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self.key_buffer[:, :, :length], self.value_buffer[:, :, :length]
         self.pending = None
 
+    def reserve(self, end: int) -> tuple[Tensor, Tensor]:
+        """The key / value buffers, grown (as :meth:`_write` grows them) to hold positions up to ``end``."""
+        if end > self.key_buffer.shape[2]:
+            length = self.get_seq_length()
+            self.key_buffer = _grow(self.key_buffer, length, end, self.key_buffer)
+            self.value_buffer = _grow(self.value_buffer, length, end, self.value_buffer)
+        return self.key_buffer, self.value_buffer
+
     def compact(self, start: int, sources: Tensor) -> None:
         """Move the entries at positions ``sources`` (int64 [m] on the cache's device, increasing, all
         >= start) to start..start+m-1 inside the buffer and end the layer there."""
@@ -96,14 +104,31 @@ class GrowingCache(DynamicCache):
     def _initialized(self) -> list[GrowingLayer]:
         return [layer for layer in self.layers if layer.is_initialized]
 
+    def reserve(self, layers: int, end: int) -> tuple[list[Tensor], list[Tensor]] | None:
+        """For code that writes a call's entries into the buffers itself (:mod:`specnb.decoder`'s one-call
+        layer stack): the key and value buffers [1, H, capacity >= end, D] of all ``layers`` layers, or None
+        unless every layer holds a one-row buffer (not yet filled, or a broadcast call pending). Follow the
+        writes with :meth:`extend`."""
+        if len(self.layers) != layers or not all(getattr(layer, "key_buffer", None) is not None
+                                                 and layer.key_buffer.shape[0] == 1 for layer in self.layers):
+            return None
+        buffers = [layer.reserve(end) for layer in self.layers]
+        return [k for k, _ in buffers], [v for _, v in buffers]
+
+    def extend(self, end: int) -> None:
+        """Every layer now ends at ``end`` (its entries up to there written into its buffer)."""
+        for layer in self.layers:
+            layer.truncate(end)
+
     def keep(self, start: int, sources: Tensor) -> None:
         """Keep positions 0..start-1 and then ``sources`` (int64 [m] on the host, increasing, >= start),
         dropping every other entry: a view when ``sources`` is start..start+m-1, else an in-place compaction
         (the index crosses to the device once for all layers)."""
         m = sources.shape[0]
-        if bool((sources == torch.arange(start, start + m)).all()):
-            for layer in self._initialized():
-                layer.truncate(start + m)
+        if m == 0 or bool((sources == torch.arange(start, start + m)).all()):
+            if self.get_seq_length() != start + m:  # else the layers already end there (a one-token call)
+                for layer in self._initialized():
+                    layer.truncate(start + m)
             return
         layers = self._initialized()
         on_device = sources.to(layers[0].key_buffer.device) if layers else sources

@@ -70,6 +70,46 @@ def test_body_rows_are_bit_independent(arch):
         assert torch.equal(lean(rows, past_key_values=chain)[:1], one)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_one_call_layer_stack_gives_the_python_layers_bits(arch, dtype, monkeypatch):
+    """Decoding and tree calls run every layer in one C++ call (kernels.decoder_layers): the hidden states and
+    the cache it leaves are bit-identical to the Python layers', past the sliding window too."""
+    model = tiny(arch, dtype).model
+    lean = body(model)
+    specs, ran, stack = lean.specs, [], kernels.decoder_layers
+    assert specs is not None
+    monkeypatch.setattr(kernels, "decoder_layers", lambda *args: ran.append(1) or stack(*args))
+
+    def python_layers(*args, **kwargs):
+        lean.specs = None
+        try:
+            return lean(*args, **kwargs)
+        finally:
+            lean.specs = specs
+
+    ids = torch.randint(0, 256, (1, PROMPT + STEPS + 3))
+    ours, theirs = GrowingCache(), GrowingCache()
+    with torch.inference_mode():
+        assert torch.equal(lean(ids[:, :PROMPT], past_key_values=ours), python_layers(ids[:, :PROMPT],
+                                                                                      past_key_values=theirs))
+        assert not ran  # a prefill fills the cache's buffers in Python first
+        for i in range(PROMPT, PROMPT + STEPS):
+            assert torch.equal(lean(ids[:, i:i + 1], past_key_values=ours),
+                               python_layers(ids[:, i:i + 1], past_key_values=theirs))
+        draft = Draft(ids[0, -2:], torch.tensor([-1, -1]))
+        visible, depth = draft.attention()
+        positions = ours.get_seq_length() + depth
+        mask = TreeMasks(model)(visible, positions, positions, prefix=ours.get_seq_length())
+        tree = ids[:, [-3, -2, -1]]
+        assert torch.equal(lean(tree, past_key_values=ours, attention_mask=mask, position_ids=positions[None]),
+                           python_layers(tree, past_key_values=theirs, attention_mask=mask,
+                                         position_ids=positions[None]))
+    assert len(ran) == STEPS + 1
+    for a, b in zip(ours.layers, theirs.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
 def test_forward_uses_the_body_unless_the_model_runs_stock(monkeypatch):
     model = tiny("llama").model
     calls = []

@@ -137,6 +137,16 @@ def heads(x: Tensor, num_heads: int, scale: Tensor | None, eps: float, round_fir
     return extension().heads(x, num_heads, scale, eps, round_first, cos, sin)
 
 
+def decoder_layers(x: Tensor, specs: list, cos: list[Tensor], sin: list[Tensor], masks: list[Tensor | None],
+                   keys: list[Tensor], values: list[Tensor], start: int) -> Tensor:
+    """A stack of decoder layers in one call (:class:`specnb.decoder.Layer`'s steps, same kernels, same
+    bits): x [1, S, d] -> [1, S, d] before the final norm. Per layer: its ``LayerSpec``, cos / sin
+    [1, S, D], a float mask [1, 1, S, start + S] or None (causal), and key / value buffers
+    [1, Hk, capacity >= start + S, D] holding ``start`` cached positions; the call's keys and values are
+    written at start..start + S - 1."""
+    return extension().decoder_layers(x, specs, cos, sin, masks, keys, values, start, isa_code())
+
+
 def _register_attention() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
