@@ -11,7 +11,8 @@ The machine's read bandwidth is measured once at the start (:func:`specnb.ceilin
 each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call
 (:func:`specnb.ceilings.streamed_bytes`)
 times its target calls (prefills included) over its wall time, and ``bandwidth_fraction`` that over the
-read bandwidth: for AR, how close the loop runs to the machine's ceiling. The ``hf*`` baselines run the
+read bandwidth; ``decode_bandwidth_fraction`` counts the decoding calls and seconds only (for AR, how close
+the loop runs to the machine's ceiling). The ``hf*`` baselines run the
 model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA).
 
 Nothing is lost: :class:`BenchConfig` checks every value when it is made (before a model loads), a
@@ -109,13 +110,19 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
 
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
     """:func:`specnb.experiments.summarize` (speedup vs our AR) plus the weight bytes streamed per second
-    (target calls, prefills included) and that as a fraction of the read bandwidth."""
+    (target calls, prefills included) and that as a fraction of the read bandwidth; and, for our methods,
+    ``decode_bandwidth_fraction``: the same over the decoding calls and their seconds only (a prefill is a
+    compute-bound call the same for every method; for ``ar`` this is how close the loop runs to the ceiling)."""
     summary = experiments_summarize(per_prompt, baseline="ar")
     if "weight_bytes" in per_prompt:
         first = per_prompt.groupby("method", sort=False)[["weight_bytes", "read_gb_per_s"]].first()
         target_calls = summary.calls.to_numpy() + summary.prompts.to_numpy()  # + one prefill per prompt
         summary["weight_gb_per_s"] = first.weight_bytes.to_numpy() * target_calls / summary.seconds / 1e9
         summary["bandwidth_fraction"] = summary.weight_gb_per_s / first.read_gb_per_s.to_numpy()
+        if "decode_seconds" in per_prompt:  # the loop alone: prefills (compute-bound, the same for all) left out
+            decode = per_prompt.groupby("method", sort=False)["decode_seconds"].sum(min_count=1).to_numpy()
+            summary["decode_bandwidth_fraction"] = (first.weight_bytes.to_numpy() * summary.calls.to_numpy()
+                                                    / decode / 1e9 / first.read_gb_per_s.to_numpy())
     return summary
 
 
@@ -213,7 +220,8 @@ def format_table(results: pd.DataFrame) -> str:
     """The summary rows as a fixed-width table for the terminal."""
     summary = results[results.prompt_id == "ALL"]
     columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
-               "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction", "outside_forward_fraction"]
+               "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction", "decode_bandwidth_fraction",
+               "outside_forward_fraction"]
     return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")
 
 

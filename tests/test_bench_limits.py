@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import pytest
 from conftest import tiny
@@ -27,6 +28,12 @@ def test_bandwidth_columns_follow_their_definition(monkeypatch):
         expected = weight_bytes * calls / group.seconds.sum() / 1e9
         assert summary.loc[method, "weight_gb_per_s"] == pytest.approx(expected)
         assert summary.loc[method, "bandwidth_fraction"] == pytest.approx(expected / 10.0)
+        if method == "hf":  # a peer reports no decode time: no decode-only fraction
+            assert math.isnan(summary.loc[method, "decode_bandwidth_fraction"])
+        else:  # decoding calls over decoding seconds: prefills left out
+            decode = weight_bytes * group.calls.sum() / group.decode_seconds.sum() / 1e9 / 10.0
+            assert summary.loc[method, "decode_bandwidth_fraction"] == pytest.approx(decode)
+            assert decode > summary.loc[method, "bandwidth_fraction"]
     assert summary.loc["ar", "identical_to_ar"] == 1.0 and summary.loc["pld", "identical_to_ar"] == 1.0
 
 
