@@ -644,12 +644,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("attention", &attention, "decoding attention over the visible keys only, rows bit-independent");
   module.def("rms_norm", &rms_norm, "RMS norm per row, fp32 reduction in order");
   module.def("heads", &heads, "split into heads [B, H, S, D], with optional per-head norm and rotary embedding");
-  pybind11::class_<Norm>(module, "Norm")
+  pybind11::class_<Norm>(module, "Norm", pybind11::module_local())
       .def(pybind11::init<>())
       .def_readwrite("scale", &Norm::scale)
       .def_readwrite("eps", &Norm::eps)
       .def_readwrite("round_first", &Norm::round_first);
-  pybind11::class_<LayerSpec>(module, "LayerSpec")
+  pybind11::class_<LayerSpec>(module, "LayerSpec", pybind11::module_local())
       .def(pybind11::init<>())
 #define FIELD(name) .def_readwrite(#name, &LayerSpec::name)
       FIELD(qkv) FIELD(o) FIELD(gate_up) FIELD(down) FIELD(qkv_bias) FIELD(o_bias) FIELD(gate_up_bias) FIELD(down_bias)
