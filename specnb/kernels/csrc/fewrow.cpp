@@ -128,7 +128,8 @@ AVX512BF16 __attribute__((always_inline)) inline void step_bf16(__m512 (&acc)[mb
 #pragma GCC unroll 16
   for (int j = 0; j < nb; j++) {
     wv[j] = load32(w + j * K + k, mask);
-    _mm_prefetch(reinterpret_cast<const char*>(w + (j + PREFETCH_ROWS) * K + k), _MM_HINT_T0);
+    if constexpr (mb > 1 || nb > 1)  // into L2: every row of the block reads it from there (see PREFETCH_ROWS)
+      _mm_prefetch(reinterpret_cast<const char*>(w + (j + PREFETCH_ROWS) * K + k), _MM_HINT_T1);
   }
 #pragma GCC unroll 16
   for (int m = 0; m < mb; m++) {
