@@ -37,7 +37,12 @@ constexpr int ISA_AVX2 = 0;
 constexpr int ISA_AVX512BF16 = 1;
 constexpr int NB = 4;  // weight rows per block
 constexpr int MB = 4;  // input rows per block
-constexpr int PREFETCH_ROWS = 8;  // weight rows ahead that the bf16 path prefetches (two blocks)
+// Weight rows ahead that a block prefetches into L2 (two 4-row blocks). Into L2, not L1: a block's input rows
+// all read the weight from there, and L1 keeps the inputs; a one-row, one-weight-row block (a decoding step's
+// weight streamed row after row) leaves it to the hardware prefetcher. Interleaved in one process (Zen 4,
+// all linears of a Gemma-3-270M token, bf16): L1 prefetch 21.2 / 27.6 / 41.2 ms at 1 / 4 / 16 rows, these
+// 17.9 / 19.9 / 30.5 ms (AVX2 path 17.8 / 25.1 / 85.7 without prefetches, 17.3 / 21.3 / 62.9 with them).
+constexpr int PREFETCH_ROWS = 8;
 
 using bf16 = uint16_t;
 
@@ -90,6 +95,10 @@ void block_avx2(const TX* x, const TW* w, const float* bias, Out* y, int64_t ldy
     __m256 wv[nb];
 #pragma GCC unroll 16
     for (int j = 0; j < nb; j++) wv[j] = load8<TW>(w + j * K + k);
+    if constexpr (mb > 1 || nb > 1)  // as in the bf16 path: into L2, once per 64-byte line
+      if ((k * int64_t(sizeof(TW))) % 64 == 0)
+        for (int j = 0; j < nb; j++)
+          _mm_prefetch(reinterpret_cast<const char*>(w + (j + PREFETCH_ROWS) * K + k), _MM_HINT_T1);
 #pragma GCC unroll 16
     for (int m = 0; m < mb; m++) {
       __m256 xv = load8<TX>(x + m * K + k);
