@@ -7,12 +7,13 @@ the method's. Greedy runs are checked token for token against our AR output; whe
 first divergence is reported with the AR top-1/top-2 logit gap there, and whether that gap is within the
 rounding of the model's dtype (so a bf16 flip can be told from a bug).
 
-The machine's read bandwidth is measured once at the start (:func:`specnb.ceilings.read_bandwidth`);
-each method's ``weight_gb_per_s`` is the target's weight bytes streamed per call
-(:func:`specnb.ceilings.streamed_bytes`)
-times its target calls (prefills included) over its wall time, and ``bandwidth_fraction`` that over the
-read bandwidth; ``decode_bandwidth_fraction`` counts the decoding calls and seconds only (for AR, how close
-the loop runs to the machine's ceiling). The ``hf*`` baselines run the
+The machine's read bandwidth is sampled at the start and after every prompt
+(:func:`specnb.ceilings.sample_read_bandwidth`; a VM's drifts from one minute to the next) and each row
+carries the sample taken after its prompt. Each method's ``weight_gb_per_s`` is the target's weight bytes
+streamed per call (:func:`specnb.ceilings.streamed_bytes`) times its target calls (prefills included) over its
+wall time, and ``bandwidth_fraction`` that over the median of the read bandwidth samples;
+``decode_bandwidth_fraction`` counts the decoding calls and seconds only (for AR, how close the loop runs to the
+machine's ceiling). The ``hf*`` baselines run the
 model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA).
 
 Nothing is lost: :class:`BenchConfig` checks every value when it is made (before a model loads), a
@@ -36,7 +37,7 @@ import pandas as pd
 import torch
 
 from . import kernels
-from .ceilings import read_bandwidth, streamed_bytes
+from .ceilings import sample_read_bandwidth, streamed_bytes
 from .datastores.atomic import write_text
 from .device import model_device, synchronize
 from .experiments.runner import Runner, decode_runner, run
@@ -97,10 +98,18 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
             raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
                              f"exceeds the context of {target.name} ({target.max_context} tokens)")
     methods, counter = bench_runners(target, config, {m: (m, config.options[m]) for m in config.methods})
+
+    def sampled(rows: list[dict]) -> None:  # the machine's read bandwidth right after this prompt's runs
+        bandwidth = sample_read_bandwidth()
+        for row in rows:
+            row["read_gb_per_s"] = bandwidth
+        if sink is not None:
+            sink(rows)
+
     try:
         per_prompt = run(target, prompts, methods, temperature=config.temperature, top_p=config.top_p,
                          verify=config.verify, max_new_tokens=config.max_new_tokens, warmup=config.warmup_tokens,
-                         seed=config.seed, progress=progress, sink=sink)
+                         seed=config.seed, progress=progress, sink=sampled)
     finally:
         counter.remove()
     results = pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True) if len(per_prompt) else per_prompt
@@ -110,19 +119,21 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
 
 def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
     """:func:`specnb.experiments.summarize` (speedup vs our AR) plus the weight bytes streamed per second
-    (target calls, prefills included) and that as a fraction of the read bandwidth; and, for our methods,
+    (target calls, prefills included) and that as a fraction of the read bandwidth (the median of the run's
+    samples, ``read_gb_per_s``); and, for our methods,
     ``decode_bandwidth_fraction``: the same over the decoding calls and their seconds only (a prefill is a
     compute-bound call the same for every method; for ``ar`` this is how close the loop runs to the ceiling)."""
     summary = experiments_summarize(per_prompt, baseline="ar")
     if "weight_bytes" in per_prompt:
-        first = per_prompt.groupby("method", sort=False)[["weight_bytes", "read_gb_per_s"]].first()
+        by_method = per_prompt.groupby("method", sort=False)
+        weight_bytes, read = by_method.weight_bytes.first().to_numpy(), by_method.read_gb_per_s.median().to_numpy()
         target_calls = summary.calls.to_numpy() + summary.prompts.to_numpy()  # + one prefill per prompt
-        summary["weight_gb_per_s"] = first.weight_bytes.to_numpy() * target_calls / summary.seconds / 1e9
-        summary["bandwidth_fraction"] = summary.weight_gb_per_s / first.read_gb_per_s.to_numpy()
+        summary["read_gb_per_s"] = read
+        summary["weight_gb_per_s"] = weight_bytes * target_calls / summary.seconds / 1e9
+        summary["bandwidth_fraction"] = summary.weight_gb_per_s / read
         if "decode_seconds" in per_prompt:  # the loop alone: prefills (compute-bound, the same for all) left out
             decode = per_prompt.groupby("method", sort=False)["decode_seconds"].sum(min_count=1).to_numpy()
-            summary["decode_bandwidth_fraction"] = (first.weight_bytes.to_numpy() * summary.calls.to_numpy()
-                                                    / decode / 1e9 / first.read_gb_per_s.to_numpy())
+            summary["decode_bandwidth_fraction"] = weight_bytes * summary.calls.to_numpy() / decode / 1e9 / read
     return summary
 
 
@@ -131,7 +142,7 @@ def bench_runners(target: LoadedModel, config: BenchConfig, methods: dict[str, t
     """{label: runner} for :func:`specnb.experiments.run` from {label: (method name, its options)} (one method
     may appear under several labels, e.g. two datastores), with the machine's columns on every row and the
     target's forward calls counted for the peers; remove the returned counter's hook after the run."""
-    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": read_bandwidth(),
+    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": sample_read_bandwidth(),
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)
     return {label: _counted(_method(name, target, options, config), counter, machine)

@@ -19,10 +19,16 @@ from .kernels import memory
 
 @functools.cache
 def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
-    """The machine's read bandwidth in GB/s (1e9 bytes): median of ``repeats`` sums over ``megabytes`` of
-    float32 on all of torch's threads, after one untimed pass (a stream-like read; cached per process). The
-    buffer sits in 2 MB pages where the OS offers them, as the kernels' weights do (:mod:`specnb.kernels.memory`):
-    on the development VM that reads ~10-60% faster than 4 KB pages, so it is the honest ceiling."""
+    """The machine's read bandwidth in GB/s, measured once per process (:func:`sample_read_bandwidth`)."""
+    return sample_read_bandwidth(megabytes, repeats)
+
+
+def sample_read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """The machine's read bandwidth now, in GB/s (1e9 bytes): median of ``repeats`` sums over ``megabytes`` of
+    float32 on all of torch's threads, after one untimed pass (a stream-like read). The buffer sits in 2 MB
+    pages where the OS offers them, as the kernels' weights do (:mod:`specnb.kernels.memory`): on the
+    development VM that reads ~10-60% faster than 4 KB pages, so it is the honest ceiling. A VM's bandwidth
+    drifts (30-62 GB/s between minutes on the development machine), so long runs sample it more than once."""
     shape = (megabytes << 18,)  # 4 bytes each
     data = memory.empty(shape, torch.float32).fill_(1.0) if memory.available() else torch.ones(shape)
     data.sum()

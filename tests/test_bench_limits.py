@@ -14,7 +14,8 @@ from specnb.prompts import Prompt
 
 
 def test_bandwidth_columns_follow_their_definition(monkeypatch):
-    monkeypatch.setattr("specnb.bench.read_bandwidth", lambda: 10.0)  # GB/s, fixed for the check
+    samples = iter([10.0, 8.0, 12.0, 30.0])  # GB/s: at the start, then after each prompt
+    monkeypatch.setattr("specnb.bench.sample_read_bandwidth", lambda: next(samples))
     target = tiny("llama")
     prompts = [Prompt("a", [256, 40, 41, 42, 40, 41]), Prompt("b", [256, 50, 51, 50, 51, 50])]
     frame = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),
@@ -22,7 +23,8 @@ def test_bandwidth_columns_follow_their_definition(monkeypatch):
     summary = frame[frame.prompt_id == "ALL"].set_index("method")
     rows = frame[frame.prompt_id != "ALL"]
     weight_bytes = ceilings.streamed_bytes(target.model)
-    assert (rows.weight_bytes == weight_bytes).all() and (rows.read_gb_per_s == 10.0).all()
+    assert (rows.weight_bytes == weight_bytes).all()  # each row: the sample after its prompt; the summary: median
+    assert list(rows[rows.method == "ar"].read_gb_per_s) == [8.0, 12.0] and (summary.read_gb_per_s == 10.0).all()
     for method, group in rows.groupby("method"):
         calls = group.calls.sum() + len(group)  # every call, prefills included
         expected = weight_bytes * calls / group.seconds.sum() / 1e9
