@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.accept import accept_greedy
+from specnb.accept import accept_greedy, longest_path
 from specnb.draft import Draft
 from specnb.drafters.base import DecodeState
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
@@ -107,6 +107,22 @@ def test_greedy_acceptance_follows_the_argmax_and_breaks_ties_by_lowest_id():
     logits = torch.zeros(4, vocab)
     logits[:, 4] = 1.0
     assert accept_greedy(twins, logits).nodes.tolist() == [0]
+
+
+def test_greedy_acceptance_by_levels_matches_the_rule_over_all_rows():
+    """accept_greedy reads the argmax only of rows whose node passed; on random trees with duplicate siblings
+    it gives what the rule over every row gives (the deepest passing node, earliest on ties)."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(400):
+        n = int(torch.randint(1, 14, (1,), generator=gen))
+        parents = torch.tensor([int(torch.randint(-1, i, (1,), generator=gen)) for i in range(n)])
+        draft = Draft(torch.randint(0, 3, (n,), generator=gen), parents)  # 3 tokens: many passes and twins
+        logits = torch.randn(n + 1, 3, generator=gen)
+        predicted = logits.max(-1).indices
+        want = longest_path(draft, draft.tokens == predicted[draft.parents + 1])
+        got = accept_greedy(draft, logits)
+        assert got.nodes.tolist() == want.tolist()
+        assert got.bonus == int(predicted[int(want[-1]) + 1 if want.numel() else 0])
 
 
 def test_tree_masks():
