@@ -90,17 +90,20 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
     # Gemma-3's 262k
     if draft.num_nodes == 0:  # a one-token call (AR, or no draft this step)
         return Acceptance(NO_NODES, int(logits[0].max(-1).indices))
-    # Only rows whose node passed need their argmax: read them level by level down the passing nodes (the
-    # accepted path, and any duplicate sibling's), not all n + 1 rows of a tree that mostly fails.
     parent_rows = draft.parents + 1  # [n] the full index of each node's parent
-    predicted = torch.full((draft.num_nodes + 1,), -1, dtype=torch.long)  # -1: not read
-    ok = torch.zeros(draft.num_nodes, dtype=torch.bool)
-    rows = torch.zeros(1, dtype=torch.long)
-    while rows.numel():
-        predicted[rows] = logits[rows.to(logits.device)].max(-1).indices.cpu()
-        passing = torch.isin(parent_rows, rows) & (draft.tokens == predicted[parent_rows])
-        ok |= passing
-        rows = torch.nonzero(passing).squeeze(1) + 1
+    if logits.device.type != "cpu":  # an accelerator: all rows at once, one device read per call
+        predicted = logits.max(-1).indices.cpu()
+        ok = draft.tokens == predicted[parent_rows]
+    else:  # on the CPU each row costs ~0.2 ms (262k bf16 logits): only rows whose node passed need their argmax,
+        # read level by level down the passing nodes (the accepted path, and any duplicate sibling's)
+        predicted = torch.full((draft.num_nodes + 1,), -1, dtype=torch.long)  # -1: not read
+        ok = torch.zeros(draft.num_nodes, dtype=torch.bool)
+        rows = torch.zeros(1, dtype=torch.long)
+        while rows.numel():
+            predicted[rows] = logits[rows].max(-1).indices
+            passing = torch.isin(parent_rows, rows) & (draft.tokens == predicted[parent_rows])
+            ok |= passing
+            rows = torch.nonzero(passing).squeeze(1) + 1
     nodes = longest_path(draft, ok)
     last = int(nodes[-1]) + 1 if nodes.numel() else 0
     return Acceptance(nodes, int(predicted[last]))
