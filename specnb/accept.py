@@ -84,7 +84,8 @@ def accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: torc
 def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
     """The longest path whose every token is the target's argmax at its parent, and the argmax after it.
 
-    logits [n+1, V] may be on any device: the argmax [n+1] is read to the host once and the rest runs there.
+    logits [n+1, V] may be on any device: on an accelerator the argmax of every row is read to the host once;
+    on the CPU only the rows whose node passed are reduced. The rest runs on the host.
     """
     # max(-1) gives argmax's indices (the first maximum) ~4x faster on bf16 CPU logits: 0.2 vs 0.9 ms a row of
     # Gemma-3's 262k

@@ -132,7 +132,7 @@ def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
         summary["weight_gb_per_s"] = weight_bytes * target_calls / summary.seconds / 1e9
         summary["bandwidth_fraction"] = summary.weight_gb_per_s / read
         if "decode_seconds" in per_prompt:  # the loop alone: prefills (compute-bound, the same for all) left out
-            decode = per_prompt.groupby("method", sort=False)["decode_seconds"].sum(min_count=1).to_numpy()
+            decode = by_method.decode_seconds.sum(min_count=1).to_numpy()
             summary["decode_bandwidth_fraction"] = weight_bytes * summary.calls.to_numpy() / decode / 1e9 / read
     return summary
 

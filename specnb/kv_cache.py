@@ -53,9 +53,9 @@ class GrowingLayer(DynamicLayer):
     def _write(self, start: int, key_states: Tensor, value_states: Tensor) -> None:
         """Write entries [B, H, s, D] at positions start..start+s-1 and end the layer there."""
         end = start + key_states.shape[2]
-        if self.key_buffer is None or end > self.key_buffer.shape[2]:
-            self.key_buffer = _grow(self.key_buffer, start, end, key_states)
-            self.value_buffer = _grow(self.value_buffer, start, end, value_states)
+        if self.key_buffer is None:
+            self.key_buffer, self.value_buffer = _grow(None, 0, end, key_states), _grow(None, 0, end, value_states)
+        self.reserve(end, keep=start)
         self.key_buffer[:, :, start:end] = key_states
         self.value_buffer[:, :, start:end] = value_states
         self.truncate(end)
@@ -65,12 +65,13 @@ class GrowingLayer(DynamicLayer):
         self.keys, self.values = self.key_buffer[:, :, :length], self.value_buffer[:, :, :length]
         self.pending = None
 
-    def reserve(self, end: int) -> tuple[Tensor, Tensor]:
-        """The key / value buffers, grown (as :meth:`_write` grows them) to hold positions up to ``end``."""
+    def reserve(self, end: int, keep: int | None = None) -> tuple[Tensor, Tensor]:
+        """The key / value buffers with room for positions up to ``end``: when they are too short, new ones
+        holding the first ``keep`` positions (default: every filled one)."""
         if end > self.key_buffer.shape[2]:
-            length = self.get_seq_length()
-            self.key_buffer = _grow(self.key_buffer, length, end, self.key_buffer)
-            self.value_buffer = _grow(self.value_buffer, length, end, self.value_buffer)
+            keep = self.get_seq_length() if keep is None else keep
+            self.key_buffer = _grow(self.key_buffer, keep, end, self.key_buffer)
+            self.value_buffer = _grow(self.value_buffer, keep, end, self.value_buffer)
         return self.key_buffer, self.value_buffer
 
     def compact(self, start: int, sources: Tensor) -> None:
