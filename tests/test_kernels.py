@@ -59,6 +59,27 @@ def test_linear_rows_are_bit_independent(isa, dtype):
     assert torch.equal(_linear(x[shuffled], w, b, isa), together[shuffled])
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_bf16_outputs_round_as_torch_rounds(isa):
+    # out[r, j] = w[j, r] + bias[j] exactly in fp32 (x one-hot), so the bf16 outputs must carry torch's rounding
+    # of those sums bit for bit (ties to even), and NaNs stay NaN with one bit pattern. 1 and 16 rows take the
+    # one-at-a-time and the four-at-once stores.
+    g = torch.Generator().manual_seed(3)
+    n, k = 64, 32
+    w = torch.zeros(n, k, dtype=torch.bfloat16)
+    low = torch.tensor([0x8000, 0x7FFF, 0x8001, 0x0000, 0xFFFF, 0x18000], dtype=torch.int32)
+    bits = (torch.randn(n, generator=g).view(torch.int32) & ~0xFFFF) | low[torch.arange(n) % len(low)] % 0x10000
+    bias = bits.view(torch.float32).clone()
+    bias[5], bias[6], bias[7] = float("nan"), -float("nan"), float("inf")
+    nan = bias.isnan()
+    expected = bias.to(torch.bfloat16).view(torch.int16)[~nan]
+    outs = [_linear(torch.eye(rows, k, dtype=torch.bfloat16), w, bias, isa) for rows in (1, 16)]
+    for out in outs:
+        assert torch.equal(out[:, ~nan].view(torch.int16), expected.expand(len(out), -1))
+        assert out[:, nan].isnan().all()
+    assert torch.equal(outs[0].view(torch.int16), outs[1][:1].view(torch.int16))
+
+
 def test_paths_differ_only_by_rounding():
     if len(ISAS) < 2:
         pytest.skip("this CPU has one kernel path")
