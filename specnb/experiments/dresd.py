@@ -45,7 +45,7 @@ DATA = Path(__file__).resolve().parents[2] / "data"
 # Corpus tokens per OOD datastore. Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores.
 STORE_TOKENS = {
     "smoke": {"code": 2_000, "chat": 1_000},
-    "quick": {"code": 100_000, "chat": 10_000},
+    "quick": {"code": 60_000, "chat": 10_000},
     "full": {"code": 2_000_000, "chat": 1_000_000},
 }
 
