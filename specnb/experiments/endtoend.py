@@ -56,10 +56,14 @@ def run_specs(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple
 def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
                max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
     """One summary row per label (:func:`specnb.experiments.summarize`, speedup vs our AR) plus
-    ``speedup_vs_hf``: Hugging Face ``generate``'s total wall time over the method's."""
+    ``speedup_vs_hf``: Hugging Face ``generate``'s total wall time over the method's, and, for greedy outputs
+    that differ from our AR's, ``divergence_gap``: the largest top-2 logit gap of our AR at a first divergence
+    (NaN where none differs; a gap within a few bf16 roundings means two kernels rounded a near-tie apart)."""
     rows = run_specs(target, prompts, specs, temperature=temperature, max_new_tokens=max_new_tokens, warmup=warmup,
                      progress=progress)
     summary = summarize(rows)
     if "hf" in specs:
         summary["speedup_vs_hf"] = rows.loc[rows.method == "hf", "seconds"].sum() / summary.seconds
+    gaps = rows.groupby("method").first_divergence_gap.max() if "first_divergence_gap" in rows else pd.Series()
+    summary["divergence_gap"] = summary.method.map(gaps)
     return summary
