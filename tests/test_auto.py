@@ -10,11 +10,11 @@ from conftest import ARCHS, DTYPES, tiny
 from test_sampling_deterministic import sampling_matches_ar
 
 from specnb import Draft, generate
-from specnb.drafters.auto import AutoDrafter
+from specnb.drafters.auto import AutoDrafter, make_auto
 from specnb.drafters.base import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.methods import OptionError, parse_options
+from specnb.methods import AutoOptions, OptionError, parse_options
 from specnb.roofline import CostModel
 
 PROMPT = [256] + list(range(40, 52)) * 3
@@ -90,3 +90,17 @@ def test_auto_sampling_keeps_the_target_distribution():
 def test_members_are_validated_before_loading():
     with pytest.raises(OptionError, match="cannot be routed"):
         parse_options("auto", {"members": "pld,sd"})
+
+
+def test_a_given_store_makes_its_member(monkeypatch, tmp_path):
+    """``-o crest=PATH`` routes CREST over that store even where no default CREST store exists (as ``dense``)."""
+    store = tmp_path / "crest.sqlite"
+    store.touch()
+    made = []
+    monkeypatch.setattr("specnb.drafters.auto.default_members", lambda target: ["pld", "suffix"])
+    monkeypatch.setattr("specnb.drafters.auto.make_drafter",
+                        lambda name, target, values: made.append((name, values)) or ContextNgramDrafter())
+    monkeypatch.setattr("specnb.roofline.cost_model_for", lambda target, path="": cost(0.0))
+    router = make_auto(None, AutoOptions(crest=str(store)))
+    assert list(router.members) == ["pld", "suffix", "crest"]
+    assert made[-1] == ("crest", {"datastore": str(store)})

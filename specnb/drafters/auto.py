@@ -114,13 +114,13 @@ MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}}
 
 def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
     """Bench factory ``auto``: ``-o members=pld,suffix,...`` (default :func:`default_members`), ``-o crest=PATH``
-    and ``-o dense=PATH`` for those members' stores, ``-o roofline=CSV`` for the cost table."""
+    and ``-o dense=PATH`` for those members' stores (a given store makes its method a member), ``-o roofline=CSV``
+    for the cost table."""
     from ..roofline import cost_model_for
 
     names = options.members.split(",") if options.members else default_members(target)
-    if options.dense and "dense" not in names:
-        names.append("dense")
     stores = {"crest": options.crest, "dense": options.dense}
+    names += [name for name, path in stores.items() if path and name not in names]  # a given store adds its member
     members = {}
     for name in names:
         values = dict(MEMBER_OPTIONS.get(name, {}))
