@@ -114,6 +114,32 @@ def _sdpa(q, k, v, mask=None, causal=False):
     out = F.scaled_dot_product_attention(q.double(), k, v, attn_mask=mask, is_causal=causal)
     return out.transpose(1, 2)
 
+@settings(max_examples=30, deadline=None)
+@given(rows=st.integers(1, 6), vocab=st.integers(1, 1100), k=st.integers(1, 8), levels=st.sampled_from([3, 50, None]),
+       dtype=st.sampled_from(DTYPES))
+def test_top_k_is_a_stable_sort_prefix(rows, vocab, k, levels, dtype):
+    """The k largest of each row, largest first, equal values by index (k = 1: torch's argmax): checked against
+    a stable sort, on rows full of ties (``levels`` distinct values) and -inf, any length (vector tails)."""
+    k = min(k, vocab)
+    g = torch.Generator().manual_seed(rows * 7919 + vocab * 13 + k)
+    x = torch.randn(rows, vocab, generator=g)
+    if levels:
+        x = torch.randint(0, levels, (rows, vocab), generator=g).float()
+    x[torch.rand(rows, vocab, generator=g) < 0.1] = float("-inf")
+    x = x.to(dtype)
+    expected = torch.sort(-x.float(), dim=-1, stable=True).indices[:, :k]
+    assert torch.equal(kernels.top_k(x, k), expected)
+    assert torch.equal(kernels.top_k(x, 1)[:, 0], x.max(-1).indices)
+
+
+def test_top_k_leaves_rows_with_nan_to_torch():
+    x = torch.randn(3, 300)
+    x[1, 7] = float("nan")
+    x[2, 290] = float("nan")
+    assert torch.equal(kernels.top_k(x, 1)[:, 0], x.max(-1).indices)
+    assert torch.equal(kernels.top_k(x, 4)[1:], x[1:].topk(4, dim=-1).indices)
+
+
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", DTYPES)

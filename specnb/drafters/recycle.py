@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from ..draft import Draft
+from ..kernels import top_k
 from ..methods import RecycleOptions
 from .base import DecodeState, Drafter
 
@@ -54,7 +55,7 @@ class RecycleDrafter(Drafter):
     def observe(self, tokens: Tensor, logits: Tensor) -> None:
         """Row ``tokens[i]`` := the top-k of ``logits[i]`` for every verified position; a token seen at
         several positions keeps its last one (the deepest in node order)."""
-        top = logits.topk(self.k, dim=-1).indices.to("cpu", torch.int32).numpy()  # [n+1, k]
+        top = top_k(logits, self.k).to("cpu", torch.int32).numpy()  # [n+1, k]
         ids = tokens.numpy()
         _, last = np.unique(ids[::-1], return_index=True)  # the last occurrence of each token
         keep = ids.shape[0] - 1 - last

@@ -137,6 +137,24 @@ def heads(x: Tensor, num_heads: int, scale: Tensor | None, eps: float, round_fir
     return extension().heads(x, num_heads, scale, eps, round_first, cos, sin)
 
 
+def top_k(x: Tensor, k: int) -> Tensor:
+    """int64 [R, k]: the indices of the k largest entries of each row of x [R, V], largest first, ties to the
+    lower index (k = 1: argmax, the first maximum). One pass of the kernel over CPU float32 / bfloat16 rows
+    (~10x PyTorch's max / topk on 262k bf16 logits); PyTorch elsewhere, and for rows that hold a NaN."""
+    kernel = extension() if x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) else None
+    if kernel is None or x.dim() != 2 or not 1 <= k <= x.shape[1]:
+        return _torch_top_k(x, k)
+    indices, nan = kernel.top_k(x.contiguous(), k)
+    if nan.any():
+        rows = nan.nonzero().squeeze(1)
+        indices[rows] = _torch_top_k(x[rows], k)
+    return indices
+
+
+def _torch_top_k(x: Tensor, k: int) -> Tensor:
+    return x.max(-1, keepdim=True).indices if k == 1 else x.topk(k, dim=-1).indices
+
+
 def decoder_layers(x: Tensor, specs: list, cos: list[Tensor], sin: list[Tensor], masks: list[Tensor | None],
                    keys: list[Tensor], values: list[Tensor], start: int) -> Tensor:
     """A stack of decoder layers in one call (:class:`specnb.decoder.Layer`'s steps, same kernels, same
