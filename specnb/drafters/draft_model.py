@@ -28,6 +28,7 @@ from ..device import generator as make_generator
 from ..device import model_device
 from ..draft import Draft
 from ..forward import forward
+from ..kernels import top_k
 from ..kv_cache import GrowingCache
 from ..masks import TreeMasks
 from ..methods import DraftModelOptions, McsdOptions, SdOptions
@@ -232,7 +233,7 @@ class DraftModelDrafter(Drafter):
         """
         with_replacement = self.scheme == "mcss"
         if self.config.greedy:
-            return logits.topk(1 if with_replacement else k, dim=-1).indices.cpu(), None
+            return top_k(logits, 1 if with_replacement else k).cpu(), None
         q = probabilities(logits, self.config)
         if not with_replacement:
             k = min(k, int((q > 0).sum(-1).min()))
