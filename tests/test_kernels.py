@@ -278,3 +278,10 @@ def test_rehome_moves_large_weights_into_huge_pages_and_keeps_ties():
     with torch.inference_mode():  # and the kernels read it like any tensor
         x = torch.randn(3, 1024)
         torch.testing.assert_close(kernels.linear(x, model[1].weight), x @ before["0.weight"].T, rtol=1e-4, atol=1e-4)
+
+
+def test_top_k_bench_times_both_backends():
+    from specnb.kernels.bench import bench_top_k
+
+    table = bench_top_k(vocab=300, rows=(1, 3), ks=(1, 4), repeats=2)
+    assert len(table) == 4 and (table[["fewrow_ms", "torch_ms", "speedup"]] > 0).all().all()

@@ -10,6 +10,9 @@ a fraction of the machine's read bandwidth (:func:`specnb.ceilings.read_bandwidt
 * ``onednn``:  the weight prepacked once for oneDNN (``to_mkldnn``), ``mkldnn_linear``;
 * ``inductor``: ``torch.compile(mode="max-autotune-no-cudagraphs")`` of ``F.linear``, one compile per shape
   (minutes on two cores: only with ``--inductor``).
+
+``specnb kernels topk`` times :func:`specnb.kernels.top_k` against PyTorch's ``max`` / ``topk`` on logits rows
+(greedy acceptance's argmax, Token Recycling's top 8).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tqdm.auto import tqdm
 from ..ceilings import read_bandwidth
 from . import linear as fewrow_linear
 from . import memory
+from . import top_k as fewrow_top_k
 from .cpu import cpu_class
 
 # (name, N, K): the linear layers that dominate Gemma-3-270M and Qwen2.5-Coder-1.5B
@@ -107,6 +111,31 @@ def bench_linear(shapes: dict[str, tuple[int, int]] = SHAPES, rows: tuple[int, .
     return pd.DataFrame(out)
 
 
+@torch.inference_mode()
+def bench_top_k(vocab: int = 262144, rows: tuple[int, ...] = (1, 4, 16, 33), ks: tuple[int, ...] = (1, 8),
+                dtype: torch.dtype = torch.bfloat16, repeats: int = 50) -> pd.DataFrame:
+    """One row per (k, rows): median ms per call of ``fewrow`` (:func:`specnb.kernels.top_k`) and ``torch``
+    (``max(-1)`` for k = 1, ``topk`` otherwise) on random logits [rows, vocab], and ``speedup`` (torch / fewrow)."""
+    backends = {"fewrow": fewrow_top_k, "torch": lambda x, k: x.max(-1).indices if k == 1 else x.topk(k, -1).indices}
+    out = []
+    for k in ks:
+        for m in rows:
+            x = (torch.randn(m, vocab) * 4).to(dtype)
+            ms = {}
+            for name, fn in backends.items():
+                fn(x, k)
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    fn(x, k)
+                    times.append(time.perf_counter() - start)
+                ms[name] = statistics.median(times) * 1e3
+            out.append({"k": k, "rows": m, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."),
+                        "fewrow_ms": ms["fewrow"], "torch_ms": ms["torch"], "speedup": ms["torch"] / ms["fewrow"],
+                        "cpu_class": cpu_class(), "threads": torch.get_num_threads()})
+    return pd.DataFrame(out)
+
+
 def add_parser(sub) -> None:
     kernels = sub.add_parser("kernels", help="the few-row CPU kernels").add_subparsers(metavar="ACTION")
     p = kernels.add_parser("bench", help="time linear-layer backends on decoding-sized calls",
@@ -119,6 +148,12 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", help="CSV file for the table")
     p.set_defaults(func=_run)
+    t = kernels.add_parser("topk", help="time top-k / argmax of logits rows against PyTorch",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    t.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    t.add_argument("--vocab", type=int, default=262144, help="logits per row (Gemma-3: 262144)")
+    t.add_argument("--out", help="CSV file for the table")
+    t.set_defaults(func=_run_top_k)
 
 
 def _run(args) -> int:
@@ -145,4 +180,15 @@ def _run(args) -> int:
     wide = table.pivot_table(index=["shape", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
                              sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def _run_top_k(args) -> int:
+    if args.vocab < 8:
+        raise ValueError("--vocab must be >= 8")
+    print(f"CPU class {cpu_class()} | {torch.get_num_threads()} threads")
+    table = bench_top_k(args.vocab, dtype=getattr(torch, args.dtype))
+    if args.out:
+        table.to_csv(args.out, index=False)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0
