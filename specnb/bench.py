@@ -45,7 +45,7 @@ from .experiments.runner import summarize as experiments_summarize
 from .kernels.cpu import cpu_class
 from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
 from .models import LoadedModel, load_model
-from .prompts import Prompt, encode_prompt
+from .prompts import Prompt, encode_prompt, with_answer
 
 
 @dataclass
@@ -93,7 +93,10 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     if not prompts:
         raise ValueError("no prompts to benchmark")
     for prompt in prompts:  # the user's budget, checked before any method runs (warm-up included)
-        length = encode_prompt(target, prompt).shape[0]
+        if prompt.follows is None:
+            length = encode_prompt(target, prompt).shape[0]
+        else:  # a second turn: its first turn's answer (at most max_new_tokens) is not known yet
+            length = encode_prompt(target, with_answer(prompt, "")).shape[0] + config.max_new_tokens
         if length + config.max_new_tokens > target.max_context:
             raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
                              f"exceeds the context of {target.name} ({target.max_context} tokens)")

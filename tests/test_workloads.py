@@ -63,3 +63,12 @@ def test_an_orphan_follow_up_fails_before_anything_runs():
     follow_up = load_prompts("mtbench2", 2)[1]
     with pytest.raises(ValueError, match=follow_up.id):
         run(tiny("llama"), [follow_up], {"ar": None}, max_new_tokens=4, progress=False)
+
+
+def test_the_bench_runs_both_turns():
+    """``specnb bench --prompts mtbench2``: the budget check before the run does not need the answers yet."""
+    from specnb.bench import BenchConfig, run_bench
+
+    prompts = load_prompts("mtbench2", 2)
+    rows = run_bench(tiny("llama"), prompts, BenchConfig(["ar", "pld"], max_new_tokens=4), progress=False)
+    assert set(rows[rows.prompt_id != "ALL"].prompt_id) == {p.id for p in prompts}
