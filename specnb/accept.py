@@ -94,8 +94,9 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
     if logits.device.type != "cpu":  # an accelerator: all rows at once, one device read per call
         predicted = logits.max(-1).indices.cpu()
         ok = draft.tokens == predicted[parent_rows]
-    else:  # on the CPU each row costs ~20 us (262k bf16 logits): only rows whose node passed need their argmax,
-        # read level by level down the passing nodes (the accepted path, and any duplicate sibling's)
+    else:  # on the CPU each row costs ~25-40 us (262k bf16 logits, kernels.top_k): only rows whose node passed
+        # need their argmax, read level by level down the passing nodes (the accepted path, and any duplicate
+        # sibling's)
         predicted = torch.full((draft.num_nodes + 1,), -1, dtype=torch.long)  # -1: not read
         ok = torch.zeros(draft.num_nodes, dtype=torch.bool)
         rows = torch.zeros(1, dtype=torch.long)

@@ -64,6 +64,7 @@ def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tupl
     summary = summarize(rows)
     if "hf" in specs:
         summary["speedup_vs_hf"] = rows.loc[rows.method == "hf", "seconds"].sum() / summary.seconds
-    gaps = rows.groupby("method").first_divergence_gap.max() if "first_divergence_gap" in rows else pd.Series()
-    summary["divergence_gap"] = summary.method.map(gaps)
+    diverged = "first_divergence_gap" in rows  # only when some greedy output differs
+    summary["divergence_gap"] = summary.method.map(rows.groupby("method").first_divergence_gap.max()) \
+        if diverged else float("nan")
     return summary
