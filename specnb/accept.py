@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -34,8 +35,14 @@ NO_NODES = torch.empty(0, dtype=torch.long)
 
 def path_accepted(draft: Draft, ok: Tensor) -> Tensor:
     """bool [n]: node i passes ``ok`` (bool [n], host) and so does every ancestor of it."""
-    ancestors = draft.attention()[0][1:, 1:]  # [n, n] ancestor-or-self among the nodes
-    return ~(ancestors & ~ok[None, :]).any(1)
+    # One level of ancestors per pass, in numpy on the host: a router scores every member's tree at every step,
+    # and a few ~1 us numpy operations per level cost less than building the tree's [n, n] ancestor matrix.
+    parents, passed = draft.parents.numpy(), ok.numpy()
+    has_parent, parent = parents >= 0, np.maximum(parents, 0)
+    out = passed
+    for _ in range(draft.max_depth - 1):
+        out = passed & (~has_parent | out[parent])
+    return torch.from_numpy(np.array(out, dtype=bool))
 
 
 def longest_path(draft: Draft, ok: Tensor) -> Tensor:
@@ -47,7 +54,10 @@ def longest_path(draft: Draft, ok: Tensor) -> Tensor:
     best = int(depth.argmax())  # the first maximum
     if int(depth[best]) == 0:
         return torch.empty(0, dtype=torch.long)
-    return torch.nonzero(draft.attention()[0][best + 1, 1:]).squeeze(1)  # ancestors come first in node order
+    parents, path = draft.parents.tolist(), [best]
+    while parents[path[-1]] >= 0:  # up to the root: at most depth steps
+        path.append(parents[path[-1]])
+    return torch.tensor(path[::-1], dtype=torch.long)
 
 
 def matches_output(draft: Draft, truth: Tensor) -> Tensor:
@@ -101,7 +111,9 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
         ok = torch.zeros(draft.num_nodes, dtype=torch.bool)
         rows = torch.zeros(1, dtype=torch.long)
         while rows.numel():
-            predicted[rows] = top_k(logits[rows], 1)[:, 0]
+            # one row (a chain's next level) as a view: gathering copies its 0.5 MB of logits
+            level = logits[int(rows):int(rows) + 1] if rows.numel() == 1 else logits[rows]
+            predicted[rows] = top_k(level, 1)[:, 0]
             passing = torch.isin(parent_rows, rows) & (draft.tokens == predicted[parent_rows])
             ok |= passing
             rows = torch.nonzero(passing).squeeze(1) + 1

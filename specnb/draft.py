@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -112,12 +113,16 @@ class Draft:
     def num_nodes(self) -> int:
         return self.tokens.shape[0]
 
-    @property
+    @cached_property
     def depth(self) -> Tensor:
-        """int64 [n]: 1 for children of the root, 2 for their children, ..."""
-        return self._ancestors[1:, 1:].sum(1)
+        """int64 [n]: 1 for children of the root, 2 for their children, ... (cached: a router prices, cuts and
+        scores every member's tree at every step). Do not modify it in place."""
+        depth: list[int] = []
+        for parent in self.parents.tolist():  # parents come first: one pass over the nodes
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+        return torch.tensor(depth, dtype=torch.long)
 
-    @property
+    @cached_property
     def max_depth(self) -> int:
         return int(self.depth.max()) if self.num_nodes else 0
 
@@ -133,16 +138,16 @@ class Draft:
         Cached: depth, attention and paths all derive from it, once per draft.
         """
         n = self.num_nodes
-        parent_full = torch.cat([torch.zeros(1, dtype=torch.long), self.parents + 1])  # root is its own parent
-        anc = torch.eye(n + 1, dtype=torch.bool)
-        cur = torch.arange(n + 1)
-        while True:  # one step up the tree per iteration: O(depth) vector operations
-            nxt = parent_full[cur]
-            if torch.equal(nxt, cur):
+        parent_full = np.concatenate([[0], self.parents.numpy() + 1])  # the root is its own parent
+        anc = np.eye(n + 1, dtype=bool)
+        everyone, cur = np.arange(n + 1), np.arange(n + 1)
+        while True:  # one step up the tree per iteration: O(depth) vector operations (numpy's ~1 us, not torch's
+            nxt = parent_full[cur]  # ~5 us: a router builds this for every member's tree at every step)
+            if np.array_equal(nxt, cur):
                 break
-            anc[torch.arange(n + 1), nxt] = True
+            anc[everyone, nxt] = True
             cur = nxt
-        return anc
+        return torch.from_numpy(anc)
 
     def attention(self) -> tuple[Tensor, Tensor]:
         """Tree attention over [root, nodes]: (bool mask [n+1, n+1] of ancestor-or-self, depth [n+1] from 0)."""

@@ -192,6 +192,7 @@ class CostModel:
         self.contexts = table.index.to_numpy(dtype=np.float64)  # [C]
         self.shapes = np.array(table.columns.tolist(), dtype=np.int64)  # [S, 2]
         self.table = table.to_numpy(dtype=np.float64)  # [C, S]
+        self._last_chain: tuple[tuple[int, bytes], np.ndarray] | None = None  # chain_seconds' last answer
 
     def seconds(self, context_len: int) -> np.ndarray:
         """float64 [S]: interpolated linearly in the context length (clamped at the measured ends)."""
@@ -220,7 +221,11 @@ class CostModel:
 
     def chain_seconds(self, nodes: np.ndarray, context_len: int) -> np.ndarray:
         """float64 [B]: :meth:`seconds_at` ``(1, b, context_len)`` for every b in ``nodes`` (int [B]), in one
-        pass: the seconds of a call verifying b draft nodes and the root (priced drafters ask every step)."""
+        pass: the seconds of a call verifying b draft nodes and the root (priced drafters ask every step, a
+        router's members all with the same budgets and context: the last answer is kept)."""
+        key = (int(context_len), np.asarray(nodes, dtype=np.int64).tobytes())
+        if self._last_chain is not None and self._last_chain[0] == key:
+            return self._last_chain[1].copy()
         seconds = self.seconds(context_len)
         tokens = self.shapes[:, 0] * (self.shapes[:, 1] + 1)
         order = np.argsort(tokens, kind="stable")
@@ -233,6 +238,7 @@ class CostModel:
         measured = dict(zip(self.shapes[chains, 1].tolist(), seconds[chains].tolist(), strict=True))
         hit = np.array([b in measured for b in n - 1])
         out[hit] = [measured[b] for b in (n - 1)[hit]]
+        self._last_chain = (key, out.copy())
         return out
 
 

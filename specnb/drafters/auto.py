@@ -27,7 +27,7 @@ from torch import Tensor
 from ..draft import Draft
 from ..methods import AutoOptions, OptionError, make_drafter
 from .base import DecodeState, Drafter
-from .priced import PricedTreeDrafter
+from .priced import PricedTreeDrafter, cut
 
 # The last_info entry each member buckets its steps by (a member without one uses a single bucket).
 BUCKET_KEYS = {"pld": "match_len", "suffix": "match_len", "crest": "match_len", "rest": "match_len",
@@ -74,15 +74,13 @@ class AutoDrafter(Drafter):
             member.clear()
 
     def propose(self, state: DecodeState) -> Draft | None:
-        best, best_rate, self.picked = None, 0.0, ""
+        best, best_budget, best_rate, self.picked = None, 0, 0.0, ""
         for name, member in self.members.items():
-            draft = member.propose(state)
-            rate = member.last_info.get("expected_rate", 0.0)
-            if draft is not None and rate > best_rate:
-                best, best_rate, self.picked = draft, rate, name
-        self._info = {"picked": self.picked, "expected_rate": best_rate, "nodes": 0 if best is None else
-                      best.num_nodes}
-        return best
+            tree, budget, rate = member.price(state)
+            if budget and rate > best_rate:
+                best, best_budget, best_rate, self.picked = tree, budget, rate, name
+        self._info = {"picked": self.picked, "expected_rate": best_rate, "nodes": best_budget}
+        return cut(best, best_budget)  # only the winner's tree is cut
 
     def observe(self, tokens: Tensor, logits: Tensor) -> None:
         for member in self.members.values():

@@ -45,6 +45,11 @@ def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> 
     return np.where(budgets > 0, best[np.clip(budgets, 1, best.shape[0]) - 1], 0)
 
 
+def cut(tree: Draft | None, budget: int) -> Draft | None:
+    """The first ``budget`` nodes of a ranked tree (None for budget 0: no draft)."""
+    return tree.truncate(tree.max_depth, budget) if budget and tree is not None else None
+
+
 class PricedTreeDrafter(Drafter):
     """Wraps a ranked-tree drafter (REST, CREST, vote-merged DReSD) and verifies the budget with the best
     expected tokens/s.
@@ -81,23 +86,28 @@ class PricedTreeDrafter(Drafter):
     def choose(self, bucket: int, nodes: int, context_len: int) -> tuple[int, float]:
         """(budget, expected tokens per second) for a tree of ``nodes`` nodes."""
         usable = self.budgets <= nodes
-        budgets = self.budgets[usable]
-        seconds = self.cost.chain_seconds(budgets, context_len)
+        seconds = self.cost.chain_seconds(self.budgets, context_len)[usable]
         rate = (1.0 + self.expected(bucket)[usable]) / seconds
         best = int(np.argmax(rate))
-        return int(budgets[best]), float(rate[best])
+        return int(self.budgets[usable][best]), float(rate[best])
 
-    def propose(self, state: DecodeState) -> Draft | None:
+    def price(self, state: DecodeState) -> tuple[Draft | None, int, float]:
+        """The base drafter's full tree, the budget it should be cut to (0: do not draft) and that budget's
+        expected tokens per second; the tree is kept for scoring once its tokens are known."""
         full = self.base.propose(state)
         info = dict(self.base.last_info)
         bucket = min(int(info.get(self.bucket_key, 0)), MAX_BUCKET)
-        budget = 0
+        budget, rate = 0, 0.0
         if full is not None and full.num_nodes:
             self.hindsight.add(state, bucket, full, full.max_depth)
             budget, rate = self.choose(bucket, full.num_nodes, state.tokens.shape[0])
             info["expected_rate"] = rate
         self._info = {**info, "bucket": bucket, "budget": budget}
-        return full.truncate(full.max_depth, budget) if budget else None
+        return full, budget, rate
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        full, budget, _ = self.price(state)
+        return cut(full, budget)
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
         """Score every pending tree whose covered tokens are now all known."""
