@@ -28,7 +28,7 @@ class Profile:
 
 PROFILES = {
     "smoke": Profile("smoke", target="tiny-gemma3", draft="self:2", n_prompts=2, max_new_tokens=16),
-    "quick": Profile("quick", target="gemma-3-270m", draft="self:6", n_prompts=10, max_new_tokens=128),
+    "quick": Profile("quick", target="gemma-3-270m", draft="self:6", n_prompts=10, max_new_tokens=96),
     "full": Profile("full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
                     n_prompts=80, max_new_tokens=256),
 }
