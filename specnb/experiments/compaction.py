@@ -31,7 +31,7 @@ from .runner import run, summarize
 from .stores import rest_store
 
 FRACTIONS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0)  # REST on nested document samples (CREST Figs. 6-7)
-CHECKED = {"code": 2, "chat": 2}  # prompts per task decoded for real to check the replay (quick)
+CHECKED = {"code": 2, "chat": 1}  # prompts per task decoded for real to check the replay (quick)
 
 
 @dataclass(frozen=True)
