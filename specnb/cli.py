@@ -71,9 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_model_names(argv: list[str]) -> None:
     """Check every ``--model NAME`` and ``--draft NAME`` before the command's module is imported (torch takes
-    seconds), so that a mistyped name fails at once (:func:`specnb.model_names.resolve_name`). Spellings this
-    quick look does not read (abbreviations) are checked later, when the model loads."""
-    from .model_names import resolve_name
+    seconds), so that a mistyped name or a model that is not installed fails at once
+    (:func:`specnb.model_names.check_installed`). Spellings this quick look does not read (abbreviations) are
+    checked later, when the model loads."""
+    from .model_names import check_installed
 
     for i, arg in enumerate(argv):
         if arg == "--":
@@ -84,7 +85,7 @@ def _check_model_names(argv: list[str]) -> None:
                 value = argv[i + 1] if i + 1 < len(argv) else ""
             # self:L drafts are checked with the options, random:SHAPE models (roofline only) by roofline
             if value and not value.startswith(("-", "self:", "random:")):
-                resolve_name(value)
+                check_installed(value)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

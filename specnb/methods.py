@@ -206,10 +206,10 @@ class DraftModelOptions:
     def __post_init__(self) -> None:
         from .accept import SCHEMES
         from .drafters.draft_model import self_layers
-        from .model_names import resolve_name
+        from .model_names import check_installed
 
         if self.draft is not None and self_layers(self.draft) is None:
-            resolve_name(self.draft)  # a mistyped draft fails before the target loads
+            check_installed(self.draft)  # a mistyped or missing draft fails before the target loads
         if self.scheme not in SCHEMES:
             raise OptionError(f"option scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:
@@ -320,9 +320,9 @@ class HfAssistedOptions:
     def __post_init__(self) -> None:
         if not self.draft or self.draft.startswith("self:"):
             raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
-        from .model_names import resolve_name
+        from .model_names import check_installed
 
-        resolve_name(self.draft)
+        check_installed(self.draft)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ retries before failing. This module imports neither torch nor transformers, so t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
+
+from .paths import cache_dir
 
 
 class ModelError(ValueError):
@@ -143,3 +146,15 @@ def hub_unreachable() -> str | None:
     except OSError as exc:
         return f"{endpoint.hostname} is unreachable ({exc.strerror or exc})"
     return None
+
+
+def check_installed(name: str) -> ModelSource:
+    """:func:`resolve_name`, and for an embedded model also that it can load without a download: converted
+    already, or its packages (or its joined GGUF file) are here to convert from. ModelError naming the fetch
+    command otherwise, so that a draft model that is not installed fails before the target loads."""
+    where = resolve_name(name)
+    if where.kind == "embedded" and not (cache_dir() / "models" / name / "config.json").exists() \
+            and not all(importlib.util.find_spec(module) for module, _ in EMBEDDED[name].parts) \
+            and not (cache_dir() / "gguf" / f"{name}.gguf").exists():
+        raise ModelError(f"model {name!r} is not installed; run `specnb models fetch {name}`")
+    return where

@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from . import kernels
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
-from .model_names import EMBEDDED, TINY_ARCHS, EmbeddedModel, ModelError, resolve_name
+from .model_names import EMBEDDED, TINY_ARCHS, EmbeddedModel, ModelError, check_installed
 from .paths import cache_dir
 
 
@@ -221,7 +221,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
     dtype other than ``"auto"`` is asked for.
     """
-    where = resolve_name(name)  # before anything is loaded: an unknown name fails at once
+    where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
     device = resolve_device(device)
     if where.kind == "tiny":
         tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
@@ -231,9 +231,6 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         spec = EMBEDDED[name]
         path = cache_dir() / "models" / name
         if not (path / "config.json").exists():
-            if not all(importlib.util.find_spec(module) for module, _ in spec.parts) and \
-                    not (cache_dir() / "gguf" / f"{name}.gguf").exists():
-                raise ModelError(f"model {name!r} is not installed; run `specnb models fetch {name}`")
             path = fetch(name)
         source, chat = str(path), spec.chat
     else:

@@ -202,6 +202,27 @@ def test_missing_model_package_names_the_fetch_command(tmp_path, monkeypatch):
         load_model("ghost-model")
 
 
+def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch, capsys):
+    import dataclasses
+
+    from specnb import models
+
+    spec = dataclasses.replace(models.EMBEDDED["gemma-3-270m"], name="ghost-model",
+                               parts=(("specnb_no_such_part_package", "data/part01.bin"),))
+    monkeypatch.setitem(models.EMBEDDED, "ghost-model", spec)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the target loaded before the draft was checked")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    argv = ["bench", "--model", "tiny-llama", "--methods", "sd", "--draft", "ghost-model", "--n", "1"]
+    assert main(argv) == 2
+    assert "specnb models fetch ghost-model" in capsys.readouterr().err
+    with pytest.raises(ModelError, match="specnb models fetch ghost-model"):  # the Python API checks it too
+        options_for(["ar", "sd"], {"draft": "ghost-model"}, [])
+
+
 def test_datastore_per_method():
     assert split_datastores([]) == (None, {})
     assert split_datastores(["a/b", "dense=x/y", "rest=z"]) == ("a/b", {"dense": "x/y", "rest": "z"})
