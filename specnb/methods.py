@@ -21,6 +21,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -459,6 +460,28 @@ def split_datastores(values: Sequence[str]) -> tuple[str | None, dict[str, str]]
         else:
             raise OptionError(f"two datastores for every method ({shared!r}, {value!r}); use METHOD=PATH")
     return shared, per_method
+
+
+def check_stores(model: str, options: Mapping[str, Any]) -> None:
+    """Raise (one line, the build command) for a datastore or roofline table that the chosen methods would open
+    and that is not there, from the target's name alone, so that a missing path fails before the model loads.
+    Existence only: the stores' loaders check contents and tokenizer."""
+    from .datastores import dense, rest
+
+    for opts in options.values():
+        if isinstance(opts, RestOptions | CrestOptions):
+            kind = "rest" if isinstance(opts, RestOptions) else "crest"
+            rest.require_store(rest.store_path(model, kind, opts.datastore), kind)
+        elif isinstance(opts, DenseOptions):
+            dense.require_store(dense.store_path(opts.datastore, model))
+        elif isinstance(opts, AutoOptions):
+            if opts.crest:
+                rest.require_store(Path(opts.crest), "crest")
+            if opts.dense:
+                dense.require_store(Path(opts.dense))
+        roofline = getattr(opts, "roofline", "")
+        if roofline and not Path(roofline).is_file():
+            raise FileNotFoundError(f"roofline table {roofline} does not exist")
 
 
 def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Sequence[str] = (),

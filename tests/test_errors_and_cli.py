@@ -223,6 +223,45 @@ def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch
         options_for(["ar", "sd"], {"draft": "ghost-model"}, [])
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--methods", "rest", "--datastore", "{tmp}/none"], "no REST datastore at {tmp}/none"),
+    (["--methods", "rest"], "no REST datastore at {tmp}/datastores/rest-code-tiny-llama"),  # the default store
+    (["--methods", "crest-priced", "--datastore", "{tmp}/none.sqlite"], "no CREST store at {tmp}/none.sqlite"),
+    (["--methods", "auto", "-o", "crest={tmp}/none.sqlite"], "no CREST store at {tmp}/none.sqlite"),
+    (["--methods", "dense", "--datastore", "{tmp}/none"], "no dense datastore at {tmp}/none;"),
+    (["--methods", "dense", "--datastore", "code"], "no dense datastore at {tmp}/datastores/dense/code-tiny-llama"),
+    (["--methods", "mixed-adaptive", "-o", "roofline={tmp}/none.csv"], "roofline table {tmp}/none.csv does not"),
+])
+def test_missing_stores_fail_before_the_target_loads(argv, message, tmp_path, monkeypatch, capsys):
+    from specnb import models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the target loaded before the stores were checked")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    assert main(["bench", "--model", "tiny-llama", "--n", "1", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and message.format(tmp=tmp_path) in err, err
+
+
+def test_existing_stores_pass_the_check(tmp_path):
+    from specnb.methods import check_stores
+
+    (tmp_path / "rest").mkdir()
+    (tmp_path / "rest" / "meta.json").write_text("{}")
+    (tmp_path / "dense").mkdir()
+    (tmp_path / "dense" / "meta.json").write_text("{}")
+    (tmp_path / "crest.sqlite").write_text("")
+    (tmp_path / "roofline.csv").write_text("")
+    datastores = [f"rest={tmp_path}/rest", f"crest-priced={tmp_path}/crest.sqlite", f"dense={tmp_path}/dense"]
+    options = options_for(["ar", "rest", "crest-priced", "dense", "auto", "mixed-adaptive"],
+                          {"crest": str(tmp_path / "crest.sqlite"), "roofline": str(tmp_path / "roofline.csv")},
+                          datastores)
+    check_stores("tiny-llama", options)  # nothing missing: no error
+
+
 def test_datastore_per_method():
     assert split_datastores([]) == (None, {})
     assert split_datastores(["a/b", "dense=x/y", "rest=z"]) == ("a/b", {"dense": "x/y", "rest": "z"})

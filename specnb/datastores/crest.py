@@ -45,7 +45,9 @@ from .rest import (
     default_store,
     disk_bytes,
     ensure_rest,
+    require_store,
     source_tag,
+    store_path,
 )
 from .retrieval_tree import RetrievalTree, build_tree
 
@@ -222,8 +224,7 @@ class CrestStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        if not self.path.is_file():
-            raise CorpusError(f"no CREST store at {self.path}; build it with `specnb datastore build crest`")
+        require_store(self.path, "crest")
         try:
             self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
             page_size, pages = (self.db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count"))
@@ -286,7 +287,7 @@ class CrestStore:
 
 def open_crest(target: Any, path: str | Path | None) -> CrestStore:
     """Load a CREST store (default: the code store of ``target``) and check it matches its tokenizer."""
-    path = Path(path) if path else default_store(target.name, "crest")
+    path = store_path(target.name, "crest", path)
     store = CrestStore(path)
     store.tokenizer.check(target, f"CREST store {path}")
     return store

@@ -113,13 +113,18 @@ class DenseDatastore:
                               f"rebuild it with --model {target.name}")
 
 
-def load_datastore(path: str | Path) -> DenseDatastore:
-    """Open a dense datastore folder. Raises CorpusError (one line) when it is missing, unfinished or corrupt."""
-    path = Path(path)
+def require_store(path: Path) -> None:
+    """CorpusError naming the build command where no dense datastore is at ``path`` (existence only)."""
     if not (path / "meta.json").exists():
         hint = " (an interrupted build is in .partial: rerun the build to resume)" if \
             path.with_name(path.name + ".partial").exists() else ""
         raise CorpusError(f"no dense datastore at {path}{hint}; build it with `specnb datastore build dense`")
+
+
+def load_datastore(path: str | Path) -> DenseDatastore:
+    """Open a dense datastore folder. Raises CorpusError (one line) when it is missing, unfinished or corrupt."""
+    path = Path(path)
+    require_store(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
         if meta.get("format") != FORMAT_VERSION or meta.get("kind") != "dense":
@@ -242,13 +247,17 @@ def datastore_path(name: str, model: str) -> Path:
     return cache_dir() / "datastores" / "dense" / f"{name}-{Path(model).name}"
 
 
+def store_path(store: str | Path, model_name: str) -> Path:
+    """The dense datastore a method opens: the folder ``store`` (any path with a folder in it), else the store of
+    that name in the cache."""
+    path = Path(store)
+    return path if path.exists() or len(path.parts) > 1 else datastore_path(str(store), model_name)
+
+
 def open_dense(target: LoadedModel, store: str | Path) -> DenseDatastore:
     """Open the dense datastore ``store`` (a folder, or a name under the cache for ``target``) and check that it
     holds ``target``'s hidden states (CorpusError otherwise)."""
-    path = Path(store)
-    if not path.exists():
-        path = datastore_path(str(store), target.name)
-    loaded = load_datastore(path)
+    loaded = load_datastore(store_path(store, target.name))
     loaded.check(target)
     return loaded
 

@@ -129,6 +129,7 @@ class RestIndex:
     def load(cls, path: str | Path) -> RestIndex:
         """Open a datastore folder (memory-mapped). Raises CorpusError if missing or corrupt."""
         path = Path(path)
+        require_store(path, "rest")
         try:
             meta = json.loads((path / "meta.json").read_text())
             if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
@@ -223,6 +224,20 @@ def default_store(model_name: str, kind: str = "rest", source: str = "code") -> 
     return cache_dir() / "datastores" / f"{kind}-{source}-{Path(model_name).name}{suffix}"
 
 
+def store_path(model_name: str, kind: str, path: str | Path | None) -> Path:
+    """The REST (``kind="rest"``) or CREST (``"crest"``) store a method opens: ``path``, else the model's
+    default code store."""
+    return Path(path) if path else default_store(model_name, kind)
+
+
+def require_store(path: Path, kind: str) -> None:
+    """CorpusError naming the build command where no REST folder / CREST file is at ``path`` (an existence
+    check only: the loaders check contents)."""
+    if not ((path / "meta.json").is_file() if kind == "rest" else path.is_file()):
+        name = "REST datastore" if kind == "rest" else "CREST store"
+        raise CorpusError(f"no {name} at {path}; build it with `specnb datastore build {kind}`")
+
+
 def is_rest_store(path: Path) -> bool:
     """Whether ``path`` is a folder holding a REST store (complete or damaged: it is ours to replace)."""
     meta = read_meta(path)
@@ -231,7 +246,7 @@ def is_rest_store(path: Path) -> bool:
 
 def open_rest(target: Any, path: str | Path | None) -> RestIndex:
     """Load a REST datastore (default: the code store of ``target``) and check it matches its tokenizer."""
-    path = Path(path) if path else default_store(target.name, "rest")
+    path = store_path(target.name, "rest", path)
     index = RestIndex.load(path)
     index.tokenizer.check(target, f"REST datastore {path}")
     return index
