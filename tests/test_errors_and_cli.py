@@ -246,6 +246,18 @@ def test_missing_stores_fail_before_the_target_loads(argv, message, tmp_path, mo
     assert err.startswith("specnb: error: ") and message.format(tmp=tmp_path) in err, err
 
 
+def test_dense_build_checks_its_source_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from specnb.datastores import dense
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model loaded before the corpus source was checked")
+
+    monkeypatch.setattr(dense, "load_model", no_loading)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    assert main(["datastore", "build", "dense", str(tmp_path / "missing"), "--model", "tiny-llama"]) == 2
+    assert "is not `code`, `chat` or an existing file/directory" in capsys.readouterr().err
+
+
 def test_existing_stores_pass_the_check(tmp_path):
     from specnb.methods import check_stores
 

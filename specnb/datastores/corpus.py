@@ -274,6 +274,13 @@ def sharegpt_turns(path: str | Path | None = None, roles: Sequence[str] = ("gpt"
 # ---------------------------------------------------------------------------------------------- build
 
 
+def check_source(source: str | Path) -> None:
+    """CorpusError unless ``source`` is ``code``, ``chat`` or an existing file or folder (checked before a
+    build loads its model)."""
+    if str(source) not in ("code", "chat") and not Path(source).exists():
+        raise CorpusError(f"corpus source {str(source)!r} is not `code`, `chat` or an existing file/directory")
+
+
 def _source_texts(source: str | Path | Sequence[str | Path], progress: bool) -> tuple[str, Iterator[str], int | None]:
     """(kind tag, document texts, number of documents if known) for a source spec."""
     if isinstance(source, str) and source == "code":
@@ -282,9 +289,8 @@ def _source_texts(source: str | Path | Sequence[str | Path], progress: bool) -> 
     if isinstance(source, str) and source == "chat":
         return "chat", sharegpt_turns(progress=progress), None
     if isinstance(source, (str, Path)):
+        check_source(source)
         path = Path(source)
-        if not path.exists():
-            raise CorpusError(f"corpus source {str(source)!r} is not `code`, `chat` or an existing file/directory")
         files = stdlib_files(path) if path.is_dir() else [path]
     else:
         files = [Path(p) for p in source]

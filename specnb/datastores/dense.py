@@ -33,7 +33,7 @@ from ..ann import AnnIndex, IndexParams
 from ..embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from ..models import LoadedModel, cache_dir, load_model
 from .atomic import atomic_folder, check_replaceable
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
 from .manifest import check_files, read_meta, write_meta
 
 FORMAT_VERSION = 1
@@ -315,7 +315,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _cli_build(args: argparse.Namespace) -> int:
     name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
     out = Path(args.out) if args.out else datastore_path(name, args.model)
-    check_replaceable(out, is_dense_store, True, "dense datastore")  # before the model loads
+    check_source(args.source)  # before the model loads
+    check_replaceable(out, is_dense_store, True, "dense datastore")
     target = load_model(args.model, dtype=args.dtype)
     corpus = resolve_corpus(args.source, target, args.max_tokens)
     config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
