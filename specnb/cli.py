@@ -185,7 +185,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import BenchConfig, CsvSink, format_table, run_bench
     from .datasets import load_prompts
     from .device import default_device, resolve_device
-    from .methods import check_stores, options_for
+    from .methods import check_before_loading, options_for
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -198,7 +198,7 @@ def _bench(args: argparse.Namespace) -> int:
                          options=options_for(methods, given, args.datastore, run), **run)
     sink = CsvSink(args.out) if args.out else None
     prompts = load_prompts(args.prompts, args.n)
-    check_stores(args.model, config.options)
+    check_before_loading(args.model, config.options)
 
     from .models import load_model
 

@@ -462,13 +462,19 @@ def split_datastores(values: Sequence[str]) -> tuple[str | None, dict[str, str]]
     return shared, per_method
 
 
-def check_stores(model: str, options: Mapping[str, Any]) -> None:
-    """Raise (one line, the build command) for a datastore or roofline table that the chosen methods would open
-    and that is not there, from the target's name alone, so that a missing path fails before the model loads.
-    Existence only: the stores' loaders check contents and tokenizer."""
+def check_before_loading(model: str, options: Mapping[str, Any]) -> None:
+    """Raise (one line) for what the chosen methods would find wrong only after ``model`` loads, checked from its
+    name alone: a datastore or roofline table that is not there (the message names the build command; existence
+    only, the loaders check contents and tokenizer) and a ``self:L`` draft at least as deep as the model (where
+    its config file is at hand)."""
     from .datastores import dense, rest
+    from .drafters.draft_model import check_self_layers, self_layers
+    from .model_names import layer_count
 
     for opts in options.values():
+        layers = self_layers(getattr(opts, "draft", None) or "")
+        if layers is not None and (total := layer_count(model)) is not None:
+            check_self_layers(layers, total)
         if isinstance(opts, RestOptions | CrestOptions):
             kind = "rest" if isinstance(opts, RestOptions) else "crest"
             rest.require_store(rest.store_path(model, kind, opts.datastore), kind)

@@ -15,6 +15,7 @@ retries before failing. This module imports neither torch nor transformers, so t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import socket
@@ -83,6 +84,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
 }
 
 TINY_ARCHS = ("llama", "qwen2", "gemma3")
+TINY_LAYERS = 4  # decoder layers of every tiny test model
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")  # org/name, as the hub spells repository ids
 HUB_TIMEOUT = 2.0  # seconds to wait for a TCP connection to the hub before calling it unreachable
@@ -158,3 +160,18 @@ def check_installed(name: str) -> ModelSource:
             and not (cache_dir() / "gguf" / f"{name}.gguf").exists():
         raise ModelError(f"model {name!r} is not installed; run `specnb models fetch {name}`")
     return where
+
+
+def layer_count(name: str) -> int | None:
+    """Decoder layers of model ``name`` read from its config file without loading it (tiny models, converted
+    embedded models, local folders); None where that file is not at hand (a hub id, a model not yet converted)."""
+    where = resolve_name(name)
+    if where.kind == "tiny":
+        return TINY_LAYERS
+    folder = cache_dir() / "models" / name if where.kind == "embedded" else Path(where.source)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
+    return layers if isinstance(layers, int) else None

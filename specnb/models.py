@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from . import kernels
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
-from .model_names import EMBEDDED, TINY_ARCHS, EmbeddedModel, ModelError, check_installed
+from .model_names import EMBEDDED, TINY_ARCHS, TINY_LAYERS, EmbeddedModel, ModelError, check_installed
 from .paths import cache_dir
 
 
@@ -190,7 +190,7 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
     """
     from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
 
-    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=TINY_LAYERS,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                   initializer_range=init_std, bos_token_id=256, eos_token_id=257, pad_token_id=258,
                   tie_word_embeddings=False)

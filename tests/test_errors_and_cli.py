@@ -231,8 +231,9 @@ def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch
     (["--methods", "dense", "--datastore", "{tmp}/none"], "no dense datastore at {tmp}/none;"),
     (["--methods", "dense", "--datastore", "code"], "no dense datastore at {tmp}/datastores/dense/code-tiny-llama"),
     (["--methods", "mixed-adaptive", "-o", "roofline={tmp}/none.csv"], "roofline table {tmp}/none.csv does not"),
+    (["--methods", "sd", "--draft", "self:4"], "self-draft needs 1 <= L < 4"),  # tiny models have 4 layers
 ])
-def test_missing_stores_fail_before_the_target_loads(argv, message, tmp_path, monkeypatch, capsys):
+def test_missing_inputs_fail_before_the_target_loads(argv, message, tmp_path, monkeypatch, capsys):
     from specnb import models
 
     def no_loading(*args, **kwargs):
@@ -259,7 +260,7 @@ def test_dense_build_checks_its_source_before_the_model_loads(tmp_path, monkeypa
 
 
 def test_existing_stores_pass_the_check(tmp_path):
-    from specnb.methods import check_stores
+    from specnb.methods import check_before_loading
 
     (tmp_path / "rest").mkdir()
     (tmp_path / "rest" / "meta.json").write_text("{}")
@@ -271,7 +272,8 @@ def test_existing_stores_pass_the_check(tmp_path):
     options = options_for(["ar", "rest", "crest-priced", "dense", "auto", "mixed-adaptive"],
                           {"crest": str(tmp_path / "crest.sqlite"), "roofline": str(tmp_path / "roofline.csv")},
                           datastores)
-    check_stores("tiny-llama", options)  # nothing missing: no error
+    check_before_loading("tiny-llama", options)  # nothing missing: no error
+    check_before_loading("tiny-llama", options_for(["ar", "sd"], {"draft": "self:3"}))
 
 
 def test_datastore_per_method():

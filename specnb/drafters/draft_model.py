@@ -65,8 +65,7 @@ def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
     config = copy.deepcopy(target.model.config)
     text = config.get_text_config()
     total = text.num_hidden_layers
-    if not 1 <= layers < total:
-        raise ValueError(f"self-draft needs 1 <= L < {total} (the target's layer count), got L={layers}")
+    check_self_layers(layers, total)
     text.num_hidden_layers = layers
     if getattr(text, "layer_types", None):
         text.layer_types = text.layer_types[:layers]
@@ -93,6 +92,12 @@ def check_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
 @functools.lru_cache(maxsize=2)
 def _load_cached(name: str, dtype: torch.dtype, device: torch.device) -> LoadedModel:
     return load_model(name, dtype=dtype, device=device)
+
+
+def check_self_layers(layers: int, total: int) -> None:
+    """ValueError unless a self-draft of ``layers`` layers is shallower than the target's ``total``."""
+    if not 1 <= layers < total:
+        raise ValueError(f"self-draft needs 1 <= L < {total} (the target's layer count), got L={layers}")
 
 
 def self_layers(name: str) -> int | None:
