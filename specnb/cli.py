@@ -162,11 +162,10 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _models_list(args: argparse.Namespace) -> int:
-    from .model_names import EMBEDDED, TINY_ARCHS
-    from .paths import cache_dir
+    from .model_names import EMBEDDED, TINY_ARCHS, converted_dir
 
     for name, spec in EMBEDDED.items():
-        ready = (cache_dir() / "models" / name / "config.json").exists()
+        ready = (converted_dir(name) / "config.json").exists()
         print(f"{name:32s} {'ready' if ready else 'not fetched':12s} {spec.hf_id}")
     for arch in TINY_ARCHS:
         print(f"{'tiny-' + arch:32s} {'built in code':12s} random weights, for tests")

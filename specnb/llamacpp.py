@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .model_names import gguf_file
 from .models import EMBEDDED, LoadedModel
-from .paths import cache_dir
 from .prompts import Prompt, encode_prompt
 
 METHODS = ("llamacpp", "llamacpp-pld")
@@ -26,7 +26,7 @@ METHODS = ("llamacpp", "llamacpp-pld")
 
 def gguf_path(target: LoadedModel) -> Path:
     """The GGUF file the embedded model was converted from (joined by ``specnb models fetch``)."""
-    path = cache_dir() / "gguf" / f"{target.name}.gguf"
+    path = gguf_file(target.name)
     if target.name not in EMBEDDED or not path.exists():
         raise ValueError(f"llamacpp methods need an embedded model's GGUF file ({', '.join(EMBEDDED)}, fetched "
                          f"with `specnb models fetch`); {target.name!r} has none at {path}")

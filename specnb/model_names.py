@@ -150,14 +150,25 @@ def hub_unreachable() -> str | None:
     return None
 
 
+def converted_dir(name: str) -> Path:
+    """Where ``specnb models fetch`` puts embedded model ``name`` converted for transformers (``config.json`` in
+    it once complete)."""
+    return cache_dir() / "models" / name
+
+
+def gguf_file(name: str) -> Path:
+    """Where ``specnb models fetch`` joins embedded model ``name``'s GGUF parts."""
+    return cache_dir() / "gguf" / f"{name}.gguf"
+
+
 def check_installed(name: str) -> ModelSource:
     """:func:`resolve_name`, and for an embedded model also that it can load without a download: converted
     already, or its packages (or its joined GGUF file) are here to convert from. ModelError naming the fetch
     command otherwise, so that a draft model that is not installed fails before the target loads."""
     where = resolve_name(name)
-    if where.kind == "embedded" and not (cache_dir() / "models" / name / "config.json").exists() \
+    if where.kind == "embedded" and not (converted_dir(name) / "config.json").exists() \
             and not all(importlib.util.find_spec(module) for module, _ in EMBEDDED[name].parts) \
-            and not (cache_dir() / "gguf" / f"{name}.gguf").exists():
+            and not gguf_file(name).exists():
         raise ModelError(f"model {name!r} is not installed; run `specnb models fetch {name}`")
     return where
 
@@ -168,7 +179,7 @@ def layer_count(name: str) -> int | None:
     where = resolve_name(name)
     if where.kind == "tiny":
         return TINY_LAYERS
-    folder = cache_dir() / "models" / name if where.kind == "embedded" else Path(where.source)
+    folder = converted_dir(name) if where.kind == "embedded" else Path(where.source)
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):

@@ -30,8 +30,17 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from . import kernels
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
-from .model_names import EMBEDDED, TINY_ARCHS, TINY_LAYERS, EmbeddedModel, ModelError, check_installed
-from .paths import cache_dir
+from .model_names import (
+    EMBEDDED,
+    TINY_ARCHS,
+    TINY_LAYERS,
+    EmbeddedModel,
+    ModelError,
+    check_installed,
+    converted_dir,
+    gguf_file,
+)
+from .paths import cache_dir as cache_dir  # re-exported: the datastores, experiments and notebooks import it from here
 
 
 @dataclass
@@ -91,7 +100,7 @@ def fetch(name: str, quiet: bool = False) -> Path:
     Returns the folder of the converted checkpoint (config, fp32 weights, tokenizer). Idempotent.
     """
     spec = _embedded(name)
-    out = cache_dir() / "models" / name
+    out = converted_dir(name)
     if (out / "config.json").exists():
         return out
     if not all(importlib.util.find_spec(module) for module, _ in spec.parts):
@@ -119,7 +128,7 @@ def _part_path(module: str, relative: str) -> Path:
 
 def _join_parts(spec: EmbeddedModel) -> Path:
     """Join the parts into ``<cache>/gguf/NAME.gguf`` (atomically) and check its sha256."""
-    target = cache_dir() / "gguf" / f"{spec.name}.gguf"
+    target = gguf_file(spec.name)
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +238,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     torch_dtype = resolve_dtype(dtype, device.type)
     if where.kind == "embedded":
         spec = EMBEDDED[name]
-        path = cache_dir() / "models" / name
+        path = converted_dir(name)
         if not (path / "config.json").exists():
             path = fetch(name)
         source, chat = str(path), spec.chat
