@@ -59,6 +59,25 @@ def test_the_second_turn_sees_the_reference_answer_to_the_first():
                                  {"role": "user", "content": "and then?"})
 
 
+def test_greedy_references_give_a_follow_up_its_earlier_reference_as_the_answer(tmp_path, monkeypatch):
+    """Replays of the multi-turn sets (notebook 10's ceiling) must see the conversation the bench runs."""
+    from specnb.experiments.references import greedy_references
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    target = tiny("llama")
+    first = Prompt("q/1", text="alpha beta", messages=({"role": "user", "content": "alpha beta"},))
+    other = Prompt("r/1", text="gamma delta", messages=({"role": "user", "content": "gamma delta"},))
+    second = Prompt("q/2", messages=(first.messages[0], {"role": "user", "content": "and then?"}), follows="q/1")
+    refs = greedy_references(target, [first, other, second], 6)
+    answer = target.tokenizer.decode(refs[0][1].tolist(), skip_special_tokens=True)
+    assert answer != target.tokenizer.decode(refs[1][1].tolist(), skip_special_tokens=True)
+    ids = encode_prompt(target, with_answer(second, answer))
+    assert refs[2][0].tolist() == ids.tolist()
+    assert refs[2][1].tolist() == generate(target, ids, max_new_tokens=6).tokens
+    with pytest.raises(ValueError, match="q/2"):
+        greedy_references(target, [second], 6)
+
+
 def test_an_orphan_follow_up_fails_before_anything_runs():
     follow_up = load_prompts("mtbench2", 2)[1]
     with pytest.raises(ValueError, match=follow_up.id):

@@ -18,7 +18,7 @@ from ..datastores.atomic import write_text
 from ..decode import generate
 from ..models import LoadedModel
 from ..paths import cache_dir
-from ..prompts import Prompt, encode_prompt
+from ..prompts import Prompt, check_follow_ups, encode_prompt, with_answer
 from ..replay import Reference, teacher_forced_hidden
 from ..roofline import machine_key
 
@@ -31,9 +31,13 @@ def reference_path(target: LoadedModel, prompt_ids: torch.Tensor, max_new_tokens
 
 def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens: int) -> list[Reference]:
     """(prompt ids int64 [L], greedy output int64 [T <= max_new_tokens]) per prompt, from the cache or decoded
-    (plain AR through :func:`specnb.decode.generate`) and cached."""
-    references = []
+    (plain AR through :func:`specnb.decode.generate`) and cached. A follow-up prompt (:attr:`Prompt.follows`)
+    sees its earlier turn's reference as the answer, as in :func:`specnb.experiments.run`."""
+    check_follow_ups(prompts)
+    references, answers = [], {}
     for prompt in prompts:
+        if prompt.follows is not None:
+            prompt = with_answer(prompt, answers[prompt.follows])
         ids = encode_prompt(target, prompt)
         path = reference_path(target, ids, max_new_tokens)
         if path.exists():
@@ -41,6 +45,7 @@ def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens
         else:
             output = generate(target, ids, max_new_tokens=max_new_tokens).tokens
             write_text(path, json.dumps({"prompt": prompt.id, "max_new_tokens": max_new_tokens, "output": output}))
+        answers[prompt.id] = target.tokenizer.decode(output, skip_special_tokens=True)
         references.append((ids, torch.tensor(output, dtype=torch.long)))
     return references
 
