@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -73,3 +74,45 @@ def teacher_forced_hidden(target: LoadedModel, prompt_ids: Tensor, output: Tenso
     ids = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), torch.as_tensor(output, dtype=torch.long)])
     _, hidden = forward(target.model, ids[None], last_only=True)
     return hidden[0].float()
+
+
+def retrieval_ceiling(references: list[Reference], depth: int) -> float:
+    """The most tokens per call any drafter that retrieves from text it has seen can reach at depth ``depth``.
+
+    Text seen at a step: this request's prompt and output up to the root, and the outputs of the references
+    before it in the list (what SuffixDecoding searches; pld, suffix and REST over the same text draft subtrees
+    of it). At each root the best such draft is the tree of every earlier continuation of the root token,
+    ``depth`` tokens deep and of any size: it accepts the most, and taking the most at every step is optimal,
+    because the occurrence that gave ``b`` tokens at one root still gives the rest of them at any root it
+    passes, so accepting fewer never lets a later call reach further.
+
+    references: in request order, as :func:`replay_greedy` takes them. Returns (new tokens - one prefill token
+    per reference) / calls, as :mod:`specnb.metrics` counts tokens per call.
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    history = np.empty(0, dtype=np.int64)  # earlier outputs, each followed by a -1 that matches no token
+    calls = produced = 0
+    for prompt_ids, output in references:
+        tokens = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), torch.as_tensor(output)]).numpy()
+        n_prompt, end = tokens.shape[0] - len(output), tokens.shape[0] - 1
+        pos = n_prompt  # the current root; the first output token came from the prefill
+        while pos < end:
+            future = tokens[pos + 1:pos + 1 + min(depth, end - pos - 1)]
+            calls, pos = calls + 1, pos + 1 + longest_retrieved(tokens[:pos + 1], history, future)
+        history = np.concatenate([history, tokens[n_prompt:], [-1]])
+        produced += end - n_prompt
+    return produced / calls if calls else float("nan")
+
+
+def longest_retrieved(context: np.ndarray, history: np.ndarray, future: np.ndarray) -> int:
+    """How many tokens of ``future`` follow some earlier occurrence of the root (``context[-1]``) in
+    ``context`` (int [n]) or in ``history`` (int [h], -1 between texts)."""
+    best = 0
+    for text, seen in ((context, context.shape[0] - 1), (history, history.shape[0])):  # the root itself excluded
+        starts = np.flatnonzero(text[:seen] == context[-1])[:, None] + 1
+        text = np.append(text, -1)  # a continuation stops at the end of what was seen: no look at the future
+        if starts.size and future.size:
+            agree = text[np.minimum(starts + np.arange(future.size), text.shape[0] - 1)] == future
+            best = max(best, int(np.logical_and.accumulate(agree, axis=1).sum(axis=1).max()))
+    return best
