@@ -80,11 +80,11 @@ def retrieval_ceiling(references: list[Reference], depth: int) -> float:
     """The most tokens per call any drafter that retrieves from text it has seen can reach at depth ``depth``.
 
     Text seen at a step: this request's prompt and output up to the root, and the outputs of the references
-    before it in the list (what SuffixDecoding searches; pld, suffix and REST over the same text draft subtrees
-    of it). At each root the best such draft is the tree of every earlier continuation of the root token,
-    ``depth`` tokens deep and of any size: it accepts the most, and taking the most at every step is optimal,
-    because the occurrence that gave ``b`` tokens at one root still gives the rest of them at any root it
-    passes, so accepting fewer never lets a later call reach further.
+    before it in the list (what SuffixDecoding searches; pld and suffix draft subtrees of it). At each root the
+    best such draft is the tree of every earlier continuation of the root token, ``depth`` tokens deep and of
+    any size: it accepts the most, and taking the most at every step is optimal, because the occurrence that
+    gave ``b`` tokens at one root still gives the rest of them at any root it passes, so accepting fewer never
+    lets a later call reach further.
 
     references: in request order, as :func:`replay_greedy` takes them. Returns (new tokens - one prefill token
     per reference) / calls, as :mod:`specnb.metrics` counts tokens per call.

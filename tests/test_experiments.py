@@ -56,3 +56,15 @@ def test_sweep_summary_states_the_winner_per_corpus_and_rest_alone():
     assert out["largest_shared"] == {"tokens": 1000, "rest_accepted": 0.5, "dresd_accepted": 0.45}
     sweep.loc[1, "est_speedup"] = 0.9 * (1 + out["tie"] / 2)  # within the tie margin of REST's 0.9
     assert sweep_summary(sweep)["winner"][0] == "neither"
+
+
+def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():
+    from specnb.experiments.beyond import verdicts
+
+    summary = pd.DataFrame({"set": ["chat"] * 4, "method": ["pld", "suffix", "recycle", "auto"],
+                            "tokens_per_s": [10.0, 12.0, 8.0, 11.4], "tokens_per_call": [2.0, 2.2, 1.5, 2.4]})
+    verdict = verdicts(summary, {"chat": 2.5})["chat"]
+    assert verdict["best_single"] == "suffix"
+    assert verdict["auto_vs_best"] == pytest.approx(0.95) and verdict["auto_vs_pld"] == pytest.approx(1.14)
+    assert verdict["suffix_vs_pld_tokens_per_call"] == pytest.approx(1.1)
+    assert verdict["ceiling_vs_pld_tokens_per_call"] == pytest.approx(1.25)

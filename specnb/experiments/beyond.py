@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..methods import SuffixOptions
 from ..models import LoadedModel
 from ..prompts import Prompt
+from ..replay import retrieval_ceiling
 from .endtoend import run_specs
+from .references import greedy_references
 from .runner import summarize
 
 METHODS = ("ar", "pld", "mixed-adaptive", "crest-priced", "suffix", "recycle", "auto")
 SINGLE = ("pld", "mixed-adaptive", "suffix", "recycle", "crest-priced")  # what the router must match
 SETS = {"code": "humaneval", "chat": "mtbench", "multi-turn chat": "mtbench2", "repeated code": "humaneval2"}
 MULTI_TURN = ("multi-turn chat", "repeated code")
+CEILING_DEPTH = SuffixOptions.max_depth  # the retrieval ceiling drafts as deep as suffix may
 
 
 def method_specs(crest_store: Path) -> dict[str, tuple[str, dict]]:
@@ -64,9 +68,19 @@ def pick_shares(picks: pd.DataFrame, window: int = 25) -> dict[str, pd.DataFrame
     return shares
 
 
-def verdicts(summary: pd.DataFrame) -> dict[str, dict[str, float]]:
+def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_tokens: int,
+             depth: int = CEILING_DEPTH) -> dict[str, float]:
+    """{set: the most tokens per call any drafter retrieving from text it has seen could reach}
+    (:func:`specnb.replay.retrieval_ceiling` over the target's greedy outputs, ``depth`` deep: suffix's
+    depth cap by default), for the same prompts in the same order as :func:`beyond` runs them."""
+    return {name: retrieval_ceiling(greedy_references(target, prompts, max_new_tokens), depth)
+            for name, prompts in sets.items()}
+
+
+def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict[str, float]]:
     """The issue's ratios per set: ``auto_vs_best`` (auto's tokens/s over the best single method's, and
-    which), ``auto_vs_pld``, and ``suffix_vs_pld_tokens_per_call``."""
+    which), ``auto_vs_pld``, ``suffix_vs_pld_tokens_per_call`` and, to read it against,
+    ``ceiling_vs_pld_tokens_per_call``: the retrieval ceiling (:func:`ceilings`) over pld's tokens per call."""
     out = {}
     for name, group in summary.groupby("set", sort=False):
         rate = group.set_index("method").tokens_per_s
@@ -74,5 +88,6 @@ def verdicts(summary: pd.DataFrame) -> dict[str, dict[str, float]]:
         singles = rate[rate.index.isin(SINGLE)]
         out[name] = {"best_single": singles.idxmax(), "auto_vs_best": rate["auto"] / singles.max(),
                      "auto_vs_pld": rate["auto"] / rate["pld"],
-                     "suffix_vs_pld_tokens_per_call": per_call["suffix"] / per_call["pld"]}
+                     "suffix_vs_pld_tokens_per_call": per_call["suffix"] / per_call["pld"],
+                     "ceiling_vs_pld_tokens_per_call": ceiling[name] / per_call["pld"]}
     return out
