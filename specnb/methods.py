@@ -253,10 +253,14 @@ class McsdOptions(DraftModelOptions):
 @dataclass(frozen=True)
 class SuffixOptions:
     """SuffixDecoding: a tree of up to ``max_nodes`` from the longest suffix match (this request and earlier
-    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned."""
+    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned.
+
+    ``alpha`` is 2, not the reference implementation's 1: side by side on Gemma-3-270M (10 prompts x 96 tokens
+    per set, bf16, AVX512-BF16) alpha 2 was 1.5-7.9% faster on all four of notebook 10's sets, and in greedy
+    replay on Qwen2.5-Coder-1.5B it raised the estimated speed 11-16% on code for a 2-3% loss on chat."""
 
     max_nodes: int = 24
-    alpha: float = 1.0
+    alpha: float = 2.0
     max_depth: int = 16
     min_prob: float = 0.1
     max_query: int = 32

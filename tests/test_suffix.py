@@ -77,7 +77,8 @@ def test_earlier_outputs_are_drafted_from_in_the_next_request():
     assert drafter.propose(state([7, 11, 12])) is None  # nothing recurs in this request, no history yet
     drafter.reset(torch.tensor([8]))  # the first output joins the history
     draft = drafter.propose(state([8, 11, 12]))
-    assert drafter.last_info["source"] == "history" and draft.tokens.tolist() == [13, 14]
+    # match "11 12" (q = 2): depth ceil(2.0 * 2) = 4, but that output ended after 15
+    assert drafter.last_info["source"] == "history" and draft.tokens.tolist() == [13, 14, 15]
     drafter.clear()
     assert drafter.propose(state([8, 11, 12])) is None
 
