@@ -40,7 +40,7 @@ from . import kernels
 from .ceilings import sample_read_bandwidth, streamed_bytes
 from .datastores.atomic import write_text
 from .device import model_device, synchronize
-from .experiments.runner import Runner, decode_runner, run
+from .experiments.runner import DecodeRunner, Runner, run
 from .experiments.runner import summarize as experiments_summarize
 from .kernels.cpu import cpu_class
 from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
@@ -148,21 +148,26 @@ def bench_runners(target: LoadedModel, config: BenchConfig, methods: dict[str, t
     machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": sample_read_bandwidth(),
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)
-    return {label: _counted(_method(name, target, options, config), counter, machine)
+    return {label: _Counted(_method(name, target, options, config), counter, machine)
             for label, (name, options) in methods.items()}, counter
 
 
-def _counted(runner: Runner, counter: _CallCounter, machine: dict) -> Runner:
+class _Counted:
     """``runner`` whose rows carry the machine's columns and, where it reports none, the target's forward
-    calls after prefill, counted by a hook."""
+    calls after prefill, counted by a hook; ``clear()`` reaches the runner's drafter."""
 
-    def run(prompt: Prompt, max_new_tokens: int) -> dict:
-        counter.calls = 0
-        out = runner(prompt, max_new_tokens)
-        out.setdefault("calls", counter.calls - 1)
-        return {**machine, **out}
+    def __init__(self, runner: Runner, counter: _CallCounter, machine: dict):
+        self.runner, self.counter, self.machine = runner, counter, machine
 
-    return run
+    def __call__(self, prompt: Prompt, max_new_tokens: int) -> dict:
+        self.counter.calls = 0
+        out = self.runner(prompt, max_new_tokens)
+        out.setdefault("calls", self.counter.calls - 1)
+        return {**self.machine, **out}
+
+    def clear(self) -> None:
+        if hasattr(self.runner, "clear"):
+            self.runner.clear()
 
 
 def _method(method: str, target: LoadedModel, options: Any, config: BenchConfig) -> Runner:
@@ -176,9 +181,9 @@ def _method(method: str, target: LoadedModel, options: Any, config: BenchConfig)
                                draft_tokens=options.w if isinstance(options, LookupOptions) else 10)
         # llama.cpp runs other weights: its tokens are not compared with our AR's
         return lambda prompt, max_new_tokens: {k: v for k, v in peer(prompt, max_new_tokens).items() if k != "tokens"}
-    return decode_runner(target, make_drafter(method, target, options), temperature=config.temperature,
-                         top_p=config.top_p, verify=config.verify, seed=config.seed,
-                         record_gaps=method == "ar" and config.temperature == 0)
+    return DecodeRunner(target, make_drafter(method, target, options), temperature=config.temperature,
+                        top_p=config.top_p, verify=config.verify, seed=config.seed,
+                        record_gaps=method == "ar" and config.temperature == 0)
 
 
 def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):

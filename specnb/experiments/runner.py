@@ -10,7 +10,8 @@ except the acceptance rate (MAR), which is averaged per prompt as its definition
 
 A *method* is a drafter (``None``: AR through the same loop), a :class:`Variant` (a drafter with its own
 verification mode), or a :data:`Runner`: any function ``(prompt, max_new_tokens) -> dict`` of row fields
-(the bench's Hugging Face and llama.cpp peers). A runner's ``tokens`` (the new token ids) are compared with
+(the bench's Hugging Face and llama.cpp peers); a runner with a ``clear()`` method (:class:`DecodeRunner`) is
+cleared after its warm-up. A runner's ``tokens`` (the new token ids) are compared with
 the reference's and not kept; fields whose name starts with ``_`` are read by the comparison and dropped.
 """
 
@@ -78,25 +79,32 @@ def generation_row(stats: RunStats) -> dict[str, float]:
     }
 
 
-def decode_runner(target: LoadedModel, method: Drafter | Variant | None, *, temperature: float, top_p: float,
-                  verify: VerifyMode, seed: int, record_gaps: bool = False) -> Runner:
-    """A :data:`Runner` decoding with ``method`` through :func:`specnb.decode.generate`; with
-    ``record_gaps`` its rows carry the target's top-2 margins (``_gaps``, ``_top1``) for comparisons."""
-    drafter, mode = (method.drafter, method.verify) if isinstance(method, Variant) else (method, verify)
+class DecodeRunner:
+    """A :data:`Runner` decoding with one drafter (``None``: AR) through :func:`specnb.decode.generate`; with
+    ``record_gaps`` its rows carry the target's top-2 margins (``_gaps``, ``_top1``) for comparisons.
+    :meth:`clear` makes the drafter forget earlier requests (:func:`run` calls it after the warm-up)."""
 
-    def run(prompt: Prompt, max_new_tokens: int) -> dict:
-        tops: CallHook | None = TopTwo() if record_gaps else None
-        out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=temperature,
-                       top_p=top_p, verify=mode, seed=seed, on_call=tops)
+    def __init__(self, target: LoadedModel, method: Drafter | Variant | None, *, temperature: float, top_p: float,
+                 verify: VerifyMode, seed: int, record_gaps: bool = False):
+        self.drafter, self.verify = (method.drafter, method.verify) if isinstance(method, Variant) else (method, verify)
+        self.target, self.temperature, self.top_p, self.seed, self.record_gaps = (target, temperature, top_p, seed,
+                                                                                  record_gaps)
+
+    def __call__(self, prompt: Prompt, max_new_tokens: int) -> dict:
+        tops: CallHook | None = TopTwo() if self.record_gaps else None
+        out = generate(self.target, prompt, self.drafter, max_new_tokens=max_new_tokens, temperature=self.temperature,
+                       top_p=self.top_p, verify=self.verify, seed=self.seed, on_call=tops)
         row = {**generation_row(out.stats), "tokens": out.tokens,
-               "held_bytes": drafter.nbytes if drafter is not None else 0}
+               "held_bytes": self.drafter.nbytes if self.drafter is not None else 0}
         if any("picked" in c.info for c in out.stats.calls):  # a router: which member drafted each call
             row["picks"] = " ".join(c.info.get("picked") or "-" for c in out.stats.calls)
         if tops is not None:
             row.update(_gaps=tops.gaps[:len(out.tokens)], _top1=tops.top1[:len(out.tokens)])
         return row
 
-    return run
+    def clear(self) -> None:
+        if self.drafter is not None:
+            self.drafter.clear()
 
 
 def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, MethodLike], *,
@@ -121,12 +129,11 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
     runners = {name: _as_runner(target, methods[name], temperature=temperature, top_p=top_p, verify=verify,
                                 seed=seed, record_gaps=name == reference and temperature == 0)
                for name in names}
-    for name, runner in runners.items():  # warm-up: allocator, kernels, lazily built tables
+    for runner in runners.values():  # warm-up: allocator, kernels, lazily built tables
         if warmup > 0:
             runner(prompts[0], min(warmup, max_new_tokens))
-            drafter = methods[name].drafter if isinstance(methods[name], Variant) else methods[name]
-            if isinstance(drafter, Drafter):
-                drafter.clear()  # the warm-up's output must not be an "earlier request" of the first prompt
+            if hasattr(runner, "clear"):  # the warm-up's output must not be an "earlier request" of the first prompt
+                runner.clear()
     dtype = next(target.model.parameters()).dtype
     rows: list[dict] = []
     done, interrupted = 0, False
@@ -157,7 +164,7 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
 
 def _as_runner(target: LoadedModel, method: MethodLike, **settings: Any) -> Runner:
     if method is None or isinstance(method, Drafter | Variant):
-        return decode_runner(target, method, **settings)
+        return DecodeRunner(target, method, **settings)
     return method
 
 
