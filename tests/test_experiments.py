@@ -68,3 +68,11 @@ def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():
     assert verdict["auto_vs_best"] == pytest.approx(0.95) and verdict["auto_vs_pld"] == pytest.approx(1.14)
     assert verdict["suffix_vs_pld_tokens_per_call"] == pytest.approx(1.1)
     assert verdict["ceiling_vs_pld_tokens_per_call"] == pytest.approx(1.25)
+
+
+def test_router_members_take_their_methods_colours():
+    from specnb.experiments.beyond import member_colors
+
+    palette = {"pld": "C0", "mixed-adaptive": "C1", "crest-priced": "C2", "suffix": "C3", "recycle": "C4"}
+    assert member_colors(palette, ["-", "crest", "ngram-bigram", "pld", "recycle", "suffix", "dense"]) == [
+        "lightgrey", "C2", "C1", "C0", "C4", "C3", "black"]

@@ -10,6 +10,7 @@ table, the router's learned rates) grow over the set as they would in a server.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -75,6 +76,17 @@ def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_toke
     depth cap by default), for the same prompts in the same order as :func:`beyond` runs them."""
     return {name: retrieval_ceiling(greedy_references(target, prompts, max_new_tokens), depth)
             for name, prompts in sets.items()}
+
+
+# The method whose colour a router member takes in the charts (the model bigram is mixed-adaptive's second half).
+MEMBER_METHOD = {"pld": "pld", "suffix": "suffix", "recycle": "recycle", "crest": "crest-priced",
+                 "ngram-bigram": "mixed-adaptive"}
+
+
+def member_colors(palette: dict[str, Any], members: list[str]) -> list[Any]:
+    """The colour of each router member (``members``, as :func:`pick_shares` orders them): its method's in
+    ``palette`` ({method: colour}), light grey for ``-`` (no draft), black for a member with no method there."""
+    return ["lightgrey" if m == "-" else palette.get(MEMBER_METHOD.get(m, m), "black") for m in members]
 
 
 def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict[str, float]]:
