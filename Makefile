@@ -42,7 +42,7 @@ lab: setup
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
 
 lint: setup
-	$(VENV)/bin/ruff check specnb tests
+	$(VENV)/bin/ruff check specnb tests notebooks
 
 clean-cache:
 	rm -rf $(SPECNB_CACHE)
