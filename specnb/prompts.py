@@ -54,6 +54,24 @@ def with_answer(prompt: Prompt, answer: str) -> Prompt:
     return Prompt(prompt.id, text="\n\n".join(m["content"] for m in messages), messages=messages)
 
 
+
+class Conversation:
+    """The answers given so far in a prompt list, by prompt id, so that a follow-up sees its earlier turn's
+    answer (:func:`with_answer`): the runner and the greedy references keep one each, and the same decoding of
+    the answer makes a replay see the conversation the bench ran."""
+
+    def __init__(self, target: LoadedModel):
+        self.tokenizer = target.tokenizer
+        self.answers: dict[str, str] = {}
+
+    def resolve(self, prompt: Prompt) -> Prompt:
+        """``prompt`` itself, or the follow-up with its earlier turn's recorded answer in place."""
+        return prompt if prompt.follows is None else with_answer(prompt, self.answers[prompt.follows])
+
+    def record(self, prompt_id: str, tokens: Sequence[int]) -> None:
+        """The answer to ``prompt_id``: its new token ids, as text without special tokens."""
+        self.answers[prompt_id] = self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
 PromptLike = str | Prompt | Sequence[dict[str, str]] | Sequence[int] | Tensor
 
 

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from .accept import longest_path, matches_output, source_row
+from .datastores.history import rows_after
 from .draft import Draft
 from .drafters.base import DecodeState, Drafter
 from .forward import forward
@@ -110,9 +111,8 @@ def longest_retrieved(context: np.ndarray, history: np.ndarray, future: np.ndarr
     ``context`` (int [n]) or in ``history`` (int [h], -1 between texts)."""
     best = 0
     for text, seen in ((context, context.shape[0] - 1), (history, history.shape[0])):  # the root itself excluded
-        starts = np.flatnonzero(text[:seen] == context[-1])[:, None] + 1
-        text = np.append(text, -1)  # a continuation stops at the end of what was seen: no look at the future
-        if starts.size and future.size:
-            agree = text[np.minimum(starts + np.arange(future.size), text.shape[0] - 1)] == future
+        starts = np.flatnonzero(text[:seen] == context[-1]) + 1
+        if starts.size and future.size:  # a continuation stops where the seen text ends (-1): no look ahead
+            agree = rows_after(text, starts, future.size) == future
             best = max(best, int(np.logical_and.accumulate(agree, axis=1).sum(axis=1).max()))
     return best

@@ -18,7 +18,7 @@ from ..datastores.atomic import write_text
 from ..decode import generate
 from ..models import LoadedModel
 from ..paths import cache_dir
-from ..prompts import Prompt, check_follow_ups, encode_prompt, with_answer
+from ..prompts import Conversation, Prompt, check_follow_ups, encode_prompt
 from ..replay import Reference, teacher_forced_hidden
 from ..roofline import machine_key
 
@@ -34,10 +34,9 @@ def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens
     (plain AR through :func:`specnb.decode.generate`) and cached. A follow-up prompt (:attr:`Prompt.follows`)
     sees its earlier turn's reference as the answer, as in :func:`specnb.experiments.run`."""
     check_follow_ups(prompts)
-    references, answers = [], {}
+    references, conversation = [], Conversation(target)
     for prompt in prompts:
-        if prompt.follows is not None:
-            prompt = with_answer(prompt, answers[prompt.follows])
+        prompt = conversation.resolve(prompt)
         ids = encode_prompt(target, prompt)
         path = reference_path(target, ids, max_new_tokens)
         if path.exists():
@@ -45,7 +44,7 @@ def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens
         else:
             output = generate(target, ids, max_new_tokens=max_new_tokens).tokens
             write_text(path, json.dumps({"prompt": prompt.id, "max_new_tokens": max_new_tokens, "output": output}))
-        answers[prompt.id] = target.tokenizer.decode(output, skip_special_tokens=True)
+        conversation.record(prompt.id, output)
         references.append((ids, torch.tensor(output, dtype=torch.long)))
     return references
 

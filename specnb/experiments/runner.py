@@ -30,7 +30,7 @@ from ..decode import CallHook, generate
 from ..drafters.base import Drafter
 from ..metrics import RunStats, first_divergence
 from ..models import LoadedModel
-from ..prompts import Prompt, check_follow_ups, with_answer
+from ..prompts import Conversation, Prompt, check_follow_ups
 from ..verify import VerifyMode
 
 Runner = Callable[[Prompt, int], dict]
@@ -138,10 +138,9 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
     rows: list[dict] = []
     done, interrupted = 0, False
     try:
-        answers: dict[str, str] = {}  # the reference's output per prompt id, for the follow-ups
+        conversation = Conversation(target)  # the reference's output per prompt id, for the follow-ups
         for prompt in tqdm(prompts, desc="prompts", disable=not progress):
-            if prompt.follows is not None:
-                prompt = with_answer(prompt, answers[prompt.follows])
+            prompt = conversation.resolve(prompt)
             ref: dict = {}
             prompt_rows = []
             for name in names:
@@ -150,7 +149,7 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
                     ref = out
                 prompt_rows.append(_compare({"method": name, "prompt_id": prompt.id, **out}, ref,
                                             greedy=temperature == 0, dtype=dtype))
-            answers[prompt.id] = target.tokenizer.decode(ref.get("tokens", []), skip_special_tokens=True)
+            conversation.record(prompt.id, ref.get("tokens", []))
             rows += prompt_rows
             done += 1
             if sink is not None:
