@@ -135,6 +135,8 @@ def test_context_ngram_ranks_by_count_then_recency():
 
     context = np.array([1, 2, 9, 1, 2, 7, 1, 2, 7, 1, 2, 8, 1, 2])
     assert continuations(context, 2, 1) == [[7], [8], [9]]  # 7 twice; then 8 (more recent) before 9
+    once = np.array([1, 2, 3, 4, 5, 1, 2, 3])  # one match: its continuation, cut at the end of the context
+    assert continuations(once, 3, 2) == [[4, 5]] and continuations(once, 3, 10) == [[4, 5, 1, 2, 3]]
 
 
 def test_jsonl_prompts(tmp_path):

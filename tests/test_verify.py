@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.accept import accept_greedy, longest_path
+from specnb.accept import accept_greedy, longest_path, path_accepted
 from specnb.draft import Draft
 from specnb.drafters.base import DecodeState
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
@@ -123,6 +123,34 @@ def test_greedy_acceptance_by_levels_matches_the_rule_over_all_rows():
         got = accept_greedy(draft, logits)
         assert got.nodes.tolist() == want.tolist()
         assert got.bonus == int(predicted[int(want[-1]) + 1 if want.numel() else 0])
+
+
+def walk_up(draft: Draft, node: int) -> list[int]:
+    """The nodes from the root's child down to ``node``, found by following parents one by one (the reference)."""
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = int(draft.parents[node])
+    return path[::-1]
+
+
+def test_path_acceptance_and_truncation_match_a_walk_up_the_tree():
+    """path_accepted (a node and all its ancestors pass) and truncate (depth and node-count cuts, renumbered
+    parents, depths carried over) on random trees, against walking up the parents node by node."""
+    gen = torch.Generator().manual_seed(1)
+    draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
+    for _ in range(300):
+        n = draw(1, 16)
+        draft = Draft(torch.randint(0, 4, (n,), generator=gen), torch.tensor([draw(-1, i) for i in range(n)]))
+        ok = torch.rand(n, generator=gen) < 0.6
+        assert path_accepted(draft, ok).tolist() == [bool(ok[walk_up(draft, i)].all()) for i in range(n)]
+        max_depth, max_nodes = draw(1, 6), draw(0, n + 2)
+        cut = draft.truncate(max_depth, max_nodes)
+        kept = [i for i in range(min(n, max_nodes)) if len(walk_up(draft, i)) <= max_depth]
+        tokens_down_to = lambda d, i: d.tokens[walk_up(d, i)].tolist()  # noqa: E731
+        assert [tokens_down_to(cut, j) for j in range(cut.num_nodes)] == [tokens_down_to(draft, i) for i in kept]
+        assert cut.depth.tolist() == [len(walk_up(draft, i)) for i in kept]
+        assert (cut is draft) == (len(kept) == n)
 
 
 def test_tree_masks():

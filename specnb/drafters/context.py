@@ -73,6 +73,8 @@ def continuations(context: np.ndarray, q: int, w: int) -> list[list[int]]:
     if starts.size == 0:
         return []
     begin = starts + q
+    if begin.size == 1:  # one match, one continuation (common: np.unique over rows alone costs ~30 us)
+        return [context[begin[0]:begin[0] + w].tolist()]
     index = begin[:, None] + np.arange(w)
     rows = np.where(index < n, context[np.minimum(index, n - 1)], -1)
     unique, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)

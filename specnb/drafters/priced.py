@@ -23,10 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor
 
-from ..accept import matches_output, path_accepted
+from ..accept import equals_output, passes_with_ancestors
 from ..draft import Draft
 from ..methods import CrestPricedOptions, DensePricedOptions, RestPricedOptions
 from .base import DecodeState, Drafter, Hindsight
@@ -40,9 +39,10 @@ def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> 
 
     truth: int [T], the tokens that followed the root. Returns int64 [len(budgets)].
     """
-    matched = path_accepted(draft, matches_output(draft, torch.as_tensor(truth, dtype=torch.long)))
-    best = np.maximum.accumulate(torch.where(matched, draft.depth, 0).numpy())  # [n]: best of the first i + 1
-    return np.where(budgets > 0, best[np.clip(budgets, 1, best.shape[0]) - 1], 0)
+    depth = draft.depth.numpy()  # numpy throughout: a router scores every member's tree at every step
+    matched = passes_with_ancestors(draft.parents.numpy(), equals_output(draft.tokens.numpy(), depth, truth))
+    best = np.maximum.accumulate(np.where(matched, depth, 0))  # [n]: best of the first i + 1
+    return np.where(budgets > 0, best[np.minimum(budgets, best.shape[0]) - 1], 0)  # (budget 0 reads best[-1])
 
 
 def cut(tree: Draft | None, budget: int) -> Draft | None:
@@ -67,6 +67,7 @@ class PricedTreeDrafter(Drafter):
         self.accepted = np.zeros((MAX_BUCKET + 1, self.budgets.shape[0]))  # summed over scored steps
         self.steps = np.zeros(MAX_BUCKET + 1)
         self.hindsight = Hindsight()  # full trees, keyed by bucket
+        self._expected: np.ndarray | None = None  # expected() of every bucket until the next scored tree
         self._info: dict[str, Any] = {}
 
     def reset(self, prompt_ids: Tensor) -> None:
@@ -80,8 +81,10 @@ class PricedTreeDrafter(Drafter):
 
     def expected(self, bucket: int) -> np.ndarray:
         """E[accepted tokens] for each budget in ``bucket``, shrunk toward the pooled estimate: [B]."""
-        pooled = self.accepted.sum(0) / max(self.steps.sum(), 1.0)
-        return (self.accepted[bucket] + self.shrink * pooled) / (self.steps[bucket] + self.shrink)
+        if self._expected is None:  # every bucket's, recomputed only after a tree was scored (routers ask often)
+            pooled = self.accepted.sum(0) / max(self.steps.sum(), 1.0)
+            self._expected = (self.accepted + self.shrink * pooled) / (self.steps[:, None] + self.shrink)
+        return self._expected[bucket]
 
     def choose(self, bucket: int, nodes: int, context_len: int) -> tuple[int, float]:
         """(budget, expected tokens per second) for a tree of ``nodes`` nodes."""
@@ -115,6 +118,7 @@ class PricedTreeDrafter(Drafter):
         for bucket, tree, truth in self.hindsight.commit(committed):
             self.accepted[bucket] += accepted_by_budget(tree, np.asarray(truth, dtype=np.int64), self.budgets)
             self.steps[bucket] += 1
+            self._expected = None
 
     @property
     def last_info(self) -> dict[str, Any]:
