@@ -282,14 +282,17 @@ ROUTABLE = ("pld", "suffix", "recycle", "ngram-unigram", "ngram-bigram", "mixed"
 @dataclass(frozen=True)
 class AutoOptions:
     """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
-    where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV."""
+    where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
+    (steps between two reviews of whether each member pays for its seat; 0: keep every member)."""
 
     members: str = ""
     crest: str = ""
     dense: str = ""
     roofline: str = ""
+    window: int = 256
 
     def __post_init__(self) -> None:
+        _at_least(self, 0, "window")
         for name in filter(None, self.members.split(",")):
             if name not in ROUTABLE:
                 raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")

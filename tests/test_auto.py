@@ -3,6 +3,8 @@ does, and keeps the target's distribution when sampling."""
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 import torch
@@ -79,6 +81,43 @@ def test_auto_offers_nothing_when_nothing_pays():
     assert [(c.drafted_nodes, c.info["picked"]) for c in out.stats.calls] == [(0, "")] * (MAX_NEW - 1)
 
 
+class Slow(Shifted):
+    """A Shifted drafter that also takes ``seconds`` of wall time per proposal."""
+
+    def __init__(self, *args, seconds: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seconds = seconds
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        time.sleep(self.seconds)
+        return super().propose(state)
+
+
+def test_members_that_do_not_pay_for_their_seats_are_retired():
+    """A slow twin of the right member never changes what the router gets (ties go to the earlier member), and a
+    member that is never right never drafts: both cost time and save none, so they lose their seats, the
+    costlier first; the right member, whose wins save seconds of (modelled) target time, keeps its seat, even
+    when it is slow itself."""
+    target = tiny("llama")
+    truth = reference()
+    members = {"right": Slow(truth, len(PROMPT), shift=0, seconds=0.002),
+               "twin": Slow(truth, len(PROMPT), shift=0, seconds=0.01),
+               "wrong": Shifted(truth, len(PROMPT), shift=1)}
+    router = AutoDrafter(members, cost(0.05), window=8)
+    runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(3)]
+    assert all(run.tokens == truth for run in runs)
+    assert router.retired == ["twin", "wrong"]
+    assert runs[-1].stats.calls[-1].info["retired"] == "twin,wrong"
+    assert {c.info["picked"] for c in runs[-1].stats.calls} <= {"right", ""}
+    keep_all = AutoDrafter(members, cost(0.05), window=0)
+    for _ in range(3):
+        generate(target, PROMPT, keep_all, max_new_tokens=MAX_NEW, stop_at_eos=False)
+    assert keep_all.retired == []
+    lonely = AutoDrafter({"wrong": Shifted(truth, len(PROMPT), shift=1)}, cost(0.05), window=4)
+    generate(target, PROMPT, lonely, max_new_tokens=MAX_NEW, stop_at_eos=False)
+    assert lonely.retired == []  # never the last member
+
+
 def test_auto_sampling_keeps_the_target_distribution():
     target = tiny("llama")
     router = AutoDrafter({"suffix": SuffixDrafter(min_prob=0.0), "pld": ContextNgramDrafter()}, cost(0.0))
@@ -90,6 +129,8 @@ def test_auto_sampling_keeps_the_target_distribution():
 def test_members_are_validated_before_loading():
     with pytest.raises(OptionError, match="cannot be routed"):
         parse_options("auto", {"members": "pld,sd"})
+    with pytest.raises(OptionError, match="window"):
+        parse_options("auto", {"window": "-1"})
 
 
 def test_a_given_store_makes_its_member(monkeypatch, tmp_path):

@@ -14,20 +14,31 @@ step costs what an AR step costs plus the members' proposals (``draft_seconds`` 
 
 Since every member scores every step in hindsight, the router learns about all of them while it verifies
 only one; the learned expectations persist across requests (same task, same machine).
+
+A member also has to pay for its seat. Running it (proposing, pricing, scoring, and for Token Recycling
+reading the logits of every verified position) costs a few tenths of a millisecond per step on a CPU, which a
+member that seldom makes the difference never earns back. Over every ``window`` steps the router sets the
+seconds spent on each member against the seconds its wins saved: at a step it won, the tokens it produced
+would otherwise have come at the realised rate of the runner-up (the best other offer, or one token for one
+call), which is known once the output shows how the runner-up's tree would have done. The member with the
+largest deficit, if any, is retired for the rest of the process (never the last one); then the next window
+starts, since the others' wins change with it.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..draft import Draft
 from ..methods import AutoOptions, OptionError, make_drafter
-from .base import DecodeState, Drafter
-from .priced import PricedTreeDrafter, cut
+from .base import DecodeState, Drafter, Hindsight
+from .priced import PricedTreeDrafter, accepted_by_budget, cut
 
 # The last_info entry each member buckets its steps by (a member without one uses a single bucket).
 BUCKET_KEYS = {"pld": "match_len", "suffix": "match_len", "crest": "match_len", "rest": "match_len",
@@ -38,19 +49,37 @@ NO_NODES = torch.empty(0, dtype=torch.long)
 class AutoDrafter(Drafter):
     """Routes each step to the member whose priced tree has the best expected tokens/s (or to none).
 
-    members: {method name: drafter}; cost: a :class:`specnb.roofline.CostModel` of the target.
-    ``last_info``: ``picked`` (member name, "" for no draft), ``expected_rate`` (tokens/s) and ``nodes``.
+    members: {method name: drafter}; cost: a :class:`specnb.roofline.CostModel` of the target; window: steps
+    between two seat reviews (0: never retire a member).
+    ``last_info``: ``picked`` (member name, "" for no draft), ``expected_rate`` (tokens/s), ``nodes`` and
+    ``retired`` (the members retired so far, comma-separated).
     """
 
     name = "auto"
 
-    def __init__(self, members: dict[str, Drafter], cost: Any):
+    def __init__(self, members: dict[str, Drafter], cost: Any, window: int = AutoOptions.window):
         if not members:
             raise ValueError("the router needs at least one member drafter")
+        if window < 0:
+            raise ValueError(f"window must be >= 0, got {window}")
         self.members = {name: PricedTreeDrafter(d, cost, bucket_key=BUCKET_KEYS.get(name, "")) for name, d in
                         members.items()}
+        self.cost, self.window = cost, window
+        self.retired: list[str] = []
+        self.runner_ups = Hindsight()  # {step record}, the runner-up's cut tree: how it would have done
+        self.record: dict[str, Any] | None = None  # this step's winner, its seconds and its runner-up's
         self.picked: str = ""
         self._info: dict[str, Any] = {}
+        self._new_window()
+
+    def _new_window(self) -> None:
+        self.steps = 0
+        self.spent = dict.fromkeys(self.members, 0.0)  # seconds spent running each member
+        self.saved = dict.fromkeys(self.members, 0.0)  # seconds its wins saved against the runner-up, realised
+
+    @property
+    def seated(self) -> dict[str, PricedTreeDrafter]:
+        return {name: member for name, member in self.members.items() if name not in self.retired}
 
     @property
     def needs_hidden_state(self) -> bool:
@@ -63,34 +92,81 @@ class AutoDrafter(Drafter):
 
     @property
     def needs_logits(self) -> bool:
-        return any(m.needs_logits for m in self.members.values())
+        return any(m.needs_logits for m in self.seated.values())
 
     def reset(self, prompt_ids: Tensor) -> None:
         for member in self.members.values():
             member.reset(prompt_ids)
+        self.runner_ups.reset()
 
     def clear(self) -> None:
         for member in self.members.values():
             member.clear()
 
     def propose(self, state: DecodeState) -> Draft | None:
-        best, best_budget, best_rate, self.picked = None, 0, 0.0, ""
-        for name, member in self.members.items():
+        offers = []  # (rate, name, full tree, budget) of every seated member that would draft
+        for name, member in self.seated.items():
+            start = time.perf_counter()
             tree, budget, rate = member.price(state)
-            if budget and rate > best_rate:
-                best, best_budget, best_rate, self.picked = tree, budget, rate, name
-        self._info = {"picked": self.picked, "expected_rate": best_rate, "nodes": best_budget}
-        return cut(best, best_budget)  # only the winner's tree is cut
+            self.spent[name] += time.perf_counter() - start
+            if budget:
+                offers.append((rate, name, tree, budget))
+        offers.sort(key=lambda offer: -offer[0])  # stable: ties go to the earlier member
+        self.picked, self.record, best_rate, best_budget = "", None, 0.0, 0
+        if offers:
+            best_rate, self.picked, tree, best_budget = offers[0]
+            context = state.tokens.shape[0]
+            runner_up = cut(offers[1][2], offers[1][3]) if len(offers) > 1 else None  # None: one-token call
+            self.record = {"member": self.picked, "context": context, "seconds": self._seconds(best_budget, context),
+                           "runner_up": runner_up, "runner_up_seconds":
+                           self._seconds(runner_up.num_nodes if runner_up else 0, context)}
+            if runner_up is not None:
+                self.runner_ups.add(state, self.record, runner_up, runner_up.max_depth)
+        self._info = {"picked": self.picked, "expected_rate": best_rate, "nodes": best_budget,
+                      "retired": ",".join(self.retired)}
+        return cut(tree, best_budget) if offers else None  # only the winner's tree is cut
+
+    def _seconds(self, nodes: int, context_len: int) -> float:
+        return float(self.cost.chain_seconds(np.array([nodes]), context_len)[0])
 
     def observe(self, tokens: Tensor, logits: Tensor) -> None:
-        for member in self.members.values():
+        for name, member in self.seated.items():
             if member.needs_logits:
+                start = time.perf_counter()
                 member.observe(tokens, logits)
+                self.spent[name] += time.perf_counter() - start
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
-        """Every member learns the committed tokens; only the picked one had its nodes accepted."""
+        """Every member learns the committed tokens (only the picked one had its nodes accepted); then the
+        winners' realised savings are settled and, every ``window`` steps, the seats reviewed."""
         for name, member in self.members.items():
+            start = time.perf_counter()
             member.update(committed, accepted if name == self.picked else NO_NODES)
+            self.spent[name] += time.perf_counter() - start
+        if self.record is not None:
+            self.record["tokens"] = committed.shape[0]
+            if self.record["runner_up"] is None:  # the alternative was a one-token call
+                self._settle(self.record, 1)
+        for record, tree, truth in self.runner_ups.commit(committed):
+            self._settle(record, 1 + int(accepted_by_budget(tree, np.asarray(truth, dtype=np.int64),
+                                                            np.array([tree.num_nodes]))[0]))
+        self.steps += 1
+        if self.window and self.steps >= self.window:
+            self._review()
+
+    def _settle(self, record: dict[str, Any], runner_up_tokens: int) -> None:
+        """Credit the winner with what its tokens would have cost at the runner-up's realised rate, less
+        what they cost."""
+        instead = record["tokens"] * record["runner_up_seconds"] / runner_up_tokens
+        self.saved[record["member"]] += instead - record["seconds"]
+
+    def _review(self) -> None:
+        """Retire the seated member whose running cost most exceeds what its wins saved, if any does."""
+        deficit = {name: self.spent[name] - self.saved[name] for name in self.seated}
+        worst = max(deficit, key=deficit.__getitem__)
+        if deficit[worst] > 0 and len(deficit) > 1:
+            self.retired.append(worst)
+        self._new_window()
 
     @property
     def last_info(self) -> dict[str, Any]:
@@ -113,7 +189,7 @@ MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}}
 def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
     """Bench factory ``auto``: ``-o members=pld,suffix,...`` (default :func:`default_members`), ``-o crest=PATH``
     and ``-o dense=PATH`` for those members' stores (a given store makes its method a member), ``-o roofline=CSV``
-    for the cost table."""
+    for the cost table, ``-o window=N`` for the seat reviews (0: none)."""
     from ..roofline import cost_model_for
 
     names = options.members.split(",") if options.members else default_members(target)
@@ -127,4 +203,4 @@ def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
                 raise OptionError(f"auto: the {name} store {stores[name]} does not exist")
             values["datastore"] = stores[name]
         members[name] = make_drafter(name, target, values)
-    return AutoDrafter(members, cost_model_for(target, options.roofline))
+    return AutoDrafter(members, cost_model_for(target, options.roofline), options.window)

@@ -44,13 +44,17 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
 
     Returns (summary, picks): summary has one row per (set, method) (:func:`specnb.experiments.summarize`:
     tokens/s, tokens per call, ``speedup_vs_ar``, ``identical_to_ar``, ``held_bytes`` = the most a drafter
-    kept beyond the context, in bytes); picks has one row per target call of ``auto`` (set, step from 0 over
-    the whole set, ``picked`` member or ``-`` for no draft).
+    kept beyond the context, in bytes; ``retired``: the members a router had retired by the end of the set,
+    comma-separated); picks has one row per target call of ``auto`` (set, step from 0 over the whole set,
+    ``picked`` member or ``-`` for no draft).
     """
     summaries, picks = [], []
     for name, prompts in sets.items():
         rows = run_specs(target, prompts, specs, temperature=0.0, max_new_tokens=max_new_tokens, warmup=warmup)
-        summaries.append(summarize(rows).assign(set=name))
+        summary = summarize(rows).assign(set=name)
+        if "retired" in rows:
+            summary["retired"] = summary.method.map(rows.groupby("method").retired.last())
+        summaries.append(summary)
         if "picks" in rows:
             steps = " ".join(rows.loc[rows.picks.notna(), "picks"]).split()
             picks.append(pd.DataFrame({"set": name, "step": range(len(steps)), "picked": steps}))
@@ -92,7 +96,8 @@ def member_colors(palette: dict[str, Any], members: list[str]) -> list[Any]:
 def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict[str, float]]:
     """The issue's ratios per set: ``auto_vs_best`` (auto's tokens/s over the best single method's, and
     which), ``auto_vs_pld``, ``suffix_vs_pld_tokens_per_call`` and, to read it against,
-    ``ceiling_vs_pld_tokens_per_call``: the retrieval ceiling (:func:`ceilings`) over pld's tokens per call."""
+    ``ceiling_vs_pld_tokens_per_call``: the retrieval ceiling (:func:`ceilings`) over pld's tokens per call;
+    ``retired``: the members auto retired (``none``)."""
     out = {}
     for name, group in summary.groupby("set", sort=False):
         rate = group.set_index("method").tokens_per_s
@@ -101,5 +106,12 @@ def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict
         out[name] = {"best_single": singles.idxmax(), "auto_vs_best": rate["auto"] / singles.max(),
                      "auto_vs_pld": rate["auto"] / rate["pld"],
                      "suffix_vs_pld_tokens_per_call": per_call["suffix"] / per_call["pld"],
-                     "ceiling_vs_pld_tokens_per_call": ceiling[name] / per_call["pld"]}
+                     "ceiling_vs_pld_tokens_per_call": ceiling[name] / per_call["pld"],
+                     "retired": _retired(group)}
     return out
+
+
+def _retired(group: pd.DataFrame) -> str:
+    """The members ``auto`` retired on one set (summary rows of :func:`beyond`), or ``none``."""
+    value = group.loc[group.method == "auto", "retired"].iloc[0] if "retired" in group else None
+    return value if isinstance(value, str) and value else "none"

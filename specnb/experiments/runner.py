@@ -98,6 +98,7 @@ class DecodeRunner:
                "held_bytes": self.drafter.nbytes if self.drafter is not None else 0}
         if any("picked" in c.info for c in out.stats.calls):  # a router: which member drafted each call
             row["picks"] = " ".join(c.info.get("picked") or "-" for c in out.stats.calls)
+            row["retired"] = out.stats.calls[-1].info.get("retired", "")  # members retired by the end of the run
         if tops is not None:
             row.update(_gaps=tops.gaps[:len(out.tokens)], _top1=tops.top1[:len(out.tokens)])
         return row
