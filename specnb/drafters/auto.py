@@ -12,7 +12,7 @@ the model bigram covers the root; how many DReSD neighbours agree). The router v
 with the highest rate; when no member's best beats b = 0 (one token for one call), it offers nothing and the
 step costs what an AR step costs plus the members' proposals (``draft_seconds`` in the run statistics).
 
-Since every member scores every step in hindsight, the router learns about all of them while it verifies
+Since every seated member scores every step in hindsight, the router learns about all of them while it verifies
 only one; the learned expectations persist across requests (same task, same machine).
 
 A member also has to pay for its seat. Running it (proposing, pricing, scoring, and for Token Recycling
@@ -66,8 +66,8 @@ class AutoDrafter(Drafter):
                         members.items()}
         self.cost, self.window = cost, window
         self.retired: list[str] = []
-        self.runner_ups = Hindsight()  # {step record}, the runner-up's cut tree: how it would have done
-        self.record: dict[str, Any] | None = None  # this step's winner, its seconds and its runner-up's
+        self.runner_ups = Hindsight()  # runner-ups' cut trees, until the output shows how they would have done
+        self.record: dict[str, Any] | None = None  # this step's winner, its call's seconds and its runner-up's
         self.picked: str = ""
         self._info: dict[str, Any] = {}
         self._new_window()
@@ -117,9 +117,9 @@ class AutoDrafter(Drafter):
             best_rate, self.picked, tree, best_budget = offers[0]
             context = state.tokens.shape[0]
             runner_up = cut(offers[1][2], offers[1][3]) if len(offers) > 1 else None  # None: one-token call
-            self.record = {"member": self.picked, "context": context, "seconds": self._seconds(best_budget, context),
-                           "runner_up": runner_up, "runner_up_seconds":
-                           self._seconds(runner_up.num_nodes if runner_up else 0, context)}
+            self.record = {"member": self.picked, "seconds": self._seconds(best_budget, context),
+                           "runner_up": runner_up,
+                           "runner_up_seconds": self._seconds(runner_up.num_nodes if runner_up else 0, context)}
             if runner_up is not None:
                 self.runner_ups.add(state, self.record, runner_up, runner_up.max_depth)
         self._info = {"picked": self.picked, "expected_rate": best_rate, "nodes": best_budget,
