@@ -54,7 +54,6 @@ def with_answer(prompt: Prompt, answer: str) -> Prompt:
     return Prompt(prompt.id, text="\n\n".join(m["content"] for m in messages), messages=messages)
 
 
-
 class Conversation:
     """The answers given so far in a prompt list, by prompt id, so that a follow-up sees its earlier turn's
     answer (:func:`with_answer`): the runner and the greedy references keep one each, and the same decoding of
@@ -71,6 +70,7 @@ class Conversation:
     def record(self, prompt_id: str, tokens: Sequence[int]) -> None:
         """The answer to ``prompt_id``: its new token ids, as text without special tokens."""
         self.answers[prompt_id] = self.tokenizer.decode(list(tokens), skip_special_tokens=True)
+
 
 PromptLike = str | Prompt | Sequence[dict[str, str]] | Sequence[int] | Tensor
 
