@@ -239,8 +239,8 @@ def format_table(results: pd.DataFrame) -> str:
     """The summary rows as a fixed-width table for the terminal."""
     summary = results[results.prompt_id == "ALL"]
     columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
-               "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction", "decode_bandwidth_fraction",
-               "outside_forward_fraction"]
+               "speedup_vs_ar_low", "speedup_vs_ar_high", "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction",
+               "decode_bandwidth_fraction", "outside_forward_fraction"]
     return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")
 
 

@@ -12,12 +12,19 @@ Definitions (DESIGN §5), all computed from per-call records after prefill:
   verified one after another, so a call that stops short of its draft depth had exactly one rejected step.
 * **speedup**: AR wall time / method wall time, same process, same prompts and max tokens, after warm-up.
 * **tokens/s**: new tokens (prefill's included) / wall time including prefill.
+* **interval** of a ratio of two methods' tokens/s (a speedup): the central 90% of the ratio over bootstrap
+  resamples of the prompts, each prompt's two runs kept together (:func:`rate_ratio_interval`). It shows how
+  much the ratio owes to which prompts ran, and to timing noise that differs between prompts; it does not
+  cover noise shared by the whole run (a slow minute of the machine hits every method of those prompts).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+from scipy import stats
 
 
 @dataclass
@@ -119,3 +126,24 @@ def first_divergence(reference: list[int], other: list[int]) -> int | None:
         if a != b:
             return i
     return None if len(reference) == len(other) else min(len(reference), len(other))
+
+
+def rate_ratio_interval(tokens: np.ndarray, seconds: np.ndarray, base_tokens: np.ndarray, base_seconds: np.ndarray,
+                        level: float = 0.9, resamples: int = 2000) -> tuple[float, float]:
+    """(low, high): the ``level`` percentile bootstrap interval of a method's tokens/s over a baseline's,
+    (sum tokens / sum seconds) / (sum base_tokens / sum base_seconds), resampling prompts with replacement.
+
+    All four arrays are [P], one entry per prompt, in the same prompt order (paired: a resample keeps each
+    prompt's two runs together). With equal token counts the ratio is the speedup, sum base_seconds / sum
+    seconds. Seeded, so a summary is reproducible; (NaN, NaN) with fewer than two prompts.
+    """
+    samples = [np.asarray(a, dtype=np.float64) for a in (tokens, seconds, base_tokens, base_seconds)]
+    if samples[0].shape[0] < 2:
+        return float("nan"), float("nan")
+
+    def ratio(t, s, bt, bs, axis=-1):
+        return t.sum(axis) / s.sum(axis) / (bt.sum(axis) / bs.sum(axis))
+
+    result = stats.bootstrap(samples, ratio, paired=True, vectorized=True, n_resamples=resamples,
+                             confidence_level=level, method="percentile", rng=np.random.default_rng(0))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)

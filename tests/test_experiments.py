@@ -62,8 +62,12 @@ def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():
     from specnb.experiments.beyond import verdicts
 
     summary = pd.DataFrame({"set": ["chat"] * 4, "method": ["pld", "suffix", "recycle", "auto"],
-                            "tokens_per_s": [10.0, 12.0, 8.0, 11.4], "tokens_per_call": [2.0, 2.2, 1.5, 2.4]})
+                            "tokens_per_s": [10.0, 12.0, 8.0, 11.4], "tokens_per_call": [2.0, 2.2, 1.5, 2.4],
+                            "vs_best_single_low": [0.8, 1.0, 0.6, 0.9], "vs_best_single_high": [0.9, 1.0, 0.7, 0.99],
+                            "vs_pld_low": [1.0, 1.1, 0.7, 1.05], "vs_pld_high": [1.0, 1.3, 0.9, 1.2]})
     verdict = verdicts(summary, {"chat": 2.5})["chat"]
+    assert (verdict["auto_vs_best_low"], verdict["auto_vs_best_high"]) == (0.9, 0.99)
+    assert (verdict["auto_vs_pld_low"], verdict["auto_vs_pld_high"]) == (1.05, 1.2)
     assert verdict["best_single"] == "suffix"
     assert verdict["auto_vs_best"] == pytest.approx(0.95) and verdict["auto_vs_pld"] == pytest.approx(1.14)
     assert verdict["suffix_vs_pld_tokens_per_call"] == pytest.approx(1.1)

@@ -13,7 +13,7 @@ from specnb.datastores.corpus import CorpusError
 from specnb.decode import generate
 from specnb.drafters import ContextNgramDrafter
 from specnb.id_data import docstring_stubs, generate_responses, id_corpus
-from specnb.metrics import CallStats, RunStats, first_divergence
+from specnb.metrics import CallStats, RunStats, first_divergence, rate_ratio_interval
 from specnb.prompts import Prompt, encode_prompt
 
 
@@ -40,6 +40,38 @@ def test_metric_definitions():
     assert first_divergence([1, 2, 3], [1, 2, 3]) is None
     assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
     assert first_divergence([1, 2, 3], [1, 2]) == 2 and first_divergence([1], [1, 2]) == 1
+
+
+def test_speed_ratio_intervals_resample_prompts_in_pairs():
+    import numpy as np
+
+    ones = np.ones(3)
+    base = np.array([1.0, 10.0, 100.0])  # prompts of very different lengths
+    # Twice as fast on every prompt: every paired resample says 2; unpaired resampling would not.
+    assert rate_ratio_interval(ones, base / 2, ones, base) == pytest.approx((2.0, 2.0))
+    # Tokens count: the same seconds for twice the tokens is twice the rate.
+    assert rate_ratio_interval(2 * ones, base, ones, base) == pytest.approx((2.0, 2.0))
+    # Faster on one prompt only: the interval spans the prompts' own ratios and holds the total's.
+    seconds = base / np.array([4.0, 2.0, 2.0])
+    low, high = rate_ratio_interval(ones, seconds, ones, base)
+    assert 2.0 <= low < base.sum() / seconds.sum() < high <= 4.0
+    assert all(math.isnan(x) for x in rate_ratio_interval(ones[:1], base[:1], ones[:1], base[:1]))
+
+
+def test_summaries_pair_each_prompt_with_the_baselines_run_of_it():
+    import pandas as pd
+
+    from specnb.experiments.runner import summarize
+
+    base = {"a": 1.0, "b": 10.0, "c": 100.0}
+    rows = pd.DataFrame(
+        [{"method": "ar", "prompt_id": p, "seconds": s, "new_tokens": 5} for p, s in base.items()]
+        + [{"method": "fast", "prompt_id": p, "seconds": base[p] / 2, "new_tokens": 5} for p in "cba"]  # other order
+        + [{"method": "ar", "prompt_id": "a", "seconds": 50.0, "new_tokens": 5},  # "a" listed a second time
+           {"method": "fast", "prompt_id": "a", "seconds": 25.0, "new_tokens": 5}])
+    fast = summarize(rows).set_index("method").loc["fast"]
+    assert fast.speedup_vs_ar == pytest.approx(2.0)
+    assert (fast.speedup_vs_ar_low, fast.speedup_vs_ar_high) == pytest.approx((2.0, 2.0))
 
 
 def test_metrics_of_real_runs():

@@ -45,13 +45,20 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
     Returns (summary, picks): summary has one row per (set, method) (:func:`specnb.experiments.summarize`:
     tokens/s, tokens per call, ``speedup_vs_ar``, ``identical_to_ar``, ``held_bytes`` = the most a drafter
     kept beyond the context, in bytes; ``retired``: the members a router had retired by the end of the set,
-    comma-separated); picks has one row per target call of ``auto`` (set, step from 0 over the whole set,
-    ``picked`` member or ``-`` for no draft).
+    comma-separated; ``vs_best_single_low`` / ``_high`` and ``vs_pld_low`` / ``_high``: the 90% interval of the
+    method's speed over the best single method's (:data:`SINGLE`) and over pld's, resampling the set's prompts,
+    :func:`specnb.metrics.rate_ratio_interval`); picks has one row per target call of ``auto`` (set, step from 0
+    over the whole set, ``picked`` member or ``-`` for no draft).
     """
     summaries, picks = [], []
     for name, prompts in sets.items():
         rows = run_specs(target, prompts, specs, temperature=0.0, max_new_tokens=max_new_tokens, warmup=warmup)
         summary = summarize(rows).assign(set=name)
+        best = summary[summary.method.isin(SINGLE)].set_index("method").tokens_per_s.idxmax()
+        for label, baseline in (("best_single", best), ("pld", "pld")):  # the issue's two comparisons
+            versus = summarize(rows, baseline=baseline).set_index("method")
+            for end in ("_low", "_high"):
+                summary[f"vs_{label}{end}"] = summary.method.map(versus[f"speedup_vs_{baseline}{end}"])
         if "retired" in rows:
             summary["retired"] = summary.method.map(rows.groupby("method").retired.last())
         summaries.append(summary)
@@ -97,14 +104,18 @@ def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict
     """The issue's ratios per set: ``auto_vs_best`` (auto's tokens/s over the best single method's, and
     which), ``auto_vs_pld``, ``suffix_vs_pld_tokens_per_call`` and, to read it against,
     ``ceiling_vs_pld_tokens_per_call``: the retrieval ceiling (:func:`ceilings`) over pld's tokens per call;
-    ``retired``: the members auto retired (``none``)."""
+    ``retired``: the members auto retired (``none``); ``auto_vs_best_low`` / ``_high`` and ``auto_vs_pld_low`` /
+    ``_high``: the 90% intervals of the two speed ratios over the set's prompts (:func:`beyond`)."""
     out = {}
     for name, group in summary.groupby("set", sort=False):
         rate = group.set_index("method").tokens_per_s
         per_call = group.set_index("method").tokens_per_call
+        auto = group.set_index("method").loc["auto"]
         singles = rate[rate.index.isin(SINGLE)]
         out[name] = {"best_single": singles.idxmax(), "auto_vs_best": rate["auto"] / singles.max(),
+                     "auto_vs_best_low": auto.vs_best_single_low, "auto_vs_best_high": auto.vs_best_single_high,
                      "auto_vs_pld": rate["auto"] / rate["pld"],
+                     "auto_vs_pld_low": auto.vs_pld_low, "auto_vs_pld_high": auto.vs_pld_high,
                      "suffix_vs_pld_tokens_per_call": per_call["suffix"] / per_call["pld"],
                      "ceiling_vs_pld_tokens_per_call": ceiling[name] / per_call["pld"],
                      "retired": _retired(group)}

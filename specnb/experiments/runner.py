@@ -22,13 +22,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 from ..decode import CallHook, generate
 from ..drafters.base import Drafter
-from ..metrics import RunStats, first_divergence
+from ..metrics import RunStats, first_divergence, rate_ratio_interval
 from ..models import LoadedModel
 from ..prompts import Conversation, Prompt, check_follow_ups
 from ..verify import VerifyMode
@@ -194,12 +195,15 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
     Ratios of totals over prompts: tokens/s (all new tokens / all seconds), tokens per call ((new tokens -
     one prefill token per prompt) / calls), accepted length (accepted / calls), the MCSD step acceptance rate
     (accepted / (accepted + rejected steps)), the draft's share of wall time, the share of decode time spent
-    outside the target's calls, ``speedup_vs_<baseline>`` (the baseline's total seconds / the method's).
+    outside the target's calls, ``speedup_vs_<baseline>`` (the baseline's total seconds / the method's) and
+    ``speedup_vs_<baseline>_low`` / ``_high``, its 90% interval over the prompts they share
+    (:func:`specnb.metrics.rate_ratio_interval`).
     ``acceptance_rate`` (MAR) is the mean of the per-prompt rates, as its definition says. A column a method
     cannot report (a peer that counts no calls) gives NaN, never a made-up value.
     """
     col = lambda group, name: group[name].sum(min_count=len(group)) if name in group else math.nan  # noqa: E731
     base = rows.loc[rows.method == baseline, "seconds"].sum()
+    paired = _paired_seconds(rows)
     out = []
     for method, group in rows.groupby("method", sort=False):
         n, calls, seconds, new = len(group), col(group, "calls"), group.seconds.sum(), group.new_tokens.sum()
@@ -218,5 +222,22 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
             else math.nan,
             "held_bytes": group.held_bytes.max() if "held_bytes" in group else math.nan,
             f"speedup_vs_{baseline}": base / seconds if base > 0 else math.nan,
+            **dict(zip((f"speedup_vs_{baseline}_low", f"speedup_vs_{baseline}_high"),
+                       _speedup_interval(paired, method, baseline), strict=True)),
         })
     return pd.DataFrame(out)
+
+
+def _paired_seconds(rows: pd.DataFrame) -> pd.DataFrame:
+    """Seconds [prompt runs, methods]: one row per prompt and run of it (a prompt listed twice runs twice)."""
+    runs = rows.assign(run=rows.groupby(["method", "prompt_id"]).cumcount())
+    return runs.pivot_table(index=["prompt_id", "run"], columns="method", values="seconds", aggfunc="first")
+
+
+def _speedup_interval(paired: pd.DataFrame, method: str, baseline: str) -> tuple[float, float]:
+    """The 90% interval of the baseline's seconds over ``method``'s, on the prompts both ran."""
+    if method not in paired or baseline not in paired:
+        return math.nan, math.nan
+    seconds = paired[[method, baseline]].dropna().to_numpy()  # [P, 2]
+    ones = np.ones(seconds.shape[0])  # equal "tokens": the ratio of tokens/s is the ratio of seconds
+    return rate_ratio_interval(ones, seconds[:, 0], ones, seconds[:, 1])
