@@ -77,7 +77,7 @@ GRIDS = {
     # the shapes the adaptive draft shape may pick by default (up to 64 tokens per call: beyond that an fp32
     # call costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
     "adaptive": Grid((1, 2, 3, 4, 5, 6, 8, 10, 12, 16), (0, 1, 2, 3, 4, 6, 8, 10, 12, 15), (100, 500),
-                     repeats=2, max_tokens=64),
+                     repeats=3, max_tokens=64),
 }
 
 
@@ -108,34 +108,40 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
                desc: str = "roofline") -> pd.DataFrame:
     """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown.
 
-    For each context length the cache is filled once with random tokens (batch 1); before every call the
-    cache is cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
-    :mod:`specnb.kv_cache`), so each call appends the same (k, w + 1) block to the same cache. Every cell
-    gets one untimed warm-up call (kernels and allocations differ per shape, notably on a GPU).
+    Each context length's cache is filled once with random tokens (batch 1); before every call the cache is
+    cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
+    :mod:`specnb.kv_cache`), so each call appends the same (k, w + 1) block to the same cache. The cells are
+    timed in passes, every cell once per pass, and the first pass is an untimed warm-up (kernels and
+    allocations differ per shape, notably on a GPU): a VM's memory bandwidth drifts by 2x between minutes,
+    and timing one cell's calls back to back let a slow minute inflate whichever cells it hit (a Qwen2.5-1.5B
+    table once priced a 1-token call at 2x a 5-token one); over passes it spreads across every cell.
     """
     device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
     generator = torch.Generator().manual_seed(seed)
-    rows, prefilled = [], None
+    caches = {}
+    for context in grid.contexts:
+        caches[context] = GrowingCache()
+        prompt = torch.randint(vocab, (1, context), generator=generator)
+        forward(model, prompt, last_only=True, past_key_values=caches[context], use_cache=True)
     cells = grid.cells()
-    bar = tqdm(cells, desc=desc, unit="cell", disable=not progress)
-    for context, k, w in bar:
-        if prefilled is None or prefilled[0] != context:
-            cache = GrowingCache()
-            prompt = torch.randint(vocab, (1, context), generator=generator)
-            forward(model, prompt, last_only=True, past_key_values=cache, use_cache=True)
-            prefilled = (context, cache)
-        block = torch.randint(vocab, (k, w + 1), generator=generator).to(device)
-        times = []
-        for _repeat in range(grid.repeats + 1):  # the first call is the warm-up
-            cache.keep(context, torch.empty(0, dtype=torch.long))
+    blocks = {cell: torch.randint(vocab, (cell[1], cell[2] + 1), generator=generator).to(device) for cell in cells}
+    times: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in cells}
+    bar = tqdm(total=len(cells) * (grid.repeats + 1), desc=desc, unit="call", disable=not progress)
+    for timed in [False] + [True] * grid.repeats:
+        for cell in cells:
+            cache = caches[cell[0]]
+            cache.keep(cell[0], torch.empty(0, dtype=torch.long))
             synchronize(device)
             start = time.perf_counter()
-            forward(model, block, past_key_values=cache, use_cache=True)
+            forward(model, blocks[cell], past_key_values=cache, use_cache=True)
             synchronize(device)
-            times.append(time.perf_counter() - start)
-        rows.append(dict(context=context, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times[1:])))
-    frame = pd.DataFrame(rows)
+            if timed:
+                times[cell].append(time.perf_counter() - start)
+            bar.update()
+    bar.close()
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times[c, k, w]))
+                          for c, k, w in cells])
     reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
     frame["slowdown"] = frame.seconds / frame.context.map(reference)
     return frame
