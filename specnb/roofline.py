@@ -110,11 +110,14 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
 
     Each context length's cache is filled once with random tokens (batch 1); before every call the cache is
     cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
-    :mod:`specnb.kv_cache`), so each call appends the same (k, w + 1) block to the same cache. The cells are
-    timed in passes, every cell once per pass, and the first pass is an untimed warm-up (kernels and
-    allocations differ per shape, notably on a GPU): a VM's memory bandwidth drifts by 2x between minutes,
-    and timing one cell's calls back to back let a slow minute inflate whichever cells it hit (a Qwen2.5-1.5B
-    table once priced a 1-token call at 2x a 5-token one); over passes it spreads across every cell.
+    :mod:`specnb.kv_cache`), so each call appends the same (k, w + 1) block to the same cache.
+
+    A VM's memory bandwidth drifts by 2x within minutes, so a cell's seconds are not its calls' median alone:
+    every call of a cell is paired with a one-token call at the same context just before it, and the cell
+    costs the median of its ratios to those calls times the median one-token call at that context. Cells are
+    timed in passes, every cell once per pass in a fresh random order, and the first pass is an untimed
+    warm-up (kernels and allocations differ per shape, notably on a GPU). Timed back to back, a slow spell
+    once priced a 1-token call of Qwen2.5-1.5B at 1.4x a 5-token one.
     """
     device = model_device(model)
     vocab = model.get_output_embeddings().weight.shape[0]
@@ -126,21 +129,31 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
         forward(model, prompt, last_only=True, past_key_values=caches[context], use_cache=True)
     cells = grid.cells()
     blocks = {cell: torch.randint(vocab, (cell[1], cell[2] + 1), generator=generator).to(device) for cell in cells}
-    times: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in cells}
-    bar = tqdm(total=len(cells) * (grid.repeats + 1), desc=desc, unit="call", disable=not progress)
+    one = {context: torch.randint(vocab, (1, 1), generator=generator).to(device) for context in grid.contexts}
+    ratios: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in cells}
+    single: dict[int, list[float]] = {context: [] for context in grid.contexts}
+
+    def call(context: int, block: torch.Tensor) -> float:
+        caches[context].keep(context, torch.empty(0, dtype=torch.long))
+        synchronize(device)
+        start = time.perf_counter()
+        forward(model, block, past_key_values=caches[context], use_cache=True)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    bar = tqdm(total=2 * len(cells) * (grid.repeats + 1), desc=desc, unit="call", disable=not progress)
     for timed in [False] + [True] * grid.repeats:
-        for cell in cells:
-            cache = caches[cell[0]]
-            cache.keep(cell[0], torch.empty(0, dtype=torch.long))
-            synchronize(device)
-            start = time.perf_counter()
-            forward(model, blocks[cell], past_key_values=cache, use_cache=True)
-            synchronize(device)
+        for index in torch.randperm(len(cells), generator=generator).tolist():
+            context, k, w = cells[index]
+            reference = call(context, one[context])
+            seconds = call(context, blocks[context, k, w])
             if timed:
-                times[cell].append(time.perf_counter() - start)
-            bar.update()
+                single[context].append(reference)
+                ratios[context, k, w].append(seconds / reference)
+            bar.update(2)
     bar.close()
-    frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1), seconds=statistics.median(times[c, k, w]))
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1),
+                               seconds=statistics.median(ratios[c, k, w]) * statistics.median(single[c]))
                           for c, k, w in cells])
     reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
     frame["slowdown"] = frame.seconds / frame.context.map(reference)
