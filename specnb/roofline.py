@@ -286,7 +286,9 @@ def machine_key(target: LoadedModel) -> str:
 
 
 def cost_table_path(target: LoadedModel) -> Path:
-    return cache_dir() / "roofline" / f"{machine_key(target)}.csv"
+    """Where :func:`cost_table` caches this target's table; ``-paired``: timed as :func:`time_cells` times
+    now (tables cached before that were timed back to back, and are measured again rather than read)."""
+    return cache_dir() / "roofline" / f"{machine_key(target)}-paired.csv"
 
 
 def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: bool = True) -> pd.DataFrame:
