@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass
@@ -137,6 +136,8 @@ def rate_ratio_interval(tokens: np.ndarray, seconds: np.ndarray, base_tokens: np
     prompt's two runs together). With equal token counts the ratio is the speedup, sum base_seconds / sum
     seconds. Seeded, so a summary is reproducible; (NaN, NaN) with fewer than two prompts.
     """
+    from scipy import stats  # here, not at the top: every specnb import reads this module, few summarise
+
     samples = [np.asarray(a, dtype=np.float64) for a in (tokens, seconds, base_tokens, base_seconds)]
     if samples[0].shape[0] < 2:
         return float("nan"), float("nan")
