@@ -136,7 +136,7 @@ def rate_ratio_interval(tokens: np.ndarray, seconds: np.ndarray, base_tokens: np
     prompt's two runs together). With equal token counts the ratio is the speedup, sum base_seconds / sum
     seconds. Seeded, so a summary is reproducible; (NaN, NaN) with fewer than two prompts.
     """
-    from scipy import stats  # here, not at the top: every specnb import reads this module, few summarise
+    from scipy import stats  # here, not at the top: slow to import, and only summaries need it
 
     samples = [np.asarray(a, dtype=np.float64) for a in (tokens, seconds, base_tokens, base_seconds)]
     if samples[0].shape[0] < 2:

@@ -20,7 +20,7 @@ from ..prompts import Prompt
 from ..replay import retrieval_ceiling
 from .endtoend import run_specs
 from .references import greedy_references
-from .runner import summarize
+from .runner import speedup_intervals, summarize
 
 METHODS = ("ar", "pld", "mixed-adaptive", "crest-priced", "suffix", "recycle", "auto")
 SINGLE = ("pld", "mixed-adaptive", "suffix", "recycle", "crest-priced")  # what the router must match
@@ -56,9 +56,9 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
         summary = summarize(rows).assign(set=name)
         best = summary[summary.method.isin(SINGLE)].set_index("method").tokens_per_s.idxmax()
         for label, baseline in (("best_single", best), ("pld", "pld")):  # the two comparisons
-            versus = summarize(rows, baseline=baseline).set_index("method")
-            for end in ("_low", "_high"):
-                summary[f"vs_{label}{end}"] = summary.method.map(versus[f"speedup_vs_{baseline}{end}"])
+            intervals = speedup_intervals(rows, baseline)
+            for end, index in (("_low", 0), ("_high", 1)):
+                summary[f"vs_{label}{end}"] = summary.method.map({m: v[index] for m, v in intervals.items()})
         if "retired" in rows:
             summary["retired"] = summary.method.map(rows.groupby("method").retired.last())
         summaries.append(summary)

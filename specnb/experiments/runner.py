@@ -203,7 +203,7 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
     """
     col = lambda group, name: group[name].sum(min_count=len(group)) if name in group else math.nan  # noqa: E731
     base = rows.loc[rows.method == baseline, "seconds"].sum()
-    paired = _paired_seconds(rows)
+    intervals = speedup_intervals(rows, baseline)
     out = []
     for method, group in rows.groupby("method", sort=False):
         n, calls, seconds, new = len(group), col(group, "calls"), group.seconds.sum(), group.new_tokens.sum()
@@ -223,21 +223,22 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
             "held_bytes": group.held_bytes.max() if "held_bytes" in group else math.nan,
             f"speedup_vs_{baseline}": base / seconds if base > 0 else math.nan,
             **dict(zip((f"speedup_vs_{baseline}_low", f"speedup_vs_{baseline}_high"),
-                       _speedup_interval(paired, method, baseline), strict=True)),
+                       intervals.get(method, (math.nan, math.nan)), strict=True)),
         })
     return pd.DataFrame(out)
 
 
-def _paired_seconds(rows: pd.DataFrame) -> pd.DataFrame:
-    """Seconds [prompt runs, methods]: one row per prompt and run of it (a prompt listed twice runs twice)."""
+def speedup_intervals(rows: pd.DataFrame, baseline: str) -> dict[str, tuple[float, float]]:
+    """{method: (low, high)}: the 90% interval of the baseline's seconds over each method's, on the prompts
+    both ran, a prompt listed twice pairing run with run (:func:`specnb.metrics.rate_ratio_interval`); empty
+    when the baseline did not run."""
     runs = rows.assign(run=rows.groupby(["method", "prompt_id"]).cumcount())
-    return runs.pivot_table(index=["prompt_id", "run"], columns="method", values="seconds", aggfunc="first")
-
-
-def _speedup_interval(paired: pd.DataFrame, method: str, baseline: str) -> tuple[float, float]:
-    """The 90% interval of the baseline's seconds over ``method``'s, on the prompts both ran."""
-    if method not in paired or baseline not in paired:
-        return math.nan, math.nan
-    seconds = paired[[method, baseline]].dropna().to_numpy()  # [P, 2]
-    ones = np.ones(seconds.shape[0])  # equal "tokens": the ratio of tokens/s is the ratio of seconds
-    return rate_ratio_interval(ones, seconds[:, 0], ones, seconds[:, 1])
+    paired = runs.pivot_table(index=["prompt_id", "run"], columns="method", values="seconds", aggfunc="first")
+    if baseline not in paired:
+        return {}
+    out = {}
+    for method in paired.columns:
+        seconds = paired[[method, baseline]].dropna().to_numpy()  # [P, 2]
+        ones = np.ones(seconds.shape[0])  # equal "tokens": the ratio of tokens/s is the ratio of seconds
+        out[method] = rate_ratio_interval(ones, seconds[:, 0], ones, seconds[:, 1])
+    return out
