@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 from conftest import tiny
 
 from specnb.datastores.corpus import CorpusError
@@ -72,6 +73,23 @@ def test_summaries_pair_each_prompt_with_the_baselines_run_of_it():
     fast = summarize(rows).set_index("method").loc["fast"]
     assert fast.speedup_vs_ar == pytest.approx(2.0)
     assert (fast.speedup_vs_ar_low, fast.speedup_vs_ar_high) == pytest.approx((2.0, 2.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_reference_records_each_positions_top_logit_and_its_margin(dtype):
+    """What a divergence is judged by (gap_within_rounding): the top-1 logit and its margin over the
+    second, at every position; a tie is a zero margin."""
+    from specnb.experiments.runner import TopTwo
+
+    logits = torch.randn(3, 262_144, generator=torch.Generator().manual_seed(0)).to(dtype)
+    logits[1, [7, 200_000]] = 50.0  # a tie for the top
+    logits[2, 5], logits[2, 9] = 40.0, -40.0
+    hook = TopTwo()
+    hook(logits[:2])
+    hook(logits[2:])
+    top = logits.float().topk(2, dim=-1).values
+    assert hook.top1 == top[:, 0].tolist() and hook.gaps == (top[:, 0] - top[:, 1]).tolist()
+    assert hook.gaps[1] == 0.0 and hook.top1[2] == 40.0
 
 
 def test_metrics_of_real_runs():
