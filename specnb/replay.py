@@ -3,7 +3,9 @@
 Greedy speculative decoding reproduces the target's greedy output exactly, so once that output is known
 (from one AR run) every call's outcome is too: the accepted length is the longest draft path that equals
 the output from the root on, and the next root follows it. Replaying a drafter therefore costs only its
-own proposals — grids of draft shapes and datastore sizes become cheap. Wall times are not replayed.
+own proposals — grids of draft shapes and datastore sizes become cheap. Wall times are not replayed; a
+roofline table can price the calls instead (:func:`modelled_speed`), and then a router that knows every
+step's outcome (:class:`HindsightRouter`) shows what a router's estimates cost.
 
 Drafters that read the target's hidden state (DReSD) get the states of one teacher-forced forward pass
 over prompt + output (:func:`teacher_forced_hidden`): the same states decoding would hand them, up to
@@ -12,7 +14,9 @@ float rounding between call shapes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +26,7 @@ from .accept import longest_path, matches_output, source_row
 from .datastores.history import rows_after
 from .draft import Draft
 from .drafters.base import DecodeState, Drafter
+from .drafters.priced import BUDGETS, accepted_by_budget, cut
 from .forward import forward
 from .metrics import CallStats, RunStats
 from .models import LoadedModel
@@ -116,3 +121,99 @@ def longest_retrieved(context: np.ndarray, history: np.ndarray, future: np.ndarr
             agree = rows_after(text, starts, future.size) == future
             best = max(best, int(np.logical_and.accumulate(agree, axis=1).sum(axis=1).max()))
     return best
+
+
+# ------------------------------------------------------------------ modelled speed and the hindsight router
+
+
+def modelled_speed(drafter: Drafter, references: list[Reference], cost: Any) -> tuple[float, float]:
+    """(tokens per call, tokens per second) of ``drafter`` replayed over ``references`` in request order.
+
+    One drafter throughout, so what it keeps across requests grows as in a run. Every call is priced at
+    ``cost.chain_seconds`` (a :class:`specnb.roofline.CostModel`) of its draft's node count at its context
+    length: the target's time as this machine's roofline table models it, with no prefill, drafting or loop
+    overhead and none of the machine's noise. Tokens per call counts as :mod:`specnb.metrics` does (the
+    prefill's token is not a call's).
+    """
+    return _priced([replay_greedy(drafter, prompt, output) for prompt, output in references], references, cost)
+
+
+def _priced(runs: list[RunStats], references: list[Reference], cost: Any) -> tuple[float, float]:
+    produced = seconds = 0.0
+    calls = 0
+    for stats, (prompt, _) in zip(runs, references, strict=True):
+        context = len(prompt) + 1  # prompt and the root the first call verifies from
+        for call in stats.calls:
+            seconds += float(cost.chain_seconds(np.array([call.drafted_nodes]), context)[0])
+            context += call.new_tokens
+            produced += call.new_tokens
+        calls += len(stats.calls)
+    return (produced / calls, produced / seconds) if calls else (float("nan"), float("nan"))
+
+
+class HindsightRouter(Drafter):
+    """Replay only: a router that knows each step's outcome before it chooses.
+
+    At every root each member proposes its full tree (ranked, so that its first b nodes are its best tree of
+    b nodes, as :class:`~specnb.drafters.priced.PricedTreeDrafter` assumes); the router verifies the member's
+    first b nodes with the highest *realised* (1 + accepted) / seconds(b + 1), b from ``budgets``, or nothing
+    when no draft beats a one-token call. It chooses as :class:`~specnb.drafters.auto.AutoDrafter` does, from
+    the same trees and the same cost table, with the expectation replaced by the outcome: the distance
+    between the two is what the router's estimates cost, not its members or the machine. (It chooses step by
+    step: a choice that accepts less now could, in principle, reach a better root later.)
+
+    members: {name: drafter}, none of which reads the target's logits or hidden state (replay has neither);
+    cost: a :class:`specnb.roofline.CostModel`. ``picks`` counts the calls each member drafted ("" for none).
+    """
+
+    name = "hindsight"
+
+    def __init__(self, members: dict[str, Drafter], cost: Any, budgets: tuple[int, ...] = BUDGETS):
+        unreplayable = [name for name, m in members.items() if m.needs_logits or m.needs_hidden_state]
+        if unreplayable:
+            raise ValueError(f"replay gives drafters neither logits nor hidden states: {', '.join(unreplayable)}")
+        self.members, self.cost, self.budgets = members, cost, np.asarray(budgets, dtype=np.int64)
+        self.tokens = np.empty(0, dtype=np.int64)  # the reference being replayed: prompt + greedy output
+        self.picked, self.picks = "", Counter()
+
+    def read_ahead(self, prompt_ids: Tensor, output: Tensor) -> None:
+        """The reference :func:`replay_greedy` is about to replay (its outcomes are what the router knows)."""
+        self.tokens = torch.cat([torch.as_tensor(prompt_ids), torch.as_tensor(output)]).numpy()
+
+    def reset(self, prompt_ids: Tensor) -> None:
+        for member in self.members.values():
+            member.reset(prompt_ids)
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        root = state.tokens.shape[0] - 1
+        truth = self.tokens[root + 1:root + 1 + state.max_depth]
+        seconds = self.cost.chain_seconds(self.budgets, root + 1)
+        best_rate, best, self.picked = 1.0 / seconds[0], None, ""  # budgets[0] == 0: a one-token call
+        for name, member in self.members.items():
+            tree = member.propose(state)
+            tree = None if tree is None else tree.truncate(state.max_depth)
+            if tree is None or not tree.num_nodes:
+                continue
+            rate = np.where(self.budgets <= tree.num_nodes,
+                            (1 + accepted_by_budget(tree, truth, self.budgets)) / seconds, 0.0)
+            i = int(np.argmax(rate))
+            if rate[i] > best_rate:
+                best_rate, best, self.picked = rate[i], cut(tree, int(self.budgets[i])), name
+        self.picks[self.picked] += 1
+        return best
+
+    def update(self, committed: Tensor, accepted: Tensor) -> None:
+        for name, member in self.members.items():
+            member.update(committed, accepted if name == self.picked else accepted[:0])
+
+
+def router_ceiling(members: dict[str, Drafter], references: list[Reference], cost: Any,
+                   budgets: tuple[int, ...] = BUDGETS) -> tuple[float, float, dict[str, int]]:
+    """(tokens per call, tokens per second, calls each member drafted) of :class:`HindsightRouter` over
+    ``members`` replayed over ``references`` in request order, priced as :func:`modelled_speed` prices."""
+    router = HindsightRouter(members, cost, budgets)
+    runs = []
+    for prompt, output in references:
+        router.read_ahead(prompt, output)
+        runs.append(replay_greedy(router, prompt, output))
+    return (*_priced(runs, references, cost), dict(router.picks))

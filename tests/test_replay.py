@@ -1,15 +1,20 @@
-"""specnb.replay.retrieval_ceiling: the most tokens per call a drafter retrieving from seen text can reach."""
+"""specnb.replay: the retrieval ceiling (the most tokens per call a drafter retrieving from seen text can reach),
+speeds modelled on a cost table, and the router that knows each step's outcome."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specnb.draft import Draft
+from specnb.drafters.base import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
+from specnb.drafters.recycle import RecycleDrafter
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.replay import replay_greedy, retrieval_ceiling
+from specnb.replay import HindsightRouter, modelled_speed, replay_greedy, retrieval_ceiling, router_ceiling
 
 
 def ref(prompt: list[int], output: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,3 +56,49 @@ def test_no_retrieval_drafter_beats_the_ceiling_and_a_tree_of_every_continuation
     # suffix matching the root token alone, every occurrence, depth-deep, unpruned: the bound's own draft
     every = SuffixDrafter(max_nodes=10**6, alpha=depth, max_depth=depth, min_prob=0.0, max_query=1)
     assert tokens_per_call(every) == pytest.approx(ceiling)
+
+
+class LinearCost:
+    """A cost table whose call of b draft nodes takes base + per_node * b seconds (+ per_context * context)."""
+
+    def __init__(self, base: float = 1.0, per_node: float = 0.25, per_context: float = 0.0):
+        self.base, self.per_node, self.per_context = base, per_node, per_context
+
+    def chain_seconds(self, nodes, context_len: int) -> np.ndarray:
+        return self.base + self.per_node * np.asarray(nodes, dtype=float) + self.per_context * context_len
+
+
+class Scripted(Drafter):
+    """Proposes a fixed chain at given roots (by root token), a wrong one elsewhere."""
+
+    def __init__(self, chains: dict[int, list[int]]):
+        self.chains = chains
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        return Draft.chain(torch.tensor(self.chains.get(int(state.tokens[-1]), [0, 0])))
+
+
+def test_modelled_speed_prices_each_call_at_its_node_count_and_context():
+    # Nothing ever repeats: one call per token, at contexts 2, 3, 4 (prompt + root, growing).
+    reference = ref([9], [1, 2, 3, 4])
+    per_call, rate = modelled_speed(ContextNgramDrafter(), [reference], LinearCost(base=0.0, per_context=1.0))
+    assert per_call == 1.0 and rate == 3 / (2 + 3 + 4)
+    # A drafted call is priced at its nodes, accepted or not: root 1 drafts 2 3 (w=2), both accepted, then 4.
+    reference = ref([1, 2, 3, 7], [1, 2, 3, 4])
+    runs = replay_greedy(ContextNgramDrafter(k=1, w=2), *reference)
+    per_call, rate = modelled_speed(ContextNgramDrafter(k=1, w=2), [reference], LinearCost())
+    assert per_call == 3 / len(runs.calls) and rate == 3 / sum(1 + 0.25 * c.drafted_nodes for c in runs.calls)
+
+
+def test_the_hindsight_router_takes_at_each_step_the_member_and_budget_that_turn_out_best():
+    reference = ref([9], [1, 2, 3, 4, 5, 6, 7])
+    members = {"early": Scripted({1: [2, 3, 4]}), "late": Scripted({5: [6, 7]}), "wrong": Scripted({})}
+    # Root 1: early's 3 nodes all pass, (1 + 3) / 1.75 beats a one-token call; root 5: one token is left to draft,
+    # late's first node passes, (1 + 1) / 1.25; wrong never pays.
+    per_call, rate, picks = router_ceiling(members, [reference], LinearCost())
+    assert (per_call, rate, picks) == (3.0, 6 / 3.0, {"early": 1, "late": 1})
+    # When no draft can pay for its nodes, it drafts nothing: one call per token.
+    per_call, rate, picks = router_ceiling(members, [reference], LinearCost(per_node=10.0))
+    assert (per_call, rate, picks) == (1.0, 1.0, {"": 6})
+    with pytest.raises(ValueError, match="recycle"):
+        HindsightRouter({"recycle": RecycleDrafter(vocab_size=16)}, LinearCost())

@@ -14,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..methods import SuffixOptions
+from ..methods import SuffixOptions, make_drafter
 from ..models import LoadedModel
 from ..prompts import Prompt
-from ..replay import retrieval_ceiling
+from ..replay import modelled_speed, retrieval_ceiling, router_ceiling
+from ..roofline import cost_model_for
 from .endtoend import run_specs
 from .references import greedy_references
 from .runner import speedup_intervals, summarize
@@ -87,6 +88,32 @@ def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_toke
     depth cap by default), for the same prompts in the same order as :func:`beyond` runs them."""
     return {name: retrieval_ceiling(greedy_references(target, prompts, max_new_tokens), depth)
             for name, prompts in sets.items()}
+
+
+def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options: dict[str, Any], *,
+               max_new_tokens: int) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """How far the router's estimates leave it from a router that knew each step's outcome, per set.
+
+    Replays the target's greedy outputs (the prompts in :func:`beyond`'s order) priced on this machine's cost
+    table (:func:`specnb.replay.modelled_speed`: no noise, no overheads) for ``auto`` (made with
+    ``auto_options``) restricted to the members that replay without the target (all but those reading its
+    logits or hidden state: recycle, dense), and for :class:`specnb.replay.HindsightRouter` over the same
+    members. Returns ({set: {``auto_vs_pld``, ``hindsight_vs_pld``: each one's modelled tokens/s over pld's}},
+    the members replayed).
+    """
+    cost = cost_model_for(target)
+    seated = make_drafter("auto", target, auto_options).members
+    members = [name for name, m in seated.items() if not (m.needs_logits or m.needs_hidden_state)]
+    options = {**auto_options, "members": ",".join(members)}
+    out = {}
+    for name, prompts in sets.items():
+        references = greedy_references(target, prompts, max_new_tokens)
+        pld = modelled_speed(make_drafter("pld", target), references, cost)[1]
+        auto = modelled_speed(make_drafter("auto", target, options), references, cost)[1]
+        bases = {member: priced.base for member, priced in make_drafter("auto", target, options).members.items()}
+        hindsight = router_ceiling(bases, references, cost)[1]
+        out[name] = {"auto_vs_pld": auto / pld, "hindsight_vs_pld": hindsight / pld}
+    return out, members
 
 
 # The method whose colour a router member takes in the charts (the model bigram is mixed-adaptive's second half).
