@@ -205,3 +205,24 @@ class Draft:
                     None if self.source_row is None else self.source_row[rows])
         cut.__dict__["depth"] = torch.from_numpy(depth[index])  # the cached_property's slot: depths carry over
         return cut
+
+    def merge(self, other: Draft) -> Draft:
+        """The trie of both trees: this tree's nodes first, in their order, then those of ``other`` that do not
+        lie on a path of this one, in ``other``'s order (so the result's first nodes are this tree, and a
+        router's node budget still cuts it). Deterministic drafts only: a node drawn from two draft
+        distributions has no single q."""
+        if self.q is not None or other.q is not None:
+            raise DraftError("only deterministic drafts (q is None) can be merged")
+        tokens, parents = self.tokens.tolist(), self.parents.tolist()
+        node_of = {(parent, token): i for i, (parent, token) in enumerate(zip(parents, tokens, strict=True))}
+        merged_index: list[int] = []  # other's node j -> its node in the merged tree (parents come first)
+        for token, parent in zip(other.tokens.tolist(), other.parents.tolist(), strict=True):
+            key = (merged_index[parent] if parent >= 0 else -1, token)
+            if key not in node_of:
+                node_of[key] = len(tokens)
+                tokens.append(token)
+                parents.append(key[0])
+            merged_index.append(node_of[key])
+        if len(tokens) == self.num_nodes:
+            return self
+        return Draft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))

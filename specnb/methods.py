@@ -283,13 +283,15 @@ ROUTABLE = ("pld", "suffix", "recycle", "ngram-unigram", "ngram-bigram", "mixed"
 class AutoOptions:
     """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
     where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
-    (steps between two reviews of whether each member pays for its seat; 0: keep every member)."""
+    (steps between two reviews of whether each member pays for its seat; 0: keep every member), ``merge``
+    (whether the best two members' trees may be verified together when that is expected to pay)."""
 
     members: str = ""
     crest: str = ""
     dense: str = ""
     roofline: str = ""
     window: int = 256
+    merge: bool = True
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "window")

@@ -65,8 +65,66 @@ def test_auto_picks_the_member_that_pays():
     out = generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False)
     picked = [c.info["picked"] for c in out.stats.calls]
     assert out.tokens == truth
-    assert "wrong" not in picked and picked.count("right") >= len(picked) // 2
+    assert set(picked) <= {"right", ""} and picked.count("right") >= len(picked) // 2  # wrong adds nothing to merge
     assert len(out.stats.calls) < MAX_NEW // 2  # and the accepted drafts cut the calls
+
+
+class Alternating(Shifted):
+    """Right (the true continuation) on alternate stretches of ``period`` generated tokens, starting with the
+    first stretch (``phase=0``) or the second (``phase=1``); wrong elsewhere."""
+
+    def __init__(self, truth: list[int], prompt_len: int, phase: int, period: int = 7):
+        super().__init__(truth, prompt_len, shift=0)
+        self.phase, self.period = phase, period
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        done = state.tokens.shape[0] - self.prompt_len
+        self.shift = int((done // self.period) % 2 != self.phase)
+        return super().propose(state)
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_auto_verifies_two_members_together_when_neither_is_sure(merge):
+    """Two members, each right half of the time and with nothing to tell when: one at a time, a call accepts
+    their draft half the time; merged, nearly always. Where a further node costs little, the router learns
+    to verify both trees at once (``-o merge=false``: never), and the output stays the target's."""
+    target = tiny("llama")
+    truth = reference()
+    members = {"even": Alternating(truth, len(PROMPT), phase=0), "odd": Alternating(truth, len(PROMPT), phase=1)}
+    router = AutoDrafter(members, cost(0.01), window=0, merge=merge)
+    runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(4)]
+    assert all(run.tokens == truth for run in runs)
+    picked = [c.info["picked"] for c in runs[-1].stats.calls]
+    if merge:
+        assert picked.count("even+odd") >= len(picked) // 2
+        assert runs[-1].stats.tokens_per_call > 5
+    else:
+        assert set(picked) <= {"even", "odd", ""} and runs[-1].stats.tokens_per_call < 4
+
+
+class Sidestep(Shifted):
+    """A tree of a wrong first token, then the true first two beside it: it accepts 2 tokens where the true
+    continuation is at least that long."""
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        done = state.tokens.shape[0] - self.prompt_len
+        row = self.truth[done:done + 2]
+        if len(row) < 2:
+            return None
+        return Draft(torch.tensor([(row[0] + 1) % 320, *row]), torch.tensor([-1, -1, 1]))
+
+
+def test_a_runner_up_that_adds_nothing_is_not_merged():
+    """The runner-up is right only where the winner is, and only as far: merging would add its wrong node and
+    never a token, however cheap the node."""
+    target = tiny("llama")
+    truth = reference()
+    router = AutoDrafter({"right": Shifted(truth, len(PROMPT), shift=0), "sidestep": Sidestep(truth, len(PROMPT), 0)},
+                         cost(0.01), window=0)
+    runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(3)]
+    assert all(run.tokens == truth for run in runs)
+    assert {c.info["picked"] for c in runs[-1].stats.calls} == {"right"}
+    assert router.added[("right", "sidestep")][0] == 0
 
 
 def test_auto_offers_nothing_when_nothing_pays():

@@ -78,5 +78,5 @@ def test_router_members_take_their_methods_colours():
     from specnb.experiments.beyond import member_colors
 
     palette = {"pld": "C0", "mixed-adaptive": "C1", "crest-priced": "C2", "suffix": "C3", "recycle": "C4"}
-    assert member_colors(palette, ["-", "crest", "ngram-bigram", "pld", "recycle", "suffix", "dense"]) == [
-        "lightgrey", "C2", "C1", "C0", "C4", "C3", "black"]
+    assert member_colors(palette, ["-", "crest", "ngram-bigram", "pld", "pld+suffix", "recycle", "suffix", "dense"]) \
+        == ["lightgrey", "C2", "C1", "C0", "dimgrey", "C4", "C3", "black"]

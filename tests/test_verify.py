@@ -153,6 +153,28 @@ def test_path_acceptance_and_truncation_match_a_walk_up_the_tree():
         assert (cut is draft) == (len(kept) == n)
 
 
+def test_a_merged_tree_holds_the_paths_of_both_and_no_path_twice():
+    """Draft.merge on random pairs of trees: the set of root-to-node token paths is the union of the two, each
+    path once; the first tree's nodes come first, unchanged; a tree merged with its own subtree is itself."""
+    gen = torch.Generator().manual_seed(2)
+    draw = lambda lo, hi: int(torch.randint(lo, hi, (1,), generator=gen))  # noqa: E731
+
+    def trie(n: int) -> Draft:  # random rows of tokens 0..2: the trie has no repeated (parent, token)
+        return Draft.from_rows([[draw(0, 3) for _ in range(draw(1, 5))] for _ in range(n)])
+
+    def paths(d: Draft) -> list[tuple[int, ...]]:
+        return [tuple(d.tokens[walk_up(d, i)].tolist()) for i in range(d.num_nodes)]
+
+    for _ in range(200):
+        a, b = trie(draw(0, 4)), trie(draw(1, 4))
+        merged = a.merge(b)
+        assert sorted(paths(merged)) == sorted(set(paths(a)) | set(paths(b)))
+        assert paths(merged)[:a.num_nodes] == paths(a)
+        assert b.merge(b.truncate(2, 3)) is b
+    with pytest.raises(ValueError, match="deterministic"):
+        Draft(torch.tensor([1]), torch.tensor([-1]), q=torch.ones(1, 4)).merge(TREE)
+
+
 def test_tree_masks():
     allowed = torch.tensor([[True, False, True], [True, True, False]])
     llama = TreeMasks(tiny("llama").model)

@@ -15,6 +15,17 @@ step costs what an AR step costs plus the members' proposals (``draft_seconds`` 
 Since every seated member scores every step in hindsight, the router learns about all of them while it verifies
 only one; the learned expectations persist across requests (same task, same machine).
 
+Two members often propose different continuations, and neither may be sure. The router can then verify both: the
+trie of the winner's cut tree and the runner-up's (:meth:`~specnb.draft.Draft.merge`), at the cost of the nodes
+the runner-up adds, for the tokens it adds when it turns out right where the winner is wrong. What it adds is
+learned like the rest, in hindsight, per (winner, runner-up) pair: at every step with a runner-up, how many more
+tokens the better of the two cut trees accepted than the winner's. The merged tree is verified when
+
+    (1 + E[accepted | winner] + E[added | pair]) / seconds(merged nodes + 1)
+
+beats the winner's own rate. On a CPU, where every node costs, that is seldom; where a call of tens of tokens costs
+about one token's (a GPU), often.
+
 A member also has to pay for its seat. Running it (proposing, pricing, scoring, and for Token Recycling
 reading the logits of every verified position) costs a few tenths of a millisecond per step on a CPU, which a
 member that seldom makes the difference never earns back. Over every ``window`` steps the router sets the
@@ -50,23 +61,28 @@ class AutoDrafter(Drafter):
     """Routes each step to the member whose priced tree has the best expected tokens/s (or to none).
 
     members: {method name: drafter}; cost: a :class:`specnb.roofline.CostModel` of the target; window: steps
-    between two seat reviews (0: never retire a member).
-    ``last_info``: ``picked`` (member name, "" for no draft), ``expected_rate`` (tokens/s), ``nodes`` and
-    ``retired`` (the members retired so far, comma-separated).
+    between two seat reviews (0: never retire a member); merge: whether the winner's and the runner-up's trees
+    may be verified together; shrink: weight of the all-pairs estimate of what a merge adds in each pair's.
+    ``last_info``: ``picked`` (member name, ``winner+runner-up`` for a merged tree, "" for no draft),
+    ``expected_rate`` (tokens/s), ``nodes`` and ``retired`` (the members retired so far, comma-separated).
     """
 
     name = "auto"
 
-    def __init__(self, members: dict[str, Drafter], cost: Any, window: int = AutoOptions.window):
+    def __init__(self, members: dict[str, Drafter], cost: Any, window: int = AutoOptions.window,
+                 merge: bool = AutoOptions.merge, shrink: float = 4.0):
         if not members:
             raise ValueError("the router needs at least one member drafter")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
         self.members = {name: PricedTreeDrafter(d, cost, bucket_key=BUCKET_KEYS.get(name, "")) for name, d in
                         members.items()}
-        self.cost, self.window = cost, window
+        self.cost, self.window, self.merge, self.shrink = cost, window, merge, shrink
         self.retired: list[str] = []
-        self.runner_ups = Hindsight()  # runner-ups' cut trees, until the output shows how they would have done
+        # (winner's, runner-up's) cut trees, until the output shows how each would have done: the runner-up's
+        # settles the winner's saving (seat reviews), the pair's what merging the two adds
+        self.runner_ups = Hindsight()
+        self.added: dict[tuple[str, str], np.ndarray] = {}  # pair -> [tokens a merge added, steps], summed
         self.record: dict[str, Any] | None = None  # this step's winner, its call's seconds and its runner-up's
         self.picked: str = ""
         self._info: dict[str, Any] = {}
@@ -112,19 +128,36 @@ class AutoDrafter(Drafter):
             if budget:
                 offers.append((rate, name, tree, budget))
         offers.sort(key=lambda offer: -offer[0])  # stable: ties go to the earlier member
-        self.picked, self.record, best_rate, best_budget = "", None, 0.0, 0
+        self.picked, self.record, best_rate, draft = "", None, 0.0, None
         if offers:
-            best_rate, self.picked, tree, best_budget = offers[0]
-            context = state.tokens.shape[0]
+            best_rate, winner, tree, budget = offers[0]
+            alone, context, self.picked = cut(tree, budget), state.tokens.shape[0], winner
+            draft = alone
             runner_up = cut(offers[1][2], offers[1][3]) if len(offers) > 1 else None  # None: one-token call
-            self.record = {"member": self.picked, "seconds": self._seconds(best_budget, context),
+            pair = (winner, offers[1][1]) if runner_up is not None else None
+            if pair is not None and self.merge:
+                tokens = best_rate * self._seconds(budget, context) + self._added(pair)  # 1 + E[accepted], merged
+                if tokens / self._seconds(budget + 1, context) > best_rate:  # could a merge pay? (one node more)
+                    merged = alone.merge(runner_up)
+                    rate = tokens / self._seconds(merged.num_nodes, context)
+                    if merged.num_nodes > budget and rate > best_rate:
+                        best_rate, draft, self.picked = rate, merged, "+".join(pair)
+            # the seat reviews credit the winner with its step (merged or not) against the runner-up alone
+            self.record = {"member": winner, "seconds": self._seconds(draft.num_nodes, context), "pair": pair,
                            "runner_up": runner_up,
                            "runner_up_seconds": self._seconds(runner_up.num_nodes if runner_up else 0, context)}
             if runner_up is not None:
-                self.runner_ups.add(state, self.record, runner_up, runner_up.max_depth)
-        self._info = {"picked": self.picked, "expected_rate": best_rate, "nodes": best_budget,
-                      "retired": ",".join(self.retired)}
-        return cut(tree, best_budget) if offers else None  # only the winner's tree is cut
+                self.runner_ups.add(state, self.record, (alone, runner_up), max(alone.max_depth, runner_up.max_depth))
+        self._info = {"picked": self.picked, "expected_rate": best_rate,
+                      "nodes": draft.num_nodes if draft is not None else 0, "retired": ",".join(self.retired)}
+        return draft
+
+    def _added(self, pair: tuple[str, str]) -> float:
+        """E[tokens the runner-up's tree adds to the winner's | pair], shrunk toward every pair's average."""
+        total = sum(self.added.values(), np.zeros(2))
+        pooled = total[0] / max(total[1], 1.0)
+        added, steps = self.added.get(pair, np.zeros(2))
+        return float((added + self.shrink * pooled) / (steps + self.shrink))
 
     def _seconds(self, nodes: int, context_len: int) -> float:
         return float(self.cost.chain_seconds(np.array([nodes]), context_len)[0])
@@ -147,9 +180,12 @@ class AutoDrafter(Drafter):
             self.record["tokens"] = committed.shape[0]
             if self.record["runner_up"] is None:  # the alternative was a one-token call
                 self._settle(self.record, 1)
-        for record, tree, truth in self.runner_ups.commit(committed):
-            self._settle(record, 1 + int(accepted_by_budget(tree, np.asarray(truth, dtype=np.int64),
-                                                            np.array([tree.num_nodes]))[0]))
+        for record, (winner, runner_up), truth in self.runner_ups.commit(committed):
+            second = _accepted(runner_up, truth)
+            self._settle(record, 1 + second)
+            if self.merge:  # what the runner-up's tree would have added to the winner's
+                first, pair = _accepted(winner, truth), record["pair"]
+                self.added[pair] = self.added.get(pair, np.zeros(2)) + (max(first, second) - first, 1)
         self.steps += 1
         if self.window and self.steps >= self.window:
             self._review()
@@ -173,6 +209,11 @@ class AutoDrafter(Drafter):
         return self._info
 
 
+def _accepted(tree: Draft, truth: list[int]) -> int:
+    """How many tokens of the whole ``tree`` the target would have accepted, given the true next tokens."""
+    return int(accepted_by_budget(tree, np.asarray(truth, dtype=np.int64), np.array([tree.num_nodes]))[0])
+
+
 def default_members(target: Any) -> list[str]:
     """pld, suffix, recycle and the model bigram; CREST too where the target's default code store exists."""
     from ..datastores.rest import default_store
@@ -189,7 +230,8 @@ MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}}
 def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
     """Bench factory ``auto``: ``-o members=pld,suffix,...`` (default :func:`default_members`), ``-o crest=PATH``
     and ``-o dense=PATH`` for those members' stores (a given store makes its method a member), ``-o roofline=CSV``
-    for the cost table, ``-o window=N`` for the seat reviews (0: none)."""
+    for the cost table, ``-o window=N`` for the seat reviews (0: none), ``-o merge=false`` to never verify two
+    members' trees together."""
     from ..roofline import cost_model_for
 
     names = options.members.split(",") if options.members else default_members(target)
@@ -203,4 +245,4 @@ def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
                 raise OptionError(f"auto: the {name} store {stores[name]} does not exist")
             values["datastore"] = stores[name]
         members[name] = make_drafter(name, target, values)
-    return AutoDrafter(members, cost_model_for(target, options.roofline), options.window)
+    return AutoDrafter(members, cost_model_for(target, options.roofline), options.window, options.merge)

@@ -123,8 +123,14 @@ MEMBER_METHOD = {"pld": "pld", "suffix": "suffix", "recycle": "recycle", "crest"
 
 def member_colors(palette: dict[str, Any], members: list[str]) -> list[Any]:
     """The colour of each router member (``members``, as :func:`pick_shares` orders them): its method's in
-    ``palette`` ({method: colour}), light grey for ``-`` (no draft), black for a member with no method there."""
-    return ["lightgrey" if m == "-" else palette.get(MEMBER_METHOD.get(m, m), "black") for m in members]
+    ``palette`` ({method: colour}), light grey for ``-`` (no draft), dim grey for two members' merged trees
+    (``a+b``), black for a member with no method there."""
+    def color(member: str) -> Any:
+        if member == "-":
+            return "lightgrey"
+        return "dimgrey" if "+" in member else palette.get(MEMBER_METHOD.get(member, member), "black")
+
+    return [color(m) for m in members]
 
 
 def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict[str, float]]:
