@@ -159,8 +159,9 @@ class HindsightRouter(Drafter):
     first b nodes with the highest *realised* (1 + accepted) / seconds(b + 1), b from ``budgets``, or nothing
     when no draft beats a one-token call. It chooses as :class:`~specnb.drafters.auto.AutoDrafter` does, from
     the same trees and the same cost table, with the expectation replaced by the outcome: the distance
-    between the two is what the router's estimates cost, not its members or the machine. (It chooses step by
-    step: a choice that accepts less now could, in principle, reach a better root later.)
+    between the two is what the router's estimates cost, not its members or the machine. It never merges two
+    members' trees, which pays only for a router unsure which one is right. (It chooses step by step: a choice
+    that accepts less now could, in principle, reach a better root later.)
 
     members: {name: drafter}, none of which reads the target's logits or hidden state (replay has neither);
     cost: a :class:`specnb.roofline.CostModel`. ``picks`` counts the calls each member drafted ("" for none).
