@@ -78,5 +78,18 @@ def test_router_members_take_their_methods_colours():
     from specnb.experiments.beyond import member_colors
 
     palette = {"pld": "C0", "mixed-adaptive": "C1", "crest-priced": "C2", "suffix": "C3", "recycle": "C4"}
-    assert member_colors(palette, ["-", "crest", "ngram-bigram", "pld", "pld+suffix", "recycle", "suffix", "dense"]) \
-        == ["lightgrey", "C2", "C1", "C0", "dimgrey", "C4", "C3", "black"]
+    assert member_colors(palette, ["-", "crest", "merged", "ngram-bigram", "pld", "recycle", "suffix", "dense"]) \
+        == ["lightgrey", "C2", "dimgrey", "C1", "C0", "C4", "C3", "black"]
+
+
+def test_pick_shares_fold_every_merged_pair_into_one_series():
+    import pandas as pd
+
+    from specnb.experiments.beyond import pick_shares
+
+    picks = pd.DataFrame({"set": ["a"] * 4 + ["b"] * 2, "step": [0, 1, 2, 3, 0, 1],
+                          "picked": ["pld", "pld+suffix", "suffix+recycle", "-", "suffix", "suffix"]})
+    shares = pick_shares(picks, window=4)
+    assert list(shares["a"].columns) == list(shares["b"].columns) == ["-", "merged", "pld", "suffix"]
+    assert shares["a"].iloc[-1].to_dict() == {"-": 0.25, "merged": 0.5, "pld": 0.25, "suffix": 0.0}
+    assert shares["b"].iloc[-1].to_dict() == {"-": 0.0, "merged": 0.0, "pld": 0.0, "suffix": 1.0}

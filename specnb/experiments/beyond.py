@@ -69,13 +69,17 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
     return pd.concat(summaries, ignore_index=True), pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
 
+MERGED = "merged"  # the picks' label, in the charts, for every pair of members whose trees were verified together
+
+
 def pick_shares(picks: pd.DataFrame, window: int = 25) -> dict[str, pd.DataFrame]:
-    """{set: [steps, members]} share of the last ``window`` calls each member drafted (``-``: none), for a
-    stacked-area chart of what the router picked over a run; the same columns, in the same order, for every
-    set (so that a member keeps its colour)."""
-    members = ["-", *sorted(set(picks.picked) - {"-"})]
+    """{set: [steps, members]} share of the last ``window`` calls each member drafted (``-``: none; ``merged``:
+    two members' trees together, whichever), for a stacked-area chart of what the router picked over a run; the
+    same columns, in the same order, for every set (so that a member keeps its colour)."""
+    picked = picks.picked.where(~picks.picked.str.contains("+", regex=False), MERGED)
+    members = ["-", *sorted(set(picked) - {"-"})]
     shares = {}
-    for name, group in picks.groupby("set", sort=False):
+    for name, group in picks.assign(picked=picked).groupby("set", sort=False):
         onehot = pd.get_dummies(group.set_index("step").picked).reindex(columns=members, fill_value=0).astype(float)
         shares[name] = onehot.rolling(window, min_periods=1).mean()
     return shares
@@ -123,14 +127,10 @@ MEMBER_METHOD = {"pld": "pld", "suffix": "suffix", "recycle": "recycle", "crest"
 
 def member_colors(palette: dict[str, Any], members: list[str]) -> list[Any]:
     """The colour of each router member (``members``, as :func:`pick_shares` orders them): its method's in
-    ``palette`` ({method: colour}), light grey for ``-`` (no draft), dim grey for two members' merged trees
-    (``a+b``), black for a member with no method there."""
-    def color(member: str) -> Any:
-        if member == "-":
-            return "lightgrey"
-        return "dimgrey" if "+" in member else palette.get(MEMBER_METHOD.get(member, member), "black")
-
-    return [color(m) for m in members]
+    ``palette`` ({method: colour}), light grey for ``-`` (no draft), dim grey for ``merged`` (two members' trees),
+    black for a member with no method there."""
+    fixed = {"-": "lightgrey", MERGED: "dimgrey"}
+    return [fixed.get(m) or palette.get(MEMBER_METHOD.get(m, m), "black") for m in members]
 
 
 def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict[str, float]]:
