@@ -78,6 +78,19 @@ def test_chain_seconds_is_seconds_at_for_every_budget():
         assert cost.chain_seconds(budgets, context).tolist() == pytest.approx(expected)
 
 
+def test_a_chain_or_tree_is_priced_from_one_row_calls_only():
+    """Batch shapes (k rows) re-read the cache per row and cost more than one row of as many tokens: a chain
+    (or a tree, verified as one row) of an unmeasured length sits between the measured one-row lengths, and
+    beyond the longest, grows in proportion to its tokens."""
+    frame = pd.DataFrame([dict(context=100, k=k, w=w, seconds=s) for k, w, s in
+                          [(1, 0, 1.0), (1, 3, 2.0), (1, 7, 3.0), (2, 1, 10.0), (4, 1, 20.0), (16, 0, 50.0)]])
+    cost = CostModel(frame)
+    seconds = cost.chain_seconds(np.arange(41), 100)
+    assert seconds[[0, 2, 3, 7, 15]].tolist() == pytest.approx([1.0, 1.0 + 2 / 3, 2.0, 3.0, 3.0 * 16 / 8])
+    assert (np.diff(seconds) > 0).all()
+    assert cost.seconds_at(1, 2, 100) == seconds[2] and cost.seconds_at(2, 1, 100) == 10.0
+
+
 def test_cli_writes_a_table_with_provenance(tmp_path):
     parser = argparse.ArgumentParser()
     roofline.add_parser(parser.add_subparsers())
