@@ -54,7 +54,7 @@ class PricedTreeDrafter(Drafter):
     """Wraps a ranked-tree drafter (REST, CREST, vote-merged DReSD) and verifies the budget with the best
     expected tokens/s.
 
-    cost: a :class:`specnb.roofline.CostModel` (``seconds_at(k, w, context_len)``) of this target.
+    cost: a :class:`specnb.roofline.CostModel` (``chain_seconds(nodes, context_len)``) of this target.
     bucket_key: the base drafter's ``last_info`` entry that buckets its steps (clipped to MAX_BUCKET).
     shrink: weight of the pooled (all-bucket) estimate in each bucket's estimate.
     """
