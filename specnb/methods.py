@@ -284,7 +284,8 @@ class AutoOptions:
     """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
     where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
     (steps between two reviews of whether each member pays for its seat; 0: keep every member), ``merge``
-    (whether the best two members' trees may be verified together when that is expected to pay)."""
+    (whether the best two members' trees may be verified together when that is expected to pay), ``merge_z``
+    (standard errors below its mean that a merge's expected gain is taken at; 0: the mean)."""
 
     members: str = ""
     crest: str = ""
@@ -292,9 +293,11 @@ class AutoOptions:
     roofline: str = ""
     window: int = 256
     merge: bool = True
+    merge_z: float = 1.0
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "window")
+        _at_least(self, 0, "merge_z")
         for name in filter(None, self.members.split(",")):
             if name not in ROUTABLE:
                 raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")

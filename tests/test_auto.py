@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -100,6 +101,23 @@ def test_auto_verifies_two_members_together_when_neither_is_sure(merge):
         assert runs[-1].stats.tokens_per_call > 5
     else:
         assert set(picked) <= {"even", "odd", ""} and runs[-1].stats.tokens_per_call < 4
+
+
+def test_what_a_merge_adds_is_taken_at_a_lower_bound():
+    """A merge's nodes are a sure cost and what they add is lumpy, so the router takes its gain at the mean less
+    ``merge_z`` standard errors: a pair that added 8 tokens once in 8 steps is worth less than one that added 1
+    at every step, though both average 1 (both shrunk toward the pooled moments, weight 4: mean 1, second
+    moments 82 / 12 and 26 / 12)."""
+    router = AutoDrafter({"a": Shifted([], 0, 0), "b": Shifted([], 0, 0)}, cost(0.01), window=0, merge_z=1.0)
+    router.added = {("lumpy", "x"): np.array([8.0, 64.0, 8.0]), ("steady", "x"): np.array([8.0, 8.0, 8.0])}
+    lumpy, steady = router._added(("lumpy", "x")), router._added(("steady", "x"))
+    assert lumpy == pytest.approx(1 - (70 / 144) ** 0.5) and steady == pytest.approx(1 - (14 / 144) ** 0.5)
+    router.merge_z = 0.0
+    assert router._added(("lumpy", "x")) == pytest.approx(1) == router._added(("steady", "x"))
+    router.merge_z = 5.0
+    assert router._added(("lumpy", "x")) == 0  # never below nothing
+    with pytest.raises(OptionError, match="merge_z"):
+        AutoOptions(merge_z=-1)
 
 
 class Sidestep(Shifted):
