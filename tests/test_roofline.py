@@ -91,6 +91,20 @@ def test_a_chain_or_tree_is_priced_from_one_row_calls_only():
     assert cost.seconds_at(1, 2, 100) == seconds[2] and cost.seconds_at(2, 1, 100) == 10.0
 
 
+def test_a_slow_spell_in_the_table_does_not_make_more_tokens_cheaper():
+    """A cell timed through a slow spell (one row of 4 tokens, (1, 3), at 3 s between 1.5 and 2 s) would price a
+    3-node chain above a 6-node one. Each row count's seconds are made non-decreasing in w (isotonic least
+    squares: the violating cells share their mean) at each context; monotone rows, and other row counts, are
+    kept as measured."""
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, seconds=s) for c in (100, 500) for k, w, s in
+                          [(1, 0, 1.0), (1, 1, 1.5), (1, 3, 3.0 if c == 100 else 1.8), (1, 7, 2.0), (1, 15, 4.0),
+                           (4, 1, 5.0), (4, 3, 6.0)]])
+    cost = CostModel(frame)
+    assert cost.seconds(100).tolist() == pytest.approx([1.0, 1.5, 2.5, 2.5, 4.0, 5.0, 6.0])
+    assert cost.seconds(500).tolist() == pytest.approx([1.0, 1.5, 1.8, 2.0, 4.0, 5.0, 6.0])
+    assert (np.diff(cost.chain_seconds(np.arange(20), 100)) >= 0).all()
+
+
 def test_cli_writes_a_table_with_provenance(tmp_path):
     parser = argparse.ArgumentParser()
     roofline.add_parser(parser.add_subparsers())
