@@ -285,7 +285,7 @@ class AutoOptions:
     where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
     (steps between two reviews of whether each member pays for its seat; 0: keep every member), ``merge``
     (whether the best two members' trees may be verified together when that is expected to pay), ``merge_z``
-    (standard errors below its mean that a merge's expected gain is taken at; 0: the mean)."""
+    (standard errors below its mean that what a merge adds is taken at; 0: the mean)."""
 
     members: str = ""
     crest: str = ""
@@ -293,7 +293,7 @@ class AutoOptions:
     roofline: str = ""
     window: int = 256
     merge: bool = True
-    merge_z: float = 1.0
+    merge_z: float = 0.0
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "window")

@@ -23,12 +23,13 @@ tokens the better of the two cut trees accepted than the winner's. The merged tr
 
     (1 + E[accepted | winner] + L[added | pair]) / seconds(merged nodes + 1)
 
-beats the winner's own rate, where L is the mean added less ``merge_z`` standard errors: the nodes a merge adds
-are a sure cost, and what they add is rare and lumpy (mostly 0, now and then many tokens), so a mean learned from
-few steps overstates it as often as not, and the steps where it is overstated are the ones that merge. (Replayed
-on Gemma-3-270M's greedy outputs of 10 HumanEval prompts and priced on its cost table, pld, suffix, the bigram and
-CREST as members: at the mean, 61 merges and 3% slower than never merging; at one standard error below, 16 merges
-and as fast; on chat and the repeated-request set, within 0.5% of the mean's speed.) On a CPU, where every node
+beats the winner's own rate, where L is the mean added less ``merge_z`` standard errors (0 by default: the mean).
+What a merge adds is lumpy (mostly 0, now and then many tokens) and learned from few steps, so the mean can
+overstate it where merges are chosen, while the nodes are a sure cost. Which matters depends on what a node costs:
+replayed on Gemma-3-270M's greedy outputs of 10 HumanEval prompts and priced on its cost table (a node ~1 ms of a
+~20 ms call; pld, suffix, the bigram and CREST as members), the mean merged 61 times and ran 3% slower than never
+merging, one standard error below merged 16 times and ran as fast; measured on Qwen2.5-Coder-1.5B's MT-Bench (a
+node nearly free up to ~8), one standard error below ran 4% slower than the mean. On a CPU, where every node
 costs, a merge is seldom worth it; where a call of tens of tokens costs about one token's (a GPU), often.
 
 A member also has to pay for its seat. Running it (proposing, pricing, scoring, and for Token Recycling
