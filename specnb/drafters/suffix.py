@@ -35,7 +35,7 @@ class SuffixDrafter(Drafter):
 
     name = "suffix"
 
-    def __init__(self, max_nodes: int = 24, alpha: float = 2.0, max_depth: int = 16, min_prob: float = 0.1,
+    def __init__(self, max_nodes: int = 16, alpha: float = 2.0, max_depth: int = 16, min_prob: float = 0.1,
                  max_query: int = 32, min_query: int = 1, max_matches: int = 1000, history_tokens: int = 262_144):
         if max_nodes < 1 or max_depth < 1 or max_matches < 1 or alpha <= 0 or not 0 <= min_prob <= 1:
             raise ValueError("suffix drafter needs max_nodes, max_depth, max_matches >= 1, alpha > 0 and "
