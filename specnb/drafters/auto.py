@@ -233,8 +233,9 @@ def default_members(target: Any) -> list[str]:
 
 
 # Member options the router sets (the others keep their method's defaults): bigram chains 4 deep, so that
-# its rank-ordered tree can be cut to a chain.
-MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}}
+# its rank-ordered tree can be cut to a chain; recycle's whole 32-node tree, which the router cuts to what pays
+# (recycle alone stops at its top-1 chain of 8).
+MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}, "recycle": {"max_nodes": 32}}
 
 
 def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:

@@ -8,6 +8,10 @@ kept across requests. A draft is a tree grown breadth-first from the root throug
 rank of their path (the top-1 chain first), so its first b nodes are the best tree of b nodes and a priced
 router can cut it anywhere.
 
+How many nodes pay depends on what a node costs. The paper drafts trees of tens of nodes on GPUs, where such
+a call costs about one token's; on a CPU every node is a row of the call, and the default ``max_nodes`` is 8,
+which is the top-1 chain (8 levels) whenever the table holds it (see :class:`specnb.methods.RecycleOptions`).
+
 The table is int32 [V, k]: 8 MB for Gemma-3's 262k vocabulary at k = 8 (the paper's < 2 MB is a 32k
 vocabulary).
 """
@@ -36,7 +40,7 @@ class RecycleDrafter(Drafter):
     name = "recycle"
     needs_logits = True
 
-    def __init__(self, vocab_size: int, k: int = 8, widths: tuple[int, ...] = DEFAULT_WIDTHS, max_nodes: int = 32):
+    def __init__(self, vocab_size: int, k: int = 8, widths: tuple[int, ...] = DEFAULT_WIDTHS, max_nodes: int = 8):
         if k < 1 or max_nodes < 1 or not widths or min(widths) < 1 or max(widths) > k:
             raise ValueError(f"recycle needs k >= 1, max_nodes >= 1 and 1 <= widths <= k; got k={k}, "
                              f"max_nodes={max_nodes}, widths={widths}")
