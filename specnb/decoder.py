@@ -235,12 +235,16 @@ class Body:
 
 def body(model: PreTrainedModel) -> Body | None:
     """The model's :class:`Body`; None where it does not apply (another architecture, or the model not routed
-    through specnb's kernels, e.g. inside :func:`specnb.kernels.stock`). Built once per weights' device and
-    dtype and kept on the model (its norm scales are fp32 copies, ~100 KB)."""
-    if model.config.get_text_config().model_type not in ARCHITECTURES or not kernels.routed(model):
+    through specnb's kernels, e.g. inside :func:`specnb.kernels.stock`). Built once per model object, weights'
+    device and dtype, and layer count, and kept on the model (its norm scales are fp32 copies, ~100 KB). The
+    model object and the layer count are part of the key because a self-draft is a shallow copy of its target
+    (same weights, fewer layers): it must never run the target's body."""
+    config = model.config.get_text_config()
+    if config.model_type not in ARCHITECTURES or not kernels.routed(model):
         return None
     weight = model.get_input_embeddings().weight
-    key = (weight.device, weight.dtype, weight.data_ptr())
+    key = (id(model), weight.device, weight.dtype, weight.data_ptr(), config.num_hidden_layers,
+           tuple(getattr(config, "layer_types", None) or ()))
     cached = getattr(model, "_specnb_body", None)
     if cached is None or cached[0] != key:
         try:

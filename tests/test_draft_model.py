@@ -125,3 +125,87 @@ def test_gemma_self_draft_is_lossless_past_the_sliding_window():
     ar = generate(target, prompt, max_new_tokens=16).tokens
     drafter = DraftModelDrafter(load_draft(target, "self:6"), "4x2x1", target.vocab_size)
     assert generate(target, prompt, drafter, max_new_tokens=16).tokens == ar
+
+
+def truncated_reference(target: LoadedModel, layers: int):
+    """Hugging Face's own model of the target's first ``layers`` layers (same weights, stock attention): what a
+    self-draft must compute."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(target.model.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:layers]
+    config._attn_implementation = "sdpa"
+    dtype = next(target.model.parameters()).dtype
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype).eval()  # as tiny_model builds it
+    missing, _ = model.load_state_dict(target.model.state_dict(), strict=False)
+    assert not missing
+    return model
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("arch,layers", [("llama", 2), ("qwen2", 1), ("gemma3", 2), ("gemma3", 1)])
+def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype):
+    """A self:L draft computes the L-layer model on the kernel path, also once the target has run (its decoder
+    body was cached on the model object the draft is a shallow copy of), and its logits differ from the
+    target's. gemma3 self:1 keeps only a sliding-window layer: the target's full-attention layers must not run.
+    A 40-token prompt, then single tokens, through the draft's own cache (the tiny Gemma's window is 16)."""
+    from transformers import DynamicCache
+
+    from specnb import kernels
+    from specnb.forward import forward
+    from specnb.kv_cache import GrowingCache
+
+    target = tiny(arch, dtype)
+    ids = torch.randint(0, 256, (1, 44), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        target_logits = forward(target.model, ids[:, :40], past_key_values=GrowingCache())[0]
+        draft = self_draft(target, layers)
+        reference = truncated_reference(target, layers)
+        if dtype == torch.bfloat16:
+            kernels.install(reference)
+        reference = reference.model
+        cache, ref_cache = GrowingCache(), DynamicCache(config=reference.config)
+        calls = [ids[:, :40]] + [ids[:, i:i + 1] for i in range(40, 44)]  # then the decoding calls (C++ stack)
+        for call in calls:
+            logits, hidden = forward(draft.model, call, past_key_values=cache)
+            want = reference(call, cache=ref_cache, use_cache=True).last_hidden_state
+            if dtype == torch.bfloat16:  # Hugging Face's decoder on the same kernels rounds at the same places
+                assert torch.equal(hidden, want)
+            else:  # stock PyTorch: only the summation order differs
+                torch.testing.assert_close(hidden, want, rtol=1e-5, atol=1e-4)
+            if call.shape[1] == 40:
+                gap = (logits.float() - target_logits.float()).abs().amax()
+                assert gap > 0.1 * target_logits.float().abs().amax(), "the draft computes the target's logits"
+    assert cache.get_seq_length() == 44
+
+
+@pytest.mark.parametrize("method", ["sd", "mcsd"])
+def test_self_draft_accepts_some_but_not_all_at_temperature_one(method):
+    """At T = 1 a draft that is not the target has its drafts rejected now and then: a draft that accepts
+    everything is the target (the cached-body bug), one that accepts nothing drafts garbage."""
+    target = tiny("gemma3")
+    generate(target, PROMPT, max_new_tokens=2)  # the target has run before its self-draft is made
+    drafter = make_drafter(method, target, {"draft": "self:2", "temperature": 1.0})
+    stats = generate(target, PROMPT, drafter, max_new_tokens=48, temperature=1.0, seed=3).stats
+    assert 0 < sum(c.accepted for c in stats.calls) < sum(c.draft_depth for c in stats.calls)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (cache_dir() / "models" / "gemma-3-270m" / "config.json").exists(),
+                    reason="run `specnb models fetch gemma-3-270m` (make test does)")
+@pytest.mark.parametrize("method", ["sd", "mcsd"])
+def test_gemma_self_draft_is_not_the_target_on_chat(method):
+    """Gemma-3-270M (bf16, the kernel path) with self:6 on an MT-Bench prompt at T = 1: the 6-layer draft agrees
+    with the 18-layer target on far fewer than all of its tokens (it accepted everything while it ran the
+    target's cached body)."""
+    from specnb.datasets import mtbench
+
+    target = load_model("gemma-3-270m", dtype="bfloat16")
+    generate(target, "Hello", max_new_tokens=2)  # the target has run before its self-draft is made
+    drafter = make_drafter(method, target, {"draft": "self:6", "temperature": 1.0})
+    stats = generate(target, mtbench(1)[0], drafter, max_new_tokens=32, temperature=1.0, seed=0).stats
+    assert stats.acceptance_rate < 0.9

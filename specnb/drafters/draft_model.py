@@ -74,6 +74,7 @@ def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
     base.config = text
     model = copy.copy(outer)
     model._modules = {**outer._modules, outer.base_model_prefix: base}  # never mutate the target's dict
+    vars(model).pop("_specnb_body", None)  # the target's cached decoder body runs all of its layers
     model.config = config
     return LoadedModel(model, target.tokenizer, f"{target.name}:self:{layers}", target.chat, target.eos_token_ids)
 
