@@ -1,8 +1,9 @@
 """The target's greedy outputs: the references greedy replay scores drafters against (:mod:`specnb.replay`).
 
-Greedy decoding is deterministic for one model, dtype, device and forward path, so each (prompt, max new tokens)
-is decoded once and cached under ``cache_dir()/references/<machine key>/`` (:func:`specnb.roofline.machine_key`):
-the notebooks that replay the same prompts (02, 03, 04, 06, 07, 08) share them, and a rerun decodes nothing.
+Greedy decoding is deterministic for one model, dtype, device and forward path, so each prompt is decoded once
+and cached under ``cache_dir()/references/<machine key>/`` (:func:`specnb.roofline.machine_key`) with the token
+budget it was decoded to: a shorter budget is the first tokens of a longer one, so the notebooks that replay the
+same prompts (02, 03, 04, 06, 07, 08, 10) share one decode per prompt, and a rerun decodes nothing.
 """
 
 from __future__ import annotations
@@ -23,25 +24,37 @@ from ..replay import Reference, teacher_forced_hidden
 from ..roofline import machine_key
 
 
-def reference_path(target: LoadedModel, prompt_ids: torch.Tensor, max_new_tokens: int) -> Path:
-    """The cache file of one reference: keyed by the prompt's token ids and the token budget."""
-    digest = hashlib.sha256(np.asarray(prompt_ids, dtype=np.int64).tobytes() + str(max_new_tokens).encode())
+def reference_path(target: LoadedModel, prompt_ids: torch.Tensor) -> Path:
+    """The cache file of one prompt's reference: keyed by the prompt's token ids."""
+    digest = hashlib.sha256(np.asarray(prompt_ids, dtype=np.int64).tobytes())
     return cache_dir() / "references" / machine_key(target) / f"{digest.hexdigest()[:20]}.json"
+
+
+def cached_output(path: Path, max_new_tokens: int) -> list[int] | None:
+    """The first ``max_new_tokens`` of the cached output at ``path`` when it was decoded to at least that
+    budget (or stopped at EOS before it), else None."""
+    if not path.exists():
+        return None
+    stored = json.loads(path.read_text())
+    output = stored["output"]
+    if stored["max_new_tokens"] >= max_new_tokens or len(output) < stored["max_new_tokens"]:
+        return output[:max_new_tokens]
+    return None
 
 
 def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens: int) -> list[Reference]:
     """(prompt ids int64 [L], greedy output int64 [T <= max_new_tokens]) per prompt, from the cache or decoded
-    (plain AR through :func:`specnb.decode.generate`) and cached. A follow-up prompt (:attr:`Prompt.follows`)
+    (plain AR through :func:`specnb.decode.generate`) and cached; a cached longer output is cut (greedy decoding
+    to a shorter budget gives its first tokens). A follow-up prompt (:attr:`Prompt.follows`)
     sees its earlier turn's reference as the answer, as in :func:`specnb.experiments.run`."""
     check_follow_ups(prompts)
     references, conversation = [], Conversation(target)
     for prompt in prompts:
         prompt = conversation.resolve(prompt)
         ids = encode_prompt(target, prompt)
-        path = reference_path(target, ids, max_new_tokens)
-        if path.exists():
-            output = json.loads(path.read_text())["output"]
-        else:
+        path = reference_path(target, ids)
+        output = cached_output(path, max_new_tokens)
+        if output is None:  # not decoded yet, or to a shorter budget: decode, and keep the longer one
             output = generate(target, ids, max_new_tokens=max_new_tokens).tokens
             write_text(path, json.dumps({"prompt": prompt.id, "max_new_tokens": max_new_tokens, "output": output}))
         conversation.record(prompt.id, output)

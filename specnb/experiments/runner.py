@@ -34,6 +34,7 @@ from ..metrics import RunStats, first_divergence, rate_ratio_interval
 from ..models import LoadedModel
 from ..prompts import Conversation, Prompt, check_follow_ups
 from ..verify import VerifyMode
+from .checks import check_partial_acceptance
 
 Runner = Callable[[Prompt, int], dict]
 """(prompt, max_new_tokens) -> row fields: at least ``new_tokens`` and ``seconds``; ``tokens`` to compare."""
@@ -116,7 +117,7 @@ class DecodeRunner:
 def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, MethodLike], *,
         temperature: float = 0.0, top_p: float = 1.0, verify: VerifyMode = "tree", max_new_tokens: int = 128,
         warmup: int = 16, seed: int = 0, reference: str = "ar", progress: bool = True,
-        sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
+        sink: Callable[[list[dict]], None] | None = None, check: bool = True) -> pd.DataFrame:
     """Run every method on every prompt; one row per (method, prompt), in run order.
 
     warmup: new tokens of the warm-up run of each method on the first prompt (0: none). reference: the
@@ -127,6 +128,9 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
     sink: called with each prompt's rows as soon as all its methods ran (e.g. a CSV writer). Ctrl-C stops
     the run between two prompts' methods: the result then holds the finished prompts, and
     ``result.attrs["interrupted"]`` is True; ``result.attrs["prompts_done"]`` counts them.
+    check: at temperature > 0, raise :class:`~specnb.experiments.checks.DegenerateData` when a method other
+    than the reference accepted every token it drafted (:func:`~specnb.experiments.checks.check_partial_acceptance`:
+    only a draft that is the target does that).
     """
     if not prompts:
         raise ValueError("no prompts to run")
@@ -164,6 +168,8 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
         interrupted = True
     frame = pd.DataFrame(rows)
     frame.attrs.update(interrupted=interrupted, prompts_done=done)
+    if check and rows:
+        check_partial_acceptance(frame, temperature, exempt=(reference,))
     return frame
 
 

@@ -1,0 +1,88 @@
+"""The one figure style (specnb.plots): one colour and name per method, sorted bars with values and intervals,
+shared colour scales, and the layout audit that fails a figure a reader would trip over."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from specnb import plots
+from specnb.experiments.checks import DegenerateData
+
+
+def test_every_label_of_a_method_gets_its_colour():
+    assert plots.method_of("DReSD-OOD 10x6") == "dense"
+    assert plots.method_of("DReSD-OOD 10x6 votes priced") == "dense-priced"
+    assert plots.method_of("REST-ID") == "rest"
+    assert plots.method_of("prompt lookup") == "pld" and plots.method_of("pld") == "pld"
+    assert plots.method_of("mixed (10,10)") == "mixed" and plots.method_of("mixed-adaptive") == "mixed-adaptive"
+    assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
+    assert plots.style("dense").label == "DReSD" and plots.style("DReSD-OOD 10x6").label == "DReSD-OOD 10x6"
+    assert plots.color("REST-OOD") == plots.color("rest") != plots.color("crest")
+    with pytest.raises(KeyError, match="add it to specnb.plots.METHODS"):
+        plots.method_of("a method nobody mapped")
+    colors = [s.color for s in plots.METHODS.values()]
+    assert len(colors) == len(set(colors)), "two methods share a colour"
+
+
+def test_bars_are_sorted_labelled_and_carry_their_interval():
+    fig, ax = plt.subplots()
+    plots.hbars(ax, ["pld", "rest", "auto"], [1.2, 0.8, 2.0], [1.1, 0.7, 1.8], [1.3, 0.9, 2.2], reference=1.0)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["REST", "prompt lookup", "auto (router)"]
+    assert sorted(t.get_text() for t in ax.texts) == ["0.80", "1.20", "2.00"]
+    assert plots.layout_problems(fig) == []
+    with pytest.raises(DegenerateData, match="constant"):
+        plots.hbars(ax, ["pld", "rest"], [1.0, 1.0])
+    plt.close("all")
+
+
+def test_speedups_share_one_diverging_scale_centred_at_one():
+    norm = plots.speedup_norm(np.array([[0.5, 1.5], [2.0, np.nan]]))
+    assert norm.vcenter == 1.0 and norm.vmin == pytest.approx(0.5) and norm.vmax == pytest.approx(2.0)
+    shared = plots.shared_norm([[1, 2], [3, 8]])
+    assert (shared.vmin, shared.vmax) == (1, 8)
+
+
+def test_layout_audit_finds_overlaps_legends_on_data_and_single_values():
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.bar(range(8), range(1, 9))
+    ax.set_xticks(range(8), [f"a long label {i}" for i in range(8)])
+    assert any("tick labels" in p for p in plots.layout_problems(fig))
+
+    fig, ax = plt.subplots()
+    for i in range(4):
+        ax.plot(range(10), np.arange(10.0) + i, label=f"series {i}")  # diagonals through the centre
+    ax.legend(loc="center")
+    assert any("legend is drawn over data" in p for p in plots.layout_problems(fig))
+    plots.legend_outside(ax)
+    assert not any("legend" in p for p in plots.layout_problems(fig))
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 4], [0.0, 0.0, 0.0])
+    ax.axhline(1.0)  # a reference line is not data
+    assert any("single value (0)" in p for p in plots.layout_problems(fig))
+
+    fig, (left, right) = plt.subplots(1, 2)
+    left.annotate("one note", (0.5, 0.5))
+    left.annotate("one note, again", (0.5, 0.5))
+    right.plot([1, 2], [1, 2])
+    assert any("overlap" in p for p in plots.layout_problems(fig))
+    plt.close("all")
+
+
+def test_strict_save_refuses_a_bad_figure_and_dumps_the_good_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [3.0, 3.0, 3.0])
+    with pytest.raises(plots.FigureLayoutError, match="single value"):
+        plots.save_figure(fig, "00_bad")
+    fig, ax = plt.subplots()
+    ax.plot([1, 2, 3], [1.0, 2.0, 3.0])
+    plots.save_figure(fig, "00_good", pd.DataFrame({"x": [1]}))
+    assert (tmp_path / "figures" / "00_good.png").exists() and (tmp_path / "figures" / "00_good.csv").exists()
+    assert (tmp_path / "dump" / "00_good.pickle").exists() and not (tmp_path / "figures" / "00_bad.png").exists()
+    plt.close("all")

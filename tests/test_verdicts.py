@@ -1,0 +1,123 @@
+"""Verdicts computed from numbers and their intervals (specnb.verdicts, Results.compare / claim / setup) and the
+degenerate-data rules (specnb.experiments.checks): each rule has a test that fails when the rule is removed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from specnb.experiments.checks import DegenerateData, check_effect, check_partial_acceptance, check_varies
+from specnb.results import Results
+from specnb.verdicts import Comparison, Expect, finding, judge
+
+NAN = math.nan
+
+
+def test_judge_inside_outside_across():
+    near = Expect.near(2.0, 0.2)  # [1.8, 2.2]
+    assert judge(1.9, 2.1, near) == "agrees"
+    assert judge(2.3, 2.6, near) == "disagrees"
+    assert judge(1.0, 1.7, near) == "disagrees"
+    assert judge(2.1, 2.4, near) == "inconclusive"
+    assert judge(1.9, 1.9, near) == "agrees"  # a point
+    assert judge(NAN, NAN, near) == "inconclusive"
+    within = Expect.within(10.6, 13.5, 1.0)  # [9.6, 14.5]
+    assert judge(11, 14, within) == "agrees" and judge(15, 18, within) == "disagrees"
+    above = Expect.above(1.0, 0.05)  # > 1.05
+    assert judge(1.1, 1.3, above) == "agrees"
+    assert judge(0.97, 1.04, above) == "disagrees"  # a tie disagrees with "beats"
+    assert judge(1.0, 1.2, above) == "inconclusive"
+    assert judge(1.05, 1.2, above) == "inconclusive"  # touching the edge is not beyond it
+    below = Expect.below(1.0)
+    assert judge(0.5, 0.9, below) == "agrees" and judge(1.0, 1.1, below) == "disagrees"
+
+
+def test_relative_tolerance_and_description():
+    expect = Expect.relative("near", 2.5, 0.1)
+    assert expect.region == pytest.approx((2.25, 2.75))
+    assert expect.describe() == "≈ 2.5 ± 0.25"
+    assert Expect.within(10.6, 13.5).describe() == "in 10.6–13.5"
+    assert Expect.above(1, 0.05).describe() == "> 1 + 0.05"
+    with pytest.raises(ValueError):
+        Expect.within(3, 2)
+
+
+def test_a_tie_is_a_tie():
+    assert finding(0.99, 1.01, 1.0, 0.02) == "tie"
+    assert finding(1.03, 1.2, 1.0, 0.02) == "higher"
+    assert finding(0.5, 0.9, 1.0, 0.02) == "lower"
+    assert finding(0.99, 1.2, 1.0, 0.02) == "unclear"
+    # MCSD's "decreasing shapes win": 2.9375 against 2.9375 is a tie and disagrees with "beats"
+    tie = Comparison("4x2 over 2x4", 2.9375 - 2.9375, NAN, NAN, Expect.above(0.0, 0.01), "MCSD Fig. 4")
+    assert tie.point and tie.verdict == "disagrees" and tie.finding == "tie"
+
+
+def test_results_file_holds_every_verdict_and_its_inputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("99", "smoke")
+    verdict = report.compare("ratio", "CREST storage saving, code", 17.3, 15.1, 19.0, Expect.within(10.6, 13.5, 1.0),
+                             "CREST §5", cause="8,000 n-grams per n against the paper's 1.6-2.2 M")
+    assert verdict == "disagrees"
+    report.compare("same", "tokens per call", 2.0, 1.9, 2.1, Expect.near(2.0, 0.2), "replay", cause="unused")
+    report.setup("CREST", here={"model": "Gemma-3-270M", "prompts × tokens": "10 × 128"},
+                 theirs={"model": "CodeLlama-7B", "hardware": "A100"})
+    rendered = report.render("{verdicts}\n\n{verdict[ratio]}\n\n{setup}").data
+    stored = json.loads((tmp_path / "99_results.json").read_text())["verdicts"]
+    assert stored["ratio"]["verdict"] == "disagrees" and stored["ratio"]["region"] == [9.6, 14.5]
+    assert stored["same"]["verdict"] == "agrees" and stored["same"]["cause"] == ""  # a cause only for the others
+    assert "**disagrees** — 17.3 (15.1–19) against in 10.6–13.5 (± 1) (CREST §5); likely cause: 8,000" in rendered
+    assert "| model | Gemma-3-270M | CodeLlama-7B |" in rendered and "| hardware | — | A100 |" in rendered
+
+
+def test_a_claim_needs_an_interval_narrower_than_the_effect(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("99", "smoke")
+    report.claim("gain", "CREST over REST", 0.35, 0.2, 0.5)
+    assert report.ours["gain_low"] == 0.2
+    with pytest.raises(DegenerateData, match="smaller than its 90% interval"):
+        report.claim("gain", "chat storage ratio", 0.012, -0.05, 0.08)
+    with pytest.raises(DegenerateData, match="without an interval"):
+        check_effect(0.1, NAN, NAN, "x")
+
+
+def rows(method: str, accepted: list[int], depth: list[int], calls: list[int]) -> pd.DataFrame:
+    return pd.DataFrame({"method": method, "accepted": accepted, "draft_depth": depth, "calls": calls})
+
+
+def test_a_draft_accepting_everything_at_temperature_one_is_stopped():
+    everything = rows("sd", [40, 40], [40, 40], [10, 10])
+    with pytest.raises(DegenerateData, match="accepted every one of its 80 drafted tokens"):
+        check_partial_acceptance(everything, 1.0)
+    check_partial_acceptance(everything, 0.0)  # greedy: a deterministic draft may be right every time
+    check_partial_acceptance(rows("sd", [40], [40], [10]), 1.0)  # too few calls to tell
+    check_partial_acceptance(rows("sd", [39, 40], [40, 40], [10, 10]), 1.0)  # one rejection: fine
+    check_partial_acceptance(everything.assign(method="ar"), 1.0)  # exempt
+
+
+def test_the_runner_applies_the_acceptance_rule():
+    """A draft model that *is* the target accepts everything at T = 1: run() stops it (check=False lets a test
+    that means it through)."""
+    from conftest import tiny
+
+    from specnb.drafters.draft_model import DraftModelDrafter
+    from specnb.experiments import run
+    from specnb.prompts import Prompt
+
+    target = tiny("llama")
+    itself = DraftModelDrafter(target, "1x1x1x1", target.vocab_size, temperature=1.0)
+    prompts = [Prompt(f"p{i}", text) for i, text in enumerate(["def fib(n):", "import os\nimport sys\n"])]
+    with pytest.raises(DegenerateData, match="sd"):
+        run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=48, warmup=0, progress=False)
+    out = run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=48, warmup=0,
+              progress=False, check=False)
+    assert (out[out.method == "sd"].accepted == out[out.method == "sd"].draft_depth).all()
+
+
+def test_a_constant_series_is_a_sentence_not_a_figure():
+    check_varies([0.1, 0.2], "ok")
+    for values, kind in (([0, 0, 0], "all zero"), ([1.0, 1.0, NAN], "constant at 1"), ([3.0], "1 finite")):
+        with pytest.raises(DegenerateData, match=kind):
+            check_varies(values, "acceptance vs k")
