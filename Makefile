@@ -38,8 +38,10 @@ figures: setup models
 test: setup models
 	$(PY) -m pytest -q
 
+# --allow-root: JupyterLab refuses root without it, and root is the default user of most containers.
+# --ip 127.0.0.1 and no browser: the URL with its token is printed for the user to open.
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --no-browser --ip=127.0.0.1 --allow-root
 
 lint: setup
 	$(VENV)/bin/ruff check specnb tests notebooks

@@ -16,6 +16,8 @@ Definitions (DESIGN §5), all computed from per-call records after prefill:
   resamples of the prompts, each prompt's two runs kept together (:func:`rate_ratio_interval`). It shows how
   much the ratio owes to which prompts ran, and to timing noise that differs between prompts; it does not
   cover noise shared by the whole run (a slow minute of the machine hits every method of those prompts).
+  A metric of one method (tokens per call, accepted length, tokens/s: a ratio of sums over prompts) gets the
+  same kind of interval (:func:`ratio_interval`), and so does a mean over prompts (:func:`mean_interval`).
 """
 
 from __future__ import annotations
@@ -127,6 +129,40 @@ def first_divergence(reference: list[int], other: list[int]) -> int | None:
     return None if len(reference) == len(other) else min(len(reference), len(other))
 
 
+def bootstrap_interval(statistic, *samples: np.ndarray, level: float = 0.9,
+                       resamples: int = 2000) -> tuple[float, float]:
+    """(low, high): the ``level`` percentile bootstrap interval of ``statistic(*samples, axis=-1)`` (vectorised
+    over resamples), resampling the prompts (the entries of every sample together: paired). Seeded, so a
+    summary is reproducible; (NaN, NaN) with fewer than two prompts or a statistic that is NaN on the data.
+    An interval of identical values is (value, value)."""
+    from scipy import stats  # here, not at the top: slow to import, and only summaries need it
+
+    arrays = [np.asarray(a, dtype=np.float64) for a in samples]
+    if arrays[0].shape[0] < 2:
+        return float("nan"), float("nan")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = statistic(*arrays, axis=-1)
+        if not np.isfinite(value):
+            return float("nan"), float("nan")
+        if all(np.all(a == a[0]) for a in arrays):  # no spread: scipy would warn about a degenerate sample
+            return float(value), float(value)
+        result = stats.bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=resamples,
+                                 confidence_level=level, method="percentile", rng=np.random.default_rng(0))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, level: float = 0.9) -> tuple[float, float]:
+    """The interval of sum(numerator) / sum(denominator) over prompts ([P] each, paired): tokens per call
+    (new tokens after prefill / calls), accepted length (accepted / calls), tokens/s (tokens / seconds)."""
+    return bootstrap_interval(lambda n, d, axis=-1: n.sum(axis) / d.sum(axis), numerator, denominator, level=level)
+
+
+def mean_interval(values: np.ndarray, level: float = 0.9) -> tuple[float, float]:
+    """The interval of the mean over prompts of ``values`` [P] (NaN entries dropped)."""
+    values = np.asarray(values, dtype=np.float64)
+    return bootstrap_interval(lambda v, axis=-1: v.mean(axis), values[np.isfinite(values)], level=level)
+
+
 def rate_ratio_interval(tokens: np.ndarray, seconds: np.ndarray, base_tokens: np.ndarray, base_seconds: np.ndarray,
                         level: float = 0.9, resamples: int = 2000) -> tuple[float, float]:
     """(low, high): the ``level`` percentile bootstrap interval of a method's tokens/s over a baseline's,
@@ -136,15 +172,7 @@ def rate_ratio_interval(tokens: np.ndarray, seconds: np.ndarray, base_tokens: np
     prompt's two runs together). With equal token counts the ratio is the speedup, sum base_seconds / sum
     seconds. Seeded, so a summary is reproducible; (NaN, NaN) with fewer than two prompts.
     """
-    from scipy import stats  # here, not at the top: slow to import, and only summaries need it
-
-    samples = [np.asarray(a, dtype=np.float64) for a in (tokens, seconds, base_tokens, base_seconds)]
-    if samples[0].shape[0] < 2:
-        return float("nan"), float("nan")
-
     def ratio(t, s, bt, bs, axis=-1):
         return t.sum(axis) / s.sum(axis) / (bt.sum(axis) / bs.sum(axis))
 
-    result = stats.bootstrap(samples, ratio, paired=True, vectorized=True, n_resamples=resamples,
-                             confidence_level=level, method="percentile", rng=np.random.default_rng(0))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return bootstrap_interval(ratio, tokens, seconds, base_tokens, base_seconds, level=level, resamples=resamples)

@@ -46,12 +46,15 @@ class NotebookRun:
 def run_notebooks(profile: str = "quick", names: list[str] | None = None, parameters: dict | None = None,
                   output_dir: Path | None = None) -> list[NotebookRun]:
     """Execute notebooks in order, each to the end or to its first failing cell; a failure does not stop the
-    others. Prints each notebook's wall time as it finishes; returns one :class:`NotebookRun` per notebook."""
+    others. Figures are saved strictly (:func:`specnb.plots.save_figure` refuses overlapping text, legends over
+    data and single-value panels). Prints each notebook's wall time as it finishes; returns one
+    :class:`NotebookRun` per notebook."""
     import papermill
 
     output_dir = output_dir or NOTEBOOKS / "executed" / profile
     output_dir.mkdir(parents=True, exist_ok=True)
     os.environ["SPECNB_FIGURES"] = str(figures_for(profile))
+    os.environ["SPECNB_STRICT_FIGURES"] = "1"  # the kernels inherit it: a figure a reader would trip over fails
     done = []
     for path in find_notebooks(names):
         start = time.perf_counter()

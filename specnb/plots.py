@@ -371,11 +371,13 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
                 problems.append(f"{name}: the legend is drawn over data")
         if (single := _single_value(ax)) is not None:
             problems.append(f"{name}: the panel shows a single value ({single:.4g})")
-    for text in [*fig.texts, *(lg for lg in fig.legends)]:
-        if text.get_visible():
-            free.append(("figure text/legend", text.get_window_extent(renderer)))
-    if fig._suptitle is not None and fig._suptitle.get_text().strip():
-        free.append(("suptitle", fig._suptitle.get_window_extent(renderer)))
+    named = {id(fig._suptitle): "suptitle", id(fig._supxlabel): "x label", id(fig._supylabel): "y label"}
+    for text in fig.texts:  # the suptitle and super-labels are figure texts too
+        if text.get_visible() and text.get_text().strip():
+            free.append((named.get(id(text), f"figure text {text.get_text()!r}"), text.get_window_extent(renderer)))
+    for legend in fig.legends:
+        if legend.get_visible():
+            free.append(("figure legend", legend.get_window_extent(renderer)))
     problems += [f"{a} and {b} overlap" for a, b in _overlapping(free, slack)]
     problems += [f"{a} and {b} overlap" for a, fa in free for b, fb in ticks if _touch(fa, fb, slack)]
     return problems

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from ..decode import CallHook, generate
 from ..drafters.base import Drafter
 from ..kernels import top_k
-from ..metrics import RunStats, first_divergence, rate_ratio_interval
+from ..metrics import RunStats, first_divergence, mean_interval, rate_ratio_interval, ratio_interval
 from ..models import LoadedModel
 from ..prompts import Conversation, Prompt, check_follow_ups
 from ..verify import VerifyMode
@@ -207,7 +207,9 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
     (accepted / (accepted + rejected steps)), the draft's share of wall time, the share of decode time spent
     outside the target's calls, ``speedup_vs_<baseline>`` (the baseline's total seconds / the method's) and
     ``speedup_vs_<baseline>_low`` / ``_high``, its 90% interval over the prompts they share
-    (:func:`specnb.metrics.rate_ratio_interval`).
+    (:func:`specnb.metrics.rate_ratio_interval`); ``tokens_per_call``, ``accepted_length``, ``acceptance_rate``
+    and ``tokens_per_s`` carry ``_low`` / ``_high`` too, their 90% intervals over the method's prompts
+    (:func:`specnb.metrics.ratio_interval`, :func:`specnb.metrics.mean_interval`).
     ``acceptance_rate`` (MAR) is the mean of the per-prompt rates, as its definition says. A column a method
     cannot report (a peer that counts no calls) gives NaN, never a made-up value.
     """
@@ -234,21 +236,55 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
             f"speedup_vs_{baseline}": base / seconds if base > 0 else math.nan,
             **dict(zip((f"speedup_vs_{baseline}_low", f"speedup_vs_{baseline}_high"),
                        intervals.get(method, (math.nan, math.nan)), strict=True)),
+            **_metric_intervals(group),
         })
     return pd.DataFrame(out)
+
+
+def _metric_intervals(group: pd.DataFrame) -> dict[str, float]:
+    """The 90% intervals over prompts of one method's tokens per call, accepted length, MAR and tokens/s."""
+    out: dict[str, float] = {}
+    pairs = {"tokens_per_call": ("new_tokens", "calls", 1), "accepted_length": ("accepted", "calls", 0),
+             "tokens_per_s": ("new_tokens", "seconds", 0)}
+    for name, (numerator, denominator, prefill) in pairs.items():
+        low = high = math.nan
+        if numerator in group and denominator in group and group[denominator].notna().all():
+            low, high = ratio_interval(group[numerator].to_numpy(float) - prefill, group[denominator].to_numpy(float))
+        out[f"{name}_low"], out[f"{name}_high"] = low, high
+    rates = group.acceptance_rate.to_numpy(float) if "acceptance_rate" in group else np.array([])
+    out["acceptance_rate_low"], out["acceptance_rate_high"] = mean_interval(rates) if rates.size else (math.nan,
+                                                                                                       math.nan)
+    return out
 
 
 def speedup_intervals(rows: pd.DataFrame, baseline: str) -> dict[str, tuple[float, float]]:
     """{method: (low, high)}: the 90% interval of the baseline's seconds over each method's, on the prompts
     both ran, a prompt listed twice pairing run with run (:func:`specnb.metrics.rate_ratio_interval`); empty
     when the baseline did not run."""
-    runs = rows.assign(run=rows.groupby(["method", "prompt_id"]).cumcount())
-    paired = runs.pivot_table(index=["prompt_id", "run"], columns="method", values="seconds", aggfunc="first")
-    if baseline not in paired:
+    return ratio_intervals(rows, baseline, ("one", "seconds"))
+
+
+RATIOS = {"tokens_per_call": ("new_tokens_after_prefill", "calls"), "accepted_length": ("accepted", "calls"),
+          "tokens_per_s": ("new_tokens", "seconds")}
+"""A per-method metric as (numerator, denominator) columns of :func:`run` rows, summed over prompts."""
+
+
+def ratio_intervals(rows: pd.DataFrame, baseline: str, metric: str | tuple[str, str]) -> dict[str, tuple[float, float]]:
+    """{method: (low, high)}: the 90% interval of each method's ``metric`` over the baseline's, paired by prompt
+    (a prompt listed twice pairing run with run), resampling prompts (:func:`specnb.metrics.rate_ratio_interval`).
+    metric: a name of :data:`RATIOS` (e.g. DReSD's tokens per call over REST's on the same references) or a
+    (numerator, denominator) pair of columns; ``("one", "seconds")`` is the speedup (base seconds / seconds).
+    Empty when the baseline did not run."""
+    numerator, denominator = RATIOS[metric] if isinstance(metric, str) else metric
+    runs = rows.assign(run=rows.groupby(["method", "prompt_id"]).cumcount(), one=1.0,
+                       new_tokens_after_prefill=rows.new_tokens - 1 if "new_tokens" in rows else math.nan)
+    wide = runs.pivot_table(index=["prompt_id", "run"], columns="method", values=[numerator, denominator],
+                            aggfunc="first")
+    if baseline not in wide[denominator]:
         return {}
     out = {}
-    for method in paired.columns:
-        seconds = paired[[method, baseline]].dropna().to_numpy()  # [P, 2]
-        ones = np.ones(seconds.shape[0])  # equal "tokens": the ratio of tokens/s is the ratio of seconds
-        out[method] = rate_ratio_interval(ones, seconds[:, 0], ones, seconds[:, 1])
+    for method in wide[denominator].columns:
+        cols = [(numerator, method), (denominator, method), (numerator, baseline), (denominator, baseline)]
+        values = wide[cols].dropna().to_numpy(dtype=float)  # [P, 4]
+        out[method] = rate_ratio_interval(*values.T)
     return out
