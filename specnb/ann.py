@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -130,11 +131,13 @@ def exact_search(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 102
     queries float [m, dim], keys float [n, dim]; one [chunk, n] score block at a time.
     """
     k = min(k, keys.shape[0])
-    keys_t = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
+    with warnings.catch_warnings():  # keys may be a read-only memory map: torch warns, but they are only read
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        keys_t = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
     ids = np.empty((queries.shape[0], k), dtype=np.int64)
     sims = np.empty((queries.shape[0], k), dtype=np.float32)
     for i in tqdm(range(0, queries.shape[0], chunk), desc="exact search", disable=not progress):
-        q = torch.from_numpy(np.ascontiguousarray(queries[i:i + chunk], dtype=np.float32))
+        q = torch.from_numpy(np.array(queries[i:i + chunk], dtype=np.float32))  # a writable copy of the chunk
         top = (q @ keys_t.T).topk(k, dim=1)
         ids[i:i + chunk] = top.indices.numpy()
         sims[i:i + chunk] = top.values.numpy()
