@@ -111,6 +111,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = nb.add_parser("lines", help="count each notebook's non-plotting and plotting code lines")
     p.add_argument("names", nargs="*", help="notebook names or number prefixes (default: all)")
     p.set_defaults(func=_notebooks_lines)
+    p = nb.add_parser("publish", help="copy the last quick run's executed notebooks, outputs included, over "
+                      "notebooks/ and index figures/ (the committed reference run)")
+    p.set_defaults(func=_notebooks_publish)
+
+    figures = sub.add_parser("figures", help="the reference run's figures").add_subparsers(metavar="ACTION")
+    p = figures.add_parser("compare", help="headline numbers that moved beyond their 90%% interval between runs")
+    p.add_argument("old", help="a figures folder or a git revision (its figures/), e.g. HEAD~1")
+    p.add_argument("new", nargs="?", default="figures", help="a figures folder or git revision (default: figures)")
+    p.set_defaults(func=_figures_compare)
 
     for name, (module, text) in PLUGIN_COMMANDS.items():
         if command == name:
@@ -244,6 +253,29 @@ def _notebooks_lines(args: argparse.Namespace) -> int:
     for path in find_notebooks(args.names or None):
         counts = code_lines(path)
         print(f"{path.stem:28s} code {counts['code']:4d}   plotting {counts['plotting']:4d}")
+    return 0
+
+
+def _notebooks_publish(args: argparse.Namespace) -> int:
+    from .notebooks import NOTEBOOKS
+    from .plots import figures_for
+    from .reference_run import publish
+
+    written = publish(NOTEBOOKS / "executed" / "quick", NOTEBOOKS, figures_for("quick"))
+    print(f"published {len(written)} notebooks with their outputs; figures/README.md indexes the run")
+    return 0
+
+
+def _figures_compare(args: argparse.Namespace) -> int:
+    from .reference_run import load_results, moved
+
+    old, new = load_results(args.old), load_results(args.new)
+    rows = moved(old, new)
+    for r in rows:
+        print(f"{r['notebook']} {r['claim']}: {r['old']} -> {r['new']}"
+              + (f" ({r['old_verdict']} -> {r['new_verdict']})" if r["old_verdict"] != r["new_verdict"] else ""))
+    compared = sum(len(set(old[k].get("verdicts", {})) & set(new[k].get("verdicts", {}))) for k in set(old) & set(new))
+    print(f"{len(rows)} of {compared} compared numbers moved beyond their 90% interval or changed verdict")
     return 0
 
 

@@ -16,6 +16,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from collections.abc import Iterable, Sequence
@@ -299,10 +300,24 @@ def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[fl
 # ------------------------------------------------------------------------------------------------ saving
 
 
+_PROFILE = {"name": "quick"}  # the running notebook's profile (set by specnb.results.Results)
+
+
+def use_profile(profile: str) -> None:
+    """Save this process's figures where ``profile``'s belong (:func:`figures_for`)."""
+    _PROFILE["name"] = profile
+
+
+def figures_for(profile: str) -> Path:
+    """``figures/`` at the repository root for the quick profile (the published reference run), else
+    ``figures/<profile>/``, so a smoke or full run never overwrites the reference run."""
+    root = Path(__file__).resolve().parent.parent / "figures"
+    return root if profile == "quick" else root / profile
+
+
 def figures_dir() -> Path:
-    """``$SPECNB_FIGURES`` or ``figures/`` at the repository root (created on demand)."""
-    default = Path(__file__).resolve().parent.parent / "figures"
-    path = Path(os.environ.get("SPECNB_FIGURES", default))
+    """``$SPECNB_FIGURES``, else :func:`figures_for` the running profile (created on demand)."""
+    path = Path(os.environ.get("SPECNB_FIGURES") or figures_for(_PROFILE["name"]))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -321,6 +336,7 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
         raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
     out = figures_dir() / f"{name}.png"
     fig.savefig(out, pil_kwargs={"optimize": True})
+    _record_title(out.parent, name, fig)
     if data is not None:
         data.to_csv(out.with_suffix(".csv"), index=False)
     if dump := os.environ.get("SPECNB_FIGURE_DUMP"):
@@ -328,6 +344,17 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
         with open(Path(dump) / f"{name}.pickle", "wb") as f:
             pickle.dump(fig, f)
     return out
+
+
+def _record_title(folder: Path, name: str, fig: plt.Figure) -> None:
+    """Keep the figure's title (its suptitle, else its panels' titles) in ``folder/titles.json``: what the figure
+    shows, for the index of the reference run (:func:`specnb.reference_run.index`)."""
+    suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    title = suptitle or "; ".join(t for t in (ax.get_title() for ax in fig.axes) if t)
+    path = folder / "titles.json"
+    titles = json.loads(path.read_text()) if path.exists() else {}
+    titles[name] = " ".join(title.split())
+    path.write_text(json.dumps(dict(sorted(titles.items())), indent=1, ensure_ascii=False) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ layout audit

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .plots import figures_dir
+from .plots import figures_dir, use_profile
 from .verdicts import Comparison, Expect
 
 SETUP_FIELDS = ("model", "hardware", "dtype", "datastore", "prompts × tokens", "task")
@@ -63,6 +63,7 @@ class Results:
 
     def __init__(self, prefix: str, profile: str):
         self.prefix = prefix
+        use_profile(profile)  # figures go to figures/ for quick, figures/<profile>/ otherwise
         self.values: dict[str, Any] = {"profile": profile}
         self.ours: dict[str, Any] = {}
         self.papers: dict[str, Any] = {}

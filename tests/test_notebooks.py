@@ -16,20 +16,41 @@ def test_there_are_notebooks():
     assert any(p.name == "00_quickstart.ipynb" for p in NOTEBOOKS)
 
 
+MAX_PNG_BYTES = 150_000  # a committed figure stays small
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
+    """papermill's path (make figures): the notebook runs, its outputs hold no traceback, no warning and no
+    progress bar of more than a couple of lines, and every figure it saved, reopened, has no overlapping text,
+    no legend over data and no panel of a single value (specnb.plots.layout_problems)."""
+    import pickle
+
+    import matplotlib.pyplot as plt
+
+    from specnb.notebooks import output_problems
+    from specnb.plots import layout_problems
+
     source = json.loads(path.read_text())
     tagged = [c for c in source["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert tagged and "profile" in "".join(tagged[0]["source"]), "needs a tagged parameters cell with profile"
-    assert all(not c.get("outputs") for c in source["cells"] if c["cell_type"] == "code"), "commit without outputs"
     monkeypatch.setattr("specnb.notebooks.figures_for", lambda profile: tmp_path / "figures")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it: tiny models run best on one thread
+    monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))
     [run] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
     assert run.error is None, run.error
     executed = run.executed
     assert executed.exists()
+    assert output_problems(json.loads(executed.read_text())) == []
     figures = tmp_path / "figures"
     assert list(figures.glob("*.png")), "a notebook should save at least one figure"
+    for dumped in sorted((tmp_path / "dump").glob("*.pickle")):
+        with open(dumped, "rb") as f:
+            fig = pickle.load(f)
+        assert layout_problems(fig) == [], dumped.stem
+        plt.close(fig)
+    for png in figures.glob("*.png"):
+        assert png.stat().st_size < MAX_PNG_BYTES, f"{png.name}: {png.stat().st_size // 1000} kB"
     prefix = path.stem[:2]
     results = json.loads((figures / f"{prefix}_results.json").read_text())
     assert results["profile"] == "smoke" and results["ours"], "headline numbers go to NN_results.json"
@@ -39,6 +60,36 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
                 for output in cell.get("outputs", []) if "text/markdown" in output.get("data", {})]
     assert any(f"{prefix}_results.json" in "".join(o["data"]["text/markdown"]) for o in rendered), \
         "the conclusions are a code cell rendered from the results file"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_after_its_parameters_cell_is_edited(path, tmp_path, monkeypatch):
+    """The interactive path papermill does not take: a reader opens the notebook, edits ``profile`` in its
+    parameters cell to smoke and runs every cell in a fresh kernel."""
+    from specnb.notebooks import output_problems, run_edited
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path / "figures"))  # the kernel inherits it
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    executed = run_edited(path, "smoke", path.parent)
+    assert output_problems(executed) == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_published_outputs_match_their_code(path):
+    """A committed notebook either has no outputs or carries the reference run's: stamped by ``specnb
+    notebooks publish`` with the hash of the code that produced them (a code change without a rerun fails),
+    from the quick profile, and clean (no traceback, warning or long progress bar)."""
+    from specnb.notebooks import output_problems
+    from specnb.reference_run import STAMP, code_hash
+
+    notebook = json.loads(path.read_text())
+    if not any(c.get("outputs") for c in notebook["cells"] if c["cell_type"] == "code"):
+        return
+    stamp = notebook["metadata"].get(STAMP)
+    assert stamp is not None, "outputs without the reference run's stamp: publish with `specnb notebooks publish`"
+    assert stamp["profile"] == "quick" and stamp["code_hash"] == code_hash(notebook), \
+        f"{path.name}: its code changed since the reference run ({stamp['commit']}); rerun and publish it"
+    assert output_problems(notebook) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
