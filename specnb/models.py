@@ -16,10 +16,12 @@ once, a hub id already in the local Hugging Face cache is read without a request
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
@@ -247,14 +249,30 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
         placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=where.offline,
-                                                     **placement).eval()
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=where.offline,
+                                                         **placement).eval()
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:
         chat = tokenizer.chat_template is not None
     kernels.install(model)
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Without transformers' "Loading weights" bar: a few seconds of progress that would leave one line per
+    update in a saved notebook."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
