@@ -1,6 +1,6 @@
 """Run statistics and the metric definitions used by every notebook and the bench.
 
-Definitions (DESIGN §5), all computed from per-call records after prefill:
+Definitions, the only ones every notebook and the bench use, computed from per-call records after prefill:
 
 * **tokens per call** (block efficiency): new tokens / target forward calls after prefill. The token
   produced by prefill is not counted, so AR decoding has exactly 1.0.
@@ -11,6 +11,7 @@ Definitions (DESIGN §5), all computed from per-call records after prefill:
 * **step acceptance rate** (MCSD): accepted draft tokens / (accepted + rejected draft steps). Levels are
   verified one after another, so a call that stops short of its draft depth had exactly one rejected step.
 * **speedup**: AR wall time / method wall time, same process, same prompts and max tokens, after warm-up.
+* **storage**: bytes on disk of everything a drafter needs at run time (:func:`specnb.datastores.rest.disk_bytes`).
 * **tokens/s**: new tokens (prefill's included) / wall time including prefill.
 * **interval** of a ratio of two methods' tokens/s (a speedup): the central 90% of the ratio over bootstrap
   resamples of the prompts, each prompt's two runs kept together (:func:`rate_ratio_interval`). It shows how

@@ -1,4 +1,4 @@
-"""The metric definitions of metrics.py (DESIGN §5) on hand-made and real runs; ID data (id_data.py)."""
+"""The metric definitions of metrics.py on hand-made and real runs; ID data (id_data.py)."""
 
 from __future__ import annotations
 

