@@ -1,7 +1,7 @@
 """CPU feature detection: which instruction-set path the few-row kernels take here (a leaf module).
 
-Three classes of x86 CPU matter for decoding (the README's "The forward pass"): AVX2 + FMA only, AVX512-BF16 (``vdpbf16ps``:
-bf16 pairs multiplied and summed into fp32) and AMX-BF16 (every AMX CPU also has AVX512-BF16, which the
+Three classes of x86 CPU matter for decoding (the README's "The forward pass"): AVX2 + FMA only, AVX512-BF16
+(``vdpbf16ps``: bf16 pairs multiplied and summed into fp32) and AMX-BF16 (every AMX CPU also has AVX512-BF16, which the
 few-row kernels use: a call of a few rows is bound by reading the weights, not by the dot products).
 ``SPECNB_CPU_ISA=avx2`` forces the AVX2 path (to compare paths, or to test one on a bigger CPU).
 """
