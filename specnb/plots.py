@@ -377,7 +377,7 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     for i, ax in enumerate(fig.axes):
         name = ax.get_title() or ax.get_label() or f"panel {i}"
         for axis_name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            labels = [t for t in axis.get_ticklabels() if t.get_visible() and t.get_text().strip()]
+            labels = _drawn_tick_labels(axis)
             boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels]
             problems += [f"{name}: {axis_name} tick labels {a!r} and {b!r} overlap"
                          for a, b in _overlapping(boxes, slack)]
@@ -408,6 +408,18 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     problems += [f"{a} and {b} overlap" for a, b in _overlapping(free, slack)]
     problems += [f"{a} and {b} overlap" for a, fa in free for b, fb in ticks if _touch(fa, fb, slack)]
     return problems
+
+
+def _drawn_tick_labels(axis) -> list:
+    """The tick labels matplotlib draws: visible, non-empty, at a tick inside the axis' view limits (it also
+    keeps labels for ticks just outside them, which are never drawn)."""
+    lo, hi = sorted(axis.get_view_interval())
+    span = (hi - lo) * 1e-9
+    labels = []
+    for tick in [*axis.get_major_ticks(), *axis.get_minor_ticks()]:
+        inside = lo - span <= tick.get_loc() <= hi + span
+        labels += [t for t in (tick.label1, tick.label2) if inside and t.get_visible() and t.get_text().strip()]
+    return labels
 
 
 def _touch(a, b, slack: float) -> bool:

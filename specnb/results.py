@@ -12,7 +12,8 @@ updates it by itself. The render also reports the notebook's wall time.
 Every comparison a conclusion makes goes through :meth:`Results.compare`: our number, its 90% interval and
 what the claim expects (:class:`specnb.verdicts.Expect`, tolerance included) are written to the results file
 with the verdict computed from them (*agrees*, *disagrees*, *inconclusive*); ``{verdicts}`` in a template
-renders them as a table, ``{verdict[key]}`` one of them in a sentence. :meth:`Results.setup` records how far
+renders them as a table, ``{verdict[key]}`` one of them in a sentence, ``{finding[key]}`` where our number
+lies against the reference (higher, lower, tie, unclear). :meth:`Results.setup` records how far
 this run's setup is from a paper's (model, hardware, datastore, prompts × tokens, task), ``{setup}`` renders
 it. :meth:`Results.claim` states an effect of our own and refuses one whose interval is wider than it.
 """
@@ -130,6 +131,7 @@ class Results:
 
         values = _nan(json.loads(self.write().read_text()))
         values.update(verdict={k: verdict_sentence(v) for k, v in values["verdicts"].items()},
+                      finding={k: v["finding"] for k, v in values["verdicts"].items()},
                       verdicts=verdict_table(values["verdicts"]), setup=setup_table(values["setup"]))
         text = template.format_map(values)
         print(f"{self.prefix}: wall time {values['wall_seconds']:.0f} s")
