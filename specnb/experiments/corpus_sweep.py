@@ -8,7 +8,8 @@ being the store itself (a sample's dense store reuses the store's hidden states:
 which the dense store's documents are the first (DReSD there would need hours of extraction on a CPU). Every
 store is built once into the cache. Acceptance comes from greedy replay; the predicted speedup prices every
 replayed call with the roofline table (a tree-attention call of its drafted nodes:
-:func:`specnb.experiments.grids.estimated_seconds`).
+:func:`specnb.experiments.grids.estimated_seconds`). Every comparison pairs the two methods reference by
+reference (:func:`sweep_summary`), so a notebook judges "faster" or "a tie" from a 90% interval.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ from ..datastores.rest import RestIndex, disk_bytes
 from ..drafters.base import Drafter
 from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
+from ..metrics import ratio_interval
 from ..models import LoadedModel
 from ..replay import Reference, replay_many
 from .dresd import build_config, datastores, store_corpus
-from .grids import ar_estimated_seconds, replay_summary
+from .grids import ar_estimated_seconds, estimated_seconds, replay_rows
+from .paired import versus
+from .runner import summarize
 from .stores import rest_store, study_folder
 
 FRACTIONS = {"smoke": (0.5, 1.0), "quick": (0.1, 0.3, 1.0), "full": (0.1, 0.3, 1.0)}
@@ -71,16 +75,19 @@ def sweep_points(target: LoadedModel, profile: str, progress: bool = False) -> l
     return points
 
 
-def corpus_sweep(points: list[SweepPoint], references: list[Reference], hidden: list[Tensor], cost) -> pd.DataFrame:
-    """Replay REST and DReSD (:data:`DRESD_SHAPE`) on every corpus over the same greedy references.
+def corpus_sweep_rows(points: list[SweepPoint], references: list[Reference], hidden: list[Tensor], cost
+                      ) -> pd.DataFrame:
+    """Replay REST and DReSD (:data:`DRESD_SHAPE`) on every corpus over the same greedy references, one row per
+    (corpus, method, reference).
 
-    hidden: the teacher-forced states of the references (DReSD's queries). Returns one row per (corpus,
-    method): corpus, corpus_tokens, method ("REST" / "DReSD 10x6"), storage_bytes (what drafting reads from
-    disk), calls, tokens_per_call, accepted_length, acceptance_rate (MAR, per depth), nodes_per_call and
-    est_speedup (roofline-priced AR time / priced time of the replayed calls).
-    """
-    ar_seconds = ar_estimated_seconds(references, cost)
-    rows = []
+    hidden: the teacher-forced states of the references (DReSD's queries). Columns: those of
+    :func:`specnb.experiments.grids.replay_rows` (method "REST" / "DReSD 10x6", prompt_id = the reference's
+    index, calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...), corpus, corpus_tokens,
+    storage_bytes (what drafting reads from disk), est_seconds (the replayed calls priced with the roofline
+    ``cost``: :func:`specnb.experiments.grids.estimated_seconds`) and ar_seconds (the same reference decoded
+    AR, priced alike)."""
+    ar = [ar_estimated_seconds([reference], cost) for reference in references]
+    frames = []
     for point in points:
         methods: dict[str, tuple[Callable[[], Drafter], int, list[Tensor] | None]] = {
             "REST": (lambda p=point: RestDrafter(p.rest), disk_bytes(point.rest.path), None)}
@@ -89,30 +96,58 @@ def corpus_sweep(points: list[SweepPoint], references: list[Reference], hidden: 
                                                           point.dense.storage_bytes(), hidden)
         for method, (make, storage, states) in methods.items():
             runs = replay_many(make, references, states)
-            rows.append({"corpus": point.corpus, "corpus_tokens": point.tokens, "method": method,
-                         "storage_bytes": storage, **replay_summary(method, runs, cost, ar_seconds)})
-    return pd.DataFrame(rows)
+            frames.append(replay_rows(method, runs).assign(
+                corpus=point.corpus, corpus_tokens=point.tokens, storage_bytes=storage,
+                est_seconds=[estimated_seconds(run, cost) for run in runs], ar_seconds=ar))
+    return pd.concat(frames, ignore_index=True)
 
 
-TIE = 0.02  # predicted speedups closer than this (relative) call neither method faster
+def sweep_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (corpus, method) of :func:`corpus_sweep_rows`: corpus, corpus_tokens, method, storage_bytes,
+    calls, tokens_per_call, accepted_length (with ``_low`` / ``_high``, its 90% interval over the references),
+    acceptance_rate (MAR, per depth), nodes_per_call and est_speedup (priced AR time / priced time of the
+    replayed calls, with its 90% interval)."""
+    out = []
+    for (corpus, method), group in rows.groupby(["corpus", "method"], sort=False):
+        summary = summarize(group, baseline="").iloc[0]
+        out.append({"corpus": corpus, "corpus_tokens": group.corpus_tokens.iloc[0], "method": method,
+                    "storage_bytes": group.storage_bytes.iloc[0],
+                    **summary[["calls", "tokens_per_call", "accepted_length", "accepted_length_low",
+                               "accepted_length_high", "acceptance_rate"]],
+                    "nodes_per_call": group.drafted_nodes.sum() / max(1, group.calls.sum()),
+                    "est_speedup": group.ar_seconds.sum() / group.est_seconds.sum(),
+                    **dict(zip(("est_speedup_low", "est_speedup_high"),
+                               ratio_interval(group.ar_seconds.to_numpy(float), group.est_seconds.to_numpy(float)),
+                               strict=True))})
+    return pd.DataFrame(out)
 
 
-def sweep_summary(sweep: pd.DataFrame) -> dict[str, object]:
-    """Headline numbers of :func:`corpus_sweep`'s table: per corpus with both methods (lists in corpus order:
-    corpora, tokens, rest_accepted, dresd_accepted, ratio = DReSD's accepted length over REST's, rest_speedup,
-    dresd_speedup, winner = the method predicted faster, or "neither" within ``tie`` = :data:`TIE`);
-    ``largest_shared``: the largest corpus both were built on (tokens, rest_accepted, dresd_accepted);
-    ``rest_only``: the largest corpus REST alone was built on (tokens, accepted, speedup)."""
-    dresd = sweep[sweep.method != "REST"].set_index("corpus")
-    rest = sweep[sweep.method == "REST"].set_index("corpus")
-    both = dresd.index
-    out: dict[str, object] = {
-        "tie": TIE, "corpora": list(both), "tokens": rest.corpus_tokens[both].tolist(),
-        "ratio": (dresd.accepted_length / rest.accepted_length[both]).tolist(),
-        "rest_accepted": rest.accepted_length[both].tolist(), "dresd_accepted": dresd.accepted_length.tolist(),
-        "winner": ["neither" if abs(d - r) <= TIE * max(d, r) else "DReSD" if d > r else "REST"
-                   for d, r in zip(dresd.est_speedup, rest.est_speedup[both], strict=True)],
-        "dresd_speedup": dresd.est_speedup.tolist(), "rest_speedup": rest.est_speedup[both].tolist()}
+def corpus_sweep(points: list[SweepPoint], references: list[Reference], hidden: list[Tensor], cost) -> pd.DataFrame:
+    """:func:`sweep_table` of :func:`corpus_sweep_rows`: one row per (corpus, method)."""
+    return sweep_table(corpus_sweep_rows(points, references, hidden, cost))
+
+
+def sweep_summary(rows: pd.DataFrame) -> dict[str, object]:
+    """Headline numbers of :func:`corpus_sweep_rows`, lists in corpus order over the corpora both methods were
+    built on: corpora, tokens, rest_accepted, dresd_accepted, ratio (DReSD's accepted length over REST's) with
+    ratio_low / ratio_high, speed (DReSD's predicted speed over REST's: REST's priced seconds over DReSD's) with
+    speed_low / speed_high — 90% intervals paired over the references (:func:`specnb.experiments.paired.versus`)
+    —, rest_speedup and dresd_speedup (predicted over AR); ``largest_shared``: the largest corpus both were built
+    on (tokens, rest_accepted, dresd_accepted); ``rest_only``: the largest corpus REST alone was built on
+    (tokens, accepted, speedup)."""
+    table = sweep_table(rows)
+    dresd = table[table.method != "REST"].set_index("corpus")
+    rest = table[table.method == "REST"].set_index("corpus")
+    both, name = list(dresd.index), "DReSD {}x{}".format(*DRESD_SHAPE)
+    out: dict[str, object] = {"corpora": both, "tokens": rest.corpus_tokens[both].tolist(),
+                              "rest_accepted": rest.accepted_length[both].tolist(),
+                              "dresd_accepted": dresd.accepted_length.tolist(),
+                              "rest_speedup": rest.est_speedup[both].tolist(),
+                              "dresd_speedup": dresd.est_speedup.tolist()}
+    for key, metric in (("ratio", "accepted_length"), ("speed", ("one", "est_seconds"))):
+        values = [versus(rows[rows.corpus == corpus], name, "REST", metric) for corpus in both]
+        out.update({key: [v[0] for v in values], f"{key}_low": [v[1] for v in values],
+                    f"{key}_high": [v[2] for v in values]})
     shared = rest.corpus_tokens[both].idxmax()
     out["largest_shared"] = {"tokens": rest.corpus_tokens[shared], "rest_accepted": rest.accepted_length[shared],
                              "dresd_accepted": dresd.accepted_length[shared]}
@@ -122,3 +157,39 @@ def sweep_summary(sweep: pd.DataFrame) -> dict[str, object]:
         out["rest_only"] = {"tokens": largest.corpus_tokens, "accepted": largest.accepted_length,
                             "speedup": largest.est_speedup}
     return out
+
+
+def compare_speeds(report, summary: dict[str, object], tie: float = 0.02) -> None:
+    """One :meth:`specnb.results.Results.compare` per corpus of :func:`sweep_summary`: DReSD's predicted speed over
+    REST's, paired over the references, must exceed 1 + ``tie`` (a band of ``tie`` around 1 is a tie), as the
+    paper's matched-shape comparison found. Keys ``speed_<i>`` in corpus order."""
+    from ..verdicts import Expect
+
+    for i, tokens in enumerate(summary["tokens"]):
+        report.compare(f"speed_{i}", f"DReSD {DRESD_SHAPE[0]}×{DRESD_SHAPE[1]} predicted speed over REST's, "
+                       f"{tokens:,}-token corpus", summary["speed"][i], summary["speed_low"][i],
+                       summary["speed_high"][i], Expect.above(1.0, tie),
+                       "DReSD §5.4, Fig. 9 (matched shapes, greedy: DReSD 10-29% faster)",
+                       cause="every drafted node costs on this machine (notebook 05), and REST drafts none where "
+                             "it finds no match")
+
+
+def sweep_markdown(summary: dict[str, object]) -> str:
+    """The corpus-size part of a results template for :func:`sweep_summary` stored as ``ours[sweep]``: one line per
+    corpus (accepted lengths, their paired ratio, the predicted speed ratio and the finding of
+    :func:`compare_speeds`' ``speed_<i>``, from ``ours[finding]``: :func:`specnb.experiments.paired.findings`)
+    and, when REST alone ran on a larger corpus, a sentence on it."""
+    lines = [f"* {{ours[sweep][tokens][{i}]:,}} tokens: DReSD accepts {{ours[sweep][dresd_accepted][{i}]:.3f}} "
+             f"vs REST {{ours[sweep][rest_accepted][{i}]:.3f}} tokens per call, ×{{ours[sweep][ratio][{i}]:.2f}} "
+             f"({{ours[sweep][ratio_low][{i}]:.2f}}–{{ours[sweep][ratio_high][{i}]:.2f}}); predicted speed "
+             f"×{{ours[sweep][speed][{i}]:.2f}} REST's ({{ours[sweep][speed_low][{i}]:.2f}}–"
+             f"{{ours[sweep][speed_high][{i}]:.2f}}): {{ours[finding][speed_{i}]}}."
+             for i in range(len(summary["corpora"]))]
+    if "rest_only" in summary:
+        lines.append("\nREST on the whole stdlib ({ours[sweep][rest_only][tokens]:,} tokens, notebook 04's corpus) "
+                     "accepts {ours[sweep][rest_only][accepted]:.3f} tokens per call (predicted "
+                     "×{ours[sweep][rest_only][speedup]:.2f} over AR) against "
+                     "{ours[sweep][largest_shared][rest_accepted]:.3f} on the dense store's "
+                     "{ours[sweep][largest_shared][tokens]:,} tokens: REST's numbers here and in notebook 04 differ "
+                     "by the corpus, not the method.")
+    return "\n".join(lines)

@@ -1,0 +1,31 @@
+"""The "here" side of a notebook's setup table (:meth:`specnb.results.Results.setup`), read from the run itself:
+the target's name and hidden size, the machine it ran on, the dtype its weights were loaded in. Nothing here is
+typed, so a rerun on another machine or dtype states its own setup."""
+
+from __future__ import annotations
+
+from ..kernels.cpu import cpu_class
+from ..models import LoadedModel
+from ..roofline import device_name
+
+
+def hidden_size(target: LoadedModel) -> int:
+    """The width of the target's hidden state (the dense keys' raw dimension)."""
+    return int(target.model.config.get_text_config().hidden_size)
+
+
+def here(target: LoadedModel, **fields: object) -> dict[str, str]:
+    """{"model": "<name> (hidden <d>)", "hardware": the GPU's name or the CPU's model with its torch threads
+    and its class (amx / avx512bf16 / avx2), "dtype": the weights' dtype}, then ``fields`` (e.g.
+    ``datastore=...``, ``prompts_tokens=...``: underscores become spaces, ``prompts_tokens`` becomes
+    ``prompts × tokens``), every value as a string."""
+    param = next(target.model.parameters())
+    hardware = device_name(param.device)
+    if param.device.type == "cpu":
+        hardware += f" ({cpu_class()})"
+    out = {"model": f"{target.name} (hidden {hidden_size(target)})", "hardware": hardware,
+           "dtype": str(param.dtype).removeprefix("torch.")}
+    for key, value in fields.items():
+        name = "prompts × tokens" if key == "prompts_tokens" else key.replace("_", " ")
+        out[name] = str(value)
+    return out
