@@ -254,7 +254,24 @@ def check_writable(path: str | Path) -> Path:
         raise ValueError(f"--out {path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ValueError(f"--out {path} is not writable")
+    if path.is_file() and path.stat().st_size and not is_bench_csv(path):
+        raise ValueError(f"--out {path} exists and is not a bench CSV of specnb (its header lacks "
+                         f"{' and '.join(sorted(BENCH_COLUMNS))}); refusing to replace it: name another file")
     return path
+
+
+BENCH_COLUMNS = frozenset({"method", "prompt_id"})  # every row the bench writes has them
+
+
+def is_bench_csv(path: Path) -> bool:
+    """Whether ``path`` starts with a CSV header holding the bench's :data:`BENCH_COLUMNS` (a file the bench wrote,
+    which it may replace; any other file is the user's)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            header = next(csv.reader([f.readline(1 << 16)]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return BENCH_COLUMNS <= {column.strip() for column in header}
 
 
 class CsvSink:

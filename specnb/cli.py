@@ -1,8 +1,9 @@
 """The ``specnb`` command line: models, bench, notebooks, datastores (and the commands of other modules).
 
-Every user error is one line ``specnb: error: ...`` and exit status 2, in every command; Ctrl-C is exit 130
-without a traceback. Only the chosen command's module is imported (``specnb --help`` never imports torch),
-and every option's help shows its default.
+Every user error is one line ``specnb: error: ...`` and exit status 2, in every command (``datastore verify``
+reports a damaged store the same way with exit status 1); Ctrl-C is exit 130 without a traceback. Only the
+chosen command's module is imported (``specnb --help`` never imports torch), and every option's help shows its
+default.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 # Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
@@ -51,7 +53,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``specnb ARGS``; returns the exit status (0 done, 2 user error, 130 interrupted)."""
+    """Run ``specnb ARGS``; returns the exit status (0 done, 1 a damaged store found by ``datastore verify``, 2 user
+    error, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         _check_model_names(argv)
@@ -133,7 +136,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "datastore":
         for module in DATASTORE_KINDS:
             importlib.import_module(module).add_parser(kinds)
-    p = actions.add_parser("verify", help="check every file of a store against its recorded checksums")
+    p = actions.add_parser("verify", help="check every file of a store against its recorded checksums "
+                           "(exit 1 and one line when it is damaged)")
     p.add_argument("path", help="a REST or dense store folder, or a CREST .sqlite file")
     p.set_defaults(func=_datastore_verify)
     return parser
@@ -280,9 +284,18 @@ def _figures_compare(args: argparse.Namespace) -> int:
 
 
 def _datastore_verify(args: argparse.Namespace) -> int:
+    """0 when the store checks out; 1 with one line saying what is wrong when a store there is damaged; a path
+    with nothing at it is a user error (2, from :func:`main`)."""
+    from .datastores import CorpusError
     from .datastores.manifest import verify_store
 
-    print(verify_store(args.path))
+    if not Path(args.path).exists():
+        raise FileNotFoundError(f"no datastore at {args.path}")
+    try:
+        print(verify_store(args.path))
+    except CorpusError as exc:
+        print(f"specnb: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -10,6 +10,8 @@ Larger calls in float32 use a copy of the weight prepacked for oneDNN, built on 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import weakref
 
 import torch
@@ -75,6 +77,8 @@ def forward(model: PreTrainedModel, input_ids: Tensor, *, last_only: bool = Fals
 
     The host/device boundary of every model call in specnb: ``input_ids`` and ``position_ids`` may be host
     tensors and are moved to the model's device here (masks from :class:`specnb.masks.TreeMasks` are built there).
+    The KV cache is passed as ``past_key_values`` (specnb's name for it everywhere); Hugging Face's decoder gets
+    it under the name its transformers release takes.
     Returns ``(logits, hidden)`` on the model's device: logits [B, S, V] (or [B, 1, V] with ``last_only``)
     and the final hidden states [B, S, d] after the last norm, i.e. the LM head's input.
     """
@@ -85,5 +89,16 @@ def forward(model: PreTrainedModel, input_ids: Tensor, *, last_only: bool = Fals
     if (lean := body(model)) is not None:  # explicit tensor code over the same weights, cache and masks
         hidden = lean(input_ids, **kwargs)
     else:
-        hidden = model.get_decoder()(input_ids=input_ids, **kwargs).last_hidden_state
+        decoder = model.get_decoder()
+        if "past_key_values" in kwargs and _takes_cache(type(decoder)):
+            kwargs["cache"] = kwargs.pop("past_key_values")
+        hidden = decoder(input_ids=input_ids, **kwargs).last_hidden_state
     return output_head(model)(hidden[:, -1:] if last_only else hidden), hidden
+
+
+@functools.cache
+def _takes_cache(decoder: type) -> bool:
+    """Whether Hugging Face's decoder class takes its KV cache as ``cache``: transformers 5.x renamed
+    ``past_key_values`` to it and removes the old name in 5.40 (a FutureWarning on every call until then); older
+    5.x releases know only ``past_key_values``."""
+    return "cache" in inspect.signature(decoder.forward).parameters

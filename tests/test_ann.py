@@ -47,7 +47,26 @@ def test_hnswlib_agrees_with_exact_search_on_easy_data(clustered):
     assert self_mrr(None, clustered, np.arange(0, 2000, 7)) == 1.0  # distinct vectors find themselves first
     assert index.query(queries[:1], 5000)[0].shape == (1, 2000)  # k capped at the index size
     latency = query_latency(index, queries[:50], 10)
-    assert 0 < latency["median_ms"] <= latency["p90_ms"]
+    assert 0 < latency["median_ms"] <= latency["p90_ms"] < float("inf")
+
+
+def test_query_latency_is_the_time_of_each_timed_query(monkeypatch, clustered):
+    """On a clock where the i-th timed query (of 50, after the untimed warm-up ones) takes i ms: median 25.5 ms,
+    mean 25.5 ms, 90th percentile 45.1 ms (linear interpolation between the 45th and 46th)."""
+    import types
+
+    import specnb.ann as ann
+
+    index = AnnIndex.build(clustered[:300], IndexParams(M=8, ef_construction=40, ef_search=20), progress=False)
+    queried = []
+    real_query = index.query
+    monkeypatch.setattr(index, "query", lambda *args, **kwargs: queried.append(1) or real_query(*args, **kwargs))
+    # the clock readings around timed query i (0-based): 10 i s and 10 i s + (i + 1) ms
+    times = iter(np.concatenate([[10.0 * i, 10.0 * i + (i + 1) * 1e-3] for i in range(50)]))
+    monkeypatch.setattr(ann, "time", types.SimpleNamespace(perf_counter=lambda: next(times)))
+    latency = query_latency(index, unit_vectors(50, 16, seed=3), 5, warmup=20)
+    assert len(queried) == 20 + 50
+    assert latency == pytest.approx({"median_ms": 25.5, "p90_ms": 45.1, "mean_ms": 25.5})
 
 
 def test_index_round_trip(tmp_path, clustered):
@@ -67,6 +86,13 @@ def test_rank_measures():
 
 
 def test_unit_vectors():
-    x = unit_vectors(1000, 8, seed=2, spectrum=np.linspace(3, 0.1, 8))
+    """Unit length; with a spectrum, each axis spreads in the spectrum's order (a normalised Gaussian cloud: the
+    spread of an axis grows with its standard deviation), without one every axis alike."""
+    spectrum = np.linspace(3, 0.1, 8)
+    x = unit_vectors(4000, 8, seed=2, spectrum=spectrum)
     np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1, rtol=1e-5)
-    assert x[:, 0].std() > x[:, -1].std()
+    spread = x.std(0)
+    assert (np.diff(spread) < 0).all() and spread[0] > 10 * spread[-1]
+    iso = unit_vectors(4000, 8, seed=2).std(0)
+    assert iso.max() < 1.15 * iso.min()
+    assert unit_vectors(5, 8, seed=4).tolist() == unit_vectors(5, 8, seed=4).tolist()  # seeded

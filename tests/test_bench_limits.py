@@ -47,9 +47,27 @@ def test_streamed_bytes_counts_a_tied_head_once_and_skips_an_untied_embedding():
     assert ceilings.matmul_parameters(model) * 4 == ceilings.streamed_bytes(model)
 
 
-def test_machine_ceilings_are_positive():
-    assert ceilings.read_bandwidth(megabytes=64, repeats=2) > 0.1  # GB/s
-    assert ceilings.gemm_flops(size=256, repeats=2) > 1e8
+def test_machine_ceilings_are_bytes_and_flops_over_the_median_time(monkeypatch):
+    """On a clock whose timed reads take 4, 1 and 2 s (median 2 s), the read bandwidth of 64 MB of float32 is
+    64 * 2**20 bytes / 2 s / 1e9 and a 256^3 GEMM's rate 2 * 256**3 / 2 s (the untimed warm-up pass excluded);
+    on the real clock both are finite and positive."""
+    import types
+
+    durations = iter([4.0, 1.0, 2.0] * 2)
+    now = [0.0, False]  # time, whether the next reading ends a timed call
+
+    def clock() -> float:
+        if now[1]:
+            now[0] += next(durations)
+        now[1] = not now[1]
+        return now[0]
+
+    real_time = ceilings.time
+    monkeypatch.setattr(ceilings, "time", types.SimpleNamespace(perf_counter=clock))
+    assert ceilings.sample_read_bandwidth(megabytes=64, repeats=3) == pytest.approx(64 * 2**20 / 2.0 / 1e9)
+    assert ceilings.gemm_flops(size=256, repeats=3) == pytest.approx(2 * 256**3 / 2.0)
+    monkeypatch.setattr(ceilings, "time", real_time)
+    assert 0 < ceilings.sample_read_bandwidth(megabytes=16, repeats=2) < float("inf")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")

@@ -10,6 +10,7 @@ import torch
 from conftest import tiny
 
 from specnb.ann import AnnIndex, IndexParams
+from specnb.datastores import dense as dense_store
 from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
 from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore, subset_datastore
 from specnb.datastores.manifest import verify_store
@@ -155,8 +156,9 @@ def test_a_datastore_refuses_another_model_or_tokenizer(stores, tmp_path):
         load_datastore(copy).check(tiny("llama"))
 
 
-def test_a_subset_store_equals_a_fresh_build_of_its_documents(stores, tmp_path):
-    """The corpus-size sweep's stores: a parent's rows of some documents, their own transform and index."""
+def test_a_subset_store_equals_a_fresh_build_of_its_documents(stores, tmp_path, monkeypatch):
+    """The corpus-size sweep's stores: a parent's rows of some documents, their own transform and index; asked
+    again, the store is opened as it is (no transform fitted, no index built, no file rewritten)."""
     parent = stores["llama"]
     corpus = TokenCorpus(np.asarray(parent.corpus_tokens()), np.asarray(parent.doc_starts()), parent.meta["corpus"])
     docs = corpus.sample_docs(0.5, seed=3)
@@ -169,7 +171,17 @@ def test_a_subset_store_equals_a_fresh_build_of_its_documents(stores, tmp_path):
     np.testing.assert_allclose(np.asarray(sub.hidden(), np.float32), np.asarray(fresh.hidden(), np.float32),
                                rtol=1e-2, atol=1e-2)
     np.testing.assert_allclose(np.abs(sub.keys), np.abs(fresh.keys), atol=2e-2)  # PCA axes up to their sign
-    assert subset_datastore(parent, docs, tmp_path / "sub", CONFIG).path == sub.path  # reused, not rebuilt
+    written = {f.name: f.stat().st_mtime_ns for f in sub.path.iterdir()}
+
+    def rebuilt(*args, **kwargs):
+        raise AssertionError("an existing subset store was built again")
+
+    monkeypatch.setattr(dense_store, "_index_into", rebuilt)
+    monkeypatch.setattr(dense_store, "atomic_folder", rebuilt)
+    again = subset_datastore(parent, docs, tmp_path / "sub", CONFIG)  # reused, not rebuilt
+    assert again.path == sub.path and np.array_equal(again.values, sub.values)
+    assert {f.name: f.stat().st_mtime_ns for f in sub.path.iterdir()} == written
+    monkeypatch.undo()
     assert verify_store(sub.path)
 
 

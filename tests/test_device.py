@@ -137,10 +137,30 @@ def test_the_check_is_live(monkeypatch):
 
 
 def test_generate_synchronises_at_every_phase_boundary(monkeypatch):
-    calls = []
-    monkeypatch.setattr("specnb.decode.synchronize", lambda device: calls.append(device))
-    out = generate(tiny(ARCH), PROMPT, make_drafter("pld", tiny(ARCH)), max_new_tokens=8)
-    assert len(calls) == 1 + 3 * out.stats.num_calls  # after prefill; after draft, verify, bookkeeping
+    """Each phase a call's statistics time (prefill, draft, verify, bookkeeping) ends with a synchronisation
+    before the clock is read and the next phase starts, so on a GPU each time is the device's work: the events,
+    in order."""
+    import time
+    import types
+
+    from specnb.verify import Verifier
+
+    events: list[str] = []
+    monkeypatch.setattr("specnb.decode.synchronize", lambda device: events.append("sync"))
+    monkeypatch.setattr("specnb.decode.time", types.SimpleNamespace(
+        perf_counter=lambda: events.append("clock") or time.perf_counter()))
+    for name in ("prefill", "forward"):
+        real = getattr(Verifier, name)
+        monkeypatch.setattr(Verifier, name, lambda self, *args, _real=real, _name=name: events.append(_name)
+                            or _real(self, *args))
+    drafter = make_drafter("pld", tiny(ARCH))
+    for name in ("propose", "update"):
+        real = getattr(drafter, name)
+        monkeypatch.setattr(drafter, name, lambda *args, _real=real, _name=name: events.append(_name)
+                            or _real(*args))
+    out = generate(tiny(ARCH), PROMPT, drafter, max_new_tokens=8)
+    step = ["clock", "propose", "sync", "clock", "forward", "sync", "clock", "update", "sync", "clock"]
+    assert events == ["clock", "prefill", "sync", "clock"] + step * out.stats.num_calls + ["clock"]
 
 
 def test_profiles_default_to_the_available_device():
@@ -187,12 +207,34 @@ def test_bench_runners_and_dresd_on_the_device(monkeypatch):
     assert hidden.shape == (fake_target().model.config.hidden_size,) and 0 <= root < fake_target().vocab_size
 
 
-def test_roofline_times_on_the_device():
+def test_roofline_times_on_the_device(monkeypatch):
+    """Every timed call is bracketed by synchronisations inside its clock readings (sync, clock, call, sync,
+    clock), so a GPU's timings are its work, not its kernel launches; every cell is timed on the device."""
+    import time
+    import types
+
+    from specnb import roofline
     from specnb.roofline import Grid, time_cells
 
+    events: list[str] = []
+    real_forward = roofline.forward
+
+    def forward(model, ids, **kwargs):
+        events.append("prefill" if kwargs.get("last_only") else "call")
+        assert kwargs.get("last_only") or ids.device == FAKE  # timed blocks are made on the device
+        return real_forward(model, ids, **kwargs)
+
+    monkeypatch.setattr(roofline, "forward", forward)
+    monkeypatch.setattr(roofline, "synchronize", lambda device: events.append(f"sync {device.type}"))
+    monkeypatch.setattr(roofline, "time", types.SimpleNamespace(
+        perf_counter=lambda: events.append("clock") or time.perf_counter()))
+    grid = Grid((1, 2), (0, 1), (8, 30), repeats=1)
     with fake_device():
-        frame = time_cells(fake_target().model, Grid((1, 2), (0, 1), (8, 30), repeats=1), progress=False)
-    assert len(frame) == 8 and (frame.seconds > 0).all()
+        frame = time_cells(fake_target().model, grid, progress=False)
+    assert len(frame) == 8 and frame.passes.tolist() == [1] * 8
+    assert events[:2] == ["prefill", "prefill"]
+    calls = 2 * len(grid.cells()) * (grid.repeats + 1)  # each cell and its one-token partner, every pass
+    assert events[2:] == [f"sync {FAKE.type}", "clock", "call", f"sync {FAKE.type}", "clock"] * calls
 
 
 def test_named_draft_models_follow_the_target_unless_told():

@@ -456,6 +456,35 @@ def test_help_shows_defaults_lists_methods_and_is_light():
     assert "(default: 128)" in out.stdout and "(default: gemma-3-270m)" in out.stdout
 
 
+@pytest.mark.parametrize("name, content", [
+    ("notes.md", b"# my notes\n\nthree weeks of them\n"),
+    ("results.csv", b"model,score\nmine,0.9\n"),  # a CSV, but not the bench's
+    ("data.bin", bytes(range(256)) * 4),
+])
+def test_bench_out_never_replaces_a_file_that_is_not_a_bench_csv(name, content, tmp_path, capsys, no_model):
+    """``--out`` over a user's existing file that the bench did not write: refused in one line before anything
+    runs (exit 2), the file untouched."""
+    path = tmp_path / name
+    path.write_bytes(content)
+    code, err = run_cli([*BENCH, "--methods", "pld", "--out", str(path)], capsys)
+    assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1, err
+    assert "is not a bench CSV of specnb" in err and str(path) in err
+    assert path.read_bytes() == content
+
+
+def test_bench_out_replaces_an_earlier_bench_csv_or_an_empty_file(tmp_path):
+    from specnb.bench import CsvSink
+
+    earlier = tmp_path / "r.csv"
+    earlier.write_text("method,prompt_id,seconds\nar,a,1.0\n")
+    CsvSink(earlier)([{"method": "pld", "prompt_id": "b", "seconds": 0.5}])
+    assert earlier.read_text() == "method,prompt_id,seconds\npld,b,0.5\n"
+    empty = tmp_path / "empty.csv"
+    empty.touch()
+    CsvSink(empty)([{"method": "ar", "prompt_id": "a"}])
+    assert empty.read_text() == "method,prompt_id\nar,a\n"
+
+
 # ------------------------------------------------------------------------------------- bench keeps work
 
 

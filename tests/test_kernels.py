@@ -6,9 +6,13 @@ gives exactly the bits it gives alone), which is what makes bf16 speculative dec
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import kernel_path_exists
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +20,9 @@ from specnb import kernels
 from specnb.kernels import cpu, memory
 from specnb.models import tiny_model
 
-pytestmark = pytest.mark.skipif(kernels.extension() is None, reason="no AVX2/FMA CPU or no C++ toolchain")
+# Skipped only where no kernel path can exist (no AVX2 + FMA, or SPECNB_KERNELS=0); where one exists, a build that
+# fails makes these tests fail, starting with test_the_extension_builds.
+pytestmark = pytest.mark.skipif(not kernel_path_exists(), reason="no AVX2/FMA CPU (or SPECNB_KERNELS=0)")
 
 # every path the CPU can run: AVX2 everywhere, AVX512-BF16 where present
 ISAS = [i for i, name in enumerate(cpu.ISAS) if name == "avx2" or "avx512_bf16" in cpu.cpu_flags()]
@@ -26,6 +32,50 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 
 def _linear(x, w, b, isa):
     return kernels.extension().linear(x, w, b, isa)
+
+
+def test_the_extension_builds():
+    """This CPU has a kernel path, so the C++ extension must build and load: a compiler or source error is a
+    failure here (it was a warning, and every kernel test skipped)."""
+    if kernels.extension() is None:
+        kernels.extension.cache_clear()  # build again to show why
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            built = kernels.extension()
+        assert built is not None, "; ".join(str(w.message) for w in caught) or "the extension did not build"
+    assert kernels.isa_code() == cpu.ISAS.index(cpu.kernel_isa())
+
+
+@pytest.fixture
+def all_threads():
+    """ATen's pool at every core this process may use (the tests run single-threaded otherwise)."""
+    before = torch.get_num_threads()
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    yield threads
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_are_bit_independent_whatever_the_thread_split(isa, dtype, all_threads):
+    """On the real thread count (and on 3 threads, which split the weight's 4099 rows unevenly: the last chunk
+    short, one thread with a chunk more), every output is the bits it is on one thread, and each row the bits it
+    is alone: the split of the weight among threads never changes a sum. The weight (4099 x 203) is large enough
+    to be split (the kernel keeps one thread below 128 KB of weight)."""
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(67, 203, generator=g).to(dtype), torch.randn(4099, 203, generator=g).to(dtype)
+    b = torch.randn(4099, generator=g).to(dtype)
+    assert w.numel() * w.element_size() >= 2 * (128 << 10)
+    torch.set_num_threads(1)
+    one_thread = _linear(x, w, b, isa)
+    for threads in sorted({all_threads, 3}):
+        torch.set_num_threads(threads)
+        assert torch.get_num_threads() == threads
+        assert torch.equal(_linear(x, w, b, isa), one_thread), threads
+        for rows in (1, 3, 5, 16, 33):
+            assert torch.equal(_linear(x[:rows], w, b, isa), one_thread[:rows]), (threads, rows)
+        alone = torch.cat([_linear(x[i:i + 1], w, b, isa) for i in range(0, 67, 6)])
+        assert torch.equal(alone, one_thread[0:67:6]), threads
 
 
 @settings(max_examples=40, deadline=None)
@@ -280,8 +330,28 @@ def test_rehome_moves_large_weights_into_huge_pages_and_keeps_ties():
         torch.testing.assert_close(kernels.linear(x, model[1].weight), x @ before["0.weight"].T, rtol=1e-4, atol=1e-4)
 
 
-def test_top_k_bench_times_both_backends():
-    from specnb.kernels.bench import bench_top_k
+def test_top_k_bench_times_both_backends(monkeypatch):
+    """On a clock where every reading advances 1 ms and the few-row top-k 2 ms more per call, each row reports
+    the median of its calls: fewrow 3 ms, torch 1 ms, speedup torch / fewrow = 1/3, for every (k, rows) asked."""
+    import types
 
-    table = bench_top_k(vocab=300, rows=(1, 3), ks=(1, 4), repeats=2)
-    assert len(table) == 4 and (table[["fewrow_ms", "torch_ms", "speedup"]] > 0).all().all()
+    from specnb.kernels import bench
+
+    now = [0.0]
+
+    def tick() -> float:
+        now[0] += 1e-3
+        return now[0]
+
+    real = bench.fewrow_top_k
+
+    def slow_fewrow(x, k):
+        now[0] += 2e-3
+        return real(x, k)
+
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=tick))
+    monkeypatch.setattr(bench, "fewrow_top_k", slow_fewrow)
+    table = bench.bench_top_k(vocab=300, rows=(1, 3), ks=(1, 4), repeats=3)
+    assert table[["k", "rows"]].values.tolist() == [[1, 1], [1, 3], [4, 1], [4, 3]]
+    assert table.fewrow_ms.tolist() == pytest.approx([3.0] * 4) and table.torch_ms.tolist() == pytest.approx([1.0] * 4)
+    assert table.speedup.tolist() == pytest.approx([1 / 3] * 4)

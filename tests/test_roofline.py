@@ -26,12 +26,37 @@ def test_grid_cells_put_the_reference_first_and_respect_the_token_cap():
 def test_time_cells_on_a_tiny_model():
     frame = time_cells(tiny("llama").model, Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
     assert len(frame) == 8 and set(frame.columns) >= {"context", "k", "w", "tokens", "seconds", "slowdown"}
-    assert (frame.seconds > 0).all()
-    reference = frame[(frame.k == 1) & (frame.w == 0)]
-    assert np.allclose(reference.slowdown, 1.0)
+    assert np.isfinite(frame.seconds).all() and (frame.seconds > 0).all()
     assert frame.set_index(["k", "w"]).loc[(3, 2)].tokens.tolist() == [9, 9]
+    assert heatmap_table(frame, 20).shape == (2, 2)
+
+
+def test_time_cells_measures_what_calls_cost(monkeypatch):
+    """On a clock that a call of T tokens at context c advances by (1 + (T - 1) / 2) * (1 + c / 10) ms, every
+    cell's seconds are exactly that and its slowdown 1 + (T - 1) / 2 at every context (the context's own one-token
+    call is the unit); the heatmap shows the same slowdowns."""
+    import types
+
+    now = [0.0]
+    context_of: dict[int, int] = {}  # id of a context's cache -> the context it was filled with
+
+    def forward(model, ids, past_key_values=None, last_only=False, **kwargs):
+        if last_only:  # the prefill of a context's cache
+            context_of[id(past_key_values)] = ids.shape[1]
+            return
+        now[0] += (1 + (ids.numel() - 1) / 2) * (1 + context_of[id(past_key_values)] / 10) / 1e3
+
+    monkeypatch.setattr(roofline, "forward", forward)
+    monkeypatch.setattr(roofline, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    frame = time_cells(tiny("llama").model, Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
+    slowdown = 1 + (frame.tokens - 1) / 2
+    assert frame.slowdown.to_numpy() == pytest.approx(slowdown.to_numpy(), rel=1e-9)
+    assert frame.seconds.to_numpy() == pytest.approx((slowdown * (1 + frame.context / 10) / 1e3).to_numpy(),
+                                                     rel=1e-9)
     table = heatmap_table(frame, 20)
-    assert table.shape == (2, 2) and table.loc[1, 0] == 1.0
+    for k in (1, 3):
+        for w in (0, 2):
+            assert table.loc[k, w] == pytest.approx(1 + (k * (w + 1) - 1) / 2, rel=1e-9)
 
 
 def test_the_cost_table_holds_when_the_machine_slows_down_midway(monkeypatch):

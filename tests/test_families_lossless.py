@@ -1,0 +1,219 @@
+"""Every drafter family, built by its bench factory (``specnb.methods.make_drafter``), gives greedy AR's tokens
+in float32 and bf16 and in both verification modes, and has drafts accepted while doing so (tokens per call
+> 1), so no case can pass on root-only calls.
+
+Gemma-3 runs every family: its prompt (19 tokens) is past the tiny model's sliding window (16) from the first
+call, and the 64 new tokens take the context to five windows; random tiny Gemmas fall into loops, so the context
+n-gram and model n-gram drafters find accepted drafts. Random tiny Llamas never repeat themselves (prompt lookup
+accepts nothing on them), so Llama runs the families that draft from a store, a draft model or an earlier
+request.
+
+The stores hold the target's own greedy output of the test prompt (so retrieval drafts get accepted) beside a
+copy of it with every fifth token changed (so their trees branch and wrong siblings are verified and rejected).
+The roofline table is flat (a further token costs 0.1% of a call), so the priced drafters and the router draft.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny
+
+from specnb import generate
+from specnb.datastores.corpus import TokenCorpus, TokenizerInfo
+from specnb.datastores.crest import build_crest
+from specnb.datastores.dense import BuildConfig, build_datastore
+from specnb.datastores.rest import RestIndex, default_store
+from specnb.decode import Generation
+from specnb.draft import Draft
+from specnb.drafters.base import DecodeState, Drafter
+from specnb.methods import ROUTABLE, make_drafter
+
+PROMPT = [256] + list(range(40, 46)) * 3  # 19 tokens: past the tiny Gemma's window (16) from the start
+OTHER = [256, 10, 20, 30]
+MAX_NEW = 64
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DENSE = BuildConfig(n_next=20, dims=16, seq_len=32, overlap=8, batch_tokens=128)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A bench method with the options it runs under here; ``archs``: where drafts are accepted; ``runs``:
+    requests decoded with one drafter (drafters that learn from earlier requests need two)."""
+
+    method: str
+    options: dict[str, Any] = field(default_factory=dict)
+    archs: tuple[str, ...] = ("gemma3", "llama")
+    runs: int = 1
+
+
+STORES = {"rest": {"datastore": "{rest}"}, "crest": {"datastore": "{crest}"}, "dense": {"datastore": "{dense}"}}
+PRICED = {"roofline": "{roofline}"}
+FAMILIES = {
+    "pld": Family("pld", {"k": 4, "w": 6}, ("gemma3",)),
+    "ngram-unigram": Family("ngram-unigram", {"k": 64}),
+    "ngram-bigram": Family("ngram-bigram", {"k": 4, "w": 4}, ("gemma3",)),
+    "mixed": Family("mixed", {}, ("gemma3",)),
+    "mixed-adaptive": Family("mixed-adaptive", PRICED, ("gemma3",)),
+    "rest": Family("rest", STORES["rest"]),
+    "crest": Family("crest", STORES["crest"]),
+    "dense": Family("dense", STORES["dense"]),
+    "rest-priced": Family("rest-priced", {**STORES["rest"], **PRICED}),
+    "crest-priced": Family("crest-priced", {**STORES["crest"], **PRICED}),
+    "dense-priced": Family("dense-priced", {**STORES["dense"], **PRICED}),
+    "sd": Family("sd", {}),
+    "mcsd": Family("mcsd", {}),  # 4x2x2x1, top-k siblings (all distinct)
+    # a draft sampling at T = 1 with replacement under a greedy target: repeated siblings (see the test)
+    "mcsd-duplicates": Family("mcsd", {"scheme": "mcss", "temperature": 1.0, "draft_shape": "4x3x2"}),
+    "suffix": Family("suffix", {}, runs=2),
+    "recycle": Family("recycle", {"max_nodes": 32}, ("gemma3",), runs=2),
+    # every routable member (REST from the target's default store, made by the fixture)
+    "auto": Family("auto", {"members": ",".join(ROUTABLE), "crest": "{crest}", "dense": "{dense}", **PRICED}, runs=2),
+    # the default members without stores: pld, suffix, recycle and the bigram compete
+    "auto-default": Family("auto", PRICED, ("gemma3",), runs=2),
+}
+CASES = [pytest.param(name, arch, id=f"{name}-{arch}") for name, family in FAMILIES.items() for arch in family.archs]
+
+
+@dataclass
+class Setup:
+    """One (arch, dtype): the target, its AR reference, and the stores and table built from its own output."""
+
+    target: Any
+    reference: list[int]
+    cache: Path
+    paths: dict[str, str]
+
+
+def own_corpus(target: Any, reference: list[int]) -> TokenCorpus:
+    """The prompt and its greedy continuation, the same with every fifth token changed, and another prompt's."""
+    noisy = np.asarray(reference).copy()
+    noisy[2::5] = (noisy[2::5] + 1) % 256
+    other = generate(target, OTHER, max_new_tokens=MAX_NEW, stop_at_eos=False).tokens
+    docs = [PROMPT + reference, PROMPT + noisy.tolist(), OTHER + other]
+    info, _ = TokenizerInfo.of(target)
+    starts = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    return TokenCorpus(np.concatenate([np.asarray(d, dtype=np.int32) for d in docs]), starts,
+                       {"name": "own", "tokenizer": info.__dict__})
+
+
+def flat_roofline(path: Path) -> Path:
+    """A cost table where every further verified token costs 0.1% of a call: drafting always pays."""
+    rows = [dict(context=c, k=k, w=w, seconds=0.01 * (1 + 0.001 * k * (w + 1)))
+            for c in (0, 4096) for k in (1, 2, 4, 8, 16, 32, 64) for w in (0, 1, 2, 4, 8, 16, 32, 64)]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def setups(tmp_path_factory) -> Any:
+    """Builds each (arch, dtype)'s stores on first use, in a cache folder of its own (bigram tables, the default
+    REST store of ``auto``'s rest member)."""
+    root = tmp_path_factory.mktemp("families")
+    roofline = flat_roofline(root / "roofline.csv")
+
+    @functools.cache
+    def setup(arch: str, dtype: str) -> Setup:
+        target = tiny(arch, DTYPES[dtype])
+        reference = generate(target, PROMPT, max_new_tokens=MAX_NEW, stop_at_eos=False).tokens
+        folder = root / f"{arch}-{dtype}"
+        cache = folder / "cache"
+        corpus = own_corpus(target, reference)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SPECNB_CACHE", str(cache))
+            rest_path = default_store(target.name, "rest")  # where auto's rest member looks
+        rest = RestIndex.build(corpus, rest_path, progress=False)
+        build_crest(rest, folder / "crest.sqlite", ns=(1, 2, 3, 4), t=200, progress=False)
+        build_datastore(target, corpus, folder / "dense", DENSE, progress=False)
+        paths = {"rest": str(rest_path), "crest": str(folder / "crest.sqlite"), "dense": str(folder / "dense"),
+                 "roofline": str(roofline)}
+        return Setup(target, reference, cache, paths)
+
+    return setup
+
+
+class Recording(Drafter):
+    """Passes everything through to ``inner`` and keeps the drafts it proposed."""
+
+    def __init__(self, inner: Drafter):
+        self.inner = inner
+        self.drafts: list[Draft] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    @property
+    def needs_hidden_state(self) -> bool:
+        return self.inner.needs_hidden_state
+
+    @property
+    def needs_logits(self) -> bool:
+        return self.inner.needs_logits
+
+    @property
+    def last_info(self) -> dict[str, Any]:
+        return self.inner.last_info
+
+    def reset(self, prompt_ids: torch.Tensor) -> None:
+        self.inner.reset(prompt_ids)
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        draft = self.inner.propose(state)
+        if draft is not None:
+            self.drafts.append(draft)
+        return draft
+
+    def observe(self, tokens: torch.Tensor, logits: torch.Tensor) -> None:
+        self.inner.observe(tokens, logits)
+
+    def update(self, committed: torch.Tensor, accepted: torch.Tensor) -> None:
+        self.inner.update(committed, accepted)
+
+
+def repeated_siblings(draft: Draft) -> bool:
+    """Whether two children of one node hold the same token."""
+    pairs = list(zip(draft.parents.tolist(), draft.tokens.tolist(), strict=True))
+    return len(set(pairs)) < len(pairs)
+
+
+@pytest.mark.parametrize("mode", ["tree", "batch"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name,arch", CASES)
+def test_every_family_is_lossless_and_accepts(setups, monkeypatch, name: str, arch: str, dtype: str,
+                                              mode: str) -> None:
+    """Greedy output equals AR's token for token, every request, and the drafts were accepted (tokens per call
+    > 1 over the requests). mcsd with repeated siblings: some verified tree had two equal children of a node
+    (drawn with replacement). auto: its factory seated every member asked for, each one drafted and had its
+    tree scored, the recycle member learned from the logits the router relays to it, and (without stores)
+    drafts of several members were accepted."""
+    setup = setups(arch, dtype)
+    monkeypatch.setenv("SPECNB_CACHE", str(setup.cache))
+    family = FAMILIES[name]
+    options = {key: value.format(**setup.paths) if isinstance(value, str) else value
+               for key, value in family.options.items()}
+    drafter = Recording(make_drafter(family.method, setup.target, options))
+    runs: list[Generation] = [generate(setup.target, PROMPT, drafter, max_new_tokens=MAX_NEW, verify=mode,
+                                       stop_at_eos=False) for _ in range(family.runs)]
+    for run in runs:
+        assert run.tokens == setup.reference
+    calls = [call for run in runs for call in run.stats.calls]
+    new_tokens = sum(call.new_tokens for call in calls)
+    assert new_tokens / len(calls) > 1.0, f"{name}: no draft accepted in {len(calls)} calls"
+    if name == "mcsd-duplicates":
+        assert any(repeated_siblings(d) for d in drafter.drafts), "no draft had repeated siblings"
+    if family.method == "auto":
+        router = drafter.inner
+        assert (router.members["recycle"].base.table >= 0).any(), "auto did not relay the logits to recycle"
+        assert set(router.members) == (set(ROUTABLE) if name == "auto" else {"pld", "suffix", "recycle",
+                                                                             "ngram-bigram"})
+        scored = {member for member, priced in router.members.items() if priced.steps.sum() > 0}
+        assert scored == set(router.members), f"members that never drafted: {set(router.members) - scored}"
+        if name == "auto-default":  # no store to outdo them: several members win steps
+            assert len({call.info["picked"] for call in calls if call.accepted}) >= 2
