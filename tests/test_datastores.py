@@ -101,9 +101,10 @@ def test_stores_record_checksums_and_refuse_damage(tmp_path, capsys):
     data[len(data) // 2 + 1] ^= 0xFF  # one byte, between the sampled chunks: only the full check sees it
     text.write_bytes(bytes(data))
     RestIndex.load(path)
-    assert main(["datastore", "verify", str(path)]) == 2
+    assert main(["datastore", "verify", str(path)]) == 1  # damage: exit 1 (2 is a user error)
     err = capsys.readouterr().err
     assert err.startswith("specnb: error: ") and "does not match its recorded checksum" in err
+    assert err.count("\n") == 1
 
     header = 128  # the .npy header kept: the file still loads as an array of the right shape
     text.write_bytes(bytes(data[:header]) + rng.integers(0, 256, len(data) - header, dtype=np.uint8).tobytes())
@@ -146,3 +147,85 @@ def test_atomic_helpers_leave_the_old_version_on_failure(tmp_path):
     with atomic_folder(folder, replace=True) as tmp:
         (tmp / "b").write_text("new")
     assert [p.name for p in folder.iterdir()] == ["b"] and sorted(p.name for p in tmp_path.iterdir()) == ["d", "f.txt"]
+
+
+def flip_middle_byte(path) -> None:
+    """One byte in the middle of ``path`` changed, the size kept (a bad sector, a stray write)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def crest_docs() -> list[list[int]]:
+    rng = np.random.default_rng(1)
+    return [rng.integers(0, 50, int(rng.integers(50, 300))).tolist() for _ in range(120)]
+
+
+def test_a_damaged_crest_store_is_refused_when_opened_and_by_verify(crest_docs, tmp_path, capsys):
+    """One byte flipped in the middle of a CREST store's SQLite file (same size): ``datastore verify`` says so in
+    one line with exit 1 (it died with sqlite3's traceback), opening it for decoding is refused naming the file
+    (it drafted nothing and exited 0), and the bench refuses it in one line."""
+    from specnb.datastores.crest import CrestStore, build_crest
+
+    path = tmp_path / "c.sqlite"
+    build_crest(RestIndex.build(make_corpus(crest_docs), progress=False), path, ns=(1, 2, 3), t=1000,
+                progress=False).close()
+    assert main(["datastore", "verify", str(path)]) == 0
+    capsys.readouterr()
+    flip_middle_byte(path)
+    assert main(["datastore", "verify", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and err.count("\n") == 1 and str(path) in err, err
+    with pytest.raises(CorpusError, match="not a valid CREST store") as info:
+        CrestStore(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "def f(x):"}\n')
+    assert main(["bench", "--model", "tiny-llama", "--prompts", str(prompts), "--n", "1", "--max-new-tokens",
+                 "4", "--methods", "crest", "--datastore", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and err.count("\n") == 1 and str(path) in err, err
+
+
+def test_verify_reports_damage_in_one_line_with_exit_1_for_every_kind(source, tmp_path, capsys, isolated_cache):
+    """REST, CREST, dense and corpus stores, each with one byte flipped in the middle of its largest file: exit 1
+    and one line naming the file; a path with nothing at it stays a user error (exit 2)."""
+    from specnb.datastores.dense import BuildConfig, build_datastore
+
+    target = tiny("llama")
+    rest_store = tmp_path / "rest"
+    assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(rest_store)], capsys)[0] == 0
+    crest_store = tmp_path / "c.sqlite"
+    assert build(["crest", str(source), "--model", "tiny-llama", "--rest", str(rest_store), "--t", "50", "--out",
+                  str(crest_store)], capsys)[0] == 0
+    corpus = build_corpus(str(source), target, progress=False)
+    dense_store = tmp_path / "dense"
+    build_datastore(target, corpus, dense_store, BuildConfig(n_next=4, dims=8, seq_len=32, overlap=8,
+                                                              batch_tokens=128), progress=False)
+    for store in (rest_store, crest_store, dense_store, corpus.path):
+        assert main(["datastore", "verify", str(store)]) == 0, store
+        capsys.readouterr()
+        files = [store] if store.is_file() else [f for f in store.iterdir() if f.name != "meta.json"]
+        victim = max(files, key=lambda f: f.stat().st_size)
+        flip_middle_byte(victim)
+        assert main(["datastore", "verify", str(store)]) == 1, store
+        err = capsys.readouterr().err
+        assert err.startswith("specnb: error: ") and err.count("\n") == 1 and str(store) in err, (store, err)
+    assert main(["datastore", "verify", str(tmp_path / "nothing")]) == 2
+
+
+def test_two_resumable_builds_of_one_store_never_share_its_partial(tmp_path):
+    """A resumable build (keep_partial) fills ``<store>.partial``, a name every build of that store shares; a
+    second build while the first runs is refused instead of writing into the first one's files (two notebooks
+    building one dense store at once left a corrupt hidden-state file)."""
+    from specnb.datastores.atomic import ExistsError, atomic_folder
+
+    out = tmp_path / "store"
+    with atomic_folder(out, keep_partial=True) as first:
+        (first / "part.npy").write_text("first")
+        with pytest.raises(ExistsError, match="another process is building"):
+            with atomic_folder(out, keep_partial=True):
+                pass
+    assert (out / "part.npy").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # no partial, no lock left behind

@@ -13,6 +13,8 @@ holds one of the project's own stores, so a mistyped ``--out`` never deletes a u
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -80,15 +82,41 @@ def atomic_folder(path: str | Path, replace: bool = False, keep_partial: bool = 
         raise ExistsError(f"{path} exists; refusing to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.partial") if keep_partial else _temporary(path)
-    if not keep_partial:
-        shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(exist_ok=True)
-    try:
-        yield tmp
-    except BaseException:
+    with _exclusive(tmp) if keep_partial else contextlib.nullcontext():
         if not keep_partial:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        tmp.mkdir(exist_ok=True)
+        try:
+            yield tmp
+        except BaseException:
+            if not keep_partial:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _swap_in(tmp, path)
+
+
+@contextmanager
+def _exclusive(partial: Path) -> Iterator[None]:
+    """Hold ``<partial>.lock`` while a resumable build fills ``partial`` (a name shared by every build of one
+    store, so that a killed build resumes): a second process building the same store at the same time gets
+    ExistsError instead of writing into the first one's files."""
+    lock = partial.with_name(partial.name + ".lock")
+    with open(lock, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ExistsError(f"another process is building {partial.with_suffix('')} right now; wait for it "
+                              "to finish (its result will be reused)") from None
+        try:
+            yield
+        finally:
+            if not partial.exists():  # the build completed: nothing left to guard
+                lock.unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Rename the complete ``tmp`` to ``path``; an existing ``path`` is moved aside first and deleted last."""
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     if path.exists():
         path.rename(old)
