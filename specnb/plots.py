@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import patheffects  # noqa: E402
-from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm  # noqa: E402
+from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 STYLE = {
@@ -192,14 +192,15 @@ def shared_norm(values: Iterable[float] | np.ndarray, *, log: bool = False) -> N
     return Normalize(lo, max(hi, lo + 1e-9))
 
 
-def speedup_norm(values: Iterable[float] | np.ndarray, center: float = 1.0) -> TwoSlopeNorm:
+def speedup_norm(values: Iterable[float] | np.ndarray, center: float = 1.0) -> LogNorm:
     """A diverging scale centred at ``center`` (1: as fast as the baseline) spanning every panel's ``values``,
-    symmetric in log space (×2 and ×0.5 equally strong)."""
+    linear in log(value) and symmetric about ``center`` (×2 and ×0.5 equally strong): a LogNorm from
+    center / r to center × r, whose midpoint is ``center``."""
     finite = np.asarray([v for v in np.ravel(np.asarray(list(values) if not isinstance(values, np.ndarray)
                                                          else values, dtype=float)) if np.isfinite(v) and v > 0])
     reach = float(np.max(np.abs(np.log(finite / center)))) if finite.size else 0.0
     reach = max(reach, 0.05)
-    return TwoSlopeNorm(center, center * np.exp(-reach), center * np.exp(reach))
+    return LogNorm(center * np.exp(-reach), center * np.exp(reach))
 
 
 SPEEDUP_CMAP = "RdBu"  # red: slower than the baseline, blue: faster
@@ -234,8 +235,21 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
 
 def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm: Normalize, cmap: str,
                     label: str) -> None:
-    """One colour bar for ``axes`` that share ``norm`` (placed beside them by constrained layout)."""
-    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(np.ravel(axes)), label=label, shrink=0.9)
+    """One colour bar for ``axes`` that share ``norm`` (placed beside them by constrained layout); a log scale
+    gets plain 1-2-5 ticks (0.5, 1, 2, 5, ...), not powers of ten."""
+    bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(np.ravel(axes)), label=label,
+                       shrink=0.9)
+    if isinstance(norm, LogNorm):
+        bar.set_ticks(_log_ticks(norm.vmin, norm.vmax))
+        bar.ax.yaxis.set_major_formatter(ScalarFormatter())
+        bar.ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """The 1-2-5 values (…, 0.2, 0.5, 1, 2, 5, 10, …) within [lo, hi]; every other decade's when there are many."""
+    ticks = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+             for m in (1, 2, 5) if lo <= m * 10.0**e <= hi]
+    return ticks if len(ticks) <= 7 else [t for t in ticks if str(t).lstrip("0.").startswith("1")]
 
 
 def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
@@ -405,6 +419,10 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     for legend in fig.legends:
         if legend.get_visible():
             free.append(("figure legend", legend.get_window_extent(renderer)))
+    edge = fig.bbox
+    problems += [f"{a} runs off the figure" for a, box in free
+                 if box.x0 < edge.x0 - slack or box.x1 > edge.x1 + slack or box.y0 < edge.y0 - slack
+                 or box.y1 > edge.y1 + slack]
     problems += [f"{a} and {b} overlap" for a, b in _overlapping(free, slack)]
     problems += [f"{a} and {b} overlap" for a, fa in free for b, fb in ticks if _touch(fa, fb, slack)]
     return problems

@@ -40,7 +40,8 @@ def test_bars_are_sorted_labelled_and_carry_their_interval():
 
 def test_speedups_share_one_diverging_scale_centred_at_one():
     norm = plots.speedup_norm(np.array([[0.5, 1.5], [2.0, np.nan]]))
-    assert norm.vcenter == 1.0 and norm.vmin == pytest.approx(0.5) and norm.vmax == pytest.approx(2.0)
+    assert norm.vmin == pytest.approx(0.5) and norm.vmax == pytest.approx(2.0)
+    assert norm(1.0) == pytest.approx(0.5) and norm(2.0) - norm(1.0) == pytest.approx(norm(1.0) - norm(0.5))
     shared = plots.shared_norm([[1, 2], [3, 8]])
     assert (shared.vmin, shared.vmax) == (1, 8)
 
@@ -63,6 +64,11 @@ def test_layout_audit_finds_overlaps_legends_on_data_and_single_values():
     ax.plot([1, 2, 4], [0.0, 0.0, 0.0])
     ax.axhline(1.0)  # a reference line is not data
     assert any("single value (0)" in p for p in plots.layout_problems(fig))
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([1, 2], [1, 2])
+    fig.suptitle("a suptitle far too long for the figure it is the title of, running off both of its edges")
+    assert any("runs off the figure" in p for p in plots.layout_problems(fig))
 
     fig, (left, right) = plt.subplots(1, 2)
     left.annotate("one note", (0.5, 0.5))
