@@ -63,6 +63,7 @@ class Grid:
 PAPER_KS = tuple(range(1, 33))
 PAPER_WS = tuple(range(16))
 CONTEXTS = (256, 1024, 4096)
+PAPER_CONTEXTS = (25, 100, 500)  # N-Grammys Fig. 1: the context lengths of its three heatmaps
 COARSE_KS = (1, 2, 4, 8, 16, 32)
 COARSE_WS = (0, 1, 3, 7, 15)
 GRIDS = {
@@ -74,6 +75,10 @@ GRIDS = {
     # the cost curve: one row of 1..64 tokens (a chain or a tree), contexts 256 / 1k / 4k
     "curve": Grid((1,), (0, 1, 3, 7, 15, 31, 63), CONTEXTS, repeats=5),
     "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
+    # N-Grammys Fig. 1 as the paper drew it: k = 1..32, w = 0..15 at its context lengths 25 / 100 / 500
+    "paper": Grid(PAPER_KS, PAPER_WS, PAPER_CONTEXTS, repeats=5),
+    # the quick grid's block-size classes at the paper's context lengths, median of 3 paired calls
+    "paper-quick": Grid(COARSE_KS, COARSE_WS, PAPER_CONTEXTS, repeats=3, max_tokens=64),
     # the shapes the adaptive draft shape may pick by default (up to 64 tokens per call: beyond that an fp32
     # call costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
     "adaptive": Grid((1, 2, 3, 4, 5, 6, 8, 10, 12, 16), (0, 1, 2, 3, 4, 6, 8, 10, 12, 15), (100, 500),
@@ -106,7 +111,9 @@ def device_name(device: torch.device | str) -> str:
 @torch.inference_mode()
 def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool = True,
                desc: str = "roofline") -> pd.DataFrame:
-    """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown.
+    """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown, and the spread
+    of the slow-down over the timed passes (``slowdown_low`` / ``slowdown_high``: the cell's smallest and
+    largest paired ratio over the median ratio of (1, 0) at that context; ``passes``: how many).
 
     Each context length's cache is filled once with random tokens (batch 1); before every call the cache is
     cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
@@ -153,11 +160,15 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
             bar.update(2)
     bar.close()
     frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1),
-                               seconds=statistics.median(ratios[c, k, w]) * statistics.median(single[c]))
+                               seconds=statistics.median(ratios[c, k, w]) * statistics.median(single[c]),
+                               ratio_min=min(ratios[c, k, w]), ratio_max=max(ratios[c, k, w]),
+                               ratio_median=statistics.median(ratios[c, k, w]), passes=len(ratios[c, k, w]))
                           for c, k, w in cells])
-    reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context").seconds
-    frame["slowdown"] = frame.seconds / frame.context.map(reference)
-    return frame
+    reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context")
+    frame["slowdown"] = frame.seconds / frame.context.map(reference.seconds)
+    base = frame.context.map(reference.ratio_median)  # (1, 0)'s own paired ratio, ~1
+    frame["slowdown_low"], frame["slowdown_high"] = frame.ratio_min / base, frame.ratio_max / base
+    return frame.drop(columns=["ratio_min", "ratio_max", "ratio_median"])
 
 
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,

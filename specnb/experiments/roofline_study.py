@@ -1,0 +1,127 @@
+"""Notebook 05: the roofline / wave-quantization grid of one target call (N-Grammys Fig. 1) and the cost curve of
+one row of 1..64 tokens on this machine, the steps of that curve computed from its numbers, and the comparisons
+with the paper's memory-bound assumption.
+
+Timing is :mod:`specnb.roofline`'s. A cell has no prompts to resample: its uncertainty is the spread of its paired
+ratio over the timed passes (``slowdown_low`` / ``slowdown_high`` of :func:`specnb.roofline.time_cells`), which is
+what every comparison here uses as its interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..models import LoadedModel, resolve_dtype
+from ..roofline import Grid, device_name, get_grid, measure
+from ..verdicts import Expect
+
+PAPER = "N-Grammys (papers/004)"
+FREE_TOLERANCE = 0.10  # a call "costs about one (1, 0) call" within 10%
+
+
+def grids_for(profile: str) -> tuple[Grid, Grid]:
+    """(the heatmap grid, the cost-curve grid) of a profile: ``full`` the paper's grid (k = 1..32, w = 0..15 at
+    ℓ = 25 / 100 / 500, median of 5) and the curve at ℓ = 256 / 1k / 4k; ``quick`` the block-size classes up to
+    64 tokens at the paper's ℓ and the curve, median of 3 paired calls each; ``smoke`` the smoke grid for both."""
+    if profile == "smoke":
+        return get_grid("smoke"), get_grid("smoke")
+    if profile == "full":
+        return get_grid("paper"), get_grid("curve")
+    return get_grid("paper-quick"), replace(get_grid("curve"), repeats=3)
+
+
+def heatmap_dtypes(profile: str, dtype: str = "auto", device: str = "cpu") -> tuple[str, ...]:
+    """The dtypes whose whole grid is timed: both in ``full``, else the profile's own (``auto`` resolved here: the
+    dtype the other notebooks' targets run in); the cost curve is timed in both dtypes always."""
+    if profile == "full":
+        return "float32", "bfloat16"
+    return (str(resolve_dtype(dtype, device)).removeprefix("torch."),)
+
+
+def measure_all(models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...] | None = None
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the heatmap cells of the ``heatmap`` dtypes (default: every model's), the one-row cost curve of every
+    model): :func:`specnb.roofline.measure` rows, the curve's restricted to one row (k = 1). ``models``: one
+    target per dtype, keyed by the dtype's name."""
+    frame = pd.concat([measure(m, grid, progress=False) for d, m in models.items() if heatmap is None or d in heatmap],
+                      ignore_index=True)
+    curve = pd.concat([measure(m, curve_grid, progress=False) for m in models.values()], ignore_index=True)
+    return frame, curve[curve.k == 1].reset_index(drop=True)
+
+
+def setup(report, models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...]) -> None:
+    """This run's setup beside N-Grammys Fig. 1's (:meth:`specnb.results.Results.setup`)."""
+    model = next(iter(models.values()))
+    report.setup(PAPER, here={
+        "model": model.name, "hardware": device_name(next(model.model.parameters()).device),
+        "dtype": f"grid: {' and '.join(heatmap)}; cost curve: {' and '.join(models)}",
+        "prompts × tokens": "none: random tokens, one call per cell",
+        "task": f"one call on a (k, w + 1) block, k ∈ {{{', '.join(map(str, grid.ks))}}}, "
+                f"w ∈ {{{', '.join(map(str, grid.ws))}}}"
+                + (f", at most {grid.max_tokens} tokens" if grid.max_tokens else ""),
+        "context ℓ": ", ".join(map(str, grid.contexts)) + f" (cost curve: {', '.join(map(str, curve_grid.contexts))})",
+        "per cell": f"median of {grid.repeats} calls, each paired with a one-token call; spread over the passes"},
+        theirs={"model": "Mistral-7B", "hardware": "one NVIDIA A100 40GB", "dtype": "bfloat16",
+                "prompts × tokens": "—", "task": "one call on a (k, w + 1) block, k = 1..32, w = 0..15",
+                "context ℓ": "25, 100, 500", "per cell": "average of five calls"})
+
+
+def curve_steps(curve: pd.DataFrame) -> pd.DataFrame:
+    """Every step of the cost curve between consecutive measured sizes, per dtype and context: from, to (tokens),
+    slowdown_from, slowdown_to, step (= slowdown_to / slowdown_from), and step_low / step_high from the cells'
+    spread over passes (the ratio's smallest and largest values)."""
+    rows = []
+    for (dtype, context), part in curve.groupby(["dtype", "context"], sort=False):
+        part = part.sort_values("tokens")
+        for a, b in zip(part.itertuples(), part.iloc[1:].itertuples(), strict=False):
+            rows.append({"dtype": dtype, "context": context, "from": a.tokens, "to": b.tokens,
+                         "slowdown_from": a.slowdown, "slowdown_to": b.slowdown, "step": b.slowdown / a.slowdown,
+                         "step_low": b.slowdown_low / a.slowdown_high, "step_high": b.slowdown_high / a.slowdown_low})
+    return pd.DataFrame(rows)
+
+
+def largest_steps(steps: pd.DataFrame) -> dict[str, dict]:
+    """Per dtype, the largest step of the cost curve at its smallest context (:func:`curve_steps` row as a dict)."""
+    out = {}
+    for dtype, part in steps.groupby("dtype", sort=False):
+        part = part[part.context == part.context.min()]
+        out[dtype] = part.loc[part.step.idxmax()].to_dict()
+    return out
+
+
+def slowdowns(curve: pd.DataFrame) -> dict[str, dict]:
+    """Per dtype, at the curve's smallest context: {tokens: {slowdown, low, high}}, plus the one-token call's
+    milliseconds, the bandwidth floor's and the context."""
+    out = {}
+    for dtype, part in curve.groupby("dtype", sort=False):
+        part = part[part.context == part.context.min()].sort_values("tokens")
+        one = part[part.tokens == 1].iloc[0]
+        out[dtype] = {"context": int(one.context), "one_token_ms": one.seconds * 1e3,
+                      "bandwidth_floor_ms": one.get("bandwidth_floor_s", np.nan) * 1e3,
+                      "tokens": {int(r.tokens): {"slowdown": r.slowdown, "low": r.slowdown_low,
+                                                 "high": r.slowdown_high} for r in part.itertuples()}}
+    return out
+
+
+def judge_free_row(report, frame: pd.DataFrame) -> dict[str, dict]:
+    """The memory-bound assumption (N-Grammys §3: a (k, w + 1) block costs about a (k, 1) one) for the longest
+    one-row block of the heatmap grid, per dtype, at the paper's middle context (or the grid's nearest):
+    its slow-down over (1, 0) against 1 ± :data:`FREE_TOLERANCE`, with the spread over passes. Returns
+    {dtype: the cell as a dict}."""
+    out = {}
+    for dtype, part in frame.groupby("dtype", sort=False):
+        contexts = np.array(sorted(part.context.unique()))
+        context = int(contexts[np.argmin(np.abs(contexts - 100))])
+        row = part[(part.context == context) & (part.k == 1)].sort_values("w").iloc[-1]
+        report.compare(f"free_row_{dtype}", f"{dtype}: slow-down of one row of {int(row.tokens)} tokens over one "
+                       f"token at ℓ = {context} (spread over {int(row.passes)} timed passes)", row.slowdown,
+                       row.slowdown_low, row.slowdown_high, Expect.near(1.0, FREE_TOLERANCE),
+                       "N-Grammys §3 (memory-bound assumption, GPU)",
+                       cause=f"the work per token adds up on a CPU: {int(row.tokens)} tokens need "
+                             f"{row.compute_floor_s * 1e3:.1f} ms of arithmetic at best here (compute floor), one "
+                             f"token's weight reads {row.bandwidth_floor_s * 1e3:.1f} ms (bandwidth floor)")
+        out[dtype] = row.to_dict()
+    return out

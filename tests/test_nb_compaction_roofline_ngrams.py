@@ -1,0 +1,108 @@
+"""The analyses behind notebooks 04 (CREST compaction), 05 (roofline) and 06 (N-Grammys): intervals over resampled
+prompts, storage ratios, the spread of a timed cell over passes, the steps of a cost curve, and replay grids with
+intervals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import tiny
+
+from specnb.experiments import compaction as cx
+from specnb.experiments import roofline_study as rs
+from specnb.experiments.grids import replay_grid
+from specnb.results import Results
+from specnb.roofline import Grid, time_cells
+
+
+def test_storage_ratio_interpolates_in_log_bytes_and_is_zero_when_crest_never_reaches_rest():
+    rest_bytes, rest = np.array([1e6, 1e7, 1e8]), np.array([0.2, 0.4, 0.6])
+    crest_bytes, crest = np.array([1e5, 1e6, 1e7]), np.array([0.3, 0.5, 0.7])
+    out = cx._storage(rest_bytes, rest, crest_bytes, crest)
+    assert out["storage_ratio_grid"] == pytest.approx(1e8 / 1e7)
+    cross = math.exp(math.log(1e6) + 0.5 * (math.log(1e7) - math.log(1e6)))  # 0.6 halfway from 0.5 to 0.7
+    assert out["storage_ratio_interpolated"] == pytest.approx(1e8 / cross)
+    assert out["crest_gain_over_rest_best"] == pytest.approx(0.7 / 0.6 - 1)
+    never = cx._storage(rest_bytes, rest, crest_bytes, crest * 0.5)
+    assert never["storage_ratio_grid"] == 0 and never["storage_ratio_interpolated"] == 0 and never["reached"] == 0
+    nothing = cx._storage(rest_bytes, rest * 0, crest_bytes, crest * 0)
+    assert math.isnan(nothing["storage_ratio_interpolated"])
+
+
+def _per_prompt(rng: np.random.Generator) -> pd.DataFrame:
+    """Replay rows of two REST and two CREST points of one task over 8 prompts (CREST accepts more)."""
+    rows = []
+    for point, method, nbytes, rate in (("r1", "REST", 1e6, 0.2), ("r2", "REST", 1e7, 0.4),
+                                        ("c1", "CREST", 1e5, 0.35), ("c2", "CREST", 1e6, 0.6)):
+        for prompt in range(8):
+            calls = int(rng.integers(40, 60))
+            rows.append({"point": point, "task": "code", "method": method, "bytes": nbytes, "prompt": prompt,
+                         "accepted": int(rng.binomial(calls * 3, rate / 3)), "calls": calls,
+                         "hits": calls, "nodes": 10 * calls, "tokens": nbytes / 8})
+    return pd.DataFrame(rows)
+
+
+def test_resampled_accepted_lengths_are_paired_and_the_first_row_is_the_whole_sample():
+    per_prompt = _per_prompt(np.random.default_rng(0))
+    values = cx.resampled(per_prompt, "code", resamples=50)
+    points = cx.points(per_prompt).set_index("point")
+    assert values.shape == (51, 4)
+    assert np.allclose(values.iloc[0][points.index], points.accepted_length)
+    for _, row in points.iterrows():
+        assert row.accepted_length_low <= row.accepted_length <= row.accepted_length_high
+    value, low, high = cx.interval(values["c2"].to_numpy())
+    assert low <= value <= high
+
+
+def test_storage_summary_and_its_verdicts_carry_intervals():
+    per_prompt = _per_prompt(np.random.default_rng(1))
+    summary = cx.storage_table(per_prompt)
+    row = summary.iloc[0]
+    for name in ("storage_ratio_interpolated", "crest_gain_over_rest_best", "rest_best_accepted"):
+        assert row[f"{name}_low"] <= row[name] <= row[f"{name}_high"]
+    assert 0 <= row.reached <= 1 and "reached_low" not in summary
+    report = Results("99", "smoke")
+    cx.judge_storage(report, summary, t_max=100)
+    assert set(report.comparisons) == {"storage_ratio_code", "gain_code"}
+    assert report.ours["judged"]["gain_code"] in ("agrees", "disagrees", "inconclusive")
+
+
+def test_a_timed_cell_reports_its_spread_over_passes():
+    frame = time_cells(tiny("llama").model, Grid((1, 2), (0, 3), (8,), repeats=3), progress=False)
+    assert (frame.passes == 3).all()
+    assert (frame.slowdown_low <= frame.slowdown + 1e-12).all()
+    assert (frame.slowdown <= frame.slowdown_high + 1e-12).all()
+
+
+def test_curve_steps_find_the_largest_step_between_consecutive_sizes():
+    curve = pd.DataFrame({"dtype": "bfloat16", "context": 256, "tokens": [1, 8, 16, 32],
+                          "slowdown": [1.0, 1.15, 1.74, 2.0], "slowdown_low": [0.98, 1.1, 1.7, 1.9],
+                          "slowdown_high": [1.02, 1.2, 1.8, 2.1]})
+    steps = rs.curve_steps(curve)
+    assert steps[["from", "to"]].values.tolist() == [[1, 8], [8, 16], [16, 32]]
+    largest = rs.largest_steps(steps)["bfloat16"]
+    assert (largest["from"], largest["to"]) == (8, 16)
+    assert largest["step"] == pytest.approx(1.74 / 1.15)
+    assert largest["step_low"] == pytest.approx(1.7 / 1.2) and largest["step_high"] == pytest.approx(1.8 / 1.1)
+
+
+def test_replay_grid_intervals_are_opt_in_and_contain_the_value():
+    from specnb.drafters.context import ContextNgramDrafter
+    from specnb.roofline import CostModel
+
+    rng = np.random.default_rng(0)
+    refs = [(torch.tensor(rng.integers(0, 5, 20)), torch.tensor(np.tile(rng.integers(0, 5, 4), 6)))
+            for _ in range(6)]
+    cost = CostModel(pd.DataFrame([dict(context=c, k=k, w=w, seconds=0.01 * (1 + 0.1 * k * w))
+                                   for c in (10, 100) for k in (1, 2) for w in (0, 1, 3)]))
+    make = lambda k, w: ContextNgramDrafter(k=k, w=w)  # noqa: E731
+    plain = replay_grid(make, refs, [(1, 3)], cost)
+    assert "tokens_per_call_low" not in plain and "est_speedup_low" not in plain
+    row = replay_grid(make, refs, [(1, 3), (2, 1)], cost, intervals=True).iloc[0]
+    assert row.tokens_per_call_low <= row.tokens_per_call <= row.tokens_per_call_high
+    assert row.est_speedup_low <= row.est_speedup <= row.est_speedup_high
+    assert row.est_speedup == pytest.approx(plain.iloc[0].est_speedup)
