@@ -148,7 +148,8 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
           colors: Sequence[str] | None = None, xlabel: str = "") -> plt.Axes:
     """Horizontal bars sorted by value (largest on top), each value printed past its bar (and past its interval),
-    the 90% interval [low, high] drawn as an error bar; ``reference`` draws a thin vertical line (1 for speedups).
+    the 90% interval [low, high] drawn as an error bar; ``reference`` draws a thin vertical line (1 for speedups),
+    always in view. Negative values extend left of 0 (a difference, a gain).
     Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names."""
     from .experiments.checks import check_varies
 
@@ -166,14 +167,18 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
         bars = ax.errorbar(frame.value[has], y[has], xerr=err, fmt="none", ecolor="0.1", elinewidth=0.9, capsize=2.5)
         for line in [*bars.lines[1], *bars.lines[2]]:  # a white rim: visible on dark bars too
             line.set_path_effects([patheffects.withStroke(linewidth=2.4, foreground="white")])
-    ends = np.fmax(frame.value, frame.high.fillna(-np.inf))
-    span = float(np.nanmax(ends)) if len(ends) else 1.0
-    for yi, end, value in zip(y, ends, frame.value, strict=True):
-        ax.text(end + 0.015 * span, yi, fmt.format(value), va="center", ha="left", fontsize=7)
+    right = np.fmax(frame.value, frame.high.fillna(-np.inf))  # where a positive bar's label goes
+    left = np.fmin(frame.value, frame.low.fillna(np.inf))  # and a negative one's
+    marks = [0.0, *right, *left] + ([reference] if reference is not None else [])
+    lo, hi = float(np.nanmin(marks)), float(np.nanmax(marks))
+    span = max(hi - lo, 1e-12)
+    for yi, r, le, value in zip(y, right, left, frame.value, strict=True):
+        ax.text(r + 0.015 * span if value >= 0 else le - 0.015 * span, yi, fmt.format(value), va="center",
+                ha="left" if value >= 0 else "right", fontsize=7)
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     ax.set_yticks(y, [label(x) for x in frame.label])
-    ax.set_xlim(0, span * 1.18)
+    ax.set_xlim(lo - (0.18 * span if lo < 0 else 0), hi + (0.18 * span if hi > 0 else 0))
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax

@@ -35,6 +35,10 @@ def test_bars_are_sorted_labelled_and_carry_their_interval():
     assert plots.layout_problems(fig) == []
     with pytest.raises(DegenerateData, match="constant"):
         plots.hbars(ax, ["pld", "rest"], [1.0, 1.0])
+    fig, ax = plt.subplots()
+    plots.hbars(ax, ["pld", "rest"], [-0.2, 0.3], reference=0.8)  # a loss, a gain, a reference past both
+    lo, hi = ax.get_xlim()
+    assert lo < -0.2 and hi > 0.8 and plots.layout_problems(fig) == []
     plt.close("all")
 
 

@@ -88,12 +88,12 @@ def rows(method: str, accepted: list[int], depth: list[int], calls: list[int]) -
 
 
 def test_a_draft_accepting_everything_at_temperature_one_is_stopped():
-    everything = rows("sd", [40, 40], [40, 40], [10, 10])
-    with pytest.raises(DegenerateData, match="accepted every one of its 80 drafted tokens"):
+    everything = rows("sd", [300, 300], [300, 300], [60, 60])
+    with pytest.raises(DegenerateData, match="accepted every one of its 600 drafted tokens"):
         check_partial_acceptance(everything, 1.0)
     check_partial_acceptance(everything, 0.0)  # greedy: a deterministic draft may be right every time
-    check_partial_acceptance(rows("sd", [40], [40], [10]), 1.0)  # too few calls to tell
-    check_partial_acceptance(rows("sd", [39, 40], [40, 40], [10, 10]), 1.0)  # one rejection: fine
+    check_partial_acceptance(rows("sd", [60], [60], [33]), 1.0)  # a close pair's short run: 0.99^60 = 55%
+    check_partial_acceptance(rows("sd", [299, 300], [300, 300], [60, 60]), 1.0)  # one rejection: fine
     check_partial_acceptance(everything.assign(method="ar"), 1.0)  # exempt
 
 
@@ -107,11 +107,14 @@ def test_the_runner_applies_the_acceptance_rule():
     from specnb.prompts import Prompt
 
     target = tiny("llama")
-    itself = DraftModelDrafter(target, "1x1x1x1", target.vocab_size, temperature=1.0)
-    prompts = [Prompt(f"p{i}", text) for i, text in enumerate(["def fib(n):", "import os\nimport sys\n"])]
+    itself = DraftModelDrafter(target, "1x1x1x1x1x1x1x1", target.vocab_size, temperature=1.0)
+    texts = ["def fib(n):", "import os\nimport sys\n", "class A:\n", "for i in range(10):\n", "x = [1, 2, 3]\n",
+             "while True:\n", "# a comment\n", "print('hello')\n"]
+    prompts = [Prompt(f"p{i}", text) for i, text in enumerate(texts)]  # ~900 drafted tokens, all accepted
     with pytest.raises(DegenerateData, match="sd"):
-        run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=48, warmup=0, progress=False)
-    out = run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=48, warmup=0,
+        run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=150, warmup=0,
+            progress=False)
+    out = run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=150, warmup=0,
               progress=False, check=False)
     assert (out[out.method == "sd"].accepted == out[out.method == "sd"].draft_depth).all()
 

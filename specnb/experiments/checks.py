@@ -4,8 +4,8 @@ Each rule raises :class:`DegenerateData` with what was seen, so a notebook run (
 cell that produced the number instead of publishing it:
 
 * :func:`check_partial_acceptance`: at temperature > 0 a drafter that is not the target has some draft tokens
-  rejected; one that accepts every token it drafted over many calls is the target itself (or its acceptance
-  is computed wrong).
+  rejected; one that accepts every one of so many drafted tokens that even a draft agreeing with the target
+  99% of the time would almost never do it is the target itself (or its acceptance is computed wrong).
 * :func:`check_varies`: a figure that compares a series needs the series to vary; a constant or all-zero one
   is a sentence, not a plot.
 * :func:`check_effect`: a conclusion that claims an effect needs an interval narrower than the effect.
@@ -19,7 +19,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-MIN_DRAFT_CALLS = 20  # fewer calls with a draft can all be accepted by chance
+PLAUSIBLE_RATE = 0.99  # the most a draft that is not the target is assumed to accept per drafted token
+CHANCE = 0.01  # full acceptance less likely than this, for such a draft, is refused
 
 
 class DegenerateData(ValueError):
@@ -27,26 +28,28 @@ class DegenerateData(ValueError):
 
 
 def check_partial_acceptance(rows: pd.DataFrame, temperature: float, *, exempt: Iterable[str] = ("ar",),
-                             min_calls: int = MIN_DRAFT_CALLS) -> None:
-    """Raise when, at ``temperature`` > 0, a method's drafts were accepted in full on every call.
+                             plausible_rate: float = PLAUSIBLE_RATE, chance: float = CHANCE) -> None:
+    """Raise when, at ``temperature`` > 0, a method accepted every token it drafted, over so many drafted tokens
+    that a draft accepting each with probability ``plausible_rate`` would do so with probability below
+    ``chance`` (0.99^459 < 1%: 459 tokens at the defaults).
 
-    rows: :func:`specnb.experiments.run` rows (``method``, ``accepted``, ``draft_depth``, ``calls``) of one
-    temperature. Counted over the method's calls that offered a draft (``draft_depth`` > 0), pooled over
-    prompts; methods with fewer than ``min_calls`` calls, and ``exempt`` ones (AR, a runner that reports no
-    acceptance), are not judged. Greedy runs (temperature 0) are not judged either: a deterministic drafter
-    copying a repetitive output can be right every time.
+    rows: :func:`specnb.experiments.run` rows (``method``, ``accepted``, ``draft_depth``) of one temperature,
+    pooled over prompts; ``exempt`` methods (AR, a runner that reports no acceptance) are not judged. Greedy runs
+    (temperature 0) are not judged either: a deterministic drafter copying a repetitive output can be right
+    every time. A close pair (a draft accepting 95% of tokens, many candidates per level) passes a short run.
     """
-    if temperature <= 0 or not {"accepted", "draft_depth", "calls"} <= set(rows.columns):
+    if temperature <= 0 or not {"accepted", "draft_depth"} <= set(rows.columns):
         return
     skip = set(exempt)
     for method, group in rows.groupby("method", sort=False):
         if method in skip or group.draft_depth.isna().all():
             continue
-        depth, accepted, calls = group.draft_depth.sum(), group.accepted.sum(), group.calls.sum()
-        if calls >= min_calls and depth > 0 and accepted >= depth:
+        depth, accepted = group.draft_depth.sum(), group.accepted.sum()
+        if depth > 0 and accepted >= depth and plausible_rate ** depth < chance:
             raise DegenerateData(
-                f"{method} accepted every one of its {int(depth)} drafted tokens over {int(calls)} calls at "
-                f"temperature {temperature:g}: only a draft that is the target does that (is it?)")
+                f"{method} accepted every one of its {int(depth)} drafted tokens at temperature {temperature:g}: "
+                f"a draft agreeing with the target {plausible_rate:.0%} of the time would do that with probability "
+                f"{plausible_rate ** depth:.1e}; only a draft that is the target does it (is it?)")
 
 
 def check_varies(values: Iterable[float] | np.ndarray, what: str) -> None:
