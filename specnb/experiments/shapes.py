@@ -1,21 +1,29 @@
-"""Draft-shape ablations (notebook 08): every drafter family over one width x depth grid, a few shapes measured
-in both verification modes, and MCSD's shape order.
+"""Draft-shape ablations (notebook 08): every drafter family over one width x depth grid by greedy replay, with
+per-prompt rows so that every number has its 90% interval over prompts (:func:`grid_rows`, :func:`grid_summary`,
+:func:`paired_ratio`); a shape per family timed in both verification modes against the cost model's prediction
+(:func:`timed_cells`); MCSD's shape order (:func:`mcsd_shape_rows`); and the comparisons with DReSD and MCSD.
 
 A *shape* (k, w) is k drafts of up to w tokens for the batch drafters (context n-grams, model bigram, mixed,
 DReSD), a ranked tree cut to depth w and k * w nodes for REST and CREST (their node order is rank order, so
 the first b nodes are the best b-node tree), and a k x 1 x ... x 1 tree (k candidates, then chains) for a draft
 model. Trees above ``MAX_NODES`` nodes are left out, as in the papers' 64-node verification budget.
+
+A greedy draft model is replayed from one teacher-forced pass of the draft over each reference
+(:func:`draft_ranks`, :func:`draft_replay`) instead of running the draft at every replayed call.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
+from torch import Tensor
 
 from ..datastores.crest import CrestStore
 from ..datastores.dense import load_datastore
@@ -30,11 +38,14 @@ from ..drafters.draft_model import DraftModelDrafter
 from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramDrafter
 from ..drafters.rest import RestDrafter
+from ..forward import forward
+from ..metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
 from ..models import LoadedModel
 from ..prompts import Prompt
-from ..replay import Reference
-from .grids import replay_table
-from .runner import Variant, run, summarize
+from ..replay import Reference, replay_many
+from ..verdicts import Expect
+from .grids import ar_estimated_seconds, estimated_seconds, replay_rows
+from .runner import Variant, run
 
 GRID_K = (1, 2, 4, 8, 16)
 GRID_W = (1, 2, 4, 8, 16)
@@ -81,68 +92,457 @@ def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
     return made
 
 
+# -------------------------------------------------------------------------- draft models, teacher-forced
+
+
+@torch.inference_mode()
+def draft_ranks(draft: LoadedModel, references: list[Reference], vocab: int, chunk: int = 64) -> list[np.ndarray]:
+    """int64 [T] per reference (prompt ids [L], greedy output [T]): the rank of each output token among the
+    draft's logits at the position that predicts it, from one teacher-forced pass of ``draft`` over prompt +
+    output, ranked as :func:`specnb.kernels.top_k` ranks (largest first, ties to the lower id; 0 = the draft's
+    top-1). The first entry (the prefill's token, never drafted) is included for alignment. ``vocab``: the
+    target's LM-head rows (the draft's logits are cut or padded to them, as the drafter does)."""
+    from ..experiments.mcsd import rank_of
+    from ..forward import output_head
+
+    head, out = output_head(draft.model), []
+    for prompt, output in references:
+        ids = torch.cat([torch.as_tensor(prompt), torch.as_tensor(output)])
+        _, hidden = forward(draft.model, ids[None], last_only=True)
+        rows = hidden[0, len(prompt) - 1:ids.shape[0] - 1]  # [T, d]: the states that predict output[0..T-1]
+        ranks = []
+        for start in range(0, rows.shape[0], chunk):
+            logits = head(rows[None, start:start + chunk])[0]  # its own dtype, as the drafter ranks them
+            if logits.shape[-1] > vocab:
+                logits = logits[:, :vocab]
+            elif logits.shape[-1] < vocab:
+                logits = torch.cat([logits, logits.new_full((logits.shape[0], vocab - logits.shape[-1]),
+                                                            -torch.inf)], dim=-1)
+            ranks.append(rank_of(logits, torch.as_tensor(output[start:start + chunk]).long()))
+        out.append(torch.cat(ranks).numpy())
+    return out
+
+
+def tree_nodes(shape: tuple[int, ...], depth: int) -> int:
+    """Nodes of a draft-model tree of ``shape`` (children per node at each level) cut to ``depth`` levels."""
+    return int(sum(np.prod(shape[:level + 1]) for level in range(depth)))
+
+
+def draft_replay(shape: tuple[int, ...], references: list[Reference], ranks: list[np.ndarray]) -> list[RunStats]:
+    """:func:`specnb.replay.replay_greedy` of a greedy :class:`DraftModelDrafter` of ``shape`` (top-k
+    candidates per level) on each reference, from the draft's ranks of the output tokens (:func:`draft_ranks`)
+    instead of running the draft at every call: the node on the accepted path at each level has the reference
+    as its context, so it is accepted when the reference's next token ranks below that level's k. Equal to the
+    drafter's replay up to rounding between the draft's call shapes; calls carry ``draft_calls`` in ``info``."""
+    runs = []
+    for (prompt, output), rank in zip(references, ranks, strict=True):
+        n_prompt, n_out = len(prompt), len(output)
+        stats, pos = RunStats(prompt_tokens=n_prompt), 0  # pos: index in output of the current root
+        while pos < n_out - 1:
+            depth = min(len(shape), n_out - 1 - pos - 1)
+            accepted = 0
+            while accepted < depth and rank[pos + 1 + accepted] < shape[accepted]:
+                accepted += 1
+            stats.calls.append(CallStats(drafted_nodes=tree_nodes(shape, depth), draft_depth=depth,
+                                         accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
+                                         verify_seconds=0.0, overhead_seconds=0.0,
+                                         info={"draft_calls": depth}))
+            pos += accepted + 1
+        runs.append(stats)
+    return runs
+
+
+# ------------------------------------------------------------------------------------------- shape grids
+
+
+def draft_seconds(stats: RunStats, cost, ratio: float) -> float:
+    """The draft model's time in ``stats``: each of its calls (``draft_calls`` in a call's info) priced at
+    ``ratio`` times the target's one-token call at that context on ``cost`` (``ratio``: a draft call's measured
+    time over a target call's, both timed alike)."""
+    new = np.array([c.new_tokens for c in stats.calls], dtype=np.int64)
+    context = stats.prompt_tokens + np.cumsum(new) - new
+    return float(sum(ratio * call.info.get("draft_calls", 0) * cost.seconds_at(1, 0, int(ell))
+                     for call, ell in zip(stats.calls, context, strict=True)))
+
+
+def priced_rows(name: str, runs: list[RunStats], references: list[Reference], cost, shape: tuple[int, int],
+                draft_ratio: float = 0.0, ar_seconds: list[float] | None = None) -> pd.DataFrame:
+    """:func:`specnb.experiments.grids.replay_rows` of ``runs`` with ``est_seconds`` (each call priced as a
+    ``shape`` call at its context on ``cost``, plus its draft-model calls at ``draft_ratio`` one-token target
+    calls each: :func:`draft_seconds`) and ``ar_seconds`` (the reference priced as AR decoding, or as given),
+    per prompt."""
+    frame = replay_rows(name, runs)
+    frame["est_seconds"] = [estimated_seconds(run, cost, shape) + draft_seconds(run, cost, draft_ratio)
+                            for run in runs]
+    frame["ar_seconds"] = ar_seconds if ar_seconds is not None else [ar_estimated_seconds([ref], cost)
+                                                                     for ref in references]
+    return frame
+
+
+def grid_rows(make: Callable[[int, int], Drafter] | None, references: list[Reference],
+              shapes: list[tuple[int, int]], cost, hidden: list[Tensor] | None = None,
+              ranks: list[np.ndarray] | None = None, draft_ratio: float = 0.0) -> pd.DataFrame:
+    """Per-prompt replay rows of every (k, w) of ``shapes`` (columns k, w and :func:`priced_rows`'): a fresh
+    ``make(k, w)`` replayed on every reference, or, with ``ranks``, a greedy draft model drafting k candidates
+    continued as chains to depth w (:func:`draft_replay`), each draft call priced at ``draft_ratio`` one-token
+    target calls."""
+    frames, ar = [], [ar_estimated_seconds([ref], cost) for ref in references]
+    for k, w in shapes:
+        runs = (draft_replay((k,) + (1,) * (w - 1), references, ranks) if ranks is not None else
+                replay_many(lambda k=k, w=w: make(k, w), references, hidden))
+        frames.append(priced_rows(f"{k}x{w}", runs, references, cost, (k, w), draft_ratio, ar).assign(k=k, w=w))
+    return pd.concat(frames, ignore_index=True)
+
+
+def grid_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (family, set, k, w) of :func:`grid_rows` rows: tokens_per_call and est_speedup (priced AR
+    seconds / priced seconds) with 90% intervals over prompts (``_low``, ``_high``), nodes_per_call, prompts."""
+    out = []
+    for (family, name, k, w), g in rows.groupby(["family", "set", "k", "w"], sort=False):
+        new, calls = (g.new_tokens - 1).to_numpy(float), g.calls.to_numpy(float)
+        ar, est = g.ar_seconds.to_numpy(float), g.est_seconds.to_numpy(float)
+        out.append({"family": family, "set": name, "k": k, "w": w, "prompts": len(g),
+                    "tokens_per_call": new.sum() / calls.sum(), **_ends("tokens_per_call", ratio_interval(new, calls)),
+                    "est_speedup": ar.sum() / est.sum(), **_ends("est_speedup", ratio_interval(ar, est)),
+                    "nodes_per_call": g.drafted_nodes.sum() / calls.sum()})
+    return pd.DataFrame(out)
+
+
+def _ends(name: str, interval: tuple[float, float]) -> dict[str, float]:
+    return {f"{name}_low": interval[0], f"{name}_high": interval[1]}
+
+
 def best_shapes(grids: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the shape with the best estimated speedup, the shape with the most tokens per call) per (family, set) of
-    a grid table (:func:`specnb.experiments.grids.replay_grid` rows with ``family`` and ``set``)."""
-    by = grids.groupby(["family", "set"])
+    a :func:`grid_summary` table."""
+    by = grids.groupby(["family", "set"], sort=False)
     return grids.loc[by.est_speedup.idxmax()], grids.loc[by.tokens_per_call.idxmax()]
 
 
-def measured_shapes(target: LoadedModel, grids: pd.DataFrame, makers: dict[str, Callable[[int, int], Drafter]],
-                    timed_families: tuple[str, ...], prompts: list[Prompt], max_new_tokens: int) -> pd.DataFrame:
-    """Real decoding of three shapes per family of ``timed_families`` (the best estimated one, the widest, the
-    deepest of its HumanEval grid) in both verification modes on the same drafts, AR alongside
-    (:func:`specnb.experiments.run`).
+def paired_ratio(rows: pd.DataFrame, a: dict, b: dict, metric: str = "tokens_per_call") -> tuple[float, float, float]:
+    """(value, low, high): the ratio of the cell selected by ``a`` ({column: value} of :func:`grid_rows` rows)
+    over the cell selected by ``b`` on ``metric`` (``tokens_per_call``, or ``est_speed``: the inverse of the
+    priced seconds), paired by prompt, with its 90% interval over prompts."""
+    pick = lambda sel: rows.loc[np.logical_and.reduce([rows[c] == v for c, v in sel.items()])]  # noqa: E731
+    left, right = pick(a).set_index("prompt_id"), pick(b).set_index("prompt_id")
+    right = right.loc[left.index]
+    if metric == "tokens_per_call":
+        arrays = [(left.new_tokens - 1), left.calls, (right.new_tokens - 1), right.calls]
+    else:
+        arrays = [right.est_seconds, right.est_seconds * 0 + 1, left.est_seconds, left.est_seconds * 0 + 1]
+    arrays = [np.asarray(x, dtype=float) for x in arrays]
 
-    Returns one row per (family, k, w, mode): predicted (the grid's est_speedup), measured (speedup vs AR),
-    tokens_per_call and identical_to_ar.
+    def stat(n1, d1, n2, d2, axis=-1):
+        return n1.sum(axis) / d1.sum(axis) / (n2.sum(axis) / d2.sum(axis))
+
+    low, high = bootstrap_interval(stat, *arrays)
+    return float(stat(*arrays)), low, high
+
+
+def mcsd_shape_rows(references: list[Reference], ranks: list[np.ndarray],
+                    pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """MCSD Fig. 4 by greedy replay: per-prompt replay rows (:func:`specnb.experiments.grids.replay_rows`) of a
+    greedy draft model drafting every tree shape of ``pairs`` ((decreasing, increasing) with the same number
+    of leaves, e.g. ("4x2", "2x4")), with ``shape``, ``order`` and ``nodes`` (the full tree's)."""
+    frames = []
+    for pair in pairs:
+        for order, shape in zip(("decreasing", "increasing"), pair, strict=True):
+            levels = tuple(int(x) for x in shape.split("x"))
+            frames.append(replay_rows(shape, draft_replay(levels, references, ranks)).assign(
+                shape=shape, order=order, pair=" vs ".join(pair), nodes=tree_nodes(levels, len(levels))))
+    return pd.concat(frames, ignore_index=True)
+
+
+# ------------------------------------------------------------------------------------------ timed cells
+
+
+def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Drafter]],
+                cells: list[tuple[str, int, int]], prompts: list[Prompt], references: list[Reference],
+                hidden: list[Tensor], cost, max_new_tokens: int) -> pd.DataFrame:
+    """Real decoding of every (family, k, w) of ``cells`` in both verification modes (tree attention, one batch
+    row per path) on the same drafts, AR alongside (:func:`specnb.experiments.run`), next to the cost model's
+    prediction for the same prompts and tokens (replayed on ``references``, the target's greedy outputs of
+    ``prompts`` cut to ``max_new_tokens``, with their ``hidden`` states).
+
+    Returns one row per (method, prompt): family, k, w, mode, decode_seconds and ar_decode_seconds (measured,
+    prefill excluded as the prediction excludes it), est_seconds and ar_seconds (predicted), new_tokens, calls,
+    identical_to_ar.
     """
-    rows = []
-    for family in timed_families:
-        sub = grids[(grids.family == family) & (grids.set == "HumanEval")]
-        picks = {tuple(sub.loc[i, ["k", "w"]]) for i in (sub.est_speedup.idxmax(), sub.k.idxmax(), sub.w.idxmax())}
-        methods = {"ar": None} | {f"{family} {k}x{w} {mode}": Variant(makers[family](k, w), mode)
-                                  for k, w in sorted(picks) for mode in ("tree", "batch")}
-        timed = summarize(run(target, prompts, methods, max_new_tokens=max_new_tokens, warmup=4, progress=False))
-        predicted = sub.set_index(["k", "w"]).est_speedup
-        for _, r in timed[timed.method != "ar"].iterrows():
-            _, shape, mode = r.method.rsplit(" ", 2)
-            k, w = map(int, shape.split("x"))
-            rows.append({"family": family, "k": k, "w": w, "mode": mode, "predicted": predicted[k, w],
-                         "measured": r.speedup_vs_ar, "tokens_per_call": r.tokens_per_call,
-                         "identical_to_ar": r.identical_to_ar})
-    return pd.DataFrame(rows)
+    methods = {"ar": None} | {f"{family} {k}x{w} {mode}": Variant(makers[family](k, w), mode)
+                              for family, k, w in cells for mode in ("tree", "batch")}
+    rows = run(target, prompts, methods, max_new_tokens=max_new_tokens, warmup=4, progress=True)
+    ar = rows[rows.method == "ar"].set_index("prompt_id").decode_seconds
+    out = []
+    for family, k, w in cells:
+        runs = replay_many(lambda family=family, k=k, w=w: makers[family](k, w), references, hidden)
+        priced = priced_rows("", runs, references, cost, (k, w))
+        for mode in ("tree", "batch"):
+            part = rows[rows.method == f"{family} {k}x{w} {mode}"].reset_index(drop=True)
+            out.append(part[["method", "prompt_id", "decode_seconds", "new_tokens", "calls", "identical_to_ar"]].assign(
+                family=family, k=k, w=w, mode=mode, ar_decode_seconds=part.prompt_id.map(ar).to_numpy(),
+                est_seconds=priced.est_seconds.to_numpy(), ar_seconds=priced.ar_seconds.to_numpy()))
+    return pd.concat(out, ignore_index=True)
 
 
-def mcsd_shape_order(target: LoadedModel, draft: LoadedModel, references: list[Reference],
-                     pairs: list[tuple[str, str]]) -> pd.DataFrame:
-    """MCSD Fig. 4 by greedy replay: for each (decreasing, increasing) pair of draft-model tree shapes with the
-    same node budget, one row: decreasing, increasing, and each one's tokens per call."""
-    makers = {s: (lambda s=s: DraftModelDrafter(draft, s, target.vocab_size)) for pair in pairs for s in pair}
-    tpc = summarize(replay_table(makers, references), baseline="").set_index("method").tokens_per_call
-    return pd.DataFrame([{"decreasing": d, "increasing": i, "decreasing_tokens_per_call": tpc[d],
-                          "increasing_tokens_per_call": tpc[i]} for d, i in pairs])
+def timed_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per timed method of :func:`timed_cells`: measured and predicted speedup over AR (decode time),
+    their ratio measured / predicted with its 90% interval over prompts (paired), the measured speedup's
+    interval, tokens per call and identical_to_ar."""
+    out = []
+    for method, g in rows.groupby("method", sort=False):
+        ar_m, m, ar_p, p = (g[c].to_numpy(float) for c in ("ar_decode_seconds", "decode_seconds", "ar_seconds",
+                                                            "est_seconds"))
+
+        def accuracy(a, b, c, d, axis=-1):
+            return a.sum(axis) / b.sum(axis) / (c.sum(axis) / d.sum(axis))
+
+        ones = np.ones_like(m)
+        out.append({"method": method, "family": g.family.iloc[0], "k": g.k.iloc[0], "w": g.w.iloc[0],
+                    "mode": g["mode"].iloc[0], "measured": ar_m.sum() / m.sum(),
+                    **_ends("measured", bootstrap_interval(accuracy, ar_m, m, ones, ones)),
+                    "predicted": ar_p.sum() / p.sum(), "accuracy": accuracy(ar_m, m, ar_p, p),
+                    **_ends("accuracy", bootstrap_interval(accuracy, ar_m, m, ar_p, p)),
+                    "tokens_per_call": (g.new_tokens - 1).sum() / g.calls.sum(),
+                    "identical_to_ar": g.identical_to_ar.astype(float).mean()})
+    return pd.DataFrame(out)
+
+
+def tree_over_batch(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (family, k, w) of :func:`timed_cells` rows: tree attention's decode speed over batch verification's
+    on the same prompts (``ratio``, ``low``, ``high``: paired, 90% interval over prompts)."""
+    out = []
+    for (family, k, w), g in rows.groupby(["family", "k", "w"], sort=False):
+        tree = g[g["mode"] == "tree"].set_index("prompt_id").decode_seconds
+        batch = g[g["mode"] == "batch"].set_index("prompt_id").decode_seconds.loc[tree.index]
+        low, high = ratio_interval(batch.to_numpy(float), tree.to_numpy(float))
+        out.append({"family": family, "k": k, "w": w, "ratio": batch.sum() / tree.sum(), "low": low, "high": high})
+    return pd.DataFrame(out)
+
+
+def cut(references: list[Reference], hidden: list[Tensor], prompts: int, tokens: int
+        ) -> tuple[list[Reference], list[Tensor]]:
+    """The first ``prompts`` references with their outputs cut to ``tokens`` (greedy decoding to a shorter
+    budget gives the first tokens), and their hidden states cut alike."""
+    refs = [(ids, output[:tokens]) for ids, output in references[:prompts]]
+    return refs, [h[:len(ids) + tokens] for (ids, _), h in zip(refs, hidden[:prompts], strict=True)]
+
+
+def store_tokens(stores: dict[str, Path]) -> int:
+    """Tokens of the study corpus the REST, CREST and DReSD stores are built on (REST's text)."""
+    return len(RestIndex.load(stores["rest"]))
 
 
 def grid_headlines(grids: pd.DataFrame) -> dict[str, Any]:
-    """The results-file numbers of a shape grid: ``best`` and ``most`` ({"family set": shape, est_speedup /
-    tokens_per_call} of :func:`best_shapes`) and ``larger_for_acceptance`` (the share of (family, set) whose
-    shape with the most tokens per call has more nodes than the one with the best estimated speedup)."""
+    """The results-file numbers of a :func:`grid_summary` table: ``best`` and ``most`` ({"family, set": shape,
+    est_speedup / tokens_per_call} of :func:`best_shapes`) and ``larger_for_acceptance`` (the share of (family,
+    set) whose shape with the most tokens per call has more nodes than the one with the best estimated
+    speedup)."""
     best, most = best_shapes(grids)
-    return {"best": {f"{r.family} {r.set}": {"shape": f"{r.k}x{r.w}", "est_speedup": r.est_speedup,
-                                             "tokens_per_call": r.tokens_per_call} for _, r in best.iterrows()},
-            "most": {f"{r.family} {r.set}": {"shape": f"{r.k}x{r.w}", "tokens_per_call": r.tokens_per_call}
+    return {"best": {f"{r.family}, {r.set}": {"shape": f"{r.k}x{r.w}", "est_speedup": r.est_speedup,
+                                              "est_speedup_low": r.est_speedup_low,
+                                              "est_speedup_high": r.est_speedup_high,
+                                              "tokens_per_call": r.tokens_per_call} for _, r in best.iterrows()},
+            "most": {f"{r.family}, {r.set}": {"shape": f"{r.k}x{r.w}", "tokens_per_call": r.tokens_per_call}
                      for _, r in most.iterrows()},
             "larger_for_acceptance": float(np.mean((most.k * most.w).to_numpy() > (best.k * best.w).to_numpy()))}
 
 
-def measured_headlines(measured: pd.DataFrame) -> dict[str, Any]:
-    """The results-file numbers of :func:`measured_shapes`: ``tree_over_batch`` (mean speed ratio of tree to batch
-    verification on the same drafts), ``identical_rate``, ``correlation`` of predicted and measured speedups
-    (tree), ``cells`` (shapes timed) and ``timed`` ({"family kxw": {mode: speedup}})."""
-    modes = measured.pivot_table(index=["family", "k", "w"], columns="mode", values="measured")
-    return {"tree_over_batch": float((modes["tree"] / modes["batch"]).mean()),
-            "identical_rate": float(measured.identical_to_ar.mean()),
-            "correlation": float(measured[measured["mode"] == "tree"][["predicted", "measured"]].corr().iloc[0, 1]),
-            "cells": len(modes), "timed": {f"{f} {k}x{w}": {m: modes.loc[(f, k, w), m] for m in modes}
-                                           for f, k, w in modes.index}}
+# ---------------------------------------------------------------------------------------------- verdicts
+
+
+def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context: int = 256) -> None:
+    """DReSD §5.4 / Fig. 7 (greedy decoding: the best shape is 3 x 20, narrow and deep) on :func:`grid_rows`
+    rows of HumanEval (the code task, as the paper's CodeAlpaca):
+
+    * ``dresd_deep_vs_wide``: tokens per call of 4 x 16 over 16 x 4 (same nodes) above 1 + 0.02 (a 2% band is
+      a tie);
+    * ``dresd_paper_shape``: estimated speed of 4 x 16 (the grid's shape nearest 3 x 20) over the best estimated
+      DReSD shape here, within 5% of 1 (the paper's shape is as good as the best here). Its likely cause names
+      what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table."""
+    code = rows[(rows.family == "DReSD") & (rows.set == "HumanEval")]
+    if code.empty or not {(4, 16), (16, 4)} <= set(zip(code.k, code.w, strict=True)):
+        return
+    report.compare("dresd_deep_vs_wide", "DReSD 4x16 / 16x4 tokens per call, HumanEval",
+                   *paired_ratio(code, {"k": 4, "w": 16}, {"k": 16, "w": 4}), Expect.above(1.0, 0.02),
+                   "DReSD §5.4, Fig. 7 (narrow and deep best for greedy: 3 x 20)",
+                   cause="the OOD store's neighbours seldom continue for 16 tokens", fmt=".3f")
+    sub = grids[(grids.family == "DReSD") & (grids.set == "HumanEval")]
+    best = sub.loc[sub.est_speedup.idxmax()]
+    price = cost.seconds_at(4, 16, context) / cost.seconds_at(1, 0, context)
+    report.add(dresd_best=f"{best.k}x{best.w}", call_4x16=price)
+    report.compare("dresd_paper_shape", f"DReSD estimated speed of 4x16 / the best shape here ({best.k}x{best.w}), "
+                   "HumanEval", *paired_ratio(code, {"k": 4, "w": 16}, {"k": best.k, "w": best.w}, "est_speed"),
+                   Expect.near(1.0, 0.05), "DReSD §5.4 (3 x 20 best for greedy, V100 GPU)",
+                   cause=f"a 4x16 call costs {price:.1f} one-token calls on this CPU's cost table", fmt=".3f")
+
+
+def compare_mcsd_order(report, rows: pd.DataFrame) -> None:
+    """MCSD Fig. 4's monotonic rule on :func:`mcsd_shape_rows` rows (one per set, column ``set``): for every
+    (decreasing, increasing) pair, the decreasing shape's tokens per call over the increasing one's above
+    1 + 0.02, paired by prompt (a 2% band is a tie, and a tie does not confirm "beats")."""
+    for (name, pair), group in rows.groupby(["set", "pair"], sort=False):
+        dec, inc = pair.split(" vs ")
+        report.compare(f"order {pair} {name}", f"tokens per call {dec} / {inc} (same leaves), {name}",
+                       *paired_ratio(group, {"shape": dec}, {"shape": inc}), Expect.above(1.0, 0.02),
+                       "MCSD Fig. 4 (monotonic rule, LLaMA-13B, Alpaca)",
+                       cause="the draft's top candidates seldom hold the target's token, so wider levels add "
+                             "little", fmt=".3f")
+
+
+def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
+    """The cost model against measurement and tree attention against batch verification, on
+    :func:`timed_summary` and :func:`tree_over_batch` tables: ``model MEthod``: measured / predicted speedup
+    within 15% of 1 (what it takes to rank the grid's shapes by their estimate); ``tree FAMILY kxw``: tree
+    attention's decode speed over batch verification's above 1 + 0.02 (MCSD Table 4: x1.91 with tree attention,
+    x1.61 without)."""
+    for _, r in summary.iterrows():
+        report.compare(f"model {r.method}", f"measured / predicted speedup, {r.method}", r.accuracy, r.accuracy_low,
+                       r.accuracy_high, Expect.near(1.0, 0.15), "the cost model (notebook 05's table, replay)",
+                       cause="drafting and acceptance time, which the cost model leaves out" if r.accuracy < 1
+                       else "the grid prices a call as k batch rows; tree attention verifies the k·w nodes in one "
+                            "row, which costs less here" if r["mode"] == "tree"
+                       else "the cost table prices a call above what it costs in this run", fmt=".2f")
+    for _, r in ratios.iterrows():
+        report.compare(f"tree {r.family} {r.k}x{r.w}", f"tree attention / batch rows, decode speed, {r.family} "
+                       f"{r.k}x{r.w}", r.ratio, r.low, r.high, Expect.above(1.0, 0.02),
+                       "MCSD Table 4 (x1.91 with tree attention, x1.61 without)",
+                       cause="on this CPU a k-row batch call costs no more than one row of the same nodes",
+                       fmt=".2f")
+
+
+# ------------------------------------------------------------------------------------------ the study
+
+
+@dataclass
+class ShapeStudy:
+    """Everything notebook 08 replays and times: the target, its greedy references of HumanEval and MT-Bench
+    (``n_prompts`` x ``max_new_tokens`` of the profile, cached) with their hidden states, the drafter families
+    over the study stores, the draft model and its ranks of the references' tokens (:func:`draft_ranks`), the
+    cost model (notebook 05's table) and one-token call times of the draft and the target (seconds, timed
+    interleaved: :func:`specnb.experiments.mcsd.call_costs`)."""
+
+    profile: Any
+    target: LoadedModel
+    sets: dict[str, list[Prompt]]
+    refs: dict[str, list[Reference]]
+    hidden: dict[str, list[Tensor]]
+    draft: LoadedModel
+    ranks: dict[str, list[np.ndarray]]
+    stores: dict[str, Path]
+    makers: dict[str, Callable[[int, int], Drafter]]
+    cost: Any
+    draft_call: float
+    target_call: float
+
+    @classmethod
+    def load(cls, profile: str, draft_name: str | None = None) -> ShapeStudy:
+        """Load (or build once, into the cache) everything for ``profile``; ``draft_name``: the draft model
+        (None: the profile's ``draft``)."""
+        from ..datasets import load_prompts
+        from ..drafters.draft_model import load_draft
+        from ..models import load_model
+        from ..profiles import get_profile
+        from ..roofline import CostModel, cost_table
+        from .mcsd import call_costs
+        from .ngrams import restricted_bigram_table
+        from .references import references_and_states
+        from .stores import study_stores
+
+        p = get_profile(profile)
+        target = load_model(p.target, dtype=p.dtype, device=p.device)
+        sets = {"HumanEval": load_prompts("humaneval", p.n_prompts), "MT-Bench": load_prompts("mtbench", p.n_prompts)}
+        pairs = {name: references_and_states(target, prompts, p.max_new_tokens) for name, prompts in sets.items()}
+        refs, hidden = {n: r for n, (r, _) in pairs.items()}, {n: h for n, (_, h) in pairs.items()}
+        draft = load_draft(target, draft_name or p.draft)
+        stores = study_stores(target, profile)
+        return cls(p, target, sets, refs, hidden, draft,
+                   {name: draft_ranks(draft, refs[name], target.vocab_size) for name in sets}, stores,
+                   families(target, stores, restricted_bigram_table(target, refs)[0]),
+                   CostModel(cost_table(target, "smoke" if profile == "smoke" else "adaptive")),
+                   *call_costs([draft, target]))
+
+    def headlines(self) -> dict[str, Any]:
+        """The setup's numbers for the results file: target, dtype, draft, sizes, the study corpus' tokens, the
+        draft's top-1 agreement with the references' tokens and its call cost over the target's."""
+        ranks = np.concatenate([r[1:] for rs in self.ranks.values() for r in rs])
+        return {"target": self.target.name, "draft": self.draft.name,
+                "dtype": str(next(self.target.model.parameters()).dtype).removeprefix("torch."),
+                "prompts": self.profile.n_prompts, "max_new_tokens": self.profile.max_new_tokens,
+                "timed_prompts": self.profile.timed_prompts, "timed_tokens": self.profile.timed_tokens,
+                "store_tokens": store_tokens(self.stores), "draft_top1": float(np.mean(ranks == 0)),
+                "draft_call_ratio": self.draft_call / self.target_call}
+
+    def grid(self, shapes: list[tuple[int, int]] | None = None) -> pd.DataFrame:
+        """:func:`grid_rows` of every family on both sets (the draft model's from its ranks, each of its calls
+        priced at its measured cost over a target call), with ``family`` and ``set``."""
+        shapes = shapes or grid_shapes()
+        frames = [grid_rows(make, self.refs[name], shapes, self.cost,
+                            self.hidden[name] if family == "DReSD" else None).assign(family=family, set=name)
+                  for name in self.sets for family, make in self.makers.items()]
+        frames += [grid_rows(None, self.refs[name], shapes, self.cost, ranks=self.ranks[name],
+                             draft_ratio=self.draft_call / self.target_call).assign(family="draft model", set=name)
+                   for name in self.sets]
+        return pd.concat(frames, ignore_index=True)
+
+    def timed(self, grids: pd.DataFrame, timed_families: tuple[str, ...]) -> pd.DataFrame:
+        """:func:`timed_cells` of each family's best estimated HumanEval shape with at least two drafts in
+        ``grids`` (a :func:`grid_summary` table; with one draft both verification modes make the same call) on
+        the profile's timed prompts x tokens."""
+        from ..datasets import load_prompts
+        from .references import references_and_states
+
+        code = grids[(grids.set == "HumanEval") & (grids.k >= 2)]
+        cells = [(f, *(int(x) for x in code[code.family == f].nlargest(1, "est_speedup")[["k", "w"]].iloc[0]))
+                 for f in timed_families]
+        n, tokens = self.profile.timed_prompts, self.profile.timed_tokens
+        if n <= len(self.refs["HumanEval"]):
+            prompts = self.sets["HumanEval"][:n]
+            refs, hidden = cut(self.refs["HumanEval"], self.hidden["HumanEval"], n, tokens)
+        else:  # more timed prompts than replayed ones: their references too (cached once decoded)
+            prompts = load_prompts("humaneval", n)
+            refs, hidden = references_and_states(self.target, prompts, tokens)
+        return timed_cells(self.target, self.makers, cells, prompts, refs, hidden, self.cost, tokens)
+
+    def mcsd_order(self, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+        """:func:`mcsd_shape_rows` on both sets, with ``set``."""
+        return pd.concat([mcsd_shape_rows(self.refs[name], self.ranks[name], pairs).assign(set=name)
+                          for name in self.sets], ignore_index=True)
+
+    def record_setup(self, report) -> None:
+        """The setup tables of DReSD (Fig. 7) and MCSD (Fig. 4) against this run, on ``report``."""
+        o, p = self.headlines(), self.profile
+        sizes = f"{p.n_prompts} × {p.max_new_tokens} per set, greedy replay; timed {p.timed_prompts} × {p.timed_tokens}"
+        report.setup("DReSD (papers/000)", here={
+            "model": f"{o['target']}", "hardware": "this machine's CPU", "dtype": o["dtype"],
+            "datastore": f"{o['store_tokens']:,} tokens of code (out of distribution)", "prompts × tokens": sizes,
+            "task": "HumanEval, MT-Bench"}, theirs={
+            "model": "CodeLlama 7B / 13B, Llama-2-Chat 7B / 13B", "hardware": "one NVIDIA V100 GPU",
+            "datastore": "EvolInstructCode, about 19 M tokens (Fig. 7: an ID store of greedy outputs)",
+            "prompts × tokens": "100 CodeAlpaca prompts × up to 128 tokens, decoded", "task": "CodeAlpaca, MT-Bench"})
+        report.setup("MCSD (papers/002)", here={
+            "model": f"{o['draft']} → {o['target']} (a draft call costs {o['draft_call_ratio']:.2f} of a target call)",
+            "hardware": "this machine's CPU", "dtype": o["dtype"], "prompts × tokens": sizes,
+            "task": "HumanEval, MT-Bench, greedy"}, theirs={
+            "model": "LLaMA-68M → LLaMA-13B (about 1/190 of its parameters)", "hardware": "NVIDIA RTX A6000 GPU",
+            "dtype": "fp16", "prompts × tokens": "Alpaca × up to 128 tokens, decoded", "task": "Alpaca"})
+
+
+def order_ratios(order: pd.DataFrame) -> pd.DataFrame:
+    """One row per (set, pair) of :func:`mcsd_shape_rows` rows: ``pair`` ("4x2 vs 2x4, HumanEval") and the
+    decreasing shape's tokens per call over the increasing one's (``ratio``, ``low``, ``high``: paired by prompt)."""
+    out = []
+    for (name, pair), group in order.groupby(["set", "pair"], sort=False):
+        dec, inc = pair.split(" vs ")
+        out.append({"pair": f"{pair}, {name}", **dict(zip(("ratio", "low", "high"),
+                                                          paired_ratio(group, {"shape": dec}, {"shape": inc}),
+                                                          strict=True))})
+    return pd.DataFrame(out)
+
+
+def cost_model_sentence(report) -> str:
+    """What the timed cells say about the cost model, chosen from ``report``'s ``model ...`` verdicts."""
+    verdicts = [c.verdict for key, c in report.comparisons.items() if key.startswith("model ")]
+    if verdicts and all(v == "agrees" for v in verdicts):
+        return "the cost model's prediction agreed with the measured speedup on every timed cell (verdicts below)"
+    return ("the cost model's prediction did not agree with the measured speedup on every timed cell (verdicts "
+            "below), so the estimated-speedup grid ranks shapes by a model this run does not confirm")
