@@ -318,8 +318,8 @@ class RecycleOptions:
     order are the table's top-1 chain. Side by side (bf16, AVX512-BF16, 10 prompts per set), 32-node trees ran
     *slower* than our AR: 0.95x on Gemma-3-270M's MT-Bench and 0.69x on its repeated code (96 tokens), 0.74x on
     Qwen2.5-Coder-1.5B's MT-Bench (6 prompts x 64); 8 nodes ran 1.87x, 1.38x and 1.02x, for 10-20% fewer tokens
-    per call. Where a call of tens of tokens costs about one token's (a GPU), the paper's wide trees pay:
-    ``-o max_nodes=64``. The router (``auto``) keeps recycle's 32-node tree and cuts it itself."""
+    per call. Where a call of tens of tokens costs about one token's (the paper's GPUs; not measured here), its
+    wide trees should pay: ``-o max_nodes=64``. The router (``auto``) keeps recycle's 32-node tree and cuts it itself."""
 
     k: int = 8
     max_nodes: int = 8

@@ -37,7 +37,7 @@ class Profile:
 PROFILES = {
     "smoke": Profile("smoke", target="tiny-gemma3", draft="self:2", n_prompts=2, max_new_tokens=16,
                      timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", "self:2")),
-    "quick": Profile("quick", target="gemma-3-270m", draft="self:6", n_prompts=10, max_new_tokens=128,
+    "quick": Profile("quick", target="gemma-3-270m", draft="self:12", n_prompts=10, max_new_tokens=128,
                      timed_prompts=10, timed_tokens=64,
                      pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")),
     "full": Profile("full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",

@@ -30,7 +30,8 @@ replayed on Gemma-3-270M's greedy outputs of 10 HumanEval prompts and priced on 
 ~20 ms call; pld, suffix, the bigram and CREST as members), the mean merged 61 times and ran 3% slower than never
 merging, one standard error below merged 16 times and ran as fast; measured on Qwen2.5-Coder-1.5B's MT-Bench (a
 node nearly free up to ~8), one standard error below ran 4% slower than the mean. On a CPU, where every node
-costs, a merge is seldom worth it; where a call of tens of tokens costs about one token's (a GPU), often.
+costs, a merge is seldom worth it; where a call of tens of tokens costs about one token's, it should be often
+(the papers report such calls on GPUs; nothing here has measured one).
 
 A member also has to pay for its seat. Running it (proposing, pricing, scoring, and for Token Recycling
 reading the logits of every verified position) costs a few tenths of a millisecond per step on a CPU, which a
