@@ -41,21 +41,30 @@ def test_greedy_references_are_decoded_once_then_read_from_the_cache(tmp_path, m
     assert len(list(tmp_path.rglob("*.json"))) == 2
 
 
-def test_sweep_summary_states_the_winner_per_corpus_and_rest_alone():
-    sweep = pd.DataFrame([
-        {"corpus": "small", "corpus_tokens": 100, "method": "REST", "accepted_length": 0.2, "est_speedup": 0.9},
-        {"corpus": "small", "corpus_tokens": 100, "method": "DReSD 10x6", "accepted_length": 0.4, "est_speedup": 1.1},
-        {"corpus": "large", "corpus_tokens": 1000, "method": "REST", "accepted_length": 0.5, "est_speedup": 1.2},
-        {"corpus": "large", "corpus_tokens": 1000, "method": "DReSD 10x6", "accepted_length": 0.45,
-         "est_speedup": 1.0},
-        {"corpus": "all", "corpus_tokens": 10_000, "method": "REST", "accepted_length": 0.7, "est_speedup": 1.3}])
-    out = sweep_summary(sweep)
+def sweep_rows(corpus: str, tokens: int, method: str, accepted: list[int], est: list[float]) -> pd.DataFrame:
+    """corpus_sweep_rows-like rows: one per reference, 10 calls each, AR priced at 10 s per reference."""
+    n = len(accepted)
+    return pd.DataFrame({"corpus": corpus, "corpus_tokens": tokens, "method": method, "prompt_id": range(n),
+                         "storage_bytes": 1, "new_tokens": [11 + a for a in accepted], "calls": 10,
+                         "accepted": accepted, "draft_depth": 60, "drafted_nodes": 60, "acceptance_rate": 0.1,
+                         "seconds": 0.0, "est_seconds": est, "ar_seconds": 10.0})
+
+
+def test_sweep_summary_pairs_the_methods_per_corpus_and_states_rest_alone():
+    rows = pd.concat([
+        sweep_rows("small", 100, "REST", [2, 2, 3, 2], [9.0, 9.5, 9.0, 9.2]),
+        sweep_rows("small", 100, "DReSD 10x6", [4, 5, 5, 4], [8.0, 8.1, 7.9, 8.0]),
+        sweep_rows("large", 1000, "REST", [5, 6, 5, 5], [7.0, 7.2, 7.1, 7.0]),
+        sweep_rows("large", 1000, "DReSD 10x6", [4, 5, 4, 4], [8.0, 8.2, 8.1, 8.0]),
+        sweep_rows("all", 10_000, "REST", [7, 7, 8, 7], [6.0, 6.0, 6.1, 6.0])], ignore_index=True)
+    out = sweep_summary(rows)
     assert out["corpora"] == ["small", "large"] and out["tokens"] == [100, 1000]
-    assert out["winner"] == ["DReSD", "REST"] and out["ratio"] == pytest.approx([2.0, 0.9])
-    assert out["rest_only"] == {"tokens": 10_000, "accepted": 0.7, "speedup": 1.3}
-    assert out["largest_shared"] == {"tokens": 1000, "rest_accepted": 0.5, "dresd_accepted": 0.45}
-    sweep.loc[1, "est_speedup"] = 0.9 * (1 + out["tie"] / 2)  # within the tie margin of REST's 0.9
-    assert sweep_summary(sweep)["winner"][0] == "neither"
+    assert out["ratio"] == pytest.approx([18 / 9, 17 / 21])
+    assert out["speed"][0] == pytest.approx(36.7 / 32.0)  # REST's priced seconds over DReSD's
+    assert out["speed_low"][0] > 1 and out["speed_high"][1] < 1  # DReSD faster on small, slower on large
+    assert out["ratio_low"][0] <= out["ratio"][0] <= out["ratio_high"][0]
+    assert out["rest_only"]["tokens"] == 10_000 and out["rest_only"]["accepted"] == pytest.approx(29 / 40)
+    assert out["largest_shared"]["tokens"] == 1000
 
 
 def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():

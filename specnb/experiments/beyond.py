@@ -9,38 +9,54 @@ table, the router's learned rates) grow over the set as they would in a server.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
 from ..methods import SuffixOptions, make_drafter
+from ..metrics import rate_ratio_interval
 from ..models import LoadedModel
 from ..prompts import Prompt
-from ..replay import modelled_speed, retrieval_ceiling, router_ceiling
+from ..replay import longest_retrieved, modelled_speed, retrieval_ceiling, router_ceiling
 from ..roofline import cost_model_for
-from .endtoend import run_specs
+from ..verdicts import Expect
+from .endtoend import call_cost, per_call_cause, run_specs
 from .references import greedy_references
-from .runner import speedup_intervals, summarize
+from .runner import ratio_intervals, speedup_intervals, summarize
 
 METHODS = ("ar", "pld", "mixed-adaptive", "crest-priced", "suffix", "recycle", "auto")
 SINGLE = ("pld", "mixed-adaptive", "suffix", "recycle", "crest-priced")  # what the router must match
+TIMED = ("ar", "pld", "suffix", "recycle", "auto")
+"""Notebook 10's timed methods: what its comparisons need. The router's other members are timed elsewhere: the
+model bigram's mixed drafts (``mixed-adaptive``) in notebook 06, CREST priced for this machine
+(``crest-priced``) in notebook 09."""
 SETS = {"code": "humaneval", "chat": "mtbench", "multi-turn chat": "mtbench2", "repeated code": "humaneval2"}
 MULTI_TURN = ("multi-turn chat", "repeated code")
+TIMED_SETS = ("code", "multi-turn chat", "repeated code")
+"""Notebook 10's timed sets: single-turn chat is left out (its prompts are the first turns of ``multi-turn chat``;
+prompt lookup on MT-Bench first turns is timed in notebook 06)."""
 CEILING_DEPTH = SuffixOptions.max_depth  # the retrieval ceiling drafts as deep as suffix may
 
 
-def method_specs(crest_store: Path) -> dict[str, tuple[str, dict]]:
-    """{label: (bench method, {option: value})} of :data:`METHODS`; CREST (priced, and as a router member)
-    reads ``crest_store``."""
-    specs: dict[str, tuple[str, dict]] = {name: (name, {}) for name in METHODS}
-    specs["crest-priced"] = ("crest-priced", {"datastore": str(crest_store)})
-    specs["auto"] = ("auto", {"crest": str(crest_store)})
+def method_specs(crest_store: Path, methods: tuple[str, ...] = METHODS) -> dict[str, tuple[str, dict]]:
+    """{label: (bench method, {option: value})} of ``methods`` (of :data:`METHODS`); CREST (priced, and as a
+    router member) reads ``crest_store``."""
+    specs: dict[str, tuple[str, dict]] = {name: (name, {}) for name in methods}
+    if "crest-priced" in specs:
+        specs["crest-priced"] = ("crest-priced", {"datastore": str(crest_store)})
+    if "auto" in specs:
+        specs["auto"] = ("auto", {"crest": str(crest_store)})
     return specs
 
 
 def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, tuple], *, max_new_tokens: int,
-           warmup: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
+           warmup: int = 8, progress: bool = False, ceiling: pd.DataFrame | None = None
+           ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Greedy runs of ``specs`` on every prompt set.
 
     Returns (summary, picks): summary has one row per (set, method) (:func:`specnb.experiments.summarize`:
@@ -48,18 +64,29 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
     kept beyond the context, in bytes; ``retired``: the members a router had retired by the end of the set,
     comma-separated; ``vs_best_single_low`` / ``_high`` and ``vs_pld_low`` / ``_high``: the 90% interval of the
     method's speed over the best single method's (:data:`SINGLE`) and over pld's, resampling the set's prompts,
-    :func:`specnb.metrics.rate_ratio_interval`); picks has one row per target call of ``auto`` (set, step from 0
-    over the whole set, ``picked`` member or ``-`` for no draft).
+    :func:`specnb.metrics.rate_ratio_interval`); ``tpc_vs_pld_low`` / ``_high``: the same for the method's tokens
+    per call over pld's; picks has one row per target call of ``auto`` (set, step from 0 over the whole set,
+    ``picked`` member or ``-`` for no draft). ``progress``: a bar over the sets. ``ceiling``:
+    :func:`ceiling_prompts`' rows for the same sets and budget, which add ``tpc_vs_ceiling`` with its ``_low`` /
+    ``_high``: the method's tokens per call over the retrieval ceiling's, paired by prompt.
     """
     summaries, picks = [], []
-    for name, prompts in sets.items():
+    for name, prompts in tqdm(sets.items(), desc="prompt sets", disable=not progress):
         rows = run_specs(target, prompts, specs, temperature=0.0, max_new_tokens=max_new_tokens, warmup=warmup)
         summary = summarize(rows).assign(set=name)
+        nodes = rows.groupby("method").drafted_nodes.sum(min_count=1) / rows.groupby("method").calls.sum(min_count=1)
+        summary["draft_nodes_per_call"] = summary.method.map(nodes)
         best = summary[summary.method.isin(SINGLE)].set_index("method").tokens_per_s.idxmax()
         for label, baseline in (("best_single", best), ("pld", "pld")):  # the issue's two comparisons
             intervals = speedup_intervals(rows, baseline)
             for end, index in (("_low", 0), ("_high", 1)):
                 summary[f"vs_{label}{end}"] = summary.method.map({m: v[index] for m, v in intervals.items()})
+        if "pld" in specs:
+            per_call = ratio_intervals(rows, "pld", "tokens_per_call")
+            for end, index in (("_low", 0), ("_high", 1)):
+                summary[f"tpc_vs_pld{end}"] = summary.method.map({m: v[index] for m, v in per_call.items()})
+        if ceiling is not None:
+            _against_ceiling(summary, rows, ceiling[ceiling.set == name])
         if "retired" in rows:
             summary["retired"] = summary.method.map(rows.groupby("method").retired.last())
         summaries.append(summary)
@@ -92,6 +119,34 @@ def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_toke
     depth cap by default), for the same prompts in the same order as :func:`beyond` runs them."""
     return {name: retrieval_ceiling(greedy_references(target, prompts, max_new_tokens), depth)
             for name, prompts in sets.items()}
+
+
+def ceiling_prompts(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_tokens: int,
+                    depth: int = CEILING_DEPTH) -> pd.DataFrame:
+    """The retrieval ceiling per prompt: one row per (set, prompt, in :func:`beyond`'s order) with ``produced``
+    (new tokens after the prefill's) and ``calls`` (target calls the ceiling's drafter needs), so that a set's
+    produced.sum() / calls.sum() is :func:`ceilings`' number and a method's tokens per call can be set against it
+    prompt by prompt. Each set's history of earlier outputs grows as :func:`specnb.replay.retrieval_ceiling`'s."""
+    out = []
+    for name, prompts in sets.items():
+        history = np.empty(0, dtype=np.int64)  # earlier outputs, each followed by a -1 that matches no token
+        for prompt, (prompt_ids, output) in zip(prompts, greedy_references(target, prompts, max_new_tokens),
+                                                 strict=True):
+            tokens = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), torch.as_tensor(output)]).numpy()
+            n_prompt, end = tokens.shape[0] - len(output), tokens.shape[0] - 1
+            pos, calls = n_prompt, 0
+            while pos < end:
+                future = tokens[pos + 1:pos + 1 + min(depth, end - pos - 1)]
+                calls, pos = calls + 1, pos + 1 + longest_retrieved(tokens[:pos + 1], history, future)
+            history = np.concatenate([history, tokens[n_prompt:], [-1]])
+            out.append({"set": name, "prompt_id": prompt.id, "produced": end - n_prompt, "calls": calls})
+    return pd.DataFrame(out)
+
+
+def set_ceilings(frame: pd.DataFrame) -> dict[str, float]:
+    """{set: produced / calls over its prompts} of :func:`ceiling_prompts`' rows (:func:`ceilings`' numbers)."""
+    sums = frame.groupby("set", sort=False)[["produced", "calls"]].sum()
+    return (sums.produced / sums.calls).to_dict()
 
 
 def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options: dict[str, Any], *,
@@ -137,25 +192,152 @@ def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict
     """The issue's ratios per set: ``auto_vs_best`` (auto's tokens/s over the best single method's, and
     which), ``auto_vs_pld``, ``suffix_vs_pld_tokens_per_call`` and, to read it against,
     ``ceiling_vs_pld_tokens_per_call``: the retrieval ceiling (:func:`ceilings`) over pld's tokens per call;
-    ``retired``: the members auto retired (``none``); ``auto_vs_best_low`` / ``_high`` and ``auto_vs_pld_low`` /
-    ``_high``: the 90% intervals of the two speed ratios over the set's prompts (:func:`beyond`)."""
+    ``suffix_vs_ceiling``: suffix's tokens per call over the ceiling; ``suffix_vs_pld``: suffix's tokens/s over
+    pld's; ``retired``: the members auto retired (``none``); ``_low`` / ``_high`` of each ratio: its 90% interval
+    over the set's prompts, paired by prompt (:func:`beyond`; NaN where the summary carries none)."""
     out = {}
     for name, group in summary.groupby("set", sort=False):
-        rate = group.set_index("method").tokens_per_s
-        per_call = group.set_index("method").tokens_per_call
-        auto = group.set_index("method").loc["auto"]
+        rows = group.set_index("method")
+        rate, per_call = rows.tokens_per_s, rows.tokens_per_call
+        get = _getter(rows)
         singles = rate[rate.index.isin(SINGLE)]
         out[name] = {"best_single": singles.idxmax(), "auto_vs_best": rate["auto"] / singles.max(),
-                     "auto_vs_best_low": auto.vs_best_single_low, "auto_vs_best_high": auto.vs_best_single_high,
+                     "auto_vs_best_low": get("auto", "vs_best_single_low"),
+                     "auto_vs_best_high": get("auto", "vs_best_single_high"),
                      "auto_vs_pld": rate["auto"] / rate["pld"],
-                     "auto_vs_pld_low": auto.vs_pld_low, "auto_vs_pld_high": auto.vs_pld_high,
+                     "auto_vs_pld_low": get("auto", "vs_pld_low"), "auto_vs_pld_high": get("auto", "vs_pld_high"),
                      "suffix_vs_pld_tokens_per_call": per_call["suffix"] / per_call["pld"],
+                     "suffix_vs_pld_tokens_per_call_low": get("suffix", "tpc_vs_pld_low"),
+                     "suffix_vs_pld_tokens_per_call_high": get("suffix", "tpc_vs_pld_high"),
                      "ceiling_vs_pld_tokens_per_call": ceiling[name] / per_call["pld"],
+                     "suffix_vs_ceiling": per_call["suffix"] / ceiling[name],
+                     "suffix_vs_ceiling_low": get("suffix", "tpc_vs_ceiling_low"),
+                     "suffix_vs_ceiling_high": get("suffix", "tpc_vs_ceiling_high"),
+                     "suffix_vs_pld": rate["suffix"] / rate["pld"],
+                     "suffix_vs_pld_low": get("suffix", "vs_pld_low"),
+                     "suffix_vs_pld_high": get("suffix", "vs_pld_high"),
                      "retired": _retired(group)}
     return out
+
+
+TIE = 0.02  # a speed ratio within 2% of 1 is a tie, not a win
+PUBLISHED_TOLERANCE = 0.10  # agreement with a published speedup: within 10% of it
+
+# ArcticInference's documentation of SuffixDecoding, "Key Benchmarks" (vLLM v0.8.4): tokens/s without speculation,
+# with vLLM's n-gram (prompt lookup) drafter and with suffix decoding.
+ARCTIC = {"HumanEval": {"none": 77.2, "ngram": 100.0, "suffix": 148.0},
+          "ShareGPT": {"none": 76.0, "ngram": 91.2, "suffix": 113.0}}
+ARCTIC_SET = {"HumanEval": "code", "ShareGPT": "multi-turn chat"}  # our set closest to each of their workloads
+RECYCLE_SPEEDUP = 2.0  # Token Recycling's abstract: "approximately 2x speedup across all sizes of LLMs"
+RECYCLE_STORAGE_MB = 2.0  # ... and "<2MB of additional storage"
+RECYCLE_SET = "multi-turn chat"  # ours closest to Spec-Bench's multi-turn conversation (MT-Bench)
+
+SUFFIX_SETUP = {"model": "Llama-3.1 (8B–70B in the project's blog)", "hardware": "GPUs (vLLM v0.8.4)",
+                "dtype": "bf16 / fp8 (vLLM)", "datastore": "outputs of earlier requests (global suffix tree)",
+                "prompts × tokens": "benchmark workloads (not stated with the table)",
+                "task": "ShareGPT, HumanEval, SWE-Bench, mixed"}
+RECYCLE_SETUP = {"model": "Vicuna 7B / 13B / 33B (vocabulary 32,000)", "hardware": "GPU", "dtype": "fp16",
+                 "datastore": "the V × k adjacency matrix of earlier top-k tokens",
+                 "prompts × tokens": "Spec-Bench (480 prompts, six tasks)",
+                 "task": "Spec-Bench: conversation, translation, summarization, QA, math, RAG"}
+
+
+def compare_beyond(report: Any, summary: pd.DataFrame, ceiling: dict[str, float], router: dict[str, dict[str, float]],
+                   cost: Any, setup: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Every comparison notebook 10 concludes from, as :meth:`Results.compare` calls on :func:`verdicts`' ratios
+    (returned): per set, auto against the best single method and against pld, suffix's tokens per call against
+    pld's and under the retrieval ceiling; the published SuffixDecoding and Token Recycling speedups against ours,
+    with :meth:`Results.setup` tables. router: :func:`router_gap`'s ratios (a cause when auto falls short); cost:
+    notebook 05's cost model (what a call of a method's draft tokens costs here); setup: ours in
+    :data:`specnb.results.SETUP_FIELDS` words."""
+    found = verdicts(summary, ceiling)
+    rows = summary.set_index(["set", "method"])
+    for name, v in found.items():
+        gap = router.get(name, {})
+        estimates = (f"replayed on the cost table, auto reaches ×{gap.get('auto_vs_pld', math.nan):.2f} pld's speed "
+                     f"and a router that knew each step's outcome ×{gap.get('hindsight_vs_pld', math.nan):.2f}")
+        report.compare(f"auto_vs_best_{name}", f"{name}: auto at least as fast as the fastest single method timed "
+                       f"({v['best_single']}), at most 2% slower", v["auto_vs_best"], v["auto_vs_best_low"],
+                       v["auto_vs_best_high"], Expect.above(1.0 - TIE), "the router's aim (ours)", cause=estimates)
+        report.compare(f"auto_vs_pld_{name}", f"{name}: auto faster than prompt lookup", v["auto_vs_pld"],
+                       v["auto_vs_pld_low"], v["auto_vs_pld_high"], Expect.above(1.0, TIE), "prompt lookup (ours)",
+                       cause=estimates)
+        little = v["ceiling_vs_pld_tokens_per_call"] < 1 + 0.1
+        report.compare(f"suffix_tpc_{name}", f"{name}: SuffixDecoding's tokens per call over prompt lookup's",
+                       v["suffix_vs_pld_tokens_per_call"], v["suffix_vs_pld_tokens_per_call_low"],
+                       v["suffix_vs_pld_tokens_per_call_high"], Expect.above(1.0, TIE),
+                       "SuffixDecoding (earlier requests' outputs searched too)",
+                       cause=f"the retrieval ceiling is ×{v['ceiling_vs_pld_tokens_per_call']:.2f} pld's: "
+                       + ("little of this set's text repeats earlier text" if little else
+                          "suffix's ≤ 16-node tree leaves out continuations the ceiling's tree holds"))
+        report.compare(f"suffix_ceiling_{name}", f"{name}: SuffixDecoding's tokens per call over the retrieval "
+                       "ceiling's (it drafts a subtree of the ceiling's tree)", v["suffix_vs_ceiling"],
+                       v["suffix_vs_ceiling_low"], v["suffix_vs_ceiling_high"], Expect.within(0.0, 1.0),
+                       "the retrieval ceiling (specnb.replay)",
+                       cause="above the ceiling: suffix drafted what no earlier text holds (a bug)")
+    for workload, ours in ARCTIC_SET.items():
+        if (ours, "suffix") not in rows.index:
+            continue
+        paper = ARCTIC[workload]
+        r = rows.loc[(ours, "suffix")]
+        here = per_call_cause(r, cost) + "; theirs: vLLM on GPUs"
+        expected = paper["suffix"] / paper["none"]
+        report.compare(f"suffix_published_{ours}", f"{ours}: SuffixDecoding's speedup over AR (theirs: {workload})",
+                       r.speedup_vs_ar, r.speedup_vs_ar_low, r.speedup_vs_ar_high,
+                       Expect.relative("near", expected, PUBLISHED_TOLERANCE), "ArcticInference docs", cause=here)
+        v = found[ours]
+        pld = rows.loc[(ours, "pld")]
+        ours_cost, pld_cost = call_cost(cost, r.draft_nodes_per_call), call_cost(cost, pld.draft_nodes_per_call)
+        calls = (f"×{v['suffix_vs_pld_tokens_per_call']:.2f} pld's tokens per call here, from calls of "
+                 f"{r.draft_nodes_per_call:.1f} against {pld.draft_nodes_per_call:.1f} draft tokens (×{ours_cost:.2f} "
+                 f"against ×{pld_cost:.2f} a one-token call on this CPU); theirs: vLLM on GPUs")
+        report.compare(f"suffix_vs_ngram_published_{ours}", f"{ours}: SuffixDecoding's speed over prompt lookup's "
+                       f"(theirs: {workload}, vLLM's n-gram drafter)", v["suffix_vs_pld"], v["suffix_vs_pld_low"],
+                       v["suffix_vs_pld_high"], Expect.relative("near", paper["suffix"] / paper["ngram"],
+                                                                PUBLISHED_TOLERANCE),
+                       "ArcticInference docs", cause=calls)
+    if (RECYCLE_SET, "recycle") in rows.index:
+        r = rows.loc[(RECYCLE_SET, "recycle")]
+        report.compare("recycle_published", f"{RECYCLE_SET}: Token Recycling's speedup over AR (theirs: Spec-Bench)",
+                       r.speedup_vs_ar, r.speedup_vs_ar_low, r.speedup_vs_ar_high,
+                       Expect.relative("near", RECYCLE_SPEEDUP, PUBLISHED_TOLERANCE), "Token Recycling (abstract)",
+                       cause=per_call_cause(r, cost) + "; theirs: wider trees, on a GPU")
+        held = summary.loc[summary.method == "recycle", "held_bytes"].max() / 2**20
+        report.compare("recycle_storage", "Token Recycling's table in MB (a size: no interval)", held, math.nan,
+                       math.nan, Expect.below(RECYCLE_STORAGE_MB), "Token Recycling (abstract)",
+                       cause="the V × k table grows with the vocabulary: 262,144 tokens here, 32,000 for Vicuna")
+    report.setup("SuffixDecoding (ArcticInference docs)", here=setup, theirs=SUFFIX_SETUP)
+    report.setup("Token Recycling (arXiv 2408.08696)", here=setup, theirs=RECYCLE_SETUP)
+    return found
+
+
+def _against_ceiling(summary: pd.DataFrame, rows: pd.DataFrame, ceiling: pd.DataFrame) -> None:
+    """Add ``tpc_vs_ceiling`` / ``_low`` / ``_high`` to one set's ``summary`` in place: each method's tokens per
+    call over the retrieval ceiling's (``ceiling``: that set's :func:`ceiling_prompts` rows), paired by prompt."""
+    values: dict[str, tuple[float, float, float]] = {}
+    for method, group in rows.groupby("method", sort=False):
+        both = group.merge(ceiling, on="prompt_id", suffixes=("", "_ceiling"))
+        made, calls = both.new_tokens.to_numpy(float) - 1, both.calls.to_numpy(float)
+        base, base_calls = both.produced.to_numpy(float), both.calls_ceiling.to_numpy(float)
+        point = made.sum() / calls.sum() / (base.sum() / base_calls.sum())
+        values[method] = (point, *rate_ratio_interval(made, calls, base, base_calls))
+    for i, column in enumerate(("tpc_vs_ceiling", "tpc_vs_ceiling_low", "tpc_vs_ceiling_high")):
+        summary[column] = summary.method.map({m: v[i] for m, v in values.items()})
+
+
+def _getter(rows: pd.DataFrame) -> Any:
+    """(method, column) -> the value in ``rows`` (indexed by method), NaN where the column or method is missing."""
+    return lambda method, column: rows[column].get(method, math.nan) if column in rows else math.nan
 
 
 def _retired(group: pd.DataFrame) -> str:
     """The members ``auto`` retired on one set (summary rows of :func:`beyond`), or ``none``."""
     value = group.loc[group.method == "auto", "retired"].iloc[0] if "retired" in group else None
     return value if isinstance(value, str) and value else "none"
+
+
+def router_text(names: Any) -> str:
+    """A :meth:`Results.render` template fragment stating :func:`router_gap`'s ratios (``ours[router]``) for each
+    set in ``names``: auto's modelled speed over pld's, and the hindsight router's."""
+    return "; ".join(f"{name}: auto ×{{ours[router][{name}][auto_vs_pld]:.2f}}, a router knowing each outcome "
+                     f"×{{ours[router][{name}][hindsight_vs_pld]:.2f}}" for name in names)

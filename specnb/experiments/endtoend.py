@@ -1,38 +1,81 @@
-"""The end-to-end table (notebook 09; DReSD Table 3, Spec-Bench style): every bench method and the Hugging Face
-baselines on one prompt set, one temperature, in one process (:func:`specnb.experiments.run`)."""
+"""The end-to-end table (notebook 09; DReSD Table 3, Spec-Bench style): the seed papers' methods and the Hugging
+Face baselines on one prompt set, one temperature, in one process (:func:`specnb.experiments.run`), and the
+comparisons notebook 09 concludes from (:func:`compare_with_papers`), each a
+:meth:`specnb.results.Results.compare` whose verdict is computed from our number and its 90% interval.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import torch
 
 from ..bench import BenchConfig, bench_runners
 from ..methods import options_for
 from ..models import LoadedModel
 from ..prompts import Prompt
-from .runner import run, summarize
+from ..roofline import device_name
+from ..verdicts import Expect
+from .runner import run, speedup_intervals, summarize
 
 METHODS = ("ar", "pld", "ngram-bigram", "mixed", "mixed-adaptive", "rest", "crest", "dense", "dense-id",
            "rest-priced", "crest-priced", "dense-priced", "sd", "mcsd", "hf", "hf-pld", "hf-assisted")
 """Labels of the table: bench method names, and ``dense-id`` (DReSD on the in-distribution store)."""
 
+GREEDY = ("ar", "hf", "hf-pld", "pld", "rest", "rest-priced", "crest-priced", "dense-id", "dense-priced")
+"""Notebook 09's timed table: DReSD Table 3's model-free methods (PLD, REST, DReSD with its ID store and best greedy
+shape), the retrieval trees cut to what pays on this machine (``-priced``; DReSD's on its ID store, see
+:data:`PRICED_STORES`), and Hugging Face's ``generate`` with and without its prompt lookup. Timed elsewhere: draft
+models (SD, MCSD, Hugging Face's assisted generation) and sampling at T = 1 in notebook 07, N-Grammys' mixed drafts
+in notebook 06, CREST's own tree against REST in notebook 04, DReSD's OOD store against its ID store in notebook 03,
+chat and repeated requests in notebook 10."""
 
-def method_specs(stores: dict[str, Path], draft: str, methods: tuple[str, ...] = METHODS) -> dict[str, tuple]:
+PRICED_STORES = {"dense-priced": "dense-id"}  # notebook 09: the priced DReSD reads the ID store, as its DReSD row
+
+DRESD_SHAPE = "greedy"  # DReSD's best greedy draft shape (3 x 20), the one of its Table 3
+
+TABLE3 = {"sd": (1.63, 1.32, 1.40, 1.33), "pld": (2.21, 1.11, 1.93, 1.27), "rest": (3.79, 2.89, 2.60, 2.13),
+          "dense-id": (5.47, 4.11, 5.67, 3.33)}
+"""DReSD Table 3: speedup over AR per model (CodeLlama-7B, Llama-2-Chat-7B, CodeLlama-13B, Llama-2-Chat-13B) on
+CodeAlpaca; the paper's averages are 1.42 (SD), 1.63 (PLD), 2.85 (REST), 4.64 (DReSD)."""
+
+TABLE3_TOLERANCE = 0.10
+"""Agreement with Table 3: inside the range of the paper's four models, widened by 10% of the paper's average
+(the paper reports a median of three runs, no interval)."""
+
+TIE = 0.02  # a ratio within 2% of 1 is a tie, not a win
+
+DRESD_SETUP = {"model": "CodeLlama 7B/13B, Llama-2-Chat 7B/13B", "hardware": "1 × NVIDIA V100 32 GB (GPU)",
+               "dtype": "fp16 (Hugging Face transformers)",
+               "datastore": "EvolInstructCode: 30.9 M tokens (OOD), 19 M (ID)",
+               "prompts × tokens": "100 × 128", "task": "CodeAlpaca (code assistant)",
+               "DReSD shape": "3 × 20 (ID store)", "SD's draft": "Llama-68M-Chat"}
+"""DReSD's setup for Table 3 (§4, §5.5, Table 1)."""
+
+
+def method_specs(stores: dict[str, Path], draft: str, methods: tuple[str, ...] = METHODS,
+                 dense_shape: str | None = None, store_of: dict[str, str] | None = None) -> dict[str, tuple]:
     """{label: (bench method, {option: value})}: each retrieval method on its study store (``-priced`` on its
-    base method's), the draft-model methods with ``draft``. ``hf-assisted`` needs a loadable draft model, so
-    it is left out for a ``self:L`` draft."""
+    base method's, unless ``store_of`` names another: {label: store key}, e.g. :data:`PRICED_STORES`), the
+    draft-model methods with ``draft``, DReSD (both stores) with ``dense_shape`` when given (``greedy``: DReSD's
+    3 × 20). ``hf-assisted`` needs a loadable draft model, so it is left out for a ``self:L`` draft."""
     specs = {}
     for label in methods:
         name = "dense" if label == "dense-id" else label
         given: dict = {}
-        base = label.removesuffix("-priced")
+        base = (store_of or {}).get(label, label.removesuffix("-priced"))
         if base in stores:
             given["datastore"] = str(stores[base])
         if name in ("sd", "mcsd", "hf-assisted"):
             if name == "hf-assisted" and draft.startswith("self:"):
                 continue
             given["draft"] = draft
+        if name == "dense" and dense_shape is not None:
+            given["draft_shape"] = dense_shape
         specs[label] = (name, given)
     return specs
 
@@ -53,18 +96,183 @@ def run_specs(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple
         counter.remove()
 
 
-def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
-               max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
-    """One summary row per label (:func:`specnb.experiments.summarize`, speedup vs our AR) plus
-    ``speedup_vs_hf``: Hugging Face ``generate``'s total wall time over the method's, and, for greedy outputs
-    that differ from our AR's, ``divergence_gap``: the largest top-2 logit gap of our AR at a first divergence
-    (NaN where none differs; a gap within a few bf16 roundings means two kernels rounded a near-tie apart)."""
-    rows = run_specs(target, prompts, specs, temperature=temperature, max_new_tokens=max_new_tokens, warmup=warmup,
-                     progress=progress)
+def table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One summary row per label of :func:`run_specs`' rows (:func:`specnb.experiments.summarize`: speedup vs our
+    AR with its 90% interval) plus ``draft_nodes_per_call`` (draft tokens a call verified, on average),
+    ``speedup_vs_hf`` / ``_low`` / ``_high`` (Hugging Face ``generate``'s wall time over the method's, paired by
+    prompt) when ``hf`` ran, and, for greedy outputs that differ from our AR's, ``divergence_gap``: the largest
+    top-2 logit gap of our AR at a first divergence (NaN where none differs)."""
     summary = summarize(rows)
-    if "hf" in specs:
+    nodes = rows.groupby("method").drafted_nodes.sum(min_count=1) / rows.groupby("method").calls.sum(min_count=1)
+    summary["draft_nodes_per_call"] = summary.method.map(nodes) if "drafted_nodes" in rows else math.nan
+    if "hf" in set(rows.method):
         summary["speedup_vs_hf"] = rows.loc[rows.method == "hf", "seconds"].sum() / summary.seconds
+        intervals = speedup_intervals(rows, "hf")
+        for end, i in (("_low", 0), ("_high", 1)):
+            summary[f"speedup_vs_hf{end}"] = summary.method.map({m: v[i] for m, v in intervals.items()})
     diverged = "first_divergence_gap" in rows  # only when some greedy output differs
     summary["divergence_gap"] = summary.method.map(rows.groupby("method").first_divergence_gap.max()) \
-        if diverged else float("nan")
+        if diverged else math.nan
     return summary
+
+
+def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
+               max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
+    """:func:`table` of a :func:`run_specs` run."""
+    return table(run_specs(target, prompts, specs, temperature=temperature, max_new_tokens=max_new_tokens,
+                           warmup=warmup, progress=progress))
+
+
+def hardware(target: LoadedModel) -> str:
+    """The machine a run's timings belong to, in words: the GPU's name, or the CPU's model, its class (amx /
+    avx512bf16 / avx2) and torch's threads."""
+    device = next(target.model.parameters()).device
+    if device.type != "cpu":
+        return device_name(device)
+    from ..kernels.cpu import cpu_class
+
+    return f"{device_name(device).split(',')[0]} ({cpu_class()}, {torch.get_num_threads()} threads)"
+
+
+def store_tokens(stores: dict[str, Path]) -> dict[str, int]:
+    """{store label: corpus tokens} of :func:`specnb.experiments.stores.study_stores`' REST and DReSD stores (the
+    corpus their ``meta.json`` records); CREST is built from REST's corpus."""
+    out = {}
+    for label in ("rest", "dense", "dense-id"):
+        if label in stores and (Path(stores[label]) / "meta.json").exists():
+            meta = json.loads((Path(stores[label]) / "meta.json").read_text())
+            out[label] = int(meta["num_tokens"] if "num_tokens" in meta else meta["corpus"]["num_tokens"])
+    return out
+
+
+def identity(rows: pd.DataFrame) -> dict[str, Any]:
+    """Greedy outputs against our AR's, from :func:`run_specs` rows at temperature 0: for our methods (``ours``)
+    and Hugging Face's (``hf``), {``identical``: outputs equal token for token, ``total``: outputs compared,
+    ``max_gap``: the largest top-2 logit gap of our AR at a first divergence (NaN: none differs),
+    ``within_rounding``: whether every divergence sat on a gap within the dtype's rounding}."""
+    compared = rows[(rows.method != "ar") & rows.identical_to_ar.notna()]
+    out = {}
+    for side, group in (("ours", compared[~compared.method.str.startswith("hf")]),
+                        ("hf", compared[compared.method.str.startswith("hf")])):
+        differ = group[~group.identical_to_ar.astype(bool)]
+        gaps = differ.first_divergence_gap if "first_divergence_gap" in differ else pd.Series(dtype=float)
+        within = differ.gap_within_rounding.astype(bool).all() if "gap_within_rounding" in differ else True
+        out[side] = {"identical": int(group.identical_to_ar.astype(bool).sum()), "total": len(group),
+                     "max_gap": float(gaps.max()) if len(differ) else math.nan, "within_rounding": bool(within)}
+    return out
+
+
+def identity_text(found: dict[str, Any]) -> str:
+    """The sentence (a :meth:`Results.render` template fragment over ``ours[identity]``) that :func:`identity`'s
+    numbers support: all identical, or how many differ and whether rounding explains it."""
+    parts = []
+    for side, who in (("ours", "our methods"), ("hf", "Hugging Face's `generate` paths")):
+        f, key = found[side], f"ours[identity][{side}]"
+        if f["total"] == 0:
+            continue
+        if f["identical"] == f["total"]:
+            parts.append(f"all {{{key}[total]}} greedy outputs of {who} equal our AR's token for token")
+        else:
+            why = ("every first divergence sits on a top-2 logit gap of our AR within bf16 rounding (at most "
+                   f"{{{key}[max_gap]:.3g}}): two kernels rounding a near-tie apart" if f["within_rounding"] else
+                   f"the largest top-2 logit gap of our AR at a first divergence is {{{key}[max_gap]:.3g}}, "
+                   "beyond bf16 rounding: a bug to find")
+            parts.append(f"{{{key}[identical]}} of {{{key}[total]}} greedy outputs of {who} equal our AR's; {why}")
+    return "; ".join(parts) + "."
+
+
+def call_cost(cost: Any, nodes: float, context: int = 256) -> float:
+    """What a call verifying ``nodes`` draft tokens in one row (a chain or a tree) costs over a one-token call,
+    at ``context`` tokens of context, on :func:`specnb.roofline.cost_model_for`'s table (notebook 05)."""
+    if not nodes or not math.isfinite(nodes):
+        return 1.0
+    return cost.seconds_at(1, int(round(nodes)), context) / cost.seconds_at(1, 0, context)
+
+
+def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, cost: Any,
+                        tokens: dict[str, int], target: LoadedModel) -> None:
+    """Every greedy comparison notebook 09 concludes from, as :meth:`Results.compare` calls with
+    :meth:`Results.setup`'s table for DReSD: each Table 3 method's speedup against the paper's range (with the
+    likely cause of a gap: tokens per call, what a call of that many draft tokens costs on this CPU, store size,
+    the draft's share of wall time), DReSD (ID store) against REST (Table 3's ranking), DReSD's ID store against
+    its OOD store (§5.3), our AR and prompt lookup against Hugging Face's, and the fastest of ours against AR.
+
+    rows / summary: :func:`run_specs` rows at temperature 0 and their :func:`table`; cost: notebook 05's cost
+    model; tokens: :func:`store_tokens`; target: the model the rows ran (its name, dtype and machine go to the
+    setup table)."""
+    s = summary.set_index("method")
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    report.setup("DReSD Table 3", here={
+        "model": target.name, "hardware": hardware(target), "dtype": f"{dtype} (specnb's decoder)",
+        "datastore": f"CPython stdlib: {tokens.get('rest', 0):,} tokens (OOD); the target's answers: "
+                     f"{tokens.get('dense-id', 0):,} tokens (ID)",
+        "prompts × tokens": f"{int(s.prompts.iloc[0])} × {int(rows.new_tokens.max())}", "task": "HumanEval (code)",
+        "DReSD shape": "3 × 20 (ID store)", "SD's draft": "— (notebook 07)"},
+        theirs=DRESD_SETUP)
+    names = {"sd": "vanilla SD", "pld": "prompt lookup", "rest": "REST", "dense-id": "DReSD (ID store)"}
+    for method, values in TABLE3.items():
+        if method not in s.index:
+            continue
+        r, average = s.loc[method], sum(values) / len(values)
+        cause = per_call_cause(r, cost)
+        if method in ("rest", "dense-id"):
+            store = tokens.get("rest" if method == "rest" else "dense-id", 0)
+            cause += f"; a store of {store / 1e3:.0f} k tokens against the paper's 19–31 M"
+        if method == "sd":
+            cause += f"; the self-draft took {r.draft_share:.0%} of the wall time (the paper's 68 M draft is ~1% " \
+                     "of a 7B target's weights)"
+        report.compare(f"table3_{method}", f"{names[method]}: speedup over AR, greedy, code", r.speedup_vs_ar,
+                       r.speedup_vs_ar_low, r.speedup_vs_ar_high,
+                       Expect.within(min(values), max(values), TABLE3_TOLERANCE * average), "DReSD Table 3",
+                       cause=cause + "; the paper ran 7B–13B models on a V100 GPU")
+    pairs = [("dense_id_vs_rest", "dense-id", "rest", "DReSD (ID store) faster than REST", "DReSD Table 3"),
+             ("rest_priced_vs_rest", "rest-priced", "rest", "REST cut to what pays here faster than REST's whole tree",
+              "the priced tree's aim (ours)"),
+             ("dense_priced_vs_dense", "dense-priced", "dense-id", "DReSD (ID store) cut to what pays here faster "
+              "than its 3 × 20 drafts", "the priced tree's aim (ours)"),
+             ("dense_id_vs_ood", "dense-id", "dense", "DReSD: ID store faster than the OOD store", "DReSD §5.3"),
+             ("ar_vs_hf", "ar", "hf", "our AR faster than Hugging Face `generate`", "HF generate (same run)"),
+             ("pld_vs_hf_pld", "pld", "hf-pld", "our prompt lookup faster than Hugging Face's",
+              "HF prompt lookup (same run)")]
+    for key, method, base, claim, against in pairs:
+        if method in s.index and base in s.index:
+            low, high = speedup_intervals(rows, base)[method]
+            report.compare(key, claim + " (ratio of wall times)", s.loc[base, "seconds"] / s.loc[method, "seconds"],
+                           low, high, Expect.above(1.0, TIE), against,
+                           cause=_ratio_cause(s, method, base, cost, tokens))
+    ours = s[~s.index.str.startswith("hf") & (s.index != "ar")]
+    if len(ours):
+        best = ours.speedup_vs_ar.idxmax()
+        report.add(fastest=best)
+        report.compare("fastest_vs_ar", f"the fastest of ours ({best}) faster than our AR",
+                       s.loc[best, "speedup_vs_ar"], s.loc[best, "speedup_vs_ar_low"],
+                       s.loc[best, "speedup_vs_ar_high"], Expect.above(1.0, TIE),
+                       "our AR (same run)", cause=per_call_cause(s.loc[best], cost))
+
+
+def per_call_cause(row: pd.Series, cost: Any) -> str:
+    """What a method gains per call against what its calls cost (``row``: a :func:`table` or
+    :func:`specnb.experiments.summarize` row with ``draft_nodes_per_call``): the speedup's two factors, in one line."""
+    nodes = row.draft_nodes_per_call
+    return (f"{row.tokens_per_call:.2f} tokens per call, while a call verifying its {nodes:.1f} draft tokens on "
+            f"average costs ×{call_cost(cost, nodes):.2f} a one-token call on this CPU (notebook 05's table)")
+
+
+def _ratio_cause(s: pd.DataFrame, method: str, base: str, cost: Any, tokens: dict[str, int]) -> str:
+    """One line on why ``method`` may not beat ``base``: their tokens per call and call costs, or the stores."""
+    if base.startswith("hf"):
+        return "Hugging Face's loop and PyTorch's stock kernels against ours: see the tokens/s columns"
+    a, b = s.loc[method], s.loc[base]
+    line = (f"{a.tokens_per_call:.2f} against {b.tokens_per_call:.2f} tokens per call, calls of "
+            f"×{call_cost(cost, a.draft_nodes_per_call):.1f} against ×{call_cost(cost, b.draft_nodes_per_call):.1f} "
+            "a one-token call")
+    if base == "dense":
+        line += f"; ID store {tokens.get('dense-id', 0) / 1e3:.0f} k tokens, OOD {tokens.get('dense', 0) / 1e3:.0f} k"
+    return line
+
+
+def tally(report: Any, prefix: str) -> dict[str, int]:
+    """{verdict: how many} of ``report``'s comparisons whose key starts with ``prefix`` (every verdict listed,
+    0 included), and ``total``."""
+    verdicts = [c.verdict for key, c in report.comparisons.items() if key.startswith(prefix)]
+    return {"total": len(verdicts), **{v: verdicts.count(v) for v in ("agrees", "disagrees", "inconclusive")}}
