@@ -319,7 +319,8 @@ class RecycleOptions:
     *slower* than our AR: 0.95x on Gemma-3-270M's MT-Bench and 0.69x on its repeated code (96 tokens), 0.74x on
     Qwen2.5-Coder-1.5B's MT-Bench (6 prompts x 64); 8 nodes ran 1.87x, 1.38x and 1.02x, for 10-20% fewer tokens
     per call. Where a call of tens of tokens costs about one token's (the paper's GPUs; not measured here), its
-    wide trees should pay: ``-o max_nodes=64``. The router (``auto``) keeps recycle's 32-node tree and cuts it itself."""
+    wide trees should pay: ``-o max_nodes=64``. The router (``auto``) keeps recycle's 32-node tree and cuts it
+    itself."""
 
     k: int = 8
     max_nodes: int = 8

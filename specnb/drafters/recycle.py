@@ -9,8 +9,9 @@ rank of their path (the top-1 chain first), so its first b nodes are the best tr
 router can cut it anywhere.
 
 How many nodes pay depends on what a node costs. The paper drafts trees of tens of nodes on GPUs, where it
-reports such a call costing about one token's (not measured here); on a CPU every node is a row of the call, and the default ``max_nodes`` is 8,
-which is the top-1 chain (8 levels) whenever the table holds it (see :class:`specnb.methods.RecycleOptions`).
+reports such a call costing about one token's (not measured here); on a CPU every node is a row of the call, and
+the default ``max_nodes`` is 8, which is the top-1 chain (8 levels) whenever the table holds it (see
+:class:`specnb.methods.RecycleOptions`).
 
 The table is int32 [V, k]: 8 MB for Gemma-3's 262k vocabulary at k = 8 (the paper's < 2 MB is a 32k
 vocabulary).
