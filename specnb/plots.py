@@ -169,10 +169,13 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
             line.set_path_effects([patheffects.withStroke(linewidth=2.4, foreground="white")])
     right = np.fmax(frame.value, frame.high.fillna(-np.inf))  # where a positive bar's label goes
     left = np.fmin(frame.value, frame.low.fillna(np.inf))  # and a negative one's
-    marks = [0.0, *right, *left] + ([reference] if reference is not None else [])
-    lo, hi = float(np.nanmin(marks)), float(np.nanmax(marks))
+    marks = np.asarray([0.0, *right, *left] + ([reference] if reference is not None else []), dtype=float)
+    marks = marks[np.isfinite(marks)]  # a missing value (NaN, no bar) has no end
+    lo, hi = float(marks.min()), float(marks.max())
     span = max(hi - lo, 1e-12)
     for yi, r, le, value in zip(y, right, left, frame.value, strict=True):
+        if not np.isfinite(value):
+            continue
         ax.text(r + 0.015 * span if value >= 0 else le - 0.015 * span, yi, fmt.format(value), va="center",
                 ha="left" if value >= 0 else "right", fontsize=7)
     if reference is not None:

@@ -62,6 +62,7 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": machine(), "notebook_seconds": {k: round(v, 1) for k, v in seconds.items()},
               "total_minutes": round(sum(seconds.values()) / 60, 1), "failed": failed}
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "RUN.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
