@@ -20,7 +20,7 @@ GEMMA := $(SPECNB_CACHE)/models/gemma-3-270m/config.json
 PAIR := $(SPECNB_CACHE)/models/qwen2.5-coder-1.5b-instruct/config.json \
         $(SPECNB_CACHE)/models/qwen2.5-coder-0.5b-instruct/config.json
 
-.PHONY: setup models pair figures publish test lab lint clean-cache
+.PHONY: setup models pair kernels figures publish test lab lint clean-cache
 
 setup: $(INSTALLED)
 
@@ -41,13 +41,20 @@ pair: $(PAIR)
 $(SPECNB_CACHE)/models/%/config.json: | $(INSTALLED)
 	$(SPECNB) models fetch $*
 
-figures: setup models pair
+# the compiled CPU kernels, built once into the cache (else the first notebook or test builds them)
+kernels: | $(INSTALLED)
+	$(PY) -c "import specnb.kernels as k; k.extension()"
+
+# models and kernels are prepared side by side (downloads, conversions and a compile), each one's output whole
+figures: setup
+	$(MAKE) -j3 --output-sync=target models pair kernels
 	$(SPECNB) notebooks run --profile $(PROFILE)
 
 publish: setup
 	$(SPECNB) notebooks publish
 
-test: setup models
+test: setup
+	$(MAKE) -j2 --output-sync=target models kernels
 	$(PY) -m pytest -q
 
 # --allow-root: JupyterLab refuses root without it, and root is the default user of most containers.

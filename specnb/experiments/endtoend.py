@@ -26,13 +26,13 @@ METHODS = ("ar", "pld", "ngram-bigram", "mixed", "mixed-adaptive", "rest", "cres
            "rest-priced", "crest-priced", "dense-priced", "sd", "mcsd", "hf", "hf-pld", "hf-assisted")
 """Labels of the table: bench method names, and ``dense-id`` (DReSD on the in-distribution store)."""
 
-GREEDY = ("ar", "hf", "hf-pld", "pld", "rest", "rest-priced", "crest-priced", "dense-id", "dense-priced")
+GREEDY = ("ar", "pld", "rest", "rest-priced", "crest-priced", "dense-id", "dense-priced")
 """Notebook 09's timed table: DReSD Table 3's model-free methods (PLD, REST, DReSD with its ID store and best greedy
-shape), the retrieval trees cut to what pays on this machine (``-priced``; DReSD's on its ID store, see
-:data:`PRICED_STORES`), and Hugging Face's ``generate`` with and without its prompt lookup. Timed elsewhere: draft
-models (SD, MCSD, Hugging Face's assisted generation) and sampling at T = 1 in notebook 07, N-Grammys' mixed drafts
-in notebook 06, CREST's own tree against REST in notebook 04, DReSD's OOD store against its ID store in notebook 03,
-chat and repeated requests in notebook 10."""
+shape) and the retrieval trees cut to what pays on this machine (``-priced``; DReSD's on its ID store, see
+:data:`PRICED_STORES`). Timed elsewhere: Hugging Face's ``generate`` and its prompt lookup on the same prompts and
+sizes in notebook 00, draft models (SD, MCSD, Hugging Face's assisted generation) and sampling at T = 1 in notebook
+07, N-Grammys' mixed drafts in notebook 06, CREST's own tree against REST in notebook 04, DReSD's OOD store against
+its ID store in notebook 03, chat and repeated requests in notebook 10."""
 
 PRICED_STORES = {"dense-priced": "dense-id"}  # notebook 09: the priced DReSD reads the ID store, as its DReSD row
 
