@@ -45,7 +45,7 @@ RESAMPLES = 2000  # bootstrap resamples of the prompts
 LEVEL = 0.9
 
 PROMPT_SETS = {"code": "humaneval", "chat": "mtbench"}  # task -> the prompt set it is evaluated on
-PAPER = "CREST (papers/001)"
+PAPER = "CREST"
 PAPER_STORAGE_RATIO = (10.6, 13.5)  # CREST abstract / §6: REST's accepted length with this much less storage
 PAPER_GAIN = (0.165, 0.171)  # CREST abstract / §6: higher accepted length than REST
 PAPER_TREE_NODES = {"code": (23.12, 31.92), "chat": (16.98, 30.36)}  # CREST Table 2: Stack / ShareGPT, n = 1..5

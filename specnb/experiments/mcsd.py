@@ -536,7 +536,7 @@ def record_setup(report, forced: str, timed: str) -> None:
     """MCSD's setup against this run's on ``report`` (whose ``ours`` holds :func:`pair_headlines`); ``forced``
     and ``timed``: this run's prompts x tokens of the teacher-forced and the timed parts, in words."""
     o = report.ours
-    report.setup("MCSD (papers/002)", here={
+    report.setup("MCSD", here={
         "model": f"{o['draft']} ({o['draft_params']:.2f} B) → {o['target']} ({o['target_params']:.2f} B)",
         "draft / target cost": f"{o['cost_ratio']:.2f} per one-token call, {o['bytes_ratio']:.2f} in weights",
         "hardware": "this machine's CPU", "dtype": o["dtype"],

@@ -27,7 +27,7 @@ from .grids import ar_estimated_seconds, mixed_grid, replay_rows, replay_summary
 from .references import greedy_references
 from .runner import Variant, run, summarize
 
-PAPER = "N-Grammys (papers/004)"
+PAPER = "N-Grammys"
 PAPER_TABLE1 = {  # N-Grammys Table 1: the range over its 3B / 7B / 13B targets (A100, bfloat16)
     "HumanEval": {"tpc_10_10": (2.22, 2.89), "speedup_10_10": (2.04, 2.50), "tpc_best": (2.19, 2.91),
                   "speedup_best": (2.05, 2.77)},

@@ -18,7 +18,7 @@ from ..models import LoadedModel, resolve_dtype
 from ..roofline import Grid, device_name, get_grid, measure
 from ..verdicts import Expect
 
-PAPER = "N-Grammys (papers/004)"
+PAPER = "N-Grammys"
 FREE_TOLERANCE = 0.10  # a call "costs about one (1, 0) call" within 10%
 
 

@@ -512,14 +512,14 @@ class ShapeStudy:
         """The setup tables of DReSD (Fig. 7) and MCSD (Fig. 4) against this run, on ``report``."""
         o, p = self.headlines(), self.profile
         sizes = f"{p.n_prompts} × {p.max_new_tokens} per set, greedy replay; timed {p.timed_prompts} × {p.timed_tokens}"
-        report.setup("DReSD (papers/000)", here={
+        report.setup("DReSD", here={
             "model": f"{o['target']}", "hardware": "this machine's CPU", "dtype": o["dtype"],
             "datastore": f"{o['store_tokens']:,} tokens of code (out of distribution)", "prompts × tokens": sizes,
             "task": "HumanEval, MT-Bench"}, theirs={
             "model": "CodeLlama 7B / 13B, Llama-2-Chat 7B / 13B", "hardware": "one NVIDIA V100 GPU",
             "datastore": "EvolInstructCode, about 19 M tokens (Fig. 7: an ID store of greedy outputs)",
             "prompts × tokens": "100 CodeAlpaca prompts × up to 128 tokens, decoded", "task": "CodeAlpaca, MT-Bench"})
-        report.setup("MCSD (papers/002)", here={
+        report.setup("MCSD", here={
             "model": f"{o['draft']} → {o['target']} (a draft call costs {o['draft_call_ratio']:.2f} of a target call)",
             "hardware": "this machine's CPU", "dtype": o["dtype"], "prompts × tokens": sizes,
             "task": "HumanEval, MT-Bench, greedy"}, theirs={
