@@ -14,9 +14,13 @@ holds one of the project's own stores, so a mistyped ``--out`` never deletes a u
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import fcntl
+import functools
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +42,7 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temporary(path).with_suffix(path.suffix)
+    tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")  # with_suffix would drop the pid
     try:
         yield tmp
         os.replace(tmp, path)
@@ -74,7 +78,7 @@ def atomic_folder(path: str | Path, replace: bool = False, keep_partial: bool = 
     """Yield a temporary folder next to ``path``; when the block succeeds it takes ``path``'s place.
 
     An existing ``path`` is replaced only when ``replace`` (see :func:`check_replaceable`), and only after the
-    new folder is complete: the old one is moved aside, the new one renamed in, then the old one deleted.
+    new folder is complete: the two are exchanged in one step (:func:`_swap_in`), then the old one deleted.
     keep_partial: leave the temporary folder ``<path>.partial`` on failure, for a build that resumes from it.
     """
     path = Path(path)
@@ -116,12 +120,56 @@ def _exclusive(partial: Path) -> Iterator[None]:
 
 
 def _swap_in(tmp: Path, path: Path) -> None:
-    """Rename the complete ``tmp`` to ``path``; an existing ``path`` is moved aside first and deleted last."""
+    """Rename the complete ``tmp`` to ``path``. An existing ``path`` is exchanged with ``tmp`` in one step
+    (Linux ``renameat2(RENAME_EXCHANGE)``), so that ``path`` holds the old store or the new one at every instant
+    (a kill -9 between two renames left no store there), and the old one is deleted last. Where the kernel or
+    file system cannot exchange, the old one is moved aside first (a moment without ``path``)."""
+    if not (path.exists() or path.is_symlink()):
+        tmp.rename(path)
+        return
+    if _exchange(tmp, path):
+        _remove(tmp)  # now the old store
+        return
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
-    if path.exists():
-        path.rename(old)
+    path.rename(old)
     tmp.rename(path)
-    if old.is_dir():
-        shutil.rmtree(old)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Delete a folder, or a file or a symbolic link (never what a link points to)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
     else:
-        old.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` atomically (both must exist); False where this system cannot."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):  # an old kernel, a file system without it
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """glibc's ``renameat2`` (Linux, glibc >= 2.28), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
