@@ -13,7 +13,8 @@ Documents are cut into segments of ``seq_len`` positions; a segment after the fi
 ``overlap`` tokens of its document as context (their states are not kept), so states near a cut still
 see some history. Segments are sorted by length and packed into batches of about ``batch_tokens`` padded
 tokens; the files are memory maps written in place, and ``progress.json`` counts finished batches, so an
-interrupted extraction resumes where it stopped. Only the decoder stack runs (no LM head: for Gemma-3 the
+interrupted extraction resumes where it stopped -- only with the same parameters and the same corpus (its
+sha256): any other run starts over. Only the decoder stack runs (no LM head: for Gemma-3 the
 262k-row head would be most of the cost).
 
 Key transform (DReSD §3.2-3.4): :class:`Projection` z-scores with a sample's mean and standard deviation
@@ -23,6 +24,7 @@ and scales to unit length (Eq. 2), so inner product = cosine similarity (Eq. 3).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .datastores.atomic import write_text
 from .datastores.corpus import TokenCorpus
 from .models import LoadedModel
 
@@ -136,10 +139,10 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
               "corpus_tokens": corpus.num_tokens, "corpus_docs": corpus.num_docs}
     work = batches(segments(corpus.doc_starts, seq_len, overlap), batch_tokens)
     progress_file = out / "progress.json"
-    done = 0
-    if progress_file.exists():
-        state = json.loads(progress_file.read_text())
-        done = state["batches_done"] if state.get("params") == params else 0
+    state = {"params": params, "corpus_sha256": corpus_digest(corpus)}  # what the files in ``out`` hold
+    done = _batches_done(progress_file, state)
+    if not done:  # starting over: a record of another run's batches must not outlive the files it describes
+        progress_file.unlink(missing_ok=True)
     mode = "r+" if done else "w+"
     hidden = np.lib.format.open_memmap(out / "hidden.f16.npy", mode=mode, dtype=np.float16, shape=(n, d))
     if not done:
@@ -165,7 +168,7 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
             bar.update(seg.end - seg.keep)
         if i % 8 == 7 or i == len(work) - 1:  # flush, then record progress: never ahead of the data
             hidden.flush()
-            progress_file.write_text(json.dumps({"params": params, "batches_done": i + 1}))
+            write_text(progress_file, json.dumps({**state, "batches_done": i + 1}))  # atomic: never half
     bar.close()
     hidden.flush()
     del hidden
@@ -173,7 +176,38 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
         raise ValueError("hidden states overflow float16; extract in a smaller-range dtype is not supported")
     (out / "extract.json").write_text(json.dumps(params, indent=1))
     progress_file.unlink(missing_ok=True)
+    for stale in out.glob(".progress.partial-*.json"):  # a progress write killed half-way
+        stale.unlink(missing_ok=True)
     return params
+
+
+def corpus_digest(corpus: TokenCorpus) -> str:
+    """sha256 of a corpus's tokens and document boundaries: a corpus rebuilt from edited sources under the same
+    name and size is another corpus (a resumed extraction must not mix the two)."""
+    digest = hashlib.sha256()
+    for array, dtype in ((corpus.tokens, np.int32), (corpus.doc_starts, np.int64)):
+        array = np.asarray(array, dtype=dtype)
+        for start in range(0, array.shape[0], 1 << 24):
+            digest.update(np.ascontiguousarray(array[start:start + (1 << 24)]).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def _batches_done(progress_file: Path, state: dict[str, Any]) -> int:
+    """Batches an interrupted extraction finished with the same parameters and corpus (0: start over)."""
+    try:
+        recorded = json.loads(progress_file.read_text())
+        done = recorded.pop("batches_done")
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):  # none, or unreadable: start over
+        return 0
+    if recorded != state or not isinstance(done, int) or done < 0:
+        return 0
+    hidden = progress_file.with_name("hidden.f16.npy")
+    try:
+        header = np.load(hidden, mmap_mode="r")
+    except (OSError, ValueError):
+        return 0
+    return done if header.shape == (state["params"]["rows"], state["params"]["hidden_size"]) else 0
 
 
 # ------------------------------------------------------------------------------------ key transform
