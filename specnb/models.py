@@ -129,37 +129,39 @@ def _part_path(module: str, relative: str) -> Path:
 
 
 def _join_parts(spec: EmbeddedModel) -> Path:
-    """Join the parts into ``<cache>/gguf/NAME.gguf`` (atomically) and check its sha256."""
+    """Join the parts into ``<cache>/gguf/NAME.gguf`` and check its sha256: written under a temporary name and
+    renamed only once it checks out, so a wrong or interrupted join leaves nothing at the final name."""
+    from .datastores.atomic import atomic_file
+
     target = gguf_file(spec.name)
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
     digest = hashlib.sha256()
-    with partial.open("wb") as out:
-        for module, relative in spec.parts:
-            with _part_path(module, relative).open("rb") as part:
-                while block := part.read(1 << 24):
-                    digest.update(block)
-                    out.write(block)
-    if digest.hexdigest() != spec.sha256 or (spec.size and partial.stat().st_size != spec.size):
-        partial.unlink()
-        raise ModelError(f"{spec.name}: joined file has the wrong sha256/size; reinstall its packages")
-    partial.rename(target)
+    with atomic_file(target) as partial:
+        with partial.open("wb") as out:
+            for module, relative in spec.parts:
+                with _part_path(module, relative).open("rb") as part:
+                    while block := part.read(1 << 24):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != spec.sha256 or (spec.size and partial.stat().st_size != spec.size):
+            raise ModelError(f"{spec.name}: joined file has the wrong sha256/size; reinstall its packages")
     return target
 
 
 def _convert_gguf(gguf: Path, out: Path) -> None:
-    """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temp dir, then renamed)."""
+    """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temporary folder, renamed
+    into place once complete: an interrupted conversion leaves no half checkpoint at ``out``)."""
     from transformers import GgufConfig
 
-    tmp = out.with_name(out.name + ".partial")
+    from .datastores.atomic import atomic_folder
+
     kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.rename(out)
+    with atomic_folder(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
 
 
 # -------------------------------------------------------------------------------------- tiny models
