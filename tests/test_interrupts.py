@@ -223,11 +223,16 @@ def assert_same_extraction(a, b) -> None:
     assert a.meta["extract"] == b.meta["extract"]
 
 
-def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path, cache, capsys):
+def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path, cache, capsys, monkeypatch):
     """A build killed after 8 of its batches leaves ``<out>.partial`` with its progress. Resumed with other
     parameters, with a corpus of the same name and size but other tokens, or with the same parameters after a
     run of other parameters was killed in that partial before it recorded any progress: each gives exactly
-    what a fresh build gives (it starts over), never rows of two runs."""
+    what a fresh build gives (it starts over), never rows of two runs. The same run resumes."""
+    from specnb import embed
+
+    batches = []
+    real = embed.last_hidden_states
+    monkeypatch.setattr(embed, "last_hidden_states", lambda *args: batches.append(1) or real(*args))
     target = tiny("llama")
     corpus = build_corpus(str(source), target, progress=False)  # the corpus the CLI builds (same cache)
     killed = tmp_path / "a" / "ds"
@@ -246,14 +251,25 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     def fresh(name, config, corpus=corpus):
         return build_datastore(target, corpus, tmp_path / name / "ds", config, progress=False)
 
-    same = resumed("same", dense_config(4))  # the same run resumes (and gives a fresh build's rows)
-    assert_same_extraction(same, fresh("fresh4", dense_config(4)))
+    def forwards(build) -> tuple[object, int]:
+        """(the store ``build()`` returns, the forward batches it ran)."""
+        batches.clear()
+        return build(), len(batches)
 
-    assert_same_extraction(resumed("other", dense_config(6)), fresh("fresh6", dense_config(6)))
+    reference, total = forwards(lambda: fresh("fresh4", dense_config(4)))
+    same, calls = forwards(lambda: resumed("same", dense_config(4)))
+    assert calls == total - 8  # the same run resumes after its 8 batches, and gives a fresh build's rows
+    assert_same_extraction(same, reference)
+
+    other, calls = forwards(lambda: resumed("other", dense_config(6)))
+    assert calls == total  # started over
+    assert_same_extraction(other, fresh("fresh6", dense_config(6)))
 
     tokens = np.array(corpus.tokens)
-    other = dataclasses.replace(corpus, tokens=(tokens + 1) % 256)  # same name, documents and size
-    assert_same_extraction(resumed("tokens", dense_config(4), other), fresh("fresh-other", dense_config(4), other))
+    edited = dataclasses.replace(corpus, tokens=(tokens + 1) % 256)  # same name, documents and size
+    other, calls = forwards(lambda: resumed("tokens", dense_config(4), edited))
+    assert calls == total
+    assert_same_extraction(other, fresh("fresh-other", dense_config(4), edited))
 
     # a run of other parameters killed in A's partial before its first progress record, then A again
     twice = tmp_path / "twice" / "ds"
@@ -262,7 +278,8 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     result = interrupted(dense_argv(source, twice, 6), at="specnb.embed:last_hidden_states", nth=1,
                          env=SINGLE_THREAD)
     assert result.killed, result.stderr
-    again = build_datastore(target, corpus, twice, dense_config(4), progress=False)
+    again, calls = forwards(lambda: build_datastore(target, corpus, twice, dense_config(4), progress=False))
+    assert calls == total
     assert_same_extraction(again, same)
     assert main(["datastore", "verify", str(twice)]) == 0
 
