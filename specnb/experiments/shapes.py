@@ -80,7 +80,7 @@ def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
     with ``draft``, draft-model families; the stores are :func:`specnb.experiments.stores.study_stores`'."""
     rest, crest, dense = RestIndex.load(stores["rest"]), CrestStore(stores["crest"]), load_datastore(stores["dense"])
     made = {
-        "context n-gram": lambda k, w: ContextNgramDrafter(k=k, w=w),
+        "prompt lookup": lambda k, w: ContextNgramDrafter(k=k, w=w),
         "model bigram": lambda k, w: BigramDrafter(table, k, w),
         "mixed": lambda k, w: MixedDrafter(table, k, w),
         "REST": lambda k, w: RestDrafter(rest, dataclasses.replace(DEFAULT_SEARCH, length=w, max_nodes=k * w)),
