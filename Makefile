@@ -26,9 +26,9 @@ setup: $(INSTALLED)
 
 $(INSTALLED): pyproject.toml requirements-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-compile "$(TORCH)"
-	$(PY) -m pip install -q --no-compile -e ".[dev]"
-	$(PY) -m pip install -q --no-compile --no-deps -r requirements-nodeps.txt
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	touch $@
 
 models: $(GEMMA)
