@@ -266,6 +266,8 @@ def test_each_cpu_class_takes_its_path(flags, isa, klass, monkeypatch):
     assert cpu.cpu_class(frozenset(flags)) == klass
     monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")
     assert cpu.kernel_isa(frozenset(flags)) == (isa and "avx2")
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: frozenset(flags))
+    assert cpu.cpu_class() == ("avx2" if isa else "other")  # the forced path is the class numbers report
     monkeypatch.setenv("SPECNB_CPU_ISA", "sse")
     if isa:
         with pytest.raises(ValueError, match="SPECNB_CPU_ISA"):

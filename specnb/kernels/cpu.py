@@ -28,7 +28,10 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_class(flags: frozenset[str] | None = None) -> str:
-    """``"amx"``, ``"avx512bf16"``, ``"avx2"`` or ``"other"``: the class every number is reported with."""
+    """``"amx"``, ``"avx512bf16"``, ``"avx2"`` or ``"other"``: the class every number is reported with
+    (``avx2`` where ``SPECNB_CPU_ISA=avx2`` forces that path on this machine's CPU)."""
+    if flags is None and os.environ.get("SPECNB_CPU_ISA") == "avx2" and {"avx2", "fma"} <= cpu_flags():
+        return "avx2"
     flags = cpu_flags() if flags is None else flags
     if "amx_bf16" in flags:
         return "amx"
