@@ -1,0 +1,511 @@
+"""A mutation run over specnb's core: does the test suite catch one-line bugs that change output tokens or the
+draft model's cache?
+
+Run it as a script, not through pytest (it holds no tests)::
+
+    .venv/bin/python tests/mutants.py                 # every mutant, then the table
+    .venv/bin/python tests/mutants.py --only NAME     # one mutant (repeat --only for several)
+    .venv/bin/python tests/mutants.py --baseline      # every selection on the unmutated copy (must pass)
+    .venv/bin/python tests/mutants.py --list          # the mutants, their selections (no tests run)
+
+Each mutant is one exact snippet of a file under ``specnb/`` and its replacement. For each, the runner copies the
+repository's ``specnb/``, ``tests/``, ``data/`` and ``pyproject.toml`` into a scratch folder (``SPECNB_MUTANTS_DIR``,
+default ``/tmp/specnb_mutants``), applies the mutant there (failing loudly unless the snippet occurs exactly once)
+and runs the mutant's pytest selection on that copy with ``PYTHONPATH`` pointing at it, so the copy's ``specnb``
+shadows the editable install (checked before every run). ``/work/.../specnb`` itself is never written.
+
+The copy always lives at the same path, and its kernel extension is built into a ``kernels`` folder of its own
+(every other entry of ``$SPECNB_CACHE`` is linked): the extension's build is keyed by its source path, so a copy
+elsewhere would rebuild it, once, and never touch the build the repository's own runs load.
+
+A mutant is *caught* when its selection fails (the failing test ids are listed), *survived* when it passes.
+Mutants marked ``equivalent`` change neither the output tokens nor the draft's cache (only work done, or a path
+the tests' models never take); they are listed to show what the run does not count. Every other mutant
+changes output tokens (or the sampled distribution), the draft model's cache, or what gets accepted, and must
+be caught. The table (Markdown) goes to stdout and, with ``--out``, to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("specnb", "tests", "data", "pyproject.toml")
+IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".hypothesis", ".pytest_cache")
+TIMEOUT = 240  # seconds per mutant (every selection passes in under 30 s unmutated); a hang counts as caught
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # under specnb/
+    old: str  # must occur exactly once in the file
+    new: str
+    what: str  # what it changes, in words
+    tests: tuple[str, ...]  # the pytest selection expected to catch it
+    equivalent: bool = False  # changes neither tokens nor the draft's cache
+
+
+# Selections: the targeted fast tests (each well under a minute on its own).
+VERIFY = "tests/test_verify.py"
+KV = "tests/test_kv_cache.py"
+LOSSLESS = "tests/test_lossless.py"
+DEEP = "tests/test_lossless.py::test_deep_and_wide_trees"
+MAXNEW = "tests/test_lossless.py::test_never_exceeds_max_new_tokens"
+EOS = "tests/test_lossless.py::test_eos_accepted_mid_block"
+FAMILIES = "tests/test_families_lossless.py"
+MODEL_FAMILIES = ("tests/test_families_lossless.py::test_every_family_is_lossless_and_accepts"
+                  "[mcsd-duplicates-llama-fp32-tree]")
+DRAFT_CACHE = "tests/test_draft_cache.py"
+SAMPLING = "tests/test_sampling.py"
+POSITIONS = "tests/test_sampling_positions.py"
+KERNELS = "tests/test_kernels.py"
+DECODER = "tests/test_decoder.py"
+
+MUTANTS: list[Mutant] = [
+    # ------------------------------------------------------------------ accept.py
+    Mutant("greedy-bonus-from-parent-row", "accept.py",
+           "last = int(nodes[-1]) + 1 if nodes.numel() else 0",
+           "last = int(nodes[-1]) if nodes.numel() else 0",
+           "greedy bonus read from the last accepted node's parent row (off by one)", (VERIFY, DEEP)),
+    Mutant("greedy-level-walk-reads-parent-row", "accept.py",
+           "rows = torch.nonzero(passing).squeeze(1) + 1",
+           "rows = torch.nonzero(passing).squeeze(1)",
+           "greedy level walk reads the argmax of the wrong row for the next level (off by one)", (VERIFY, DEEP)),
+    Mutant("greedy-accepts-orphans", "accept.py",
+           "depth = torch.where(path_accepted(draft, ok), draft.depth, 0)",
+           "depth = torch.where(ok, draft.depth, 0)",
+           "a node passes though an ancestor failed (one node too many on an accelerator's all-rows test)",
+           (VERIFY,)),
+    Mutant("path-accepted-child-of-node-0", "accept.py",
+           "out[i] = parent < 0 or out[parent]",
+           "out[i] = parent <= 0 or out[parent]",
+           "children of node 0 pass as if node 0 were the root (off by one)", (VERIFY,)),
+    Mutant("greedy-accepts-nothing", "accept.py",
+           "nodes = longest_path(draft, ok)",
+           "nodes = NO_NODES",
+           "greedy accepts nothing (tokens stay AR's; every call is root-only)", (FAMILIES,)),
+    Mutant("greedy-accepts-every-child", "accept.py",
+           "passing = torch.isin(parent_rows, rows) & (draft.tokens == predicted[parent_rows])",
+           "passing = torch.isin(parent_rows, rows)",
+           "greedy accepts every drafted child, matching or not", (VERIFY, DEEP)),
+    Mutant("sampled-walk-draws-at-parent", "accept.py",
+           "        nodes.append(node)\n        current = node + 1",
+           "        nodes.append(node)\n        current = node",
+           "sampled walk draws the next token at the accepted node's parent", (POSITIONS,)),
+    Mutant("sampled-accepts-first-child", "accept.py",
+           "children = torch.nonzero((draft.parents + 1 == current) & (draft.tokens == token))",
+           "children = torch.nonzero(draft.parents + 1 == current)",
+           "sampled walk accepts the first child whatever the target drew", (POSITIONS,)),
+    Mutant("mcss-wor-removal-skipped", "accept.py",
+           "q = torch.where(reject, _normalise(q.scatter(1, x[:, None], 0.0), q), q)",
+           "q = torch.where(reject, _normalise(q, q), q)",
+           "MCSS without replacement: a rejected candidate stays in q", (SAMPLING,)),
+    Mutant("mcss-wor-verified-with-replacement", "accept.py",
+           'replacement=scheme == "mcss")',
+           "replacement=True)",
+           "candidates drawn without replacement verified as if drawn with it", (SAMPLING, POSITIONS)),
+    Mutant("mcss-residual-is-p", "accept.py",
+           "p = torch.where(reject, _normalise((p - q).clamp(min=0), p), p)",
+           "p = torch.where(reject, _normalise(p, p), p)",
+           "MCSS residual max(p - q, 0) replaced by p", (SAMPLING,)),
+    Mutant("mcss-residual-unnormalised", "accept.py",
+           "return torch.where(ok, weights / torch.where(ok, total, 1.0), fallback)",
+           "return torch.where(ok, weights, fallback)",
+           "residual and q not renormalised after a rejection", (SAMPLING,)),
+    Mutant("mcss-ratio-inverted", "accept.py",
+           "take = open_ & (u[:, i] * qx < px)",
+           "take = open_ & (u[:, i] * px < qx)",
+           "candidate accepted with probability min(1, q/p) instead of min(1, p/q)", (SAMPLING,)),
+    Mutant("mcss-q-of-last-sibling", "accept.py",
+           "q = draft.q[children[0]]",
+           "q = draft.q[children[-1]]",
+           "q read from the last sibling instead of the first (siblings share q)", (SAMPLING, POSITIONS),
+           equivalent=True),
+    # ------------------------------------------------------------------ verify.py
+    Mutant("verify-keeps-first-entries", "verify.py",
+           "self.cache.keep(self._past + 1, self._past + 1 + accepted)",
+           "self.cache.keep(self._past + 1, self._past + 1 + torch.arange(accepted.shape[0]))",
+           "tree mode keeps the call's first a entries: KV of rejected nodes kept", (VERIFY,)),
+    Mutant("verify-drops-root", "verify.py",
+           "self.cache.keep(self._past + 1, self._past + 1 + accepted)",
+           "self.cache.keep(self._past, self._past + 1 + accepted)",
+           "tree mode drops the root's KV entry (keep starts one early)", (VERIFY,)),
+    Mutant("verify-positions-by-index", "verify.py",
+           "positions = past + depth",
+           "positions = past + torch.arange(depth.shape[0])",
+           "tree nodes get position ids by node index, not depth", (VERIFY,)),
+    Mutant("verify-positions-off-by-one", "verify.py",
+           "positions = past + depth",
+           "positions = past + depth + 1",
+           "tree nodes' position ids one too large", (VERIFY,)),
+    Mutant("verify-causal-tree-mask", "verify.py",
+           "mask = self.masks(visible, positions, positions, prefix=past)",
+           "mask = self.masks(torch.ones_like(visible).tril(), positions, positions, prefix=past)",
+           "tree mode: a node sees every earlier node (siblings and their subtrees)", (VERIFY,)),
+    Mutant("verify-batch-drops-last-accepted", "verify.py",
+           "self.cache.keep_row(_row_of(self._paths, accepted), 1 + accepted.shape[0])",
+           "self.cache.keep_row(_row_of(self._paths, accepted), accepted.shape[0])",
+           "batch mode keeps one entry too few of the accepted row", (VERIFY,)),
+    Mutant("verify-batch-wrong-row", "verify.py",
+           "return int(torch.nonzero((prefix == accepted[None] + 1).all(1))[0])",
+           "return int(torch.nonzero((prefix == accepted[None] + 1).any(1))[0])",
+           "batch mode keeps the first row sharing any accepted node, not the whole path", (VERIFY,)),
+    Mutant("verify-batch-last-path", "verify.py",
+           'reduce="amin"',
+           'reduce="amax"',
+           "batch mode reads each node's logits from the last path holding it (same context)", (VERIFY, DEEP),
+           equivalent=True),
+    # ------------------------------------------------------------------ masks.py
+    Mutant("mask-window-one-wider", "masks.py",
+           "keys[None, :] <= query_pos[:, None] - self.sliding_window",
+           "keys[None, :] < query_pos[:, None] - self.sliding_window",
+           "sliding-window layers see one key too many", (VERIFY,)),
+    Mutant("mask-cache-positions-off-by-one", "masks.py",
+           "keys = torch.cat([torch.arange(prefix, device=self.device), key_pos])",
+           "keys = torch.cat([torch.arange(1, prefix + 1, device=self.device), key_pos])",
+           "cached keys' positions one too large in the sliding-window test", (VERIFY,)),
+    Mutant("mask-node-sees-sibling", "masks.py",
+           "mask[:, prefix:].masked_fill_(~allowed, blocked)",
+           "mask[:, prefix:].masked_fill_(~(allowed | allowed.roll(1, 0)), blocked)",
+           "a tree node also sees what the node before it sees (its previous sibling)", (VERIFY,)),
+    # ------------------------------------------------------------------ kv_cache.py
+    Mutant("cache-crop-one-long", "kv_cache.py",
+           "layer.truncate(start + m)",
+           "layer.truncate(start + m + 1)",
+           "a crop keeps one rejected entry", (KV, VERIFY)),
+    Mutant("cache-compaction-off-by-one", "kv_cache.py",
+           "on_device = sources.to(layers[0].key_buffer.device) if layers else sources",
+           "on_device = (sources - 1).to(layers[0].key_buffer.device) if layers else sources",
+           "a compaction gathers the entries one slot early", (KV, VERIFY)),
+    Mutant("cache-compaction-taken-for-crop", "kv_cache.py",
+           "if m == 0 or bool((sources == torch.arange(start, start + m)).all()):",
+           "if m == 0 or bool((sources == torch.arange(start, start + m)).any()):",
+           "entries that are not a prefix are cropped instead of compacted", (KV, VERIFY)),
+    Mutant("cache-keep-row-0", "kv_cache.py",
+           "self._write(self.get_seq_length(), keys[row:row + 1, :, :count], values[row:row + 1, :, :count])",
+           "self._write(self.get_seq_length(), keys[0:1, :, :count], values[0:1, :, :count])",
+           "batch mode keeps the first row's entries, not the accepted row's", (KV, VERIFY)),
+    Mutant("cache-regrow-drops-entry", "kv_cache.py",
+           "grown[:, :, :length] = buffer[:, :, :length]",
+           "grown[:, :, :length - 1] = buffer[:, :, :length - 1]",
+           "a regrown buffer loses the last kept entry", (KV, VERIFY)),
+    Mutant("cache-always-truncate", "kv_cache.py",
+           "if self.get_seq_length() != start + m:",
+           "if True:",
+           "a crop to the current length is done anyway (a no-op view)", (KV, VERIFY), equivalent=True),
+    # ------------------------------------------------------------------ draft.py
+    Mutant("draft-ancestors-parent-off-by-one", "draft.py",
+           "parent_full = np.concatenate([[0], self.parents.numpy() + 1])",
+           "parent_full = np.concatenate([[0], np.maximum(self.parents.numpy(), 0)])",
+           "tree attention built from parent indices off by one", (VERIFY,)),
+    Mutant("draft-attention-depth-from-one", "draft.py",
+           "return anc, anc.sum(1) - 1",
+           "return anc, anc.sum(1)",
+           "tree depths (position offsets) counted from 1", (VERIFY,)),
+    Mutant("draft-depth-flat", "draft.py",
+           "depth.append(1 if parent < 0 else depth[parent] + 1)",
+           "depth.append(1 if parent < 0 else depth[parent])",
+           "every node has depth 1 (truncation and longest path wrong)", (MAXNEW, VERIFY, FAMILIES)),
+    Mutant("draft-every-tree-a-chain", "draft.py",
+           "return bool((self.parents == torch.arange(self.num_nodes) - 1).all())",
+           "return bool((self.parents < torch.arange(self.num_nodes)).all())",
+           "every tree is taken for a chain (plain causal call)", (VERIFY,)),
+    Mutant("draft-leaves-off-by-one", "draft.py",
+           "has_child[self.parents + 1] = True",
+           "has_child[self.parents] = True",
+           "batch mode's paths built from the wrong leaves", (VERIFY,)),
+    Mutant("draft-truncate-one-deeper", "draft.py",
+           "keep = depth <= max_depth  # a new array",
+           "keep = depth <= max_depth + 1  # a new array",
+           "truncation keeps one level too many (max_new_tokens overshoot)", (MAXNEW,)),
+    # ------------------------------------------------------------------ decode.py
+    Mutant("decode-bonus-dropped", "decode.py",
+           "committed = torch.cat([draft.tokens[acceptance.nodes], torch.tensor([acceptance.bonus])])",
+           "committed = draft.tokens[acceptance.nodes] if acceptance.nodes.numel() else "
+           "torch.tensor([acceptance.bonus])",
+           "the bonus token is dropped after an accepted draft", (DEEP,)),
+    Mutant("decode-stop-off-by-one", "decode.py",
+           "while stop_reason != \"eos\" and length - prompt_ids.shape[0] < max_new_tokens:",
+           "while stop_reason != \"eos\" and length - prompt_ids.shape[0] < max_new_tokens - 1:",
+           "decoding stops one token early", (MAXNEW,)),
+    Mutant("decode-overshoot", "decode.py",
+           "draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)",
+           "draft = Draft.empty() if draft is None else draft.truncate(remaining)",
+           "drafts may run one token past max_new_tokens", (MAXNEW,)),
+    Mutant("decode-root-is-first", "decode.py",
+           "root = int(committed[-1])",
+           "root = int(committed[0])",
+           "the next root is the first committed token, not the last", (DEEP,)),
+    Mutant("decode-eos-dropped", "decode.py",
+           "committed = committed[:int(hits[0]) + 1]",
+           "committed = committed[:int(hits[0])]",
+           "an EOS accepted mid-block is dropped", (EOS,)),
+    # ------------------------------------------------------------------ drafters/draft_model.py
+    Mutant("dm-slots-ignore-earlier-levels", "drafters/draft_model.py",
+           "slots[-1][first] = self.prefix + sum(f.shape[0] for f in fed) + torch.arange(frontier.shape[0])",
+           "slots[-1][first] = self.prefix + torch.arange(frontier.shape[0])",
+           "draft cache slots of deeper levels point at the first level's", (DRAFT_CACHE,)),
+    Mutant("dm-prefix-counts-unfed-leaf", "drafters/draft_model.py",
+           "        self.prefix += fed\n",
+           "        self.prefix += slots.shape[0]\n",
+           "the draft counts an accepted leaf it never computed as cached", (DRAFT_CACHE,)),
+    Mutant("dm-keeps-one-slot-too-few", "drafters/draft_model.py",
+           "self.cache.keep(self.prefix, slots[:fed])",
+           "self.cache.keep(self.prefix, slots[:max(fed - 1, 0)])",
+           "the draft cache drops the deepest computed accepted node", (DRAFT_CACHE,)),
+    Mutant("dm-query-position-off-by-one", "drafters/draft_model.py",
+           "query_pos = context - 1 + depth[frontier]",
+           "query_pos = context + depth[frontier]",
+           "draft tree calls at positions one too large", (DRAFT_CACHE,)),
+    Mutant("dm-level0-skips-a-token", "drafters/draft_model.py",
+           "pending = state.tokens[self.prefix:]",
+           "pending = state.tokens[self.prefix + 1:]",
+           "the draft's catch-up call skips the first unseen token", (DRAFT_CACHE,)),
+    Mutant("dm-node-sees-cousins", "drafters/draft_model.py",
+           "mask = self.masks(ancestors[frontier][:, key_nodes], query_pos,",
+           "mask = self.masks(torch.ones_like(ancestors[frontier][:, key_nodes]), query_pos,",
+           "a draft tree node sees every fed node, not just its ancestors", (DRAFT_CACHE,)),
+    Mutant("dm-q-tiled-not-interleaved", "drafters/draft_model.py",
+           "qs.append(q.repeat_interleave(k, 0))",
+           "qs.append(q.repeat(k, 1))",
+           "each candidate carries the q of another frontier node", (DRAFT_CACHE, POSITIONS)),
+    Mutant("dm-parents-tiled", "drafters/draft_model.py",
+           "parents.append(frontier.repeat_interleave(k))",
+           "parents.append(frontier.repeat(k))",
+           "candidates hung under the wrong frontier nodes", (DRAFT_CACHE, POSITIONS)),
+    Mutant("dm-draws-without-temperature", "drafters/draft_model.py",
+           "return torch.multinomial(q, k, replacement=with_replacement, generator=self.generator).cpu(), q",
+           "return torch.multinomial(logits.float().softmax(-1), k, replacement=with_replacement, "
+           "generator=self.generator).cpu(), q",
+           "candidates drawn at temperature 1, q reported at the draft's temperature", (DRAFT_CACHE, POSITIONS)),
+    Mutant("dm-expands-every-copy", "drafters/draft_model.py",
+           "first = ~((children[:, :, None] == children[:, None, :]) & _earlier(k)).any(-1).flatten()",
+           "first = torch.ones(m * k, dtype=torch.bool)",
+           "repeated siblings are expanded too (wasted draft work)", (DRAFT_CACHE, MODEL_FAMILIES),
+           equivalent=True),
+    Mutant("dm-key-positions-off-by-one", "drafters/draft_model.py",
+           "mask = self.masks(ancestors[frontier][:, key_nodes], query_pos, context - 1 + depth[key_nodes],",
+           "mask = self.masks(ancestors[frontier][:, key_nodes], query_pos, context + depth[key_nodes],",
+           "tree keys' positions one too large in the window test (a tree never spans a window)", (DRAFT_CACHE,),
+           equivalent=True),
+    # ------------------------------------------------------------------ kernels/__init__.py (Python side)
+    Mutant("kernels-max-rows-zero", "kernels/__init__.py",
+           "MAX_ROWS = 256 ",
+           "MAX_ROWS = 0 ",
+           "every linear call goes to PyTorch's GEMM (rows no longer bit-independent)", (KERNELS, DECODER)),
+    Mutant("kernels-prefill-rows-to-kernel", "kernels/__init__.py",
+           "x.numel() // x.shape[-1] <= MAX_ROWS",
+           "x.numel() // x.shape[-1] >= MAX_ROWS",
+           "routing inverted: few-row calls to PyTorch, prefills to the kernel", (KERNELS, DECODER)),
+    Mutant("kernels-bool-mask-inverted", "kernels/__init__.py",
+           "attention_mask = torch.zeros(attention_mask.shape).masked_fill_(~attention_mask, float(\"-inf\"))",
+           "attention_mask = torch.zeros(attention_mask.shape).masked_fill_(attention_mask, float(\"-inf\"))",
+           "bool masks converted with True = blocked", (KERNELS,)),
+    Mutant("kernels-scaling-ignored", "kernels/__init__.py",
+           "scale = scaling if scaling is not None else query.shape[-1] ** -0.5",
+           "scale = query.shape[-1] ** -0.5",
+           "the model's attention scaling ignored", (KERNELS, DECODER)),
+    Mutant("kernels-softcap-ignored", "kernels/__init__.py",
+           "float(softcap or 0.0)",
+           "0.0",
+           "attention logit softcapping ignored", (KERNELS, DECODER)),
+    Mutant("kernels-siblings-share-slice", "kernels/__init__.py",
+           "            start += size\n",
+           "",
+           "fused q/k/v (gate/up) layers all get the first sibling's weight", (KERNELS, DECODER)),
+    Mutant("kernels-fused-cache-cleared-early", "kernels/__init__.py",
+           "if index == len(self.sizes) - 1:",
+           "if index == 0:",
+           "fused outputs dropped after the first sibling: the others recompute their own (same bits)",
+           (KERNELS, DECODER), equivalent=True),
+]
+
+
+# ---------------------------------------------------------------------------------------------- runner
+
+
+def scratch() -> Path:
+    return Path(os.environ.get("SPECNB_MUTANTS_DIR", "/tmp/specnb_mutants"))
+
+
+def cache_for_copies() -> Path:
+    """A SPECNB_CACHE for the copies: links to every entry of the real one but ``kernels`` (see the docstring)."""
+    real = Path(os.environ.get("SPECNB_CACHE", ROOT / ".cache")).resolve()
+    cache = scratch() / "cache"
+    (cache / "kernels").mkdir(parents=True, exist_ok=True)
+    if real.is_dir():
+        for entry in real.iterdir():
+            link = cache / entry.name
+            if entry.name != "kernels" and not link.exists() and not link.is_symlink():
+                link.symlink_to(entry)
+    return cache
+
+
+def fresh_copy() -> Path:
+    """The repository's files that pytest needs, copied afresh to the scratch folder's ``repo``."""
+    repo = scratch() / "repo"
+    if repo.exists():
+        shutil.rmtree(repo)
+    repo.mkdir(parents=True)
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name, ignore=IGNORED)
+        elif source.exists():
+            shutil.copy2(source, repo / name)
+    return repo
+
+
+def apply(repo: Path, mutant: Mutant) -> None:
+    path = repo / "specnb" / mutant.file
+    text = path.read_text()
+    count = text.count(mutant.old)
+    if count != 1:
+        raise SystemExit(f"mutant {mutant.name}: the snippet occurs {count} times in specnb/{mutant.file}, "
+                         f"not once:\n{mutant.old}")
+    path.write_text(text.replace(mutant.old, mutant.new))
+
+
+def environment(repo: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(repo), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["SPECNB_CACHE"] = str(cache_for_copies())
+    return env
+
+
+def check_shadowing(repo: Path, env: dict[str, str]) -> None:
+    """The copy's specnb is the one imported (not the editable install's)."""
+    out = subprocess.run([sys.executable, "-c", "import specnb; print(specnb.__file__)"], cwd=repo, env=env,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    if not Path(out).resolve().is_relative_to(repo.resolve()):
+        raise SystemExit(f"the copy does not shadow the installed specnb: imported {out}")
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant | None
+    verdict: str  # caught / survived / error
+    failed: list[str]
+    seconds: float
+    tail: str
+
+
+FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def run(mutant: Mutant | None, tests: tuple[str, ...]) -> Outcome:
+    repo = fresh_copy()
+    if mutant is not None:
+        apply(repo, mutant)
+    env = environment(repo)
+    check_shadowing(repo, env)
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-rfE", *tests]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, output = -1, f"timed out after {TIMEOUT} s\n{exc.stdout or ''}"
+    seconds = time.monotonic() - start
+    failed = [test for _, test in FAILED.findall(output)]
+    if code == 0:
+        verdict = "survived"
+    elif code in (1, 2) and failed:  # 2: an import / collection error the mutant caused
+        verdict = "caught"
+    elif code == -1:
+        verdict, failed = "caught", ["(timeout: a hang)"]
+    else:
+        verdict = "error"
+    return Outcome(mutant, verdict, failed, seconds, output[-3000:])
+
+
+def short(test: str) -> str:
+    return test.removeprefix("tests/")
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = ["| mutant | file | what it changes | caught by | verdict | s |", "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        m = o.mutant
+        verdict = o.verdict
+        if m.equivalent:
+            verdict = f"{verdict} (equivalent)"
+        elif o.verdict == "survived":
+            verdict = "**SURVIVED**"
+        caught = "<br>".join(f"`{short(t)}`" for t in o.failed[:3]) or "-"
+        lines.append(f"| `{m.name}` | {m.file} | {m.what} | {caught} | {verdict} | {o.seconds:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run this mutant (repeatable)")
+    parser.add_argument("--baseline", action="store_true", help="run every selection on the unmutated copy")
+    parser.add_argument("--list", action="store_true", help="list the mutants and check their snippets")
+    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    args = parser.parse_args()
+
+    names = {m.name for m in MUTANTS}
+    if len(names) != len(MUTANTS):
+        raise SystemExit("two mutants share a name")
+    unknown = set(args.only) - names
+    if unknown:
+        raise SystemExit(f"unknown mutant(s): {', '.join(sorted(unknown))}")
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+
+    if args.list:
+        for m in chosen:
+            text = (ROOT / "specnb" / m.file).read_text()
+            assert text.count(m.old) == 1, f"{m.name}: snippet found {text.count(m.old)} times"
+            print(f"{m.name:40} {m.file:28} {' '.join(m.tests)}{'  [equivalent]' if m.equivalent else ''}")
+        return 0
+
+    if args.baseline:
+        selections = sorted({t for m in chosen for t in m.tests})
+        start, bad = time.monotonic(), []
+        for test in selections:
+            o = run(None, (test,))
+            print(f"{o.verdict:9} {o.seconds:6.0f} s  {test}", flush=True)
+            if o.verdict != "survived":
+                bad.append(test)
+                print(o.tail)
+        print(f"baseline: {len(selections) - len(bad)}/{len(selections)} selections pass unmutated, "
+              f"{time.monotonic() - start:.0f} s")
+        return 1 if bad else 0
+
+    start, outcomes = time.monotonic(), []
+    for m in chosen:
+        o = run(m, m.tests)
+        outcomes.append(o)
+        caught = ", ".join(short(t) for t in o.failed[:2])
+        print(f"{o.verdict:9} {o.seconds:5.0f} s  {m.name}  {caught}", flush=True)
+        if o.verdict == "error":
+            print(o.tail)
+    total = time.monotonic() - start
+    report = table(outcomes)
+    counted = [o for o in outcomes if not o.mutant.equivalent]
+    gaps = [o.mutant.name for o in counted if o.verdict != "caught"]
+    summary = (f"{sum(o.verdict == 'caught' for o in counted)}/{len(counted)} non-equivalent mutants caught; "
+               f"{len(outcomes) - len(counted)} equivalent mutants "
+               f"({sum(o.verdict == 'survived' for o in outcomes if o.mutant.equivalent)} survived); "
+               f"total {total / 60:.1f} min")
+    if gaps:
+        summary += f"; not caught: {', '.join(gaps)}"
+    print(f"\n{report}\n\n{summary}")
+    if args.out:
+        args.out.write_text(f"{report}\n\n{summary}\n")
+    return 1 if gaps else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
