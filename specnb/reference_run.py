@@ -115,7 +115,8 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
 
 def index(figures: Path) -> str:
     """``figures/README.md``: the run's provenance, then per notebook its figures (one line each: file and what
-    it shows, from the figure's title) and its verdicts (claim: verdict, ours against the expectation)."""
+    it shows, from the figure's title) and its verdicts (claim, ours against the expectation, verdict, and the
+    likely cause of a disagreement or an inconclusive one)."""
     run = json.loads((figures / "RUN.json").read_text())
     m = run["machine"]
     lines = ["# The reference run", "",
@@ -133,9 +134,10 @@ def index(figures: Path) -> str:
             lines.append(f"- [`{png.name}`]({png.name}) — {titles.get(png.stem, '')}".rstrip(" —"))
         verdicts = json.loads(results.read_text()).get("verdicts", {})
         if verdicts:
-            lines += ["", "| claim | ours (90% interval) | expected | verdict |", "|---|---|---|---|"]
-            lines += [f"| {v['claim']} | {v['measured']} | {v['expected']} ({v['against']}) | **{v['verdict']}** |"
-                      for v in verdicts.values()]
+            lines += ["", "| claim | ours (90% interval) | expected | verdict | likely cause, where not agreeing |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| {v['claim']} | {v['measured']} | {v['expected']} ({v['against']}) | **{v['verdict']}** | "
+                      f"{v.get('cause', '') if v['verdict'] != 'agrees' else ''} |" for v in verdicts.values()]
         lines.append("")
     return "\n".join(lines)
 

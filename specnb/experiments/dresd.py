@@ -374,7 +374,7 @@ def compare_table1(report, mrr: pd.DataFrame, tolerance: float = 0.03) -> None:
         report.compare(f"mrr_{name}", f"MRR of {name} ({int(row['keys']):,} keys, hnswlib)", row["MRR (hnswlib)"],
                        row.MRR_low, row.MRR_high, Expect.within(low, high, tolerance),
                        "DReSD Table 1 (its models' range)",
-                       cause="fewer keys crowd each query's own" if row["MRR (hnswlib)"] > high else
+                       cause="few keys sit near each query's own" if row["MRR (hnswlib)"] > high else
                        "hnswlib misses more of its own keys than the paper's ScaNN")
 
 
@@ -436,7 +436,7 @@ def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.Da
             row = table.loc[dims]
             report.compare(f"mrr_{dims}", f"MRR at {dims[:-1]} dimensions (hnswlib)", row.MRR, row.MRR_low,
                            row.MRR_high, Expect.near(paper, mrr_tolerance), "DReSD Table 2",
-                           cause=f"a store of {keys:,} keys, not tens of millions: fewer keys crowd each query's own"
+                           cause=f"a store of {keys:,} keys, not tens of millions: few keys sit near each query's own"
                            if row.MRR > paper else "hnswlib's search misses more own keys here")
     for key, variant in (("drop_no_z", "64D, no z-score"), ("drop_no_l2", "64D, no L2")):
         report.compare(key, f"MRR lost {variant.replace('64D, no', 'without')} (paired over queries)",
