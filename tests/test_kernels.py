@@ -357,3 +357,32 @@ def test_top_k_bench_times_both_backends(monkeypatch):
     assert table[["k", "rows"]].values.tolist() == [[1, 1], [1, 3], [4, 1], [4, 3]]
     assert table.fewrow_ms.tolist() == pytest.approx([3.0] * 4) and table.torch_ms.tolist() == pytest.approx([1.0] * 4)
     assert table.speedup.tolist() == pytest.approx([1 / 3] * 4)
+
+
+def _reference_attention(q, k, v, visible, scale, softcap):
+    """float64 attention [B, Q, H, D] with the model's scaling and logit softcap (tanh(s / c) * c), from scratch."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1).double(), v.repeat_interleave(group, 1).double()
+    scores = q.double() @ k.transpose(-1, -2) * scale
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    return (scores.masked_fill(~visible, float("-inf")).softmax(-1) @ v).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_applies_the_models_scaling_and_softcap(dtype):
+    """The Hugging Face attention function hands the model's scaling (Gemma-3's is query_pre_attn_scalar ** -0.5,
+    not the head size's) and attention-logit softcap on to the kernel: against a float64 reference for the default,
+    a scaling of its own and a softcap, each of which moves the output far beyond the tolerance."""
+    q, k, v = _attention_inputs(dtype)
+    visible = torch.ones(5, 40, dtype=torch.bool).tril(35)
+    mask = torch.zeros(1, 1, 5, 40).masked_fill_(~visible, torch.finfo(torch.float32).min)
+    tolerance = TOL[dtype] * 2
+    outputs = []
+    for scaling, softcap in [(None, None), (0.5, None), (0.5, 2.0)]:
+        out, _ = kernels.attention(None, q, k, v, mask, scaling=scaling, softcap=softcap)
+        want = _reference_attention(q, k, v, visible, 32 ** -0.5 if scaling is None else scaling, softcap)
+        torch.testing.assert_close(out.double(), want, rtol=tolerance, atol=tolerance)
+        outputs.append(want)
+    for before, after in zip(outputs, outputs[1:], strict=False):
+        assert (before - after).abs().max() > 10 * tolerance  # each setting matters at this tolerance
