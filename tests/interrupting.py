@@ -194,4 +194,7 @@ def _child(spec: dict[str, Any]) -> int:
 
 
 if __name__ == "__main__":
+    # a shell starts background jobs (CI, `make test &`) with SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt: the child takes Ctrl-C as a terminal's foreground process would
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(_child(json.loads(sys.argv[1])))
