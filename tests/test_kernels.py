@@ -7,6 +7,7 @@ gives exactly the bits it gives alone), which is what makes bf16 speculative dec
 from __future__ import annotations
 
 import os
+import time
 import warnings
 
 import pytest
@@ -386,3 +387,24 @@ def test_attention_applies_the_models_scaling_and_softcap(dtype):
         outputs.append(want)
     for before, after in zip(outputs, outputs[1:], strict=False):
         assert (before - after).abs().max() > 10 * tolerance  # each setting matters at this tolerance
+
+
+def test_a_stale_build_lock_is_removed(tmp_path, monkeypatch):
+    """A build killed mid-way leaves PyTorch's lock file, on which every later build would wait forever: one
+    older than STALE_LOCK_S is removed (with a warning) before building; a fresh one is left to its owner."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECNB_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "kernel_isa", lambda: "avx2")
+    lock = tmp_path / "kernels" / f"fewrow-{kernels.digest()}" / "lock"
+    lock.parent.mkdir(parents=True)
+    seen = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: seen.append(lock.exists()) or "built")
+    lock.touch()
+    assert kernels.extension.__wrapped__() == "built" and seen == [True]  # a build in progress: left alone
+    old = time.time() - kernels.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    with pytest.warns(UserWarning, match="interrupted build"):
+        assert kernels.extension.__wrapped__() == "built"
+    assert seen == [True, False]

@@ -28,6 +28,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import time
 import types
 import warnings
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ from .cpu import ISAS, kernel_isa
 MAX_ROWS = 256  # linear calls above this (prefills) go to PyTorch's GEMM, faster for many rows
 MAX_QUERIES = 128  # attention calls above this (prefills) go to PyTorch's SDPA
 ATTENTION = "specnb"  # the name of our attention in Hugging Face's AttentionInterface
+STALE_LOCK_S = 600  # a build lock older than this was left by a killed build (a build takes about a minute)
 
 
 def _source() -> str:
@@ -67,6 +69,10 @@ def extension() -> ModuleType | None:
 
     build = cache_dir() / "kernels" / f"fewrow-{digest()}"
     build.mkdir(parents=True, exist_ok=True)
+    lock = build / "lock"  # PyTorch's build lock: a build killed mid-way leaves it, and every later one waits on it
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+        warnings.warn(f"removing {lock}, left by an interrupted build", stacklevel=2)
+        lock.unlink(missing_ok=True)
     try:
         return cpp_extension.load(name=f"specnb_fewrow_{digest()}", sources=[_source()], build_directory=str(build),
                                   extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"])
