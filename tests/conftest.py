@@ -42,3 +42,24 @@ def kernel_path_exists() -> bool:
     with ``SPECNB_KERNELS=0``. Where one exists the extension must build: tests that need it skip only where it
     cannot exist, and a build failure fails them (``test_kernels.py::test_the_extension_builds``)."""
     return os.environ.get("SPECNB_KERNELS", "1") != "0" and kernel_isa() is not None
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models and vectorised work on many small rows run fastest on one thread (and far better on a busy
+    machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def source(tmp_path):
+    """A folder of small Python files to build stores from (byte tokens with the tiny models: about 450)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
+    return src
+

@@ -18,16 +18,6 @@ from tests.test_rest import make_corpus
 
 
 @pytest.fixture
-def source(tmp_path):
-    """A folder of small Python files to build stores from."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for i in range(3):
-        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
-    return src
-
-
-@pytest.fixture
 def foreign(tmp_path):
     """A folder of the user's own files."""
     folder = tmp_path / "mine"

@@ -24,13 +24,7 @@ from specnb.models import LoadedModel, byte_tokenizer, cache_dir, load_model
 PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, and much faster on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @functools.cache

@@ -53,16 +53,6 @@ def cache(tmp_path, monkeypatch):
     return path
 
 
-@pytest.fixture
-def source(tmp_path):
-    """A folder of small Python files (byte tokens with the tiny models: about 450)."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for i in range(3):
-        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
-    return src
-
-
 def one_line(err: str, start: str) -> bool:
     """Whether stderr says one thing, in one line starting with ``start``, after nothing but progress bars."""
     lines = [line for line in err.splitlines() if line.strip()]

@@ -18,12 +18,7 @@ from specnb.replay import replay_greedy
 PROMPTS = [torch.tensor([ord(c) for c in text]) for text in ("def fib(n):\n    return", "for i in range(10):\n")]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def distributions(seed: int, rows: int = 3, vocab: int = 12) -> tuple[torch.Tensor, torch.Tensor]:

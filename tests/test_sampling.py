@@ -20,15 +20,6 @@ DRAWS = 100_000
 ALPHA = 1e-4  # p-value below which a distribution test fails
 
 
-@pytest.fixture
-def one_thread():
-    """Vectorised work on 100k small rows runs fastest on one thread (and far better on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _dist(*weights: float) -> torch.Tensor:
     w = torch.tensor(weights, dtype=torch.float32)
     return w / w.sum()
