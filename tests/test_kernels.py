@@ -151,6 +151,22 @@ def test_linear_falls_back_to_torch_where_the_kernel_does_not_apply():
     assert x.grad is not None
 
 
+@pytest.mark.parametrize("klass", ["avx2", "avx512bf16", "amx"])
+def test_bf16_prefill_linears_compute_in_the_batch_dtype_of_the_cpu_class(klass, monkeypatch):
+    """Above MAX_ROWS a bf16 call is an fp32 GEMM rounded to bf16 except on AMX, where bf16 GEMMs are fast."""
+    monkeypatch.setattr(cpu, "cpu_class", lambda flags=None: klass)
+    gemms, real = [], F.linear
+    monkeypatch.setattr(F, "linear", lambda x, w, b=None: gemms.append(x.dtype) or real(x, w, b))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(kernels.MAX_ROWS + 1, 96, generator=g).bfloat16()
+    w, b = torch.randn(48, 96, generator=g).bfloat16(), torch.randn(48, generator=g).bfloat16()
+    out = kernels.linear(x, w, b)
+    assert gemms == [torch.bfloat16 if klass == "amx" else torch.float32] and out.dtype == torch.bfloat16
+    assert torch.equal(out, real(x, w, b) if klass == "amx" else real(x.float(), w.float(), b.float()).bfloat16())
+    kernels.linear(x[:2], w, b)  # few rows: the kernel, no GEMM
+    assert len(gemms) == 1
+
+
 def _attention_inputs(dtype, q=5, s=40, heads=4, kv_heads=2, d=32, batch=1, seed=0):
     g = torch.Generator().manual_seed(seed)
     qs = torch.randn(batch, heads, q, d, generator=g).to(dtype)

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from ..paths import cache_dir
 from . import memory
-from .cpu import ISAS, kernel_isa
+from .cpu import ISAS, batch_dtype, kernel_isa
 
 MAX_ROWS = 256  # linear calls above this (prefills) go to PyTorch's GEMM, faster for many rows
 MAX_QUERIES = 128  # attention calls above this (prefills) go to PyTorch's SDPA
@@ -98,8 +98,13 @@ def usable(x: Tensor, weight: Tensor) -> bool:
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``: x [..., K], weight [N, K], bias [N] -> [..., N] in x's dtype, each row
-    bit-identical to the same row computed alone."""
+    bit-identical to the same row computed alone. Calls of more rows (prefills) go to PyTorch's GEMM, in
+    :func:`specnb.kernels.cpu.batch_dtype` (bf16 inputs and weights upcast, the output rounded to bf16 as a bf16
+    GEMM rounds it)."""
     if not usable(x, weight):
+        if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() // max(x.shape[-1], 1) > MAX_ROWS \
+                and batch_dtype("bfloat16") == "float32":
+            return F.linear(x.float(), weight.float(), None if bias is None else bias.float()).to(x.dtype)
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, x.shape[-1]).contiguous()
     out = extension().linear(flat, weight, bias, isa_code())
@@ -260,10 +265,12 @@ def _fuse_siblings(model: nn.Module) -> None:
 
 
 def routed(model: nn.Module) -> str:
-    """``"fewrow-<source hash>-<isa>"`` if ``model`` goes through the kernels, else ``""`` (timing tables are
-    cached under names that include it)."""
+    """``"fewrow-<source hash>-<isa>-gemm<dtype>"`` if ``model`` goes through the kernels, else ``""`` (timing
+    tables and greedy references are cached under names that include it; ``<dtype>``: what a bf16 prefill's
+    GEMMs compute in, :func:`specnb.kernels.cpu.batch_dtype`)."""
     uses = getattr(model.config, "_attn_implementation", None) == ATTENTION
-    return f"fewrow-{digest()}-{kernel_isa()}" if uses else ""
+    gemm = "fp32" if batch_dtype("bfloat16") == "float32" else "bf16"
+    return f"fewrow-{digest()}-{kernel_isa()}-gemm{gemm}" if uses else ""
 
 
 def install(model: nn.Module) -> bool:

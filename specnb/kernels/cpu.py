@@ -53,3 +53,15 @@ def kernel_isa(flags: frozenset[str] | None = None) -> str | None:
             raise ValueError(f"SPECNB_CPU_ISA={forced!r}; use one of {', '.join(ISAS)}")
         return forced if forced == "avx2" or "avx512_bf16" in flags else "avx2"
     return "avx512bf16" if "avx512_bf16" in flags else "avx2"
+
+
+def batch_dtype(dtype: str, device_type: str = "cpu") -> str:
+    """The dtype (``"bfloat16"``, ``"float32"``, ...) the GEMMs of a many-row call (a prefill, an extraction batch)
+    with ``dtype`` weights compute in on ``device_type``: ``"float32"`` for bf16 on a CPU without AMX, else ``dtype``.
+
+    Why: without AMX tiles oneDNN's bf16 GEMM is slower than its fp32 GEMM, several times so on the AVX2 path
+    (``specnb kernels bench --backends torch --rows 4096`` in both dtypes; docs/forward_pass.md).
+    """
+    if device_type == "cpu" and dtype == "bfloat16" and cpu_class() != "amx":
+        return "float32"
+    return dtype
