@@ -348,12 +348,23 @@ class FigureLayoutError(ValueError):
     """A figure about to be saved has overlapping text or a panel that shows one value."""
 
 
+def mark_log_axes(fig: plt.Figure) -> None:
+    """Append " (log)" to the label of every logarithmic axis of ``fig`` whose label does not say so: a reader
+    of a log axis with plain-number ticks must be told."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            label = axis.get_label_text()
+            if axis.get_scale() == "log" and label and "log" not in label:
+                axis.set_label_text(f"{label} (log)")
+
+
 def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) -> Path:
     """Save ``fig`` as ``figures/NAME.png`` and ``data`` as ``figures/NAME.csv``; returns the PNG path.
 
     With ``SPECNB_STRICT_FIGURES=1`` (set by ``specnb notebooks run``) a figure with :func:`layout_problems`
     raises :class:`FigureLayoutError` instead; with ``SPECNB_FIGURE_DUMP=DIR`` it is also pickled to
     ``DIR/NAME.pickle``."""
+    mark_log_axes(fig)
     if os.environ.get("SPECNB_STRICT_FIGURES") == "1" and (problems := layout_problems(fig)):
         raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
     out = figures_dir() / f"{name}.png"

@@ -96,3 +96,17 @@ def test_strict_save_refuses_a_bad_figure_and_dumps_the_good_ones(tmp_path, monk
     assert (tmp_path / "figures" / "00_good.png").exists() and (tmp_path / "figures" / "00_good.csv").exists()
     assert (tmp_path / "dump" / "00_good.pickle").exists() and not (tmp_path / "figures" / "00_bad.png").exists()
     plt.close("all")
+
+
+def test_saved_log_axes_say_they_are_logarithmic(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    fig, (a, b) = plt.subplots(1, 2)
+    a.plot([1, 10, 100], [1, 2, 3])
+    plots.log_axis(a, "x")
+    a.set(xlabel="corpus tokens", ylabel="speedup")
+    b.plot([1, 10], [1, 100])
+    b.set_yscale("log")
+    b.set(ylabel="seconds (log scale)")
+    plots.save_figure(fig, "00_log")
+    assert (a.get_xlabel(), a.get_ylabel(), b.get_ylabel()) == ("corpus tokens (log)", "speedup", "seconds (log scale)")
+    plt.close("all")
