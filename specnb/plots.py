@@ -350,12 +350,18 @@ class FigureLayoutError(ValueError):
 
 def mark_log_axes(fig: plt.Figure) -> None:
     """Append " (log)" to the label of every logarithmic axis of ``fig`` whose label does not say so: a reader
-    of a log axis with plain-number ticks must be told."""
+    of a log axis with plain-number ticks must be told. Labels the mark would push into a neighbour's (see
+    :func:`layout_problems`) stay as they were."""
+    marked = []
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             label = axis.get_label_text()
             if axis.get_scale() == "log" and label and "log" not in label:
                 axis.set_label_text(f"{label} (log)")
+                marked.append((axis, label))
+    if marked and any("label" in problem for problem in layout_problems(fig)):
+        for axis, label in marked:
+            axis.set_label_text(label)
 
 
 def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) -> Path:
