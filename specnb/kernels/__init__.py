@@ -49,37 +49,44 @@ ATTENTION = "specnb"  # the name of our attention in Hugging Face's AttentionInt
 STALE_LOCK_S = 600  # a build lock older than this was left by a killed build (a build takes about a minute)
 
 
-def _source() -> str:
-    return str(files("specnb").joinpath("kernels/csrc/fewrow.cpp"))
+def _source(name: str = "fewrow") -> str:
+    return str(files("specnb").joinpath(f"kernels/csrc/{name}.cpp"))
 
 
 @functools.cache
-def digest() -> str:
-    """Hash of the kernel source (timing tables and builds are keyed by it)."""
-    with open(_source(), "rb") as f:
+def digest(name: str = "fewrow") -> str:
+    """Hash of the kernel source ``csrc/<name>.cpp`` (timing tables and builds are keyed by it)."""
+    with open(_source(name), "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
+def build(name: str, flags: tuple[str, ...] = ()) -> ModuleType | None:
+    """``csrc/<name>.cpp`` compiled (once, into ``<cache>/kernels``) and loaded; None where it cannot be built
+    here (a warning says why)."""
+    from torch.utils import cpp_extension
+
+    build_dir = cache_dir() / "kernels" / f"{name}-{digest(name)}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    lock = build_dir / "lock"  # PyTorch's build lock: a build killed mid-way leaves it, and every later one waits
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+        warnings.warn(f"removing {lock}, left by an interrupted build", stacklevel=3)
+        lock.unlink(missing_ok=True)
+    try:
+        return cpp_extension.load(name=f"specnb_{name}_{digest(name)}", sources=[_source(name)],
+                                  build_directory=str(build_dir), extra_cflags=["-O3", "-mavx2", "-mfma", *flags,
+                                                                               "-fopenmp"],
+                                  extra_ldflags=["-fopenmp"])
+    except Exception as exc:  # no compiler, no ninja, a toolchain without AVX512-BF16 intrinsics, ...
+        warnings.warn(f"specnb's CPU kernels ({name}) could not be built ({exc}); PyTorch is used", stacklevel=3)
+        return None
 
 
 @functools.cache
 def extension() -> ModuleType | None:
-    """The compiled extension, built on first use; None where it cannot run here (a warning says why)."""
+    """The compiled few-row extension, built on first use; None where it cannot run here."""
     if os.environ.get("SPECNB_KERNELS", "1") == "0" or kernel_isa() is None:
         return None
-    from torch.utils import cpp_extension
-
-    build = cache_dir() / "kernels" / f"fewrow-{digest()}"
-    build.mkdir(parents=True, exist_ok=True)
-    lock = build / "lock"  # PyTorch's build lock: a build killed mid-way leaves it, and every later one waits on it
-    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-        warnings.warn(f"removing {lock}, left by an interrupted build", stacklevel=2)
-        lock.unlink(missing_ok=True)
-    try:
-        return cpp_extension.load(name=f"specnb_fewrow_{digest()}", sources=[_source()], build_directory=str(build),
-                                  extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"])
-    except Exception as exc:  # no compiler, no ninja, a toolchain without AVX512-BF16 intrinsics, ...
-        warnings.warn(f"specnb's CPU kernels could not be built ({exc}); PyTorch's GEMM and SDPA are used",
-                      stacklevel=2)
-        return None
+    return build("fewrow")
 
 
 def isa_code() -> int:

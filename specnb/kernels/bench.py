@@ -11,6 +11,9 @@ a fraction of the machine's read bandwidth (:func:`specnb.ceilings.read_bandwidt
 * ``inductor``: ``torch.compile(mode="max-autotune-no-cudagraphs")`` of ``F.linear``, one compile per shape
   (minutes on two cores: only with ``--inductor``).
 
+``specnb kernels quant`` times :mod:`specnb.kernels.quant` on tensors of the shipped GGUF files in their stored
+formats against the bf16 kernel on the same weights dequantized (bandwidth fraction on each one's own bytes).
+
 ``specnb kernels topk`` times :func:`specnb.kernels.top_k` against PyTorch's ``max`` / ``topk`` on logits rows
 (greedy acceptance's argmax, Token Recycling's top 8).
 """
@@ -18,6 +21,7 @@ a fraction of the machine's read bandwidth (:func:`specnb.ceilings.read_bandwidt
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -30,7 +34,7 @@ from tqdm.auto import tqdm
 
 from ..ceilings import read_bandwidth
 from . import linear as fewrow_linear
-from . import memory
+from . import memory, quant
 from . import top_k as fewrow_top_k
 from .cpu import cpu_class
 
@@ -111,6 +115,96 @@ def bench_linear(shapes: dict[str, tuple[int, int]] = SHAPES, rows: tuple[int, .
     return pd.DataFrame(out)
 
 
+# (embedded model, GGUF tensor): the largest tensor of each format in the shipped files
+QUANT_TENSORS = {
+    "gemma-head": ("gemma-3-270m", "token_embd.weight"),  # Q8_0, tied embedding / output head
+    "gemma-mlp-gate": ("gemma-3-270m", "blk.0.ffn_gate.weight"),  # Q5_0
+    "gemma-attn-out": ("gemma-3-270m", "blk.0.attn_output.weight"),  # Q4_K
+    "gemma-mlp-down": ("gemma-3-270m", "blk.0.ffn_down.weight"),  # Q6_K
+    "qwen1.5b-mlp-up": ("qwen2.5-coder-1.5b-instruct", "blk.0.ffn_up.weight"),  # Q4_K
+    "qwen1.5b-mlp-down": ("qwen2.5-coder-1.5b-instruct", "blk.0.ffn_down.weight"),  # Q6_K
+    "qwen1.5b-head": ("qwen2.5-coder-1.5b-instruct", "output.weight"),  # Q6_K
+}
+
+
+def _gguf_tensor(model: str, name: str):
+    import gguf
+
+    from ..model_names import gguf_file
+
+    path = gguf_file(model)
+    if not path.exists():
+        raise ValueError(f"{path} is missing; run `specnb models fetch {model}` first")
+    for tensor in gguf.GGUFReader(path).tensors:
+        if tensor.name == name:
+            return tensor
+    raise ValueError(f"{path} has no tensor {name!r}")
+
+
+def _copies(values: Tensor) -> list[Tensor]:
+    """``values`` copied into 2 MB pages enough times that cycling through the copies streams >= 256 MB."""
+    count = max(1, -(-STREAM_BYTES // (values.numel() * values.element_size())))
+    if not memory.available():
+        return [values.clone() for _ in range(count)]
+    return [memory.empty(values.shape, values.dtype).copy_(values) for _ in range(count)]
+
+
+def _median_call_s(calls: list[Callable[[], Tensor]], repeats: int) -> float:
+    for call in calls:  # warm-up: page in
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for call in calls:
+            call()
+        times.append((time.perf_counter() - start) / len(calls))
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple[int, ...] = (1, 4, 16, 64),
+                repeats: int = 5, bandwidth: float | None = None, progress: bool = True) -> pd.DataFrame:
+    """One row per (tensor, backend, rows), backends ``quant`` (the stored blocks) and ``bf16`` (the few-row kernel
+    on the same weights dequantized to bf16): ``ms`` (median per call), ``bytes`` read per call, ``gb_per_s``,
+    ``bandwidth_fraction``, ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16 kernel's)."""
+    bandwidth = bandwidth or read_bandwidth()
+    out = []
+    bar = tqdm(total=len(tensors) * 2 * len(rows), desc="quantized kernels", disable=not progress)
+    for label, (model, name) in tensors.items():
+        tensor = _gguf_tensor(model, name)
+        weight = quant.QuantizedWeight.from_gguf(tensor)
+        n, k = weight.shape
+        dense = weight.dequantize().bfloat16()
+        backends = {"quant": [quant.QuantizedWeight(b, weight.format) for b in _copies(weight.blocks)],
+                    "bf16": _copies(dense)}
+        del dense
+        bf16_ms = {}
+        for backend, weights in backends.items():
+            nbytes = weight.nbytes if backend == "quant" else n * k * 2
+            one = None
+            for m in rows:
+                x = torch.randn(m, k).bfloat16()
+                if backend == "quant":
+                    calls = [functools.partial(quant.linear, x, w) for w in weights]
+                else:
+                    calls = [functools.partial(fewrow_linear, x, w) for w in weights]
+                seconds = _median_call_s(calls, repeats)
+                one = seconds if m == rows[0] else one
+                if backend == "bf16":
+                    bf16_ms[m] = seconds
+                out.append({"tensor": label, "format": weight.format if backend == "quant" else "bf16", "n": n,
+                            "k": k, "backend": backend, "rows": m, "ms": seconds * 1e3, "bytes": nbytes,
+                            "gb_per_s": nbytes / seconds / 1e9,
+                            "bandwidth_fraction": nbytes / seconds / 1e9 / bandwidth, "vs_one_row": seconds / one,
+                            "cpu_class": cpu_class(),
+                            "threads": torch.get_num_threads(), "read_gb_per_s": bandwidth})
+                bar.update()
+        for row in out[-2 * len(rows):]:
+            row["vs_bf16"] = row["ms"] / 1e3 / bf16_ms[row["rows"]]
+    bar.close()
+    return pd.DataFrame(out)
+
+
 @torch.inference_mode()
 def bench_top_k(vocab: int = 262144, rows: tuple[int, ...] = (1, 4, 16, 33), ks: tuple[int, ...] = (1, 8),
                 dtype: torch.dtype = torch.bfloat16, repeats: int = 50) -> pd.DataFrame:
@@ -148,6 +242,13 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", help="CSV file for the table")
     p.set_defaults(func=_run)
+    q = kernels.add_parser("quant", help="time the linear layer over GGUF blocks against bf16 on shipped tensors",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    q.add_argument("--tensors", default=",".join(QUANT_TENSORS), help=f"comma-separated, of {', '.join(QUANT_TENSORS)}")
+    q.add_argument("--rows", default="1,4,16,64", help="comma-separated row counts")
+    q.add_argument("--repeats", type=int, default=5)
+    q.add_argument("--out", help="CSV file for the table")
+    q.set_defaults(func=_run_quant)
     t = kernels.add_parser("topk", help="time top-k / argmax of logits rows against PyTorch",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     t.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
@@ -166,18 +267,46 @@ def _run(args) -> int:
     for backend in backends:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    try:
-        rows = tuple(int(r) for r in args.rows.split(","))
-    except ValueError:
-        raise ValueError(f"--rows must be comma-separated integers, got {args.rows!r}") from None
-    if any(r < 1 for r in rows) or args.repeats < 1:
-        raise ValueError("--rows and --repeats must be >= 1")
+    rows = _parse_rows(args.rows)
+    if args.repeats < 1:
+        raise ValueError("--repeats must be >= 1")
     bandwidth = read_bandwidth()
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_linear(shapes, rows, getattr(torch, args.dtype), backends, args.repeats, bandwidth)
     if args.out:
         table.to_csv(args.out, index=False)
     wide = table.pivot_table(index=["shape", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
+                             sort=False)
+    print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def _parse_rows(text: str) -> tuple[int, ...]:
+    try:
+        rows = tuple(int(r) for r in text.split(","))
+    except ValueError:
+        raise ValueError(f"--rows must be comma-separated integers, got {text!r}") from None
+    if any(r < 1 for r in rows):
+        raise ValueError("--rows must be >= 1")
+    return rows
+
+
+def _run_quant(args) -> int:
+    unknown = [t for t in args.tensors.split(",") if t not in QUANT_TENSORS]
+    if unknown:
+        raise ValueError(f"unknown tensor {unknown[0]!r}; known: {', '.join(QUANT_TENSORS)}")
+    if args.repeats < 1:
+        raise ValueError("--repeats must be >= 1")
+    rows = _parse_rows(args.rows)
+    tensors = {t: QUANT_TENSORS[t] for t in args.tensors.split(",")}
+    for model, name in tensors.values():
+        _gguf_tensor(model, name)  # every file present before the first timing
+    bandwidth = read_bandwidth()
+    print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
+    table = bench_quant(tensors, rows, args.repeats, bandwidth)
+    if args.out:
+        table.to_csv(args.out, index=False)
+    wide = table.pivot_table(index=["tensor", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
                              sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
     return 0

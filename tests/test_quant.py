@@ -1,0 +1,108 @@
+"""The linear layer over GGUF blocks: decoding equal to the gguf package's, products within fp32 summation error of
+an fp32 matmul over those weights, rows bit-independent."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from conftest import kernel_path_exists
+
+from specnb.kernels import quant
+from specnb.kernels.quant import FORMATS, QuantizedWeight
+from specnb.model_names import gguf_file
+
+pytestmark = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
+
+# byte offsets of each block's fp16 scales, by format (random bytes there could be NaN or huge)
+SCALES = {"Q8_0": (0,), "Q5_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}
+
+
+def random_weight(fmt: str, n: int, k: int, seed: int = 0) -> QuantizedWeight:
+    """Random blocks of ``fmt`` for an [n, k] weight, every code in range and scales in [1e-3, 0.1)."""
+    _, weights, nbytes = FORMATS[fmt]
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (n * k // weights, nbytes), dtype=np.uint8)
+    for offset in SCALES[fmt]:
+        blocks[:, offset:offset + 2] = rng.uniform(1e-3, 0.1, (blocks.shape[0], 1)).astype(np.float16).view(np.uint8)
+    return QuantizedWeight(torch.from_numpy(blocks.reshape(n, -1)), fmt)
+
+
+def reference(weight: QuantizedWeight) -> torch.Tensor:
+    """The gguf package's dequantization: float32 [N, K]."""
+    qtype = gguf.GGMLQuantizationType[weight.format]
+    return torch.from_numpy(gguf.quants.dequantize(weight.blocks.numpy(), qtype).astype(np.float32))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_blocks_decode_to_the_gguf_packages_values(fmt):
+    weight = random_weight(fmt, 24, 512)
+    assert weight.shape == (24, 512)
+    assert torch.equal(weight.dequantize(), reference(weight))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7])
+def test_linear_matches_an_fp32_matmul_of_the_dequantized_weight(fmt, dtype, rows):
+    weight = random_weight(fmt, 40, 768, seed=rows)
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 768, generator=g).to(dtype)
+    bias = torch.randn(40, generator=g)
+    w = reference(weight).double()
+    exact = x.double() @ w.T + bias.double()
+    # fp32 sums of 768 products in another order: within K * 2^-24 of the sum of magnitudes (a loose bound)
+    bound = 768 * 2.0**-24 * (x.double().abs() @ w.abs().T + bias.double().abs())
+    out = quant.linear(x, weight, bias)
+    assert out.dtype == dtype and out.shape == (rows, 40)
+    if dtype == torch.float32:
+        assert ((out.double() - exact).abs() <= bound).all()
+    else:  # one rounding to bf16 on top: within half a bf16 ulp of the fp32 result, plus its error
+        assert ((out.double() - exact).abs() <= bound + exact.abs() * 2.0**-8).all()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype):
+    weight = random_weight(fmt, 4099, 512, seed=1)  # enough rows of weight for every thread to take a run
+    x = torch.randn(9, 512, generator=torch.Generator().manual_seed(2)).to(dtype)
+    threads = torch.get_num_threads()
+    together = quant.linear(x, weight)
+    try:
+        for n in sorted({1, threads}):
+            torch.set_num_threads(n)
+            for m in range(x.shape[0]):
+                assert torch.equal(quant.linear(x[m:m + 1], weight), together[m:m + 1])
+            assert torch.equal(quant.linear(x[2:7], weight), together[2:7])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_bad_weights_and_inputs_are_refused():
+    with pytest.raises(ValueError, match="unsupported weight format"):
+        QuantizedWeight(torch.zeros(2, 34, dtype=torch.uint8), "Q2_K")
+    with pytest.raises(ValueError, match="multiple of 34"):
+        QuantizedWeight(torch.zeros(2, 35, dtype=torch.uint8), "Q8_0")
+    with pytest.raises(ValueError, match="takes 64"):
+        quant.linear(torch.zeros(1, 32), QuantizedWeight(torch.zeros(2, 68, dtype=torch.uint8), "Q8_0"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not gguf_file("gemma-3-270m").exists(), reason="run `specnb models fetch gemma-3-270m`")
+def test_the_shipped_gemma_tensors_decode_as_the_gguf_package_decodes_them():
+    """One tensor of each format in Gemma-3-270M's GGUF (all four occur in it)."""
+    reader = gguf.GGUFReader(gguf_file("gemma-3-270m"))
+    seen = {}
+    for tensor in reader.tensors:
+        if tensor.tensor_type.name in FORMATS and tensor.tensor_type.name not in seen:
+            seen[tensor.tensor_type.name] = tensor
+    assert set(seen) == set(FORMATS)
+    for fmt, tensor in seen.items():
+        weight = QuantizedWeight.from_gguf(tensor)
+        rows = weight.blocks[:512] if weight.shape[0] > 512 else weight.blocks
+        part = QuantizedWeight(rows.contiguous(), fmt)
+        assert part.shape[1] == int(tensor.shape[0])
+        assert torch.equal(part.dequantize(), reference(part)), fmt
+        x = torch.randn(3, part.shape[1]).bfloat16()
+        assert torch.equal(quant.linear(x, part)[1:2], quant.linear(x[1:2], part))
