@@ -41,6 +41,7 @@ class NotebookRun:
     executed: Path
     seconds: float
     error: str | None = None
+    read_gb_per_s: float | None = None  # the machine's read bandwidth just before it ran (a VM's drifts)
 
 
 def run_notebooks(profile: str = "quick", names: list[str] | None = None, parameters: dict | None = None,
@@ -51,6 +52,8 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     :class:`NotebookRun` per notebook."""
     import papermill
 
+    from .ceilings import sample_read_bandwidth
+
     output_dir = output_dir or NOTEBOOKS / "executed" / profile
     output_dir.mkdir(parents=True, exist_ok=True)
     os.environ["SPECNB_FIGURES"] = str(figures_for(profile))
@@ -58,6 +61,7 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     done = []
     paths = find_notebooks(names)
     for path in paths:
+        bandwidth = sample_read_bandwidth(256, 3)  # ~0.5 s: what the notebook's timings ran against
         start = time.perf_counter()
         out = output_dir / path.name
         error = None
@@ -66,14 +70,15 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
                                        kernel_name="python3", cwd=str(path.parent), progress_bar=False)
         except Exception as exc:  # any failure of one notebook is reported; the others still run
             error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-        done.append(NotebookRun(path, out, time.perf_counter() - start, error))
+        done.append(NotebookRun(path, out, time.perf_counter() - start, error, bandwidth))
         status = "FAILED" if error else "ok"
-        print(f"{path.name}: {status} in {done[-1].seconds:.0f} s -> {out}", flush=True)
+        print(f"{path.name}: {status} in {done[-1].seconds:.0f} s (read bandwidth before it {bandwidth:.1f} GB/s) "
+              f"-> {out}", flush=True)
     if len(paths) == len(find_notebooks()):  # a whole run: stamp the figures it wrote with the machine and commit
         from .reference_run import stamp_run
 
         stamp_run(figures_for(profile), profile, {r.source.stem: r.seconds for r in done},
-                  [r.source.name for r in done if r.error])
+                  [r.source.name for r in done if r.error], {r.source.stem: r.read_gb_per_s for r in done})
     return done
 
 

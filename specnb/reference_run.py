@@ -54,13 +54,16 @@ def machine() -> dict[str, Any]:
             "cores": os.cpu_count(), "memory": memory, "torch": torch.__version__, "python": platform.python_version()}
 
 
-def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: list[str]) -> Path:
+def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: list[str],
+              bandwidth: dict[str, float | None] | None = None) -> Path:
     """Write ``folder/RUN.json``: profile, commit (and whether the tree had changes), date, machine, each
-    notebook's wall seconds and the failures."""
+    notebook's wall seconds, the read bandwidth sampled before each (GB/s; a VM's drifts, and times with it)
+    and the failures."""
     record = {"profile": profile, "commit": git("rev-parse", "--short", "HEAD"),
-              "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+              "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!figures")),
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": machine(), "notebook_seconds": {k: round(v, 1) for k, v in seconds.items()},
+              "read_gb_per_s": {k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None},
               "total_minutes": round(sum(seconds.values()) / 60, 1), "failed": failed}
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "RUN.json"
@@ -113,6 +116,12 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------- index
 
 
+def _bandwidth_note(run: dict[str, Any]) -> str:
+    """" (read bandwidth before each notebook: LOW-HIGH GB/s)", or "" for runs that did not sample it."""
+    values = list(run.get("read_gb_per_s", {}).values())
+    return f" (read bandwidth before each notebook: {min(values):.1f}-{max(values):.1f} GB/s)" if values else ""
+
+
 def index(figures: Path) -> str:
     """``figures/README.md``: the run's provenance, then per notebook its figures (one line each: file and what
     it shows, from the figure's title) and its verdicts (claim, ours against the expectation, verdict, and the
@@ -123,8 +132,9 @@ def index(figures: Path) -> str:
              f"Every file here comes from one `make figures` run (profile `{run['profile']}`) of commit "
              f"`{run['commit']}`{' with local changes' if run['dirty'] else ''} on {run['date']}: {m['cpu']}, "
              f"{m['cores']} cores, CPU class `{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch "
-             f"{m['torch']}; {run['total_minutes']} min of notebooks. The executed notebooks, with these outputs, "
-             "are `notebooks/NN_*.ipynb`. `specnb figures compare OLD NEW` lists what moved between two runs.", ""]
+             f"{m['torch']}; {run['total_minutes']} min of notebooks{_bandwidth_note(run)}. The executed notebooks, "
+             "with these outputs, are `notebooks/NN_*.ipynb`. `specnb figures compare OLD NEW` lists what moved "
+             "between two runs.", ""]
     titles = json.loads((figures / "titles.json").read_text()) if (figures / "titles.json").exists() else {}
     for results in sorted(figures.glob("[0-9][0-9]_results.json")):
         prefix = results.name[:2]

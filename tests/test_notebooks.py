@@ -152,3 +152,7 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     out, err = capsys.readouterr()
     assert "01_runs.ipynb: ok" in out and "1 of 3 notebooks ran" in out
     assert "00_fails.ipynb failed (PapermillExecutionError" in err and "02_fails.ipynb failed" in err
+    run = json.loads((tmp_path / "figures" / "RUN.json").read_text())  # each notebook's time beside the bandwidth
+    assert run["failed"] == ["00_fails.ipynb", "02_fails.ipynb"]
+    assert set(run["read_gb_per_s"]) == set(run["notebook_seconds"])
+    assert all(v > 0 for v in run["read_gb_per_s"].values())
