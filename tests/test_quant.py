@@ -9,12 +9,14 @@ import pytest
 import torch
 from conftest import kernel_path_exists
 
-from specnb.kernels import quant
+from specnb.kernels import cpu, quant
 from specnb.kernels.quant import FORMATS, QuantizedWeight
 from specnb.model_names import gguf_file
 
 pytestmark = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
 
+# every path the CPU can run: AVX2 everywhere, AVX512-BF16 where present
+ISAS = [i for i, name in enumerate(cpu.ISAS) if name == "avx2" or "avx512_bf16" in cpu.cpu_flags()]
 # byte offsets of each block's fp16 scales, by format (random bytes there could be NaN or huge)
 SCALES = {"Q8_0": (0,), "Q5_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}
 
@@ -42,19 +44,28 @@ def test_blocks_decode_to_the_gguf_packages_values(fmt):
     assert torch.equal(weight.dequantize(), reference(weight))
 
 
+def magnitudes(weight: QuantizedWeight) -> torch.Tensor:
+    """|d q| + |min| per weight: what the summation error scales with (Q4_K's d q - min cancels)."""
+    if weight.format != "Q4_K":
+        return reference(weight).abs()
+    flipped = weight.blocks.clone().view(-1, 144)
+    flipped[:, 3] ^= 0x80  # the sign bit of dmin: d q + min (d, min > 0 in random_weight)
+    return reference(QuantizedWeight(flipped.view(weight.blocks.shape), "Q4_K")).abs()
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [1, 2, 3, 7])
-def test_linear_matches_an_fp32_matmul_of_the_dequantized_weight(fmt, dtype, rows):
+@pytest.mark.parametrize("isa", ISAS)
+def test_linear_matches_an_fp32_matmul_of_the_dequantized_weight(fmt, dtype, rows, isa):
     weight = random_weight(fmt, 40, 768, seed=rows)
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 768, generator=g).to(dtype)
     bias = torch.randn(40, generator=g)
-    w = reference(weight).double()
-    exact = x.double() @ w.T + bias.double()
+    exact = x.double() @ reference(weight).double().T + bias.double()
     # fp32 sums of 768 products in another order: within K * 2^-24 of the sum of magnitudes (a loose bound)
-    bound = 768 * 2.0**-24 * (x.double().abs() @ w.abs().T + bias.double().abs())
-    out = quant.linear(x, weight, bias)
+    bound = 768 * 2.0**-24 * (x.double().abs() @ magnitudes(weight).double().T + bias.double().abs())
+    out = quant.linear(x, weight, bias, isa=isa)
     assert out.dtype == dtype and out.shape == (rows, 40)
     if dtype == torch.float32:
         assert ((out.double() - exact).abs() <= bound).all()
@@ -64,17 +75,18 @@ def test_linear_matches_an_fp32_matmul_of_the_dequantized_weight(fmt, dtype, row
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype):
+@pytest.mark.parametrize("isa", ISAS)
+def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype, isa):
     weight = random_weight(fmt, 4099, 512, seed=1)  # enough rows of weight for every thread to take a run
     x = torch.randn(9, 512, generator=torch.Generator().manual_seed(2)).to(dtype)
     threads = torch.get_num_threads()
-    together = quant.linear(x, weight)
+    together = quant.linear(x, weight, isa=isa)
     try:
         for n in sorted({1, threads}):
             torch.set_num_threads(n)
             for m in range(x.shape[0]):
-                assert torch.equal(quant.linear(x[m:m + 1], weight), together[m:m + 1])
-            assert torch.equal(quant.linear(x[2:7], weight), together[2:7])
+                assert torch.equal(quant.linear(x[m:m + 1], weight, isa=isa), together[m:m + 1])
+            assert torch.equal(quant.linear(x[2:7], weight, isa=isa), together[2:7])
     finally:
         torch.set_num_threads(threads)
 
@@ -106,3 +118,17 @@ def test_the_shipped_gemma_tensors_decode_as_the_gguf_package_decodes_them():
         assert torch.equal(part.dequantize(), reference(part)), fmt
         x = torch.randn(3, part.shape[1]).bfloat16()
         assert torch.equal(quant.linear(x, part)[1:2], quant.linear(x[1:2], part))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tensors", "gemma-head,nope"], "unknown tensor 'nope'"),
+    (["--rows", "1,x"], "--rows must be comma-separated integers"),
+    (["--rows", "0"], "--rows must be >= 1"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+])
+def test_the_benchmark_refuses_bad_arguments_in_one_line(argv, message, capsys):
+    from specnb.cli import main
+
+    assert main(["kernels", "quant", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specnb: error: ") and message in err and "\n" not in err

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import build
+from . import build, isa_code
 from .cpu import kernel_isa
 
 # ggml type id and (weights, bytes) per block of each format the kernel decodes
@@ -76,12 +76,15 @@ def _extension() -> ModuleType:
     return ext
 
 
-def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None) -> Tensor:
+def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: int | None = None) -> Tensor:
     """x [..., K] float32 or bfloat16 times ``weight`` [N, K] (+ bias [N]) -> [..., N] in x's dtype, each row
-    bit-identical to the same row computed alone."""
+    bit-identical to the same row computed alone. ``isa``: the path (:data:`specnb.kernels.cpu.ISAS` index;
+    default this CPU's): on AVX512-BF16, bf16 rows multiply the blocks' integers with ``vdpbf16ps`` and scale
+    the sums (the same weights, summed in another fixed order); fp32 rows and the AVX2 path use fp32 FMAs."""
     n, k = weight.shape
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {k}")
     flat = x.reshape(-1, k).contiguous()
-    out = _extension().linear(flat, weight.blocks, FORMATS[weight.format][0], bias)
+    out = _extension().linear(flat, weight.blocks, FORMATS[weight.format][0], bias,
+                              isa_code() if isa is None else isa)
     return out.reshape(*x.shape[:-1], n)
