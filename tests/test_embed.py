@@ -68,8 +68,7 @@ def test_extraction_matches_a_full_forward(tmp_path):
 def test_bf16_extraction_runs_its_gemms_in_the_batch_dtype(monkeypatch, tmp_path, klass):
     """Batches of a bf16 model are fp32 GEMMs except on AMX (specnb.kernels.cpu.batch_dtype)."""
     monkeypatch.setattr("specnb.kernels.cpu.cpu_class", lambda flags=None: klass)
-    target = tiny("llama")
-    target.model.to(torch.bfloat16)
+    target = tiny("llama", torch.bfloat16)
     gemms, real = set(), torch.nn.functional.linear
     monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: gemms.add(x.dtype) or real(x, w, b))
     doc = np.random.default_rng(3).integers(0, 256, 300).tolist()
