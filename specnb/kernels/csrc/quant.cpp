@@ -58,20 +58,6 @@ inline float half(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// 32 int8 in v -> out[0..32) as fp32 times scale (one rounding per weight, as d * q in fp32)
-inline void scale32(__m256i v, __m256 scale, float* out) {
-  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-  _mm256_storeu_ps(out + 0, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-  _mm256_storeu_ps(out + 8, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
-  _mm256_storeu_ps(out + 16, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-  _mm256_storeu_ps(out + 24, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
-}
-
-// 8 unsigned bytes at p -> fp32: scale * q - offset (two roundings, as the gguf package's d * q - dm)
-inline __m256 affine8(__m128i q8, __m256 scale, __m256 offset) {
-  return _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q8))), offset);
-}
-
 // bit j of x -> byte j of the result: 0xff where set, 0 where not
 inline __m256i bits_to_bytes(uint32_t x) {
   const __m256i spread = _mm256_shuffle_epi8(
@@ -80,80 +66,91 @@ inline __m256i bits_to_bytes(uint32_t x) {
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
 }
 
-void decode_q8_0(const uint8_t* p, float* out) {
-  scale32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)), _mm256_set1_ps(half(p)), out);
-}
+// One block as groups of 32 weights: q (small integers), the scale of weights 0-15 and of 16-31, the offset.
+struct Groups {
+  alignas(32) int8_t q[256];
+  float lo[8], hi[8], offset[8];
+};
 
-void decode_q5_0(const uint8_t* p, float* out) {
-  uint32_t high;
-  std::memcpy(&high, p + 2, 4);
-  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
-  const __m128i nibble = _mm_set1_epi8(0x0f);
-  __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble));
-  q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10)));
-  scale32(_mm256_sub_epi8(q, _mm256_set1_epi8(16)), _mm256_set1_ps(half(p)), out);
-}
+inline void store32(int8_t* out, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(out), v); }
 
-void decode_q4_k(const uint8_t* p, float* out) {
-  const float d = half(p), dmin = half(p + 2);
-  const uint8_t* s = p + 4;
-  const uint8_t* q = p + 16;
-  for (int j = 0; j < 8; j++) {  // 8 sub-blocks of 32: 6-bit scale and min each
-    const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    const __m256 scale = _mm256_set1_ps(d * float(sc)), offset = _mm256_set1_ps(dmin * float(m));
-    const uint8_t* bytes = q + 32 * (j / 2);  // sub-block 2i: low nibbles of bytes 32i.., 2i + 1: high ones
-    const int shift = 4 * (j % 2);
-    for (int c = 0; c < 32; c += 16) {
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + c));
-      const __m128i v = _mm_and_si128(_mm_srli_epi16(raw, shift), _mm_set1_epi8(0x0f));
-      _mm256_storeu_ps(out + 32 * j + c, affine8(v, scale, offset));
-      _mm256_storeu_ps(out + 32 * j + c + 8, affine8(_mm_srli_si128(v, 8), scale, offset));
+// Returns the number of groups in the block (1 or 8). The scales are the gguf package's fp32 products.
+int block_groups(int type, const uint8_t* p, Groups& g) {
+  switch (type) {
+    case Q8_0: {
+      store32(g.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
+      g.lo[0] = g.hi[0] = half(p);
+      g.offset[0] = 0.0f;
+      return 1;
     }
-  }
-}
-
-void decode_q6_k(const uint8_t* p, float* out) {
-  const uint8_t* ql = p;
-  const uint8_t* qh = p + 128;
-  const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
-  const float d = half(p + 208);
-  const __m256i low4 = _mm256_set1_epi8(0x0f), high2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-  for (int h = 0; h < 2; h++) {  // two halves of 128 weights: 64 bytes of ql, 32 of qh each
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-    const __m256i q[4] = {
-        _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), high2)),
-        _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), high2)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hi, high2)),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
-                        _mm256_and_si256(_mm256_srli_epi16(hi, 2), high2))};
-    for (int g = 0; g < 4; g++) {  // 32 weights, two scales of 16
-      alignas(32) int8_t v[32];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(v), _mm256_sub_epi8(q[g], bias));
-      float* o = out + 128 * h + 32 * g;
-      for (int half16 = 0; half16 < 2; half16++) {
-        const __m256 scale = _mm256_set1_ps(d * float(scales[8 * h + 2 * g + half16]));
-        for (int c = 0; c < 16; c += 8) {
-          const __m128i q8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + 16 * half16 + c));
-          _mm256_storeu_ps(o + 16 * half16 + c, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8))));
+    case Q5_0: {
+      uint32_t high;
+      std::memcpy(&high, p + 2, 4);
+      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
+      const __m128i nibble = _mm_set1_epi8(0x0f);
+      __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble));
+      q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10)));
+      store32(g.q, _mm256_sub_epi8(q, _mm256_set1_epi8(16)));
+      g.lo[0] = g.hi[0] = half(p);
+      g.offset[0] = 0.0f;
+      return 1;
+    }
+    case Q4_K: {
+      const float d = half(p), dmin = half(p + 2);
+      const uint8_t* s = p + 4;
+      for (int j = 0; j < 8; j++) {
+        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (j / 2)));
+        store32(g.q + 32 * j, _mm256_and_si256(_mm256_srli_epi16(raw, 4 * (j % 2)), _mm256_set1_epi8(0x0f)));
+        g.lo[j] = g.hi[j] = d * float(sc);
+        g.offset[j] = dmin * float(m);
+      }
+      return 8;
+    }
+    default: {  // Q6_K
+      const uint8_t* ql = p;
+      const uint8_t* qh = p + 128;
+      const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
+      const float d = half(p + 208);
+      const __m256i low4 = _mm256_set1_epi8(0x0f), high2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+      for (int h = 0; h < 2; h++) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), high2)),
+            _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), high2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hi, high2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
+                            _mm256_and_si256(_mm256_srli_epi16(hi, 2), high2))};
+        for (int j = 0; j < 4; j++) {
+          store32(g.q + 32 * (4 * h + j), _mm256_sub_epi8(q[j], bias));
+          g.lo[4 * h + j] = d * float(scales[8 * h + 2 * j]);
+          g.hi[4 * h + j] = d * float(scales[8 * h + 2 * j + 1]);
+          g.offset[4 * h + j] = 0.0f;
         }
       }
+      return 8;
     }
   }
 }
 
+// One weight row as fp32 weights for the AVX2 path: scale * q - offset per group (the gguf package's products
+// and, for Q4_K, its subtraction; the other formats subtract an exact 0).
 void decode_row(int type, const uint8_t* row, int64_t K, float* out) {
   const Format f = format(type);
+  Groups g;
   for (int64_t b = 0; b < K / f.weights; b++) {
-    const uint8_t* p = row + b * f.bytes;
-    float* o = out + b * f.weights;
-    switch (type) {
-      case Q8_0: decode_q8_0(p, o); break;
-      case Q5_0: decode_q5_0(p, o); break;
-      case Q4_K: decode_q4_k(p, o); break;
-      default: decode_q6_k(p, o); break;
+    const int n = block_groups(type, row + b * f.bytes, g);
+    for (int i = 0; i < n; i++) {
+      float* o = out + b * f.weights + 32 * i;
+      const __m256 offset = _mm256_set1_ps(g.offset[i]);
+      for (int c = 0; c < 32; c += 8) {
+        const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(g.q + 32 * i + c))));
+        _mm256_storeu_ps(o + c, _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(c < 16 ? g.lo[i] : g.hi[i]), q), offset));
+      }
     }
   }
 }
@@ -228,76 +225,6 @@ void qgemm(int type, const float* x, const uint8_t* w, int64_t row_bytes, const 
 // ------------------------------------------------------------------------------------ AVX512-BF16
 
 #define AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c")))
-
-// One block as groups of 32 weights: q (small integers), the scale of weights 0-15 and of 16-31, the offset.
-struct Groups {
-  alignas(32) int8_t q[256];
-  float lo[8], hi[8], offset[8];
-};
-
-inline void store32(int8_t* out, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(out), v); }
-
-// Returns the number of groups in the block (1 or 8). The scales are the gguf package's fp32 products.
-int block_groups(int type, const uint8_t* p, Groups& g) {
-  switch (type) {
-    case Q8_0: {
-      store32(g.q, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
-      g.lo[0] = g.hi[0] = half(p);
-      g.offset[0] = 0.0f;
-      return 1;
-    }
-    case Q5_0: {
-      uint32_t high;
-      std::memcpy(&high, p + 2, 4);
-      const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
-      const __m128i nibble = _mm_set1_epi8(0x0f);
-      __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble));
-      q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10)));
-      store32(g.q, _mm256_sub_epi8(q, _mm256_set1_epi8(16)));
-      g.lo[0] = g.hi[0] = half(p);
-      g.offset[0] = 0.0f;
-      return 1;
-    }
-    case Q4_K: {
-      const float d = half(p), dmin = half(p + 2);
-      const uint8_t* s = p + 4;
-      for (int j = 0; j < 8; j++) {
-        const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-        const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (j / 2)));
-        store32(g.q + 32 * j, _mm256_and_si256(_mm256_srli_epi16(raw, 4 * (j % 2)), _mm256_set1_epi8(0x0f)));
-        g.lo[j] = g.hi[j] = d * float(sc);
-        g.offset[j] = dmin * float(m);
-      }
-      return 8;
-    }
-    default: {  // Q6_K
-      const uint8_t* ql = p;
-      const uint8_t* qh = p + 128;
-      const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
-      const float d = half(p + 208);
-      const __m256i low4 = _mm256_set1_epi8(0x0f), high2 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
-      for (int h = 0; h < 2; h++) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h));
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * h + 32));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * h));
-        const __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), high2)),
-            _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), high2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), _mm256_and_si256(hi, high2)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
-                            _mm256_and_si256(_mm256_srli_epi16(hi, 2), high2))};
-        for (int j = 0; j < 4; j++) {
-          store32(g.q + 32 * (4 * h + j), _mm256_sub_epi8(q[j], bias));
-          g.lo[4 * h + j] = d * float(scales[8 * h + 2 * j]);
-          g.hi[4 * h + j] = d * float(scales[8 * h + 2 * j + 1]);
-          g.offset[4 * h + j] = 0.0f;
-        }
-      }
-      return 8;
-    }
-  }
-}
 
 // A weight row decoded for the AVX512-BF16 path: per group g of 32 weights, q as bf16 at q + 32 g, a 16-lane
 // scale vector at scale + 16 g (lanes 0-7: weights 0-15, lanes 8-15: weights 16-31), the offset at offset[g].
