@@ -33,6 +33,7 @@ import types
 import warnings
 from collections.abc import Iterator
 from importlib.resources import files
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -55,9 +56,10 @@ def _source(name: str = "fewrow") -> str:
 
 @functools.cache
 def digest(name: str = "fewrow") -> str:
-    """Hash of the kernel source ``csrc/<name>.cpp`` (timing tables and builds are keyed by it)."""
-    with open(_source(name), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:12]
+    """Hash of the kernel source ``csrc/<name>.cpp`` and the headers beside it (timing tables and builds are
+    keyed by it)."""
+    sources = [Path(_source(name)), *sorted(Path(_source(name)).parent.glob("*.h"))]
+    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
 
 
 def build(name: str, flags: tuple[str, ...] = ()) -> ModuleType | None:
@@ -86,7 +88,7 @@ def extension() -> ModuleType | None:
     """The compiled few-row extension, built on first use; None where it cannot run here."""
     if os.environ.get("SPECNB_KERNELS", "1") == "0" or kernel_isa() is None:
         return None
-    return build("fewrow")
+    return build("fewrow", ("-mf16c",))
 
 
 def isa_code() -> int:

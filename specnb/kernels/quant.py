@@ -1,4 +1,4 @@
-"""Linear layers over GGUF's quantized weight blocks (``csrc/quant.cpp``, a PyTorch C++ extension).
+"""Linear layers over GGUF's quantized weight blocks (``csrc/quant.h``, built into the kernels' extension).
 
 The embedded models ship as GGUF files whose weights are blocks of 4.5-8.5 bits per weight (Q8_0, Q5_0, Q4_K,
 Q6_K). A decoding call is bound by reading its weights, so a call that streams the blocks as stored reads
@@ -6,12 +6,13 @@ Q6_K). A decoding call is bound by reading its weights, so a call that streams t
 weight row is decoded once per call, in registers and L1, with the fp32 operations of the ``gguf`` package's
 dequantization (the same values), and multiplied with every input row in fp32 in a fixed order, so rows are
 bit-independent (a verified draft gets the bits of decoding its tokens one at a time). Activations are not
-quantized. ``specnb kernels quant`` times it against the bf16 kernel on the shipped tensors.
+quantized. A few input rows decode each group of weights in registers; more decode each weight row once into a
+buffer in L1 (the same operations per output element). ``specnb kernels quant`` times it against the bf16 kernel
+on the shipped tensors.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import build, isa_code
+from . import extension, isa_code
 from .cpu import kernel_isa
 
 # ggml type id and (weights, bytes) per block of each format the kernel decodes
@@ -63,16 +64,16 @@ class QuantizedWeight:
 
     def dequantize(self) -> Tensor:
         """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
-        return _extension().dequantize(self.blocks, FORMATS[self.format][0])
+        return _extension().block_dequantize(self.blocks, FORMATS[self.format][0])
 
 
-@functools.cache
 def _extension() -> ModuleType:
     if kernel_isa() is None:
         raise RuntimeError("the quantized kernels need an x86 CPU with AVX2 and FMA")
-    ext = build("quant", ("-mf16c",))
+    ext = extension()
     if ext is None:
-        raise RuntimeError("the quantized kernels could not be built (see the warning above)")
+        raise RuntimeError("the quantized kernels are part of specnb's CPU kernels, which are off or could not be "
+                           "built (SPECNB_KERNELS=0, or see the warning above)")
     return ext
 
 
@@ -85,6 +86,6 @@ def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: 
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {k}")
     flat = x.reshape(-1, k).contiguous()
-    out = _extension().linear(flat, weight.blocks, FORMATS[weight.format][0], bias,
+    out = _extension().block_linear(flat, weight.blocks, FORMATS[weight.format][0], bias,
                               isa_code() if isa is None else isa)
     return out.reshape(*x.shape[:-1], n)

@@ -31,6 +31,8 @@
 #include <limits>
 #include <vector>
 
+#include "quant.h"  // linear layers over GGUF blocks: quant::linear, quant::dequantize
+
 namespace {
 
 constexpr int ISA_AVX2 = 0;
@@ -745,9 +747,18 @@ struct Norm {
   bool round_first = false;
 };
 
+// One projection's weight as GGUF blocks (quant::linear): uint8 [N, row bytes] of ggml type `type`.
+struct Blocks {
+  torch::Tensor blocks;
+  int64_t type = 0;
+  c10::optional<torch::Tensor> bias;
+};
+
 struct LayerSpec {
-  torch::Tensor qkv, o, gate_up, down;  // weights [N, K], q/k/v and gate/up stacked
+  torch::Tensor qkv, o, gate_up, down;  // dense weights [N, K], q/k/v and gate/up stacked
   c10::optional<torch::Tensor> qkv_bias, o_bias, gate_up_bias, down_bias;
+  // or GGUF blocks, one per projection (q, k, v / o / gate, up / down: their formats differ); empty: dense
+  std::vector<Blocks> qkv_blocks, o_blocks, gate_up_blocks, down_blocks;
   int64_t q_size = 0, k_size = 0, gate_size = 0, heads = 0, kv_heads = 0;
   double scaling = 1.0, softcap = 0.0;
   c10::optional<Norm> q_norm, k_norm, pre_mlp_norm, post_mlp_norm;  // pre/post mlp: Gemma's sandwich norms
@@ -762,6 +773,15 @@ namespace {
 
 torch::Tensor normed(const torch::Tensor& x, const Norm& n) {  // x [R, d]
   return rms_norm(x, n.scale, n.eps, n.round_first);
+}
+
+// x [R, K] times a projection: the dense weight, or each of its GGUF blocks' outputs side by side.
+torch::Tensor project(const torch::Tensor& x, const torch::Tensor& dense, const c10::optional<torch::Tensor>& bias,
+                      const std::vector<Blocks>& blocks, int64_t isa) {
+  if (blocks.empty()) return linear(x, dense, bias, isa);
+  std::vector<torch::Tensor> outs;
+  for (const Blocks& b : blocks) outs.push_back(quant::linear(x, b.blocks, b.type, b.bias, isa));
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
 }
 
 torch::Tensor split_heads(const torch::Tensor& x, int64_t H, const c10::optional<Norm>& n, const torch::Tensor& cos,
@@ -790,7 +810,7 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
     const LayerSpec& L = layers[i];
     TORCH_CHECK(keys[i].size(2) >= end && values[i].size(2) >= end, "decoder_layers: cache buffer too short");
     const auto h = normed(x.view({S, d}), L.input_norm);
-    const auto qkv = linear(h, L.qkv, L.qkv_bias, isa).view({1, S, -1});
+    const auto qkv = project(h, L.qkv, L.qkv_bias, L.qkv_blocks, isa).view({1, S, -1});
     const int64_t kv_end = L.q_size + L.k_size;
     const auto q = split_heads(qkv.narrow(2, 0, L.q_size), L.heads, L.q_norm, cos[i], sin[i]);  // [1, H, S, D]
     const auto k = split_heads(qkv.narrow(2, L.q_size, L.k_size), L.kv_heads, L.k_norm, cos[i], sin[i]);
@@ -799,7 +819,7 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
     values[i].narrow(2, start, S).copy_(v);
     const auto out = attention(q, keys[i].narrow(2, 0, end), values[i].narrow(2, 0, end), masks[i], L.scaling,
                                L.softcap, isa);  // [1, S, H, D]
-    auto o = linear(out.view({S, -1}), L.o, L.o_bias, isa);  // [S, d]
+    auto o = project(out.view({S, -1}), L.o, L.o_bias, L.o_blocks, isa);  // [S, d]
     torch::Tensor x2;
     if (!L.pre_mlp_norm.has_value()) {  // Llama, Qwen2
       x = x.view({S, d}) + o;
@@ -808,10 +828,10 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
       x = x.view({S, d}) + normed(o, L.post_attention_norm);
       x2 = normed(x, *L.pre_mlp_norm);
     }
-    const auto gu = linear(x2, L.gate_up, L.gate_up_bias, isa);
+    const auto gu = project(x2, L.gate_up, L.gate_up_bias, L.gate_up_blocks, isa);
     const auto gate = gu.narrow(1, 0, L.gate_size), up = gu.narrow(1, L.gate_size, gu.size(1) - L.gate_size);
     const auto a = (L.act == ACT_GELU_TANH ? at::gelu(gate, "tanh") : at::silu(gate)) * up;
-    auto down = linear(a.contiguous(), L.down, L.down_bias, isa);
+    auto down = project(a.contiguous(), L.down, L.down_bias, L.down_blocks, isa);
     x = (x + (L.post_mlp_norm.has_value() ? normed(down, *L.post_mlp_norm) : down)).view({1, S, d});
   }
   return x;
@@ -828,13 +848,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def_readwrite("scale", &Norm::scale)
       .def_readwrite("eps", &Norm::eps)
       .def_readwrite("round_first", &Norm::round_first);
+  module.def("block_linear", &quant::linear, "few-row linear layer over GGUF blocks, rows bit-independent");
+  module.def("block_dequantize", &quant::dequantize, "GGUF blocks to float32 rows, as block_linear decodes them");
+  pybind11::class_<Blocks>(module, "Blocks", pybind11::module_local())
+      .def(pybind11::init<>())
+      .def_readwrite("blocks", &Blocks::blocks)
+      .def_readwrite("type", &Blocks::type)
+      .def_readwrite("bias", &Blocks::bias);
   pybind11::class_<LayerSpec>(module, "LayerSpec", pybind11::module_local())
       .def(pybind11::init<>())
 #define FIELD(name) .def_readwrite(#name, &LayerSpec::name)
       FIELD(qkv) FIELD(o) FIELD(gate_up) FIELD(down) FIELD(qkv_bias) FIELD(o_bias) FIELD(gate_up_bias) FIELD(down_bias)
       FIELD(q_size) FIELD(k_size) FIELD(gate_size) FIELD(heads) FIELD(kv_heads) FIELD(scaling) FIELD(softcap)
       FIELD(q_norm) FIELD(k_norm) FIELD(pre_mlp_norm) FIELD(post_mlp_norm) FIELD(input_norm)
-      FIELD(post_attention_norm) FIELD(act);
+      FIELD(post_attention_norm) FIELD(act) FIELD(qkv_blocks) FIELD(o_blocks) FIELD(gate_up_blocks) FIELD(down_blocks);
 #undef FIELD
   module.attr("ACT_SILU") = ACT_SILU;
   module.attr("ACT_GELU_TANH") = ACT_GELU_TANH;

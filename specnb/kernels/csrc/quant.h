@@ -1,0 +1,480 @@
+// Few-row linear layers over GGUF's quantized weight blocks (Q8_0, Q5_0, Q4_K, Q6_K): part of fewrow.cpp's
+// extension (its layer stack runs them), bound there as block_linear / block_dequantize.
+//
+// A decoding call is bound by reading the weights, and a GGUF file holds them in 4.5-8.5 bits each: streaming
+// the blocks as stored reads 2-3.5x fewer bytes than their bf16 dequantization. Each thread takes a run of
+// weight rows. With a few input rows (decoding, short verification calls) each group of 32 weights is decoded in
+// registers and multiplied at once; with more, a weight row is decoded once into a buffer in L1 and every input
+// row multiplied with it. Decoding uses the fp32 operations of the `gguf` package's dequantization (the same
+// values), and both loops run the same operations per output element.
+//
+// Rows are bit-independent: each output element is the same instruction sequence whatever the number of rows
+// and wherever its row sits (a fixed accumulation over K in order, one fixed reduction, bias added in fp32, one
+// rounding to the output dtype), so a verified draft gets the bits of decoding its tokens alone. Activations
+// are never quantized.
+//
+// Paths (the caller picks one from the CPU flags, as for fewrow.cpp's kernels):
+//   ISA_AVX2        every x86 class: weights decoded to fp32 (d * q), fp32 FMAs with fp32 activations
+//                   (bf16 ones widened exactly); four 8-lane accumulators per row.
+//   ISA_AVX512BF16  bf16 activations: each group of 32 weights is kept as its small integers q, exact in bf16,
+//                   so vdpbf16ps forms x * q exactly and sums pairs in fp32; the group's scale multiplies that
+//                   partial sum (16 lanes, one scale per 16 weights) and Q4_K's offset subtracts min * sum(x).
+//                   sum_k x_k (d q_k - m) = d sum_k x_k q_k - m sum_k x_k: the same weights, another fixed order.
+// Threads: ATen's intra-op pool (at::parallel_for), the one torch.set_num_threads controls.
+
+#pragma once
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace quant {
+
+// ggml's type ids (gguf.GGMLQuantizationType)
+constexpr int Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14;
+constexpr int ISA_AVX2 = 0, ISA_AVX512BF16 = 1;  // as in fewrow.cpp and specnb.kernels.cpu.ISAS
+constexpr int MB = 3;  // input rows per pass over a decoded weight row: 3 x 4 ymm accumulators (AVX2 path)
+constexpr int MB_BF16 = 4;  // the same on the AVX512-BF16 path: 4 zmm accumulators
+using bf16 = uint16_t;
+
+struct Format {
+  int64_t weights;  // per block
+  int64_t bytes;    // per block
+};
+
+constexpr Format format(int type) {
+  switch (type) {
+    case Q8_0: return {32, 34};   // fp16 d, int8 q[32]: w = d * q
+    case Q5_0: return {32, 22};   // fp16 d, uint32 high bits, 16 bytes of low nibbles: w = d * (q - 16)
+    case Q4_K: return {256, 144}; // fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+    case Q6_K: return {256, 210}; // 128 bytes low nibbles, 64 bytes high 2-bit pairs, int8 scales[16], fp16 d
+    default: return {0, 0};
+  }
+}
+
+Format checked_format(int type) {
+  const Format f = format(type);
+  TORCH_CHECK(f.weights > 0, "quant: unsupported ggml type ", type);
+  return f;
+}
+
+inline float half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// bit j of x -> byte j of the result: 0xff where set, 0 where not
+inline __m256i bits_to_bytes(uint32_t x) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(int(x)), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);  // byte i: every bit but bit i
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+}
+
+// Group i (of 32 weights) of the block at p, decoded in registers: q the 32 small integers (int8 lanes, in order),
+// lo / hi the scales of weights 0-15 / 16-31 and offset Q4_K's min (else 0), each the gguf package's fp32 product.
+template <int type>
+inline __attribute__((always_inline)) void decode_group(const uint8_t* p, int i, __m256i& q, float& lo, float& hi,
+                                                        float& offset) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  offset = 0.0f;
+  if constexpr (type == Q8_0) {
+    q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
+    lo = hi = half(p);
+  } else if constexpr (type == Q5_0) {
+    uint32_t high;
+    std::memcpy(&high, p + 2, 4);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
+    q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), nibble);
+    q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10)));
+    q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    lo = hi = half(p);
+  } else if constexpr (type == Q4_K) {
+    const uint8_t* s = p + 4;
+    const int sc = i < 4 ? s[i] & 63 : (s[i + 4] & 0x0f) | ((s[i - 4] >> 6) << 4);
+    const int m = i < 4 ? s[i + 4] & 63 : (s[i + 4] >> 4) | ((s[i] >> 6) << 4);
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (i / 2)));
+    q = _mm256_and_si256(i % 2 ? _mm256_srli_epi16(raw, 4) : raw, nibble);
+    lo = hi = half(p) * float(sc);
+    offset = half(p + 2) * float(m);
+  } else {  // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, int8 scales[16], fp16 d
+    const int h = i / 4, j = i % 4;
+    const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32 * (j % 2)));
+    const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
+    const __m256i low4 = _mm256_and_si256(j < 2 ? bytes : _mm256_srli_epi16(bytes, 4), nibble);
+    const __m256i high2 = j == 0 ? _mm256_slli_epi16(high, 4) : j == 1 ? _mm256_slli_epi16(high, 2)
+                          : j == 2 ? high : _mm256_srli_epi16(high, 2);
+    q = _mm256_sub_epi8(_mm256_or_si256(low4, _mm256_and_si256(high2, _mm256_set1_epi8(0x30))), _mm256_set1_epi8(32));
+    const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
+    const float d = half(p + 208);
+    lo = d * float(scales[8 * h + 2 * j]);
+    hi = d * float(scales[8 * h + 2 * j + 1]);
+  }
+}
+
+// A group's weights in fp32 for the AVX2 path: w[c] = weights 8c..8c+7 = scale * q - offset (the gguf package's
+// operations; the formats without an offset subtract an exact 0).
+inline __attribute__((always_inline)) void group_weights(__m256i q, float lo, float hi, float offset, __m256 w[4]) {
+  const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+  for (int c = 0; c < 4; c++) {
+    const __m128i bytes = c % 2 ? _mm_srli_si128(halves[c / 2], 8) : halves[c / 2];
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    w[c] = _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(c < 2 ? lo : hi), v), _mm256_set1_ps(offset));
+  }
+}
+
+// One weight row as fp32 weights (the AVX2 path's buffer, and dequantize()).
+template <int type>
+void decode_row(const uint8_t* row, int64_t K, float* out) {
+  constexpr Format f = format(type);
+  for (int64_t b = 0; b < K / f.weights; b++) {
+#pragma GCC unroll 8
+    for (int i = 0; i < f.weights / 32; i++) {
+      __m256i q;
+      float lo, hi, offset;
+      __m256 w[4];
+      decode_group<type>(row + b * f.bytes, i, q, lo, hi, offset);
+      group_weights(q, lo, hi, offset, w);
+      for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + b * f.weights + 32 * i + 8 * c, w[c]);
+    }
+  }
+}
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline void store(float* y, float v) { *y = v; }
+inline void store(at::BFloat16* y, float v) { *y = at::BFloat16(v); }  // round to nearest even
+
+// The AVX2 path's accumulation, shared by its two loops: acc[c] += x[k + 8c ..] * w[c] for one group of 32.
+// Per element: four 8-lane accumulators over K in steps of 32, reduced as (a0 + a1) + (a2 + a3), then hsum256.
+inline __attribute__((always_inline)) void accumulate(const float* x, const __m256 w[4], __m256 acc[4]) {
+  for (int c = 0; c < 4; c++) acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(x + 8 * c), w[c], acc[c]);
+}
+
+inline float reduce(const __m256 acc[4]) {
+  return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+}
+
+// y[m, 0] for m < mb: x rows [mb, K] (stride K) times the weight row w [K] decoded into a buffer.
+template <int mb, typename Out>
+void dot_rows(const float* x, const float* w, float bias, Out* y, int64_t ldy, int64_t K) {
+  __m256 acc[mb][4];
+  for (int m = 0; m < mb; m++)
+    for (int a = 0; a < 4; a++) acc[m][a] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < K; k += 32) {
+    const __m256 w4[4] = {_mm256_loadu_ps(w + k), _mm256_loadu_ps(w + k + 8), _mm256_loadu_ps(w + k + 16),
+                          _mm256_loadu_ps(w + k + 24)};
+    for (int m = 0; m < mb; m++) accumulate(x + m * K + k, w4, acc[m]);
+  }
+  for (int m = 0; m < mb; m++) store(y + m * ldy, reduce(acc[m]) + bias);
+}
+
+// The same for a weight row decoded group by group in registers (no buffer): a few input rows.
+template <int type, int mb, typename Out>
+void dot_rows_fused(const float* x, const uint8_t* row, float bias, Out* y, int64_t ldy, int64_t K) {
+  constexpr Format f = format(type);
+  __m256 acc[mb][4];
+  for (int m = 0; m < mb; m++)
+    for (int a = 0; a < 4; a++) acc[m][a] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < K / f.weights; b++) {
+#pragma GCC unroll 8
+    for (int i = 0; i < f.weights / 32; i++) {
+      __m256i q;
+      float lo, hi, offset;
+      __m256 w[4];
+      decode_group<type>(row + b * f.bytes, i, q, lo, hi, offset);
+      group_weights(q, lo, hi, offset, w);
+      for (int m = 0; m < mb; m++) accumulate(x + m * K + b * f.weights + 32 * i, w, acc[m]);
+    }
+  }
+  for (int m = 0; m < mb; m++) store(y + m * ldy, reduce(acc[m]) + bias);
+}
+
+// Weight rows are handed out in runs from a shared counter (a busy core's share goes to the others), each run
+// long enough to be one sequential stream for the hardware prefetchers; body(first, last) does rows [first, last).
+template <typename Body>
+void for_each_row_run(int64_t N, int64_t row_bytes, const Body& body) {
+  constexpr int64_t MIN_RUN_BYTES = 64 << 10, RUNS_PER_THREAD = 4;
+  const int64_t threads = at::get_num_threads();
+  int64_t runs = std::min(N * row_bytes / MIN_RUN_BYTES, RUNS_PER_THREAD * threads);
+  runs = std::max<int64_t>(1, std::min(runs, N));
+  const int64_t run = (N + runs - 1) / runs;
+  runs = (N + run - 1) / run;
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min(runs, threads), 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t first; (first = next.fetch_add(run)) < N;) body(first, std::min(first + run, N));
+  });
+}
+
+// AVX2 path: up to MB input rows decode each weight row in registers; more decode it once into a buffer and
+// multiply every MB rows with it. Both run the same operations per output element.
+template <int type, typename Out>
+void qgemm(const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M, int64_t N,
+           int64_t K) {
+  for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
+    std::vector<float> decoded(M > MB ? K : 0);
+    for (int64_t n = first; n < last; n++) {
+      const uint8_t* row = w + n * row_bytes;
+      const float b = bias ? bias[n] : 0.0f;
+      if (M <= MB) {
+        if (M == 3) dot_rows_fused<type, 3>(x, row, b, y + n, N, K);
+        if (M == 2) dot_rows_fused<type, 2>(x, row, b, y + n, N, K);
+        if (M == 1) dot_rows_fused<type, 1>(x, row, b, y + n, N, K);
+        continue;
+      }
+      decode_row<type>(row, K, decoded.data());
+      int64_t m = 0;
+      for (; m + MB <= M; m += MB) dot_rows<MB>(x + m * K, decoded.data(), b, y + m * N + n, N, K);
+      if (M - m == 2) dot_rows<2>(x + m * K, decoded.data(), b, y + m * N + n, N, K);
+      if (M - m == 1) dot_rows<1>(x + m * K, decoded.data(), b, y + m * N + n, N, K);
+    }
+  });
+}
+
+template <typename Out>
+void qgemm_any(int type, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M,
+               int64_t N, int64_t K) {
+  switch (type) {
+    case Q8_0: qgemm<Q8_0>(x, w, row_bytes, bias, y, M, N, K); break;
+    case Q5_0: qgemm<Q5_0>(x, w, row_bytes, bias, y, M, N, K); break;
+    case Q4_K: qgemm<Q4_K>(x, w, row_bytes, bias, y, M, N, K); break;
+    default: qgemm<Q6_K>(x, w, row_bytes, bias, y, M, N, K); break;
+  }
+}
+
+// ------------------------------------------------------------------------------------ AVX512-BF16
+
+#define QUANT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c")))
+
+// A group as the AVX512-BF16 path multiplies it: its 32 integers as bf16 (exact) and a 16-lane scale vector
+// (lanes 0-7 scale weights 0-15, lanes 8-15 weights 16-31, as vdpbf16ps sums neighbouring pairs).
+template <int type>
+QUANT_AVX512BF16 inline __attribute__((always_inline)) void group_bf16(__m256i q, float lo, float hi, __m512bh& qv,
+                                                                 __m512& sv) {
+  const __m512 first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+  const __m512 second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+  qv = _mm512_cvtne2ps_pbh(second, first);
+  if constexpr (type == Q6_K)  // a scale per 16 weights
+    sv = _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
+  else  // one per group (lo == hi)
+    sv = _mm512_set1_ps(lo);
+}
+
+// Per element and group, in order: acc = scale * dpbf16(0, x, q) + acc, then (Q4_K) acc = acc - offset * xsum,
+// xsum the row's 16-lane partial sums of x over the group; at the end one _mm512_reduce_add_ps, bias, one rounding.
+template <bool offsets>
+QUANT_AVX512BF16 inline __attribute__((always_inline)) __m512 step_bf16(__m512 acc, const bf16* x, const float* xsum,
+                                                                  __m512bh qv, __m512 sv, float offset) {
+  acc = _mm512_fmadd_ps(sv, _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(x), qv), acc);
+  if constexpr (offsets) acc = _mm512_fnmadd_ps(_mm512_set1_ps(offset), _mm512_loadu_ps(xsum), acc);
+  return acc;
+}
+
+// A weight row decoded into buffers, for many input rows: per group g, q as bf16 at q + 32 g, the scale
+// vector at scale + 16 g, the offset at offset[g].
+template <int type>
+QUANT_AVX512BF16 void decode_row_bf16(const uint8_t* row, int64_t K, bf16* q, float* scale, float* offset) {
+  constexpr Format f = format(type);
+  for (int64_t b = 0; b < K / f.weights; b++) {
+#pragma GCC unroll 8
+    for (int i = 0; i < f.weights / 32; i++) {
+      const int64_t g = b * (f.weights / 32) + i;
+      __m256i qi;
+      float lo, hi;
+      __m512bh qv;
+      __m512 sv;
+      decode_group<type>(row + b * f.bytes, i, qi, lo, hi, offset[g]);
+      group_bf16<type>(qi, lo, hi, qv, sv);
+      _mm512_storeu_si512(q + 32 * g, (__m512i)qv);
+      _mm512_storeu_ps(scale + 16 * g, sv);
+    }
+  }
+}
+
+// y[m, 0] for m < mb: bf16 rows x [mb, K] times the buffered row.
+template <int mb, bool offsets, typename Out>
+QUANT_AVX512BF16 void dot_rows_bf16(const bf16* x, const float* xsum, const bf16* q, const float* scale,
+                              const float* offset, float bias, Out* y, int64_t ldy, int64_t K) {
+  const int64_t G = K / 32;
+  __m512 acc[mb];
+  for (int m = 0; m < mb; m++) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    const __m512bh qv = (__m512bh)_mm512_loadu_si512(q + 32 * g);
+    const __m512 sv = _mm512_loadu_ps(scale + 16 * g);
+    for (int m = 0; m < mb; m++)
+      acc[m] = step_bf16<offsets>(acc[m], x + m * K + 32 * g, xsum + 16 * (m * G + g), qv, sv, offset[g]);
+  }
+  for (int m = 0; m < mb; m++) store(y + m * ldy, _mm512_reduce_add_ps(acc[m]) + bias);
+}
+
+// y[m, r] for m < mb, r < nr: the nr weight rows at rows (stride row_bytes) decoded group by group in registers,
+// times bf16 rows x [mb, K]; nr rows at once give the core independent accumulations to overlap.
+template <int type, int mb, int nr, typename Out>
+QUANT_AVX512BF16 void dot_rows_fused_bf16(const bf16* x, const float* xsum, const uint8_t* rows, int64_t row_bytes,
+                                    const float* bias, Out* y, int64_t ldy, int64_t K) {
+  constexpr Format f = format(type);
+  constexpr bool offsets = type == Q4_K;
+  const int64_t G = K / 32;
+  __m512 acc[nr][mb];
+  for (int r = 0; r < nr; r++)
+    for (int m = 0; m < mb; m++) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < K / f.weights; b++) {
+#pragma GCC unroll 8
+    for (int i = 0; i < f.weights / 32; i++) {
+      const int64_t g = b * (f.weights / 32) + i;
+      for (int r = 0; r < nr; r++) {
+        __m256i qi;
+        float lo, hi, offset;
+        __m512bh qv;
+        __m512 sv;
+        decode_group<type>(rows + r * row_bytes + b * f.bytes, i, qi, lo, hi, offset);
+        group_bf16<type>(qi, lo, hi, qv, sv);
+        for (int m = 0; m < mb; m++)
+          acc[r][m] = step_bf16<offsets>(acc[r][m], x + m * K + 32 * g, xsum + 16 * (m * G + g), qv, sv, offset);
+      }
+    }
+  }
+  for (int r = 0; r < nr; r++)
+    for (int m = 0; m < mb; m++) store(y + m * ldy + r, _mm512_reduce_add_ps(acc[r][m]) + (bias ? bias[r] : 0.0f));
+}
+
+// 16-lane partial sums of each row of x over each group of 32: float [M, K / 32, 16] (Q4_K's offsets multiply
+// them). Floats, loaded unaligned: a vector of __m512 need not be 64-byte aligned.
+QUANT_AVX512BF16 std::vector<float> group_sums(const bf16* x, int64_t M, int64_t K) {
+  const int64_t G = K / 32;
+  std::vector<float> out(M * G * 16);
+  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t g = 0; g < G; g++)
+      _mm512_storeu_ps(out.data() + 16 * (m * G + g),
+                       _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(x + m * K + 32 * g), ones));
+  return out;
+}
+
+constexpr int MAX_FUSED_BF16 = 8;  // input rows up to which the AVX512-BF16 path decodes weights in registers
+
+template <int type, int mb>
+QUANT_AVX512BF16 void fused_run_bf16(const bf16* x, const float* xsum, const uint8_t* w, int64_t row_bytes,
+                               const float* bias, at::BFloat16* y, int64_t N, int64_t K, int64_t first, int64_t last) {
+  constexpr int nr = 2;  // weight rows per pass: independent accumulations (4 measured no faster at 1 row)
+  int64_t n = first;
+  for (; n + nr <= last; n += nr)
+    dot_rows_fused_bf16<type, mb, nr>(x, xsum, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
+  for (; n < last; n++)
+    dot_rows_fused_bf16<type, mb, 1>(x, xsum, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
+}
+
+template <int type, int mb = 1>
+QUANT_AVX512BF16 void fused_rows_bf16(int64_t M, const bf16* x, const float* xsum, const uint8_t* w, int64_t row_bytes,
+                                const float* bias, at::BFloat16* y, int64_t N, int64_t K, int64_t first,
+                                int64_t last) {
+  if constexpr (mb <= MAX_FUSED_BF16) {
+    if (M == mb) return fused_run_bf16<type, mb>(x, xsum, w, row_bytes, bias, y, N, K, first, last);
+    fused_rows_bf16<type, mb + 1>(M, x, xsum, w, row_bytes, bias, y, N, K, first, last);
+  }
+}
+
+template <int type>
+QUANT_AVX512BF16 void qgemm_bf16(const bf16* x, const uint8_t* w, int64_t row_bytes, const float* bias, at::BFloat16* y,
+                           int64_t M, int64_t N, int64_t K) {
+  constexpr bool offsets = type == Q4_K;
+  const std::vector<float> xsum = offsets ? group_sums(x, M, K) : std::vector<float>(16);
+  for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
+    if (M <= MAX_FUSED_BF16)
+      return fused_rows_bf16<type>(M, x, xsum.data(), w, row_bytes, bias, y, N, K, first, last);
+    std::vector<bf16> q(K);
+    std::vector<float> scale(K / 2), offset(K / 32);
+    for (int64_t n = first; n < last; n++) {
+      decode_row_bf16<type>(w + n * row_bytes, K, q.data(), scale.data(), offset.data());
+      const float b = bias ? bias[n] : 0.0f;
+      int64_t m = 0;
+      for (; m + MB_BF16 <= M; m += MB_BF16)
+        dot_rows_bf16<MB_BF16, offsets>(x + m * K, xsum.data() + 16 * m * (K / 32), q.data(), scale.data(),
+                                        offset.data(), b, y + m * N + n, N, K);
+      const int rest = int(M - m);
+      const float* xs = xsum.data() + (offsets ? 16 * m * (K / 32) : 0);
+      if (rest == 3) dot_rows_bf16<3, offsets>(x + m * K, xs, q.data(), scale.data(), offset.data(), b, y + m * N + n, N, K);
+      if (rest == 2) dot_rows_bf16<2, offsets>(x + m * K, xs, q.data(), scale.data(), offset.data(), b, y + m * N + n, N, K);
+      if (rest == 1) dot_rows_bf16<1, offsets>(x + m * K, xs, q.data(), scale.data(), offset.data(), b, y + m * N + n, N, K);
+    }
+  });
+}
+
+
+// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type`, bias [N]
+// or None. Returns [M, N] in x's dtype.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
+                     const c10::optional<torch::Tensor>& bias, int64_t isa) {
+  const Format f = checked_format(int(type));
+  TORCH_CHECK(x.dim() == 2 && blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8, "quant.linear: shapes");
+  const int64_t M = x.size(0), N = blocks.size(0), K = x.size(1);
+  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * f.bytes,
+              "quant.linear: x has ", K, " columns, the blocks hold rows of ", blocks.size(1), " bytes");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16,
+              "quant.linear: x must be float32 or bfloat16");
+  const auto w = blocks.contiguous();
+  torch::Tensor bias32;
+  const float* b = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bias32 = bias->to(torch::kFloat32).contiguous();
+    b = bias32.data_ptr<float>();
+  }
+  auto out = torch::empty({M, N}, x.options());
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const int64_t row_bytes = w.size(1);
+  if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kBFloat16) {
+    const auto xc = x.contiguous();
+    const bf16* xp = reinterpret_cast<const bf16*>(xc.data_ptr());
+    at::BFloat16* y = out.data_ptr<at::BFloat16>();
+    switch (type) {
+      case Q8_0: qgemm_bf16<Q8_0>(xp, wp, row_bytes, b, y, M, N, K); break;
+      case Q5_0: qgemm_bf16<Q5_0>(xp, wp, row_bytes, b, y, M, N, K); break;
+      case Q4_K: qgemm_bf16<Q4_K>(xp, wp, row_bytes, b, y, M, N, K); break;
+      default: qgemm_bf16<Q6_K>(xp, wp, row_bytes, b, y, M, N, K); break;
+    }
+    return out;
+  }
+  const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
+  if (x.scalar_type() == torch::kFloat32)
+    qgemm_any(int(type), x32.data_ptr<float>(), wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  else
+    qgemm_any(int(type), x32.data_ptr<float>(), wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  return out;
+}
+
+// blocks uint8 [N, row bytes] -> float32 [N, K]: the weights each call decodes (for tests and inspection).
+torch::Tensor dequantize(const torch::Tensor& blocks, int64_t type) {
+  const Format f = checked_format(int(type));
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8 && blocks.size(1) % f.bytes == 0,
+              "quant.dequantize: uint8 [N, row bytes]");
+  const auto w = blocks.contiguous();
+  const int64_t N = w.size(0), K = w.size(1) / f.bytes * f.weights;
+  auto out = torch::empty({N, K}, torch::kFloat32);
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  float* y = out.data_ptr<float>();
+  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++) {
+      switch (type) {
+        case Q8_0: decode_row<Q8_0>(wp + n * w.size(1), K, y + n * K); break;
+        case Q5_0: decode_row<Q5_0>(wp + n * w.size(1), K, y + n * K); break;
+        case Q4_K: decode_row<Q4_K>(wp + n * w.size(1), K, y + n * K); break;
+        default: decode_row<Q6_K>(wp + n * w.size(1), K, y + n * K); break;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace quant
