@@ -56,15 +56,22 @@ def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: i
 
 def streamed_bytes(model: torch.nn.Module) -> int:
     """Bytes of weights one target call reads: every parameter once (a tied head counted once), less an input
-    embedding that is not also the output head (a call reads only the rows of its tokens)."""
+    embedding that is not also the output head (a call reads only the rows of its tokens); layers that compute
+    over GGUF blocks (:mod:`specnb.gguf_weights`) count the blocks' bytes."""
+    from .gguf_weights import gguf_bytes
+
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     if embedding is not None and head is not None and embedding.weight is not head.weight:
         total -= embedding.weight.numel() * embedding.weight.element_size()
-    return total
+    stored, dense = gguf_bytes(model)
+    return total - dense + stored
 
 
 def matmul_parameters(model: torch.nn.Module) -> int:
     """Parameters that multiply every token of a call (the weights :func:`streamed_bytes` counts)."""
-    param = next(model.parameters())
-    return streamed_bytes(model) // param.element_size()
+    total = sum(p.numel() for p in model.parameters())
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if embedding is not None and head is not None and embedding.weight is not head.weight:
+        total -= embedding.weight.numel()
+    return total

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from .model_names import WEIGHTS
+
 # Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
 # help (so that listing them imports nothing), and the kinds under ``specnb datastore build KIND``.
 PLUGIN_COMMANDS = {
@@ -157,6 +159,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt")
     p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated (list below); 'ar' always runs")
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype (auto: bf16 where fast)")
+    p.add_argument("--weights", default="bf16", choices=WEIGHTS,
+                   help="bf16: the dense checkpoint in --dtype; gguf: the GGUF file's blocks (embedded models, CPU)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (None: cuda if available, else cpu)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
@@ -198,6 +202,7 @@ def _bench(args: argparse.Namespace) -> int:
     from .datasets import load_prompts
     from .device import default_device, resolve_device
     from .methods import check_before_loading, options_for
+    from .model_names import check_weights
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -211,12 +216,14 @@ def _bench(args: argparse.Namespace) -> int:
     sink = CsvSink(args.out) if args.out else None
     prompts = load_prompts(args.prompts, args.n)
     check_before_loading(args.model, config.options)
+    check_weights(args.model, args.weights)
 
     from .models import load_model
 
-    target = load_model(args.model, dtype=args.dtype, device=device)
+    target = load_model(args.model, dtype=args.dtype, device=device, weights=args.weights)
     param = next(target.model.parameters())
-    print(f"{target.name} ({param.dtype}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
+    weights = ", GGUF blocks" if args.weights == "gguf" else ""
+    print(f"{target.name} ({param.dtype}{weights}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
     results = run_bench(target, prompts, config, sink=sink)
     done = results.attrs["prompts_done"]

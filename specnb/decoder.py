@@ -36,6 +36,9 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from . import kernels
+from .gguf_weights import quantized, uses_gguf
+from .kernels import quant
+from .kernels.quant import FORMATS, QuantizedWeight
 from .masks import TreeMasks
 
 ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
@@ -73,13 +76,23 @@ class Layer:
     def __init__(self, layer: nn.Module, index: int, kind: str, gemma: bool):
         attn, mlp = layer.self_attn, layer.mlp
         self.index, self.kind, self.attn = index, kind, attn
-        # the weights as the kernels take them: q/k/v and gate/up stacked (kernels.FusedSiblings), so each is
-        # one kernel call without the nn.Module machinery around it
-        self.qkv, self.gate_up = kernels.stacked(attn.q_proj), kernels.stacked(mlp.gate_proj)
-        if self.qkv is None or self.gate_up is None:
-            raise NotImplementedError("q/k/v or gate/up not fused by specnb.kernels.install")
-        self.o = attn.o_proj.weight, attn.o_proj.bias
-        self.down = mlp.down_proj.weight, mlp.down_proj.bias
+        self.gguf = quantized(attn.q_proj) is not None  # projections over GGUF blocks (specnb.gguf_weights)
+        if self.gguf:  # one call per projection: its blocks, formats differ between siblings
+            self.qkv = [(quantized(m), m.bias) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
+            self.gate_up = [(quantized(m), m.bias) for m in (mlp.gate_proj, mlp.up_proj)]
+            if any(w is None for w, _ in self.qkv + self.gate_up) or quantized(attn.o_proj) is None \
+                    or quantized(mlp.down_proj) is None:
+                raise NotImplementedError("a layer with projections both dense and over GGUF blocks")
+            self.o = quantized(attn.o_proj), attn.o_proj.bias
+            self.down = quantized(mlp.down_proj), mlp.down_proj.bias
+        else:
+            # the weights as the kernels take them: q/k/v and gate/up stacked (kernels.FusedSiblings), so each
+            # is one kernel call without the nn.Module machinery around it
+            self.qkv, self.gate_up = kernels.stacked(attn.q_proj), kernels.stacked(mlp.gate_proj)
+            if self.qkv is None or self.gate_up is None:
+                raise NotImplementedError("q/k/v or gate/up not fused by specnb.kernels.install")
+            self.o = attn.o_proj.weight, attn.o_proj.bias
+            self.down = mlp.down_proj.weight, mlp.down_proj.bias
         self.act = mlp.act_fn
         config = attn.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -100,10 +113,22 @@ class Layer:
         if act is None:
             return None
         spec = ext.LayerSpec()
-        spec.qkv, spec.qkv_bias, (spec.q_size, spec.k_size, _) = self.qkv
-        spec.o, spec.o_bias = self.o
-        spec.gate_up, spec.gate_up_bias, (spec.gate_size, _) = self.gate_up
-        spec.down, spec.down_bias = self.down
+        if self.gguf:  # one Blocks per projection
+            def blocks(weight: QuantizedWeight, bias: Tensor | None) -> Any:
+                out = ext.Blocks()
+                out.blocks, out.type, out.bias = weight.blocks, FORMATS[weight.format][0], bias
+                return out
+
+            spec.qkv_blocks = [blocks(*wb) for wb in self.qkv]
+            spec.gate_up_blocks = [blocks(*wb) for wb in self.gate_up]
+            spec.o_blocks, spec.down_blocks = [blocks(*self.o)], [blocks(*self.down)]
+            spec.q_size, spec.k_size = self.qkv[0][0].shape[0], self.qkv[1][0].shape[0]
+            spec.gate_size = self.gate_up[0][0].shape[0]
+        else:
+            spec.qkv, spec.qkv_bias, (spec.q_size, spec.k_size, _) = self.qkv
+            spec.o, spec.o_bias = self.o
+            spec.gate_up, spec.gate_up_bias, (spec.gate_size, _) = self.gate_up
+            spec.down, spec.down_bias = self.down
         spec.heads, spec.kv_heads, spec.act = self.heads, self.kv_heads, getattr(ext, act)
         spec.scaling = self.scaling if self.scaling is not None else (spec.q_size // self.heads) ** -0.5
         spec.softcap = float(self.softcap or 0.0)
@@ -118,25 +143,33 @@ class Layer:
         B, S, _ = x.shape
         attn, (cos, sin) = self.attn, rotary
         h = self.input_norm(x)
-        weight, bias, sizes = self.qkv
-        q, k, v = kernels.linear(h, weight, bias).split(sizes, dim=-1)
+        q, k, v = self._siblings(h, self.qkv)
         q = self._heads(q, self.heads, self.q_norm, cos, sin)  # [B, H, S, D]
         k = self._heads(k, self.kv_heads, self.k_norm, cos, sin)  # [B, Hk, S, D]
         v = v.view(B, S, self.kv_heads, -1).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.index)
         out, _ = kernels.attention(attn, q, k, v, mask, scaling=self.scaling, softcap=self.softcap)
-        out = kernels.linear(out.reshape(B, S, -1), *self.o)  # [B, S, H, D] -> [B, S, d]
+        out = self._linear(out.reshape(B, S, -1), *self.o)  # [B, S, H, D] -> [B, S, d]
         if self.pre_mlp_norm is None:  # Llama, Qwen2
             x = x + out
             h = self.post_attention_norm(x)
         else:  # Gemma
             x = x + self.post_attention_norm(out)
             h = self.pre_mlp_norm(x)
-        weight, bias, sizes = self.gate_up
-        gate, up = kernels.linear(h, weight, bias).split(sizes, dim=-1)
-        out = kernels.linear(self.act(gate) * up, *self.down)
+        gate, up = self._siblings(h, self.gate_up)
+        out = self._linear(self.act(gate) * up, *self.down)
         return x + (out if self.post_mlp_norm is None else self.post_mlp_norm(out))
+
+    def _linear(self, x: Tensor, weight: Any, bias: Tensor | None) -> Tensor:
+        return quant.linear(x, weight, bias) if self.gguf else kernels.linear(x, weight, bias)
+
+    def _siblings(self, h: Tensor, weights: Any) -> list[Tensor]:
+        """q, k, v (or gate, up) of h: one call over the stacked weight, or one per projection's blocks."""
+        if self.gguf:
+            return [quant.linear(h, weight, bias) for weight, bias in weights]
+        weight, bias, sizes = weights
+        return list(kernels.linear(h, weight, bias).split(sizes, dim=-1))
 
     @staticmethod
     def _heads(x: Tensor, heads: int, norm: Norm | None, cos: Tensor, sin: Tensor) -> Tensor:
@@ -244,7 +277,7 @@ def body(model: PreTrainedModel) -> Body | None:
         return None
     weight = model.get_input_embeddings().weight
     key = (id(model), weight.device, weight.dtype, weight.data_ptr(), config.num_hidden_layers,
-           tuple(getattr(config, "layer_types", None) or ()))
+           tuple(getattr(config, "layer_types", None) or ()), uses_gguf(model))
     cached = getattr(model, "_specnb_body", None)
     if cached is None or cached[0] != key:
         try:
@@ -263,7 +296,9 @@ def _digest() -> str:
 
 def call_path(model: PreTrainedModel) -> str:
     """What runs a call of ``model``: ``""`` for PyTorch / Hugging Face alone, else the kernels'
-    :func:`~specnb.kernels.routed` name plus ``-body<hash of this file>`` where the :class:`Body` runs. Timing
-    tables are cached under it, so a change to either the kernels or the body measures them again."""
+    :func:`~specnb.kernels.routed` name plus ``-body<hash of this file>`` where the :class:`Body` runs and
+    ``-gguf`` where layers compute over GGUF blocks (the routed name hashes their kernels too). Timing tables and greedy
+    references are cached under it, so a change to the kernels, the body or the weights measures them again."""
     kernel = kernels.routed(model)
-    return f"{kernel}-body{_digest()}" if kernel and body(model) is not None else kernel
+    path = f"{kernel}-body{_digest()}" if kernel and body(model) is not None else kernel
+    return f"{path}-gguf" if kernel and uses_gguf(model) else path

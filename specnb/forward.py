@@ -6,6 +6,7 @@ calls of up to :data:`specnb.kernels.MAX_ROWS` rows (every decoding and verifica
 alone (Gemma-3's 262k x 640 head is ~60% of its weights, so this is the largest single cost of a call).
 Larger calls in float32 use a copy of the weight prepacked for oneDNN, built on the first such call only
 (one more head-sized buffer, 0.7 GB for Gemma-3 in fp32; ~2.5x faster than ``F.linear`` for many rows).
+A head over GGUF blocks (:mod:`specnb.gguf_weights`) computes every call over them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from transformers import PreTrainedModel
 from . import kernels
 from .decoder import body
 from .device import model_device
+from .gguf_weights import quantized
+from .kernels import quant
 
 
 class OutputHead:
@@ -30,6 +33,7 @@ class OutputHead:
         self.weight = model.get_output_embeddings().weight.detach()
         self.softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
         self.bias = getattr(model.get_output_embeddings(), "bias", None)
+        self.blocks = quantized(model.get_output_embeddings())  # GGUF blocks (specnb.gguf_weights), or None
         self._packed: Tensor | None = None  # oneDNN's blocked layout of the weight, for many-row fp32 calls
 
     def _onednn(self) -> Tensor | None:
@@ -43,7 +47,9 @@ class OutputHead:
 
     def __call__(self, hidden: Tensor) -> Tensor:
         flat = hidden.reshape(-1, hidden.shape[-1])
-        if kernels.usable(flat, self.weight):  # few rows: stream the weight once, rows exact
+        if self.blocks is not None:
+            logits = quant.linear(flat, self.blocks, self.bias)
+        elif kernels.usable(flat, self.weight):  # few rows: stream the weight once, rows exact
             logits = kernels.linear(flat, self.weight, self.bias)
         elif (packed := self._onednn()) is not None:
             logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), packed, None).to_dense()
@@ -54,17 +60,17 @@ class OutputHead:
         return logits.reshape(*hidden.shape[:-1], -1)
 
 
-# (id of the head's weight, its device, its dtype) -> its OutputHead, dropped with the weight. Device and dtype
-# are part of the key because moving or casting a model (``model.to(...)``) keeps the Parameter object and
-# replaces its data.
-_HEADS: dict[tuple[int, torch.device, torch.dtype], OutputHead] = {}
+# (id of the head's weight, its device, its dtype, id of its GGUF blocks) -> its OutputHead, dropped with the
+# weight. Device and dtype are part of the key because moving or casting a model (``model.to(...)``) keeps the
+# Parameter object and replaces its data.
+_HEADS: dict[tuple[int, torch.device, torch.dtype, int], OutputHead] = {}
 
 
 def output_head(model: PreTrainedModel) -> OutputHead:
     """The model's :class:`OutputHead`, built once per head weight and device (a self-draft shares its
     target's)."""
     weight = model.get_output_embeddings().weight
-    key = (id(weight), weight.device, weight.dtype)
+    key = (id(weight), weight.device, weight.dtype, id(quantized(model.get_output_embeddings())))
     if key not in _HEADS:
         _HEADS[key] = OutputHead(model)
         weakref.finalize(weight, _HEADS.pop, key, None)

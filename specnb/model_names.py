@@ -186,3 +186,17 @@ def layer_count(name: str) -> int | None:
         return None
     layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
     return layers if isinstance(layers, int) else None
+
+
+WEIGHTS = ("bf16", "gguf")
+"""What a model computes over: its dense checkpoint in the dtype asked for, or (embedded models) its GGUF file's
+quantized blocks (:mod:`specnb.gguf_weights`)."""
+
+
+def check_weights(name: str, weights: str) -> None:
+    """Raise ModelError unless ``weights`` is one of :data:`WEIGHTS` that ``name`` has (``gguf``: the embedded
+    models, whose GGUF files ship)."""
+    if weights not in WEIGHTS:
+        raise ModelError(f"unknown weights {weights!r}; use one of {', '.join(WEIGHTS)}")
+    if weights == "gguf" and name not in EMBEDDED:
+        raise ModelError(f"weights 'gguf' needs an embedded model (its GGUF file); {name!r} is not one")

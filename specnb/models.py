@@ -39,6 +39,7 @@ from .model_names import (
     EmbeddedModel,
     ModelError,
     check_installed,
+    check_weights,
     converted_dir,
     gguf_file,
 )
@@ -226,14 +227,18 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
 # ------------------------------------------------------------------------------------------- loading
 
 
-def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu") -> LoadedModel:
+def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu",
+               weights: str = "bf16") -> LoadedModel:
     """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
 
     Returns a :class:`LoadedModel` in eval mode on ``device`` (weights are loaded straight onto it; a
     CUDA device on a machine without one raises ValueError). ``dtype="auto"`` is bf16 where the hardware
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
-    dtype other than ``"auto"`` is asked for.
+    dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models, CPU with specnb's kernels):
+    the projections and output head compute over the GGUF file's quantized blocks
+    (:mod:`specnb.gguf_weights`), activations still in ``dtype``; ``"bf16"``: over the dense checkpoint.
     """
+    check_weights(name, weights)
     where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
     device = resolve_device(device)
     if where.kind == "tiny":
@@ -258,7 +263,14 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:
         chat = tokenizer.chat_template is not None
-    kernels.install(model)
+    installed = kernels.install(model)
+    if weights == "gguf":
+        if not installed:
+            raise ModelError(f"weights 'gguf' needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
+                             f"(got {device}, {torch_dtype})")
+        from .gguf_weights import attach
+
+        attach(model, gguf_file(name))
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,39 @@ DTYPES = (torch.float32, torch.bfloat16)
 def tiny(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """One tiny model per architecture and dtype for the whole session (never mutated by decoding)."""
     return tiny_model(arch, dtype=dtype)
+
+
+_GGUF_DIR = tempfile.TemporaryDirectory(prefix="specnb-tiny-gguf-")  # removed when the session ends
+GGUF_ARCHS = ("qwen2", "gemma3")  # the architectures whose GGUF rows are in Hugging Face's order
+
+
+@functools.cache
+def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """A tiny model whose projections and head compute over GGUF blocks (Q8_0 and Q5_0 in turn: the formats
+    the gguf package can write), from a file written here; its dense weights are set to the blocks' values, so
+    Hugging Face's decoder computes the same model. One per architecture and dtype for the session."""
+    import gguf
+
+    from specnb.gguf_weights import PROJECTIONS, attach
+
+    target = tiny_model(arch, dtype=dtype)
+    model, layers = target.model, target.model.get_decoder().layers
+    modules = [(layers[i].get_submodule(m), f"blk.{i}.{n}.weight") for i in range(len(layers))
+               for m, n in PROJECTIONS.items()] + [(model.get_output_embeddings(), "output.weight")]
+    path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}.gguf"
+    writer = gguf.GGUFWriter(path, arch)
+    with torch.no_grad():
+        for j, (module, name) in enumerate(modules):
+            qtype = (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q5_0)[j % 2]
+            blocks = gguf.quants.quantize(module.weight.float().numpy(), qtype)
+            writer.add_tensor(name, blocks, raw_dtype=qtype)
+            module.weight.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, qtype)).to(dtype))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    attach(model, path)
+    return target
 
 
 @pytest.fixture(params=ARCHS)

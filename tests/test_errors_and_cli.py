@@ -234,6 +234,7 @@ def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch
     (["--methods", "dense", "--datastore", "code"], "no dense datastore at {tmp}/datastores/dense/code-tiny-llama"),
     (["--methods", "mixed-adaptive", "-o", "roofline={tmp}/none.csv"], "roofline table {tmp}/none.csv does not"),
     (["--methods", "sd", "--draft", "self:4"], "self-draft needs 1 <= L < 4"),  # tiny models have 4 layers
+    (["--weights", "gguf"], "weights 'gguf' needs an embedded model"),
 ])
 def test_missing_inputs_fail_before_the_target_loads(argv, message, tmp_path, monkeypatch, capsys):
     from specnb import models
@@ -376,6 +377,7 @@ BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
     (["--methods", "sd", "--draft", "self:x"], "invalid self-draft 'self:x'"),
     (["--methods", "mcsd", "-o", "temperature=abc"], "method mcsd: option temperature must be a number"),
     (["--dtype", "float8"], "invalid choice: 'float8'"),
+    (["--weights", "q4"], "invalid choice: 'q4'"),
     (["--k", "abc"], "invalid int value: 'abc'"),
     (["--verify", "sideways"], "invalid choice"),
     (["--prompts", "nosuch"], "unknown prompt set 'nosuch'"),

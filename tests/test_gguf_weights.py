@@ -1,0 +1,142 @@
+"""A model over its GGUF file's blocks (``load_model(..., weights="gguf")``): the blocks are the checkpoint's own
+weights in Hugging Face's row order, the whole model computes what the stock fp32 model computes, it streams the
+file's bytes, and speculative decoding on it is still lossless."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+import torch
+from conftest import GGUF_ARCHS, kernel_path_exists, tiny, tiny_gguf
+from test_lossless import OracleDrafter
+
+from specnb import generate, load_model
+from specnb.ceilings import streamed_bytes
+from specnb.datasets import humaneval
+from specnb.decoder import call_path
+from specnb.drafters import ContextNgramDrafter
+from specnb.forward import forward
+from specnb.gguf_weights import attach, gguf_bytes, quantized
+from specnb.kernels import stock
+from specnb.model_names import ModelError, gguf_file
+from specnb.models import cache_dir
+
+
+def test_bad_weights_are_refused_before_loading():
+    with pytest.raises(ModelError, match="unknown weights 'q4'"):
+        load_model("tiny-llama", weights="q4")
+    with pytest.raises(ModelError, match="needs an embedded model"):
+        load_model("tiny-llama", weights="gguf")
+    with pytest.raises(ValueError, match="llama is not supported"):
+        attach(tiny("llama").model, "nowhere.gguf")  # Llama's q / k rows are permuted in GGUF files
+
+
+needs_kernels = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
+
+
+@needs_kernels
+@pytest.mark.parametrize("arch", GGUF_ARCHS)
+def test_a_tiny_model_over_blocks_computes_the_stock_model_of_their_values(arch):
+    target = tiny_gguf(arch)
+    head = target.model.get_output_embeddings()
+    assert quantized(head) is not None and "-gguf" in call_path(target.model)
+    ids = torch.randint(0, 256, (1, 150), generator=torch.Generator().manual_seed(1))  # 150 > 128: SDPA attends
+    for length in (20, 150):
+        with torch.inference_mode():
+            logits, _ = forward(target.model, ids[:, :length])
+            with stock(target.model) as model:
+                reference = model(ids[:, :length]).logits
+        # fp32 sums in another order, through 4 layers (a wrong row order or scale is off by far more)
+        assert (logits - reference).abs().max() <= 1e-4 * reference.abs().max()
+
+
+@needs_kernels
+@pytest.mark.parametrize("arch", GGUF_ARCHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_speculation_over_blocks_is_lossless_and_accepts(arch, dtype):
+    """Drafts mixing AR's own continuation with noise (the verifier accepts them only if its calls compute AR's
+    bits), and prompt lookup: both equal AR token for token."""
+    target = tiny_gguf(arch, dtype)
+    prompt = [256] + list(range(40, 60)) * 3
+    ar = generate(target, prompt, max_new_tokens=40, stop_at_eos=False).tokens
+    for mode in ("tree", "batch"):
+        out = generate(target, prompt, OracleDrafter(ar, len(prompt), 7, 6, 10, 0.1), max_new_tokens=40,
+                       verify=mode, stop_at_eos=False)
+        assert out.tokens == ar, mode
+        assert max(c.accepted for c in out.stats.calls) >= 5, mode
+        lookup = generate(target, prompt, ContextNgramDrafter(k=2, w=6), max_new_tokens=40, verify=mode,
+                          stop_at_eos=False)
+        assert lookup.tokens == ar, mode
+
+
+needs_gemma = pytest.mark.skipif(
+    not kernel_path_exists() or not (cache_dir() / "models" / "gemma-3-270m" / "config.json").exists()
+    or not gguf_file("gemma-3-270m").exists(),
+    reason="needs an x86 CPU with AVX2 + FMA and `specnb models fetch gemma-3-270m` (make test does)")
+
+
+@pytest.fixture(autouse=True)
+def all_threads():
+    """conftest runs tiny models on one thread; a real model wants every core."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@functools.cache
+def gemma(dtype: str, weights: str):
+    return load_model("gemma-3-270m", dtype=dtype, weights=weights)
+
+
+@pytest.mark.slow
+@needs_gemma
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_blocks_are_the_checkpoints_weights_in_its_row_order(dtype):
+    model = gemma(dtype, "gguf").model
+    attached = [m for m in model.modules() if quantized(m) is not None]
+    assert len(attached) == 7 * model.config.num_hidden_layers + 1  # every projection and the (tied) head
+    for module in attached:
+        assert torch.equal(quantized(module).dequantize().to(module.weight.dtype), module.weight)
+    stored, dense = gguf_bytes(model)
+    assert stored < dense / (2 if dtype == "bfloat16" else 4)
+    assert streamed_bytes(model) == streamed_bytes(gemma(dtype, "bf16").model) - dense + stored
+    assert "-gguf" in call_path(model)  # its timing tables and greedy references are its own
+    assert "-gguf" not in call_path(gemma(dtype, "bf16").model)
+
+
+def prompts() -> list[str]:
+    problems = humaneval(3)
+    return [p.text for p in problems]
+
+
+@pytest.mark.slow
+@needs_gemma
+def test_fp32_logits_and_greedy_tokens_equal_the_stock_fp32_models():
+    """The converted checkpoint holds the file's values in fp32: the stock model is the same model."""
+    target = gemma("float32", "gguf")
+    ids = target.tokenizer(prompts()[0], return_tensors="pt").input_ids
+    logits, _ = forward(target.model, ids)
+    with stock(target.model) as model:
+        reference = model(ids).logits
+    assert (logits - reference).abs().max() <= 1e-3 * reference.abs().max()
+    for prompt in prompts():
+        ours = generate(target, prompt, max_new_tokens=12).tokens
+        with stock(target.model):
+            theirs = generate(target, prompt, max_new_tokens=12).tokens
+        assert ours == theirs
+
+
+@pytest.mark.slow
+@needs_gemma
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prompt_lookup_on_the_blocks_equals_ar_on_them(dtype):
+    target = gemma(dtype, "gguf")
+    prompt = prompts()[1]
+    ar = generate(target, prompt, max_new_tokens=24)
+    for drafter, mode in [(ContextNgramDrafter(k=1, w=10), "tree"), (ContextNgramDrafter(k=4, w=6), "batch")]:
+        out = generate(target, prompt, drafter, max_new_tokens=24, verify=mode)
+        assert out.tokens == ar.tokens, (mode, drafter.k)
+        assert out.stats.tokens_per_call > 1.2, (mode, out.stats.tokens_per_call)  # drafts were accepted
