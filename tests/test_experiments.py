@@ -102,3 +102,13 @@ def test_pick_shares_fold_every_merged_pair_into_one_series():
     assert list(shares["a"].columns) == list(shares["b"].columns) == ["-", "merged", "pld", "suffix"]
     assert shares["a"].iloc[-1].to_dict() == {"-": 0.25, "merged": 0.5, "pld": 0.25, "suffix": 0.0}
     assert shares["b"].iloc[-1].to_dict() == {"-": 0.0, "merged": 0.0, "pld": 0.0, "suffix": 1.0}
+
+
+def test_prompt_starts_mark_each_new_request_in_a_set():
+    import pandas as pd
+
+    from specnb.experiments.beyond import prompt_starts
+
+    picks = pd.DataFrame({"set": ["a"] * 5 + ["b"] * 2, "step": [0, 1, 2, 3, 4, 0, 1],
+                          "prompt_id": ["p1", "p1", "p2", "p3", "p3", "q1", "q1"], "picked": ["pld"] * 7})
+    assert prompt_starts(picks) == {"a": [2, 3], "b": []}

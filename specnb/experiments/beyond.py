@@ -66,7 +66,7 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
     method's speed over the best single method's (:data:`SINGLE`) and over pld's, resampling the set's prompts,
     :func:`specnb.metrics.rate_ratio_interval`); ``tpc_vs_pld_low`` / ``_high``: the same for the method's tokens
     per call over pld's; picks has one row per target call of ``auto`` (set, step from 0 over the whole set,
-    ``picked`` member or ``-`` for no draft). ``progress``: a bar over the sets. ``ceiling``:
+    the call's ``prompt_id``, ``picked`` member or ``-`` for no draft). ``progress``: a bar over the sets. ``ceiling``:
     :func:`ceiling_prompts`' rows for the same sets and budget, which add ``tpc_vs_ceiling`` with its ``_low`` /
     ``_high``: the method's tokens per call over the retrieval ceiling's, paired by prompt.
     """
@@ -91,8 +91,11 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
             summary["retired"] = summary.method.map(rows.groupby("method").retired.last())
         summaries.append(summary)
         if "picks" in rows:
-            steps = " ".join(rows.loc[rows.picks.notna(), "picks"]).split()
-            picks.append(pd.DataFrame({"set": name, "step": range(len(steps)), "picked": steps}))
+            runs = rows.loc[rows.picks.notna(), ["prompt_id", "picks"]]
+            per_prompt = [(prompt, step) for prompt, text in zip(runs.prompt_id, runs.picks, strict=True)
+                          for step in text.split()]
+            picks.append(pd.DataFrame({"set": name, "step": range(len(per_prompt)),
+                                       "prompt_id": [p for p, _ in per_prompt], "picked": [s for _, s in per_prompt]}))
     return pd.concat(summaries, ignore_index=True), pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
 
@@ -110,6 +113,13 @@ def pick_shares(picks: pd.DataFrame, window: int = 25) -> dict[str, pd.DataFrame
         onehot = pd.get_dummies(group.set_index("step").picked).reindex(columns=members, fill_value=0).astype(float)
         shares[name] = onehot.rolling(window, min_periods=1).mean()
     return shares
+
+
+def prompt_starts(picks: pd.DataFrame) -> dict[str, list[int]]:
+    """{set: the step at which each prompt after the first begins}: where a chart of :func:`pick_shares` marks a
+    new request (the router keeps learning across them; the window does not restart)."""
+    return {name: group.step[group.prompt_id.ne(group.prompt_id.shift()) & (group.step > group.step.min())].tolist()
+            for name, group in picks.groupby("set", sort=False)}
 
 
 def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_tokens: int,
