@@ -80,6 +80,15 @@ def kernel_path_exists() -> bool:
 
 
 @pytest.fixture
+def all_threads():
+    """A real model wants every core (tiny models run on one thread here)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture
 def one_thread():
     """Tiny models and vectorised work on many small rows run fastest on one thread (and far better on a busy
     machine)."""

@@ -5,7 +5,6 @@ file's bytes, and speculative decoding on it is still lossless."""
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
 import torch
@@ -77,13 +76,7 @@ needs_gemma = pytest.mark.skipif(
     reason="needs an x86 CPU with AVX2 + FMA and `specnb models fetch gemma-3-270m` (make test does)")
 
 
-@pytest.fixture(autouse=True)
-def all_threads():
-    """conftest runs tiny models on one thread; a real model wants every core."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("all_threads")
 
 
 @functools.cache

@@ -4,10 +4,8 @@ sliding window (bf16 is exact because every row of a call computes the bits it c
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
-import torch
 
 from specnb import generate, load_model
 from specnb.datasets import humaneval
@@ -16,18 +14,10 @@ from specnb.models import cache_dir
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.usefixtures("all_threads"),
     pytest.mark.skipif(not (cache_dir() / "models" / "gemma-3-270m" / "config.json").exists(),
                        reason="run `specnb models fetch gemma-3-270m` (make test does)"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def all_threads():
-    """conftest runs tiny models on one thread; a real model wants every core."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @functools.cache
