@@ -258,14 +258,48 @@ void qgemm_any(int type, const float* x, const uint8_t* w, int64_t row_bytes, co
 
 #define QUANT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c")))
 
+// bf16 bits of a small integer n (|n| < 256: exact).
+constexpr uint16_t bf16_of(int n) {
+  if (n == 0) return 0;
+  const int magnitude = n < 0 ? -n : n;
+  int e = 0;
+  while ((magnitude >> (e + 1)) != 0) e++;
+  const int mantissa = ((magnitude << 7) >> e) & 0x7f;
+  return uint16_t((n < 0 ? 0x8000 : 0) | ((127 + e) << 7) | mantissa);
+}
+
+// bf16 of i - bias for i < 64: the table vpermw / vpermt2w look codes up in (one step from byte to bf16).
+template <int bias>
+struct CodeTable {
+  alignas(64) uint16_t values[64];
+  constexpr CodeTable() : values() {
+    for (int i = 0; i < 64; i++) values[i] = bf16_of(i - bias);
+  }
+};
+
+// The offset that makes a format's codes q small non-negative indices (q + bias < 64), or -1 (Q8_0's 256 codes).
+constexpr int code_bias(int type) { return type == Q5_0 ? 16 : type == Q4_K ? 0 : type == Q6_K ? 32 : -1; }
+
 // A group as the AVX512-BF16 path multiplies it: its 32 integers as bf16 (exact) and a 16-lane scale vector
-// (lanes 0-7 scale weights 0-15, lanes 8-15 weights 16-31, as vdpbf16ps sums neighbouring pairs).
+// (lanes 0-7 scale weights 0-15, lanes 8-15 weights 16-31, as vdpbf16ps sums neighbouring pairs). Codes of
+// 4-6 bits are looked up in a table (two instructions); Q8_0's go through fp32 (the same values).
 template <int type>
 QUANT_AVX512BF16 inline __attribute__((always_inline)) void group_bf16(__m256i q, float lo, float hi, __m512bh& qv,
                                                                  __m512& sv) {
-  const __m512 first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
-  const __m512 second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
-  qv = _mm512_cvtne2ps_pbh(second, first);
+  constexpr int bias = code_bias(type);
+  if constexpr (bias >= 0) {
+    static constexpr CodeTable<bias> table{};
+    const __m512i index = _mm512_cvtepu8_epi16(_mm256_add_epi8(q, _mm256_set1_epi8(char(bias))));
+    const __m512i low = _mm512_load_si512(table.values);
+    if constexpr (type != Q6_K)  // codes < 32: one table register
+      qv = (__m512bh)_mm512_permutexvar_epi16(index, low);
+    else
+      qv = (__m512bh)_mm512_permutex2var_epi16(low, index, _mm512_load_si512(table.values + 32));
+  } else {
+    const __m512 first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+    const __m512 second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+    qv = _mm512_cvtne2ps_pbh(second, first);
+  }
   if constexpr (type == Q6_K)  // a scale per 16 weights
     sv = _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
   else  // one per group (lo == hi)
