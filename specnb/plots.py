@@ -200,14 +200,19 @@ def shared_norm(values: Iterable[float] | np.ndarray, *, log: bool = False) -> N
     return Normalize(lo, max(hi, lo + 1e-9))
 
 
+MIN_SPEEDUP_REACH = 1.5  # the least a speedup scale spans on each side of its centre (x 1.5 and / 1.5)
+
+
 def speedup_norm(values: Iterable[float] | np.ndarray, center: float = 1.0) -> LogNorm:
     """A diverging scale centred at ``center`` (1: as fast as the baseline) spanning every panel's ``values``,
     linear in log(value) and symmetric about ``center`` (×2 and ×0.5 equally strong): a LogNorm from
-    center / r to center × r, whose midpoint is ``center``."""
+    center / r to center × r, whose midpoint is ``center``; r is at least :data:`MIN_SPEEDUP_REACH`, so that
+    values near ``center`` stay pale (a near-tie does not look like a strong result) and the bar has room for
+    ticks."""
     finite = np.asarray([v for v in np.ravel(np.asarray(list(values) if not isinstance(values, np.ndarray)
                                                          else values, dtype=float)) if np.isfinite(v) and v > 0])
     reach = float(np.max(np.abs(np.log(finite / center)))) if finite.size else 0.0
-    reach = max(reach, 0.05)
+    reach = max(reach, np.log(MIN_SPEEDUP_REACH))
     return LogNorm(center * np.exp(-reach), center * np.exp(reach))
 
 

@@ -46,6 +46,9 @@ def test_speedups_share_one_diverging_scale_centred_at_one():
     norm = plots.speedup_norm(np.array([[0.5, 1.5], [2.0, np.nan]]))
     assert norm.vmin == pytest.approx(0.5) and norm.vmax == pytest.approx(2.0)
     assert norm(1.0) == pytest.approx(0.5) and norm(2.0) - norm(1.0) == pytest.approx(norm(1.0) - norm(0.5))
+    near_ties = plots.speedup_norm([0.97, 1.08])  # a scale of its own would make a near-tie look strong
+    assert near_ties.vmin == pytest.approx(1 / plots.MIN_SPEEDUP_REACH)
+    assert near_ties.vmax == pytest.approx(plots.MIN_SPEEDUP_REACH)
     shared = plots.shared_norm([[1, 2], [3, 8]])
     assert (shared.vmin, shared.vmax) == (1, 8)
 
