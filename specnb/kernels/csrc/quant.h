@@ -118,9 +118,13 @@ inline __attribute__((always_inline)) void decode_group(const uint8_t* p, int i,
   }
 }
 
-// A group's weights in fp32 for the AVX2 path: w[c] = weights 8c..8c+7 = scale * q - offset (the gguf package's
-// operations; the formats without an offset subtract an exact 0).
-inline __attribute__((always_inline)) void group_weights(__m256i q, float lo, float hi, float offset, __m256 w[4]) {
+// Group i of the block, decoded to fp32 for the AVX2 path: w[c] = weights 8c..8c+7 = scale * q - offset (the
+// gguf package's operations; the formats without an offset subtract an exact 0).
+template <int type>
+inline __attribute__((always_inline)) void group_weights(const uint8_t* block, int i, __m256 w[4]) {
+  __m256i q;
+  float lo, hi, offset;
+  decode_group<type>(block, i, q, lo, hi, offset);
   const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
   for (int c = 0; c < 4; c++) {
     const __m128i bytes = c % 2 ? _mm_srli_si128(halves[c / 2], 8) : halves[c / 2];
@@ -136,11 +140,8 @@ void decode_row(const uint8_t* row, int64_t K, float* out) {
   for (int64_t b = 0; b < K / f.weights; b++) {
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
-      __m256i q;
-      float lo, hi, offset;
       __m256 w[4];
-      decode_group<type>(row + b * f.bytes, i, q, lo, hi, offset);
-      group_weights(q, lo, hi, offset, w);
+      group_weights<type>(row + b * f.bytes, i, w);
       for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + b * f.weights + 32 * i + 8 * c, w[c]);
     }
   }
@@ -190,11 +191,8 @@ void dot_rows_fused(const float* x, const uint8_t* row, float bias, Out* y, int6
   for (int64_t b = 0; b < K / f.weights; b++) {
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
-      __m256i q;
-      float lo, hi, offset;
       __m256 w[4];
-      decode_group<type>(row + b * f.bytes, i, q, lo, hi, offset);
-      group_weights(q, lo, hi, offset, w);
+      group_weights<type>(row + b * f.bytes, i, w);
       for (int m = 0; m < mb; m++) accumulate(x + m * K + b * f.weights + 32 * i, w, acc[m]);
     }
   }
