@@ -3,23 +3,21 @@
 //
 // A decoding call is bound by reading the weights, and a GGUF file holds them in 4.5-8.5 bits each: streaming
 // the blocks as stored reads 2-3.5x fewer bytes than their bf16 dequantization. Each thread takes a run of
-// weight rows. With a few input rows (decoding, short verification calls) each group of 32 weights is decoded in
-// registers and multiplied at once; with more, a weight row is decoded once into a buffer in L1 and every input
-// row multiplied with it. Decoding uses the fp32 operations of the `gguf` package's dequantization (the same
-// values), and both loops run the same operations per output element.
+// weight rows and prefetches into L2 ahead of where it reads. Each group of 32 weights is decoded in registers
+// and multiplied with a few input rows at once (the AVX2 path, past MB rows, decodes a weight row once into a
+// buffer and multiplies every input row with it). Both decode to the gguf package's fp32
+// values (scale * q - offset, the same operations) and run the same operations per output element.
 //
 // Rows are bit-independent: each output element is the same instruction sequence whatever the number of rows
 // and wherever its row sits (a fixed accumulation over K in order, one fixed reduction, bias added in fp32, one
 // rounding to the output dtype), so a verified draft gets the bits of decoding its tokens alone. Activations
-// are never quantized.
+// are never quantized: bf16 ones are widened to fp32 (exact) and every product is fp32.
 //
 // Paths (the caller picks one from the CPU flags, as for fewrow.cpp's kernels):
-//   ISA_AVX2        every x86 class: weights decoded to fp32 (d * q), fp32 FMAs with fp32 activations
-//                   (bf16 ones widened exactly); four 8-lane accumulators per row.
-//   ISA_AVX512BF16  bf16 activations: each group of 32 weights is kept as its small integers q, exact in bf16,
-//                   so vdpbf16ps forms x * q exactly and sums pairs in fp32; the group's scale multiplies that
-//                   partial sum (16 lanes, one scale per 16 weights) and Q4_K's offset subtracts min * sum(x).
-//                   sum_k x_k (d q_k - m) = d sum_k x_k q_k - m sum_k x_k: the same weights, another fixed order.
+//   ISA_AVX2        every x86 class: fp32 FMAs over ymm, four 8-lane accumulators per row; up to MB rows fused.
+//   ISA_AVX512BF16  AVX512 classes: the same in zmm, two FMAs per group into one 16-lane accumulator per row;
+//                   input rows 16 at a time, each group decoded in registers (never buffered). fp32 rather
+//                   than bf16 dot products: the codes reach fp32 in fewer instructions (docs/forward_pass.md).
 // Threads: ATen's intra-op pool (at::parallel_for), the one torch.set_num_threads controls.
 
 #pragma once
@@ -39,8 +37,6 @@ namespace quant {
 constexpr int Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14;
 constexpr int ISA_AVX2 = 0, ISA_AVX512BF16 = 1;  // as in fewrow.cpp and specnb.kernels.cpu.ISAS
 constexpr int MB = 3;  // input rows per pass over a decoded weight row: 3 x 4 ymm accumulators (AVX2 path)
-constexpr int MB_BF16 = 4;  // the same on the AVX512-BF16 path: 4 zmm accumulators
-using bf16 = uint16_t;
 
 struct Format {
   int64_t weights;  // per block
@@ -67,6 +63,14 @@ inline float half(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+}
+
+// Weight bytes ahead that each group prefetches into L2. Decoding takes long enough per byte that the hardware
+// prefetchers alone leave the loop waiting on memory; into L2, not L1, as fewrow.cpp's kernels do.
+constexpr int64_t PREFETCH_BYTES = 4096;
+
+inline void prefetch(const uint8_t* group) {
+  _mm_prefetch(reinterpret_cast<const char*>(group + PREFETCH_BYTES), _MM_HINT_T1);
 }
 
 // bit j of x -> byte j of the result: 0xff where set, 0 where not
@@ -141,6 +145,7 @@ void decode_row(const uint8_t* row, int64_t K, float* out) {
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
       __m256 w[4];
+      prefetch(row + b * f.bytes + 32 * i);
       group_weights<type>(row + b * f.bytes, i, w);
       for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + b * f.weights + 32 * i + 8 * c, w[c]);
     }
@@ -192,6 +197,7 @@ void dot_rows_fused(const float* x, const uint8_t* row, float bias, Out* y, int6
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
       __m256 w[4];
+      prefetch(row + b * f.bytes + 32 * i);
       group_weights<type>(row + b * f.bytes, i, w);
       for (int m = 0; m < mb; m++) accumulate(x + m * K + b * f.weights + 32 * i, w, acc[m]);
     }
@@ -252,129 +258,51 @@ void qgemm_any(int type, const float* x, const uint8_t* w, int64_t row_bytes, co
   }
 }
 
-// ------------------------------------------------------------------------------------ AVX512-BF16
+// ------------------------------------------------------------------------------------ AVX512
 
-#define QUANT_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,f16c")))
+#define QUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c")))
 
-// bf16 bits of a small integer n (|n| < 256: exact).
-constexpr uint16_t bf16_of(int n) {
-  if (n == 0) return 0;
-  const int magnitude = n < 0 ? -n : n;
-  int e = 0;
-  while ((magnitude >> (e + 1)) != 0) e++;
-  const int mantissa = ((magnitude << 7) >> e) & 0x7f;
-  return uint16_t((n < 0 ? 0x8000 : 0) | ((127 + e) << 7) | mantissa);
-}
+constexpr int MAX_FUSED_512 = 16;  // input rows multiplied with each group decoded in registers
 
-// bf16 of i - bias for i < 64: the table vpermw / vpermt2w look codes up in (one step from byte to bf16).
-template <int bias>
-struct CodeTable {
-  alignas(64) uint16_t values[64];
-  constexpr CodeTable() : values() {
-    for (int i = 0; i < 64; i++) values[i] = bf16_of(i - bias);
-  }
-};
-
-// The offset that makes a format's codes q small non-negative indices (q + bias < 64), or -1 (Q8_0's 256 codes).
-constexpr int code_bias(int type) { return type == Q5_0 ? 16 : type == Q4_K ? 0 : type == Q6_K ? 32 : -1; }
-
-// A group as the AVX512-BF16 path multiplies it: its 32 integers as bf16 (exact) and a 16-lane scale vector
-// (lanes 0-7 scale weights 0-15, lanes 8-15 weights 16-31, as vdpbf16ps sums neighbouring pairs). Codes of
-// 4-6 bits are looked up in a table (two instructions); Q8_0's go through fp32 (the same values).
+// Group i of the block as 32 fp32 weights in two zmm, the gguf package's values scale * q - offset (as group_weights).
 template <int type>
-QUANT_AVX512BF16 inline __attribute__((always_inline)) void group_bf16(__m256i q, float lo, float hi, __m512bh& qv,
-                                                                 __m512& sv) {
-  constexpr int bias = code_bias(type);
-  if constexpr (bias >= 0) {
-    static constexpr CodeTable<bias> table{};
-    const __m512i index = _mm512_cvtepu8_epi16(_mm256_add_epi8(q, _mm256_set1_epi8(char(bias))));
-    const __m512i low = _mm512_load_si512(table.values);
-    if constexpr (type != Q6_K)  // codes < 32: one table register
-      qv = (__m512bh)_mm512_permutexvar_epi16(index, low);
-    else
-      qv = (__m512bh)_mm512_permutex2var_epi16(low, index, _mm512_load_si512(table.values + 32));
-  } else {
-    const __m512 first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
-    const __m512 second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
-    qv = _mm512_cvtne2ps_pbh(second, first);
-  }
-  if constexpr (type == Q6_K)  // a scale per 16 weights
-    sv = _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
-  else  // one per group (lo == hi)
-    sv = _mm512_set1_ps(lo);
-}
-
-// Per element and group, in order: acc = scale * dpbf16(0, x, q) + acc, then (Q4_K) acc = acc - offset * xsum,
-// xsum the row's 16-lane partial sums of x over the group; at the end one _mm512_reduce_add_ps, bias, one rounding.
-template <bool offsets>
-QUANT_AVX512BF16 inline __attribute__((always_inline)) __m512 step_bf16(__m512 acc, const bf16* x, const float* xsum,
-                                                                  __m512bh qv, __m512 sv, float offset) {
-  acc = _mm512_fmadd_ps(sv, _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(x), qv), acc);
-  if constexpr (offsets) acc = _mm512_fnmadd_ps(_mm512_set1_ps(offset), _mm512_loadu_ps(xsum), acc);
-  return acc;
-}
-
-// A weight row decoded into buffers, for many input rows: per group g, q as bf16 at q + 32 g, the scale
-// vector at scale + 16 g, the offset at offset[g].
-template <int type>
-QUANT_AVX512BF16 void decode_row_bf16(const uint8_t* row, int64_t K, bf16* q, float* scale, float* offset) {
-  constexpr Format f = format(type);
-  for (int64_t b = 0; b < K / f.weights; b++) {
-#pragma GCC unroll 8
-    for (int i = 0; i < f.weights / 32; i++) {
-      const int64_t g = b * (f.weights / 32) + i;
-      __m256i qi;
-      float lo, hi;
-      __m512bh qv;
-      __m512 sv;
-      decode_group<type>(row + b * f.bytes, i, qi, lo, hi, offset[g]);
-      group_bf16<type>(qi, lo, hi, qv, sv);
-      _mm512_storeu_si512(q + 32 * g, (__m512i)qv);
-      _mm512_storeu_ps(scale + 16 * g, sv);
-    }
+QUANT_AVX512 inline __attribute__((always_inline)) void group_weights_512(const uint8_t* block, int i, __m512& w0,
+                                                                        __m512& w1) {
+  __m256i q;
+  float lo, hi, offset;
+  decode_group<type>(block, i, q, lo, hi, offset);
+  w0 = _mm512_mul_ps(_mm512_set1_ps(lo), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+  w1 = _mm512_mul_ps(_mm512_set1_ps(hi), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
+  if constexpr (type == Q4_K) {
+    w0 = _mm512_sub_ps(w0, _mm512_set1_ps(offset));
+    w1 = _mm512_sub_ps(w1, _mm512_set1_ps(offset));
   }
 }
 
-// y[m, 0] for m < mb: bf16 rows x [mb, K] times the buffered row.
-template <int mb, bool offsets, typename Out>
-QUANT_AVX512BF16 void dot_rows_bf16(const bf16* x, const float* xsum, const bf16* q, const float* scale,
-                              const float* offset, float bias, Out* y, int64_t ldy, int64_t K) {
-  const int64_t G = K / 32;
-  __m512 acc[mb];
-  for (int m = 0; m < mb; m++) acc[m] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; g++) {
-    const __m512bh qv = (__m512bh)_mm512_loadu_si512(q + 32 * g);
-    const __m512 sv = _mm512_loadu_ps(scale + 16 * g);
-    for (int m = 0; m < mb; m++)
-      acc[m] = step_bf16<offsets>(acc[m], x + m * K + 32 * g, xsum + 16 * (m * G + g), qv, sv, offset[g]);
-  }
-  for (int m = 0; m < mb; m++) store(y + m * ldy, _mm512_reduce_add_ps(acc[m]) + bias);
+// The AVX512 path's accumulation: per output element and group of 32, in order,
+// acc = fma(x[k..k+15], w[k..k+15], acc), then acc = fma(x[k+16..k+31], w[k+16..k+31], acc).
+QUANT_AVX512 inline __attribute__((always_inline)) __m512 step_512(__m512 acc, const float* x, __m512 w0, __m512 w1) {
+  return _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), w1, _mm512_fmadd_ps(_mm512_loadu_ps(x), w0, acc));
 }
 
-// y[m, r] for m < mb, r < nr: the nr weight rows at rows (stride row_bytes) decoded group by group in registers,
-// times bf16 rows x [mb, K]; nr rows at once give the core independent accumulations to overlap.
+// y[m, r] for m < mb, r < nr: nr weight rows (stride row_bytes) decoded group by group in registers, times x
+// [mb, K]; nr rows at once give the core independent accumulations to overlap.
 template <int type, int mb, int nr, typename Out>
-QUANT_AVX512BF16 void dot_rows_fused_bf16(const bf16* x, const float* xsum, const uint8_t* rows, int64_t row_bytes,
-                                    const float* bias, Out* y, int64_t ldy, int64_t K) {
+QUANT_AVX512 void dot_rows_fused_512(const float* x, const uint8_t* rows, int64_t row_bytes, const float* bias, Out* y,
+                                     int64_t ldy, int64_t K) {
   constexpr Format f = format(type);
-  constexpr bool offsets = type == Q4_K;
-  const int64_t G = K / 32;
   __m512 acc[nr][mb];
   for (int r = 0; r < nr; r++)
     for (int m = 0; m < mb; m++) acc[r][m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / f.weights; b++) {
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
-      const int64_t g = b * (f.weights / 32) + i;
+      const int64_t k = b * f.weights + 32 * i;
       for (int r = 0; r < nr; r++) {
-        __m256i qi;
-        float lo, hi, offset;
-        __m512bh qv;
-        __m512 sv;
-        decode_group<type>(rows + r * row_bytes + b * f.bytes, i, qi, lo, hi, offset);
-        group_bf16<type>(qi, lo, hi, qv, sv);
-        for (int m = 0; m < mb; m++)
-          acc[r][m] = step_bf16<offsets>(acc[r][m], x + m * K + 32 * g, xsum + 16 * (m * G + g), qv, sv, offset);
+        __m512 w0, w1;
+        prefetch(rows + r * row_bytes + b * f.bytes + 32 * i);
+        group_weights_512<type>(rows + r * row_bytes + b * f.bytes, i, w0, w1);
+        for (int m = 0; m < mb; m++) acc[r][m] = step_512(acc[r][m], x + m * K + k, w0, w1);
       }
     }
   }
@@ -382,68 +310,42 @@ QUANT_AVX512BF16 void dot_rows_fused_bf16(const bf16* x, const float* xsum, cons
     for (int m = 0; m < mb; m++) store(y + m * ldy + r, _mm512_reduce_add_ps(acc[r][m]) + (bias ? bias[r] : 0.0f));
 }
 
-// 16-lane partial sums of each row of x over each group of 32: float [M, K / 32, 16] (Q4_K's offsets multiply
-// them). Floats, loaded unaligned: a vector of __m512 need not be 64-byte aligned.
-QUANT_AVX512BF16 std::vector<float> group_sums(const bf16* x, int64_t M, int64_t K) {
-  const int64_t G = K / 32;
-  std::vector<float> out(M * G * 16);
-  const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3f80);
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t g = 0; g < G; g++)
-      _mm512_storeu_ps(out.data() + 16 * (m * G + g),
-                       _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)_mm512_loadu_si512(x + m * K + 32 * g), ones));
-  return out;
-}
-
-constexpr int MAX_FUSED_BF16 = 8;  // input rows up to which the AVX512-BF16 path decodes weights in registers
-
-template <int type, int mb>
-QUANT_AVX512BF16 void fused_run_bf16(const bf16* x, const float* xsum, const uint8_t* w, int64_t row_bytes,
-                               const float* bias, at::BFloat16* y, int64_t N, int64_t K, int64_t first, int64_t last) {
-  constexpr int nr = 2;  // weight rows per pass: independent accumulations (4 measured no faster at 1 row)
-  int64_t n = first;
-  for (; n + nr <= last; n += nr)
-    dot_rows_fused_bf16<type, mb, nr>(x, xsum, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
-  for (; n < last; n++)
-    dot_rows_fused_bf16<type, mb, 1>(x, xsum, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
-}
-
-template <int type, int mb = 1>
-QUANT_AVX512BF16 void fused_rows_bf16(int64_t M, const bf16* x, const float* xsum, const uint8_t* w, int64_t row_bytes,
-                                const float* bias, at::BFloat16* y, int64_t N, int64_t K, int64_t first,
-                                int64_t last) {
-  if constexpr (mb <= MAX_FUSED_BF16) {
-    if (M == mb) return fused_run_bf16<type, mb>(x, xsum, w, row_bytes, bias, y, N, K, first, last);
-    fused_rows_bf16<type, mb + 1>(M, x, xsum, w, row_bytes, bias, y, N, K, first, last);
+template <int type, typename Out, int mb = 1>
+QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias,
+                                 Out* y, int64_t N, int64_t K, int64_t first, int64_t last) {
+  if constexpr (mb <= MAX_FUSED_512) {
+    if (M != mb) return fused_rows_512<type, Out, mb + 1>(M, x, w, row_bytes, bias, y, N, K, first, last);
+    constexpr int nr = mb <= 2 ? 4 : mb <= 8 ? 2 : 1;  // within 32 zmm registers
+    int64_t n = first;
+    for (; n + nr <= last; n += nr)
+      dot_rows_fused_512<type, mb, nr>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
+    for (; n < last; n++)
+      dot_rows_fused_512<type, mb, 1>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
   }
 }
 
-template <int type>
-QUANT_AVX512BF16 void qgemm_bf16(const bf16* x, const uint8_t* w, int64_t row_bytes, const float* bias, at::BFloat16* y,
-                           int64_t M, int64_t N, int64_t K) {
-  constexpr bool offsets = type == Q4_K;
-  const std::vector<float> xsum = offsets ? group_sums(x, M, K) : std::vector<float>(16);
+// Input rows in chunks of MAX_FUSED_512, each over the run of weight rows; every chunk decodes the groups again
+// (cheap next to its FMAs), so every output element takes the same operations whatever the number of rows.
+template <int type, typename Out>
+QUANT_AVX512 void qgemm_512(const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M,
+                            int64_t N, int64_t K) {
   for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
-    if (M <= MAX_FUSED_BF16)
-      return fused_rows_bf16<type>(M, x, xsum.data(), w, row_bytes, bias, y, N, K, first, last);
-    std::vector<bf16> q(K);
-    std::vector<float> scale(K / 2), offset(K / 32);
-    for (int64_t n = first; n < last; n++) {
-      decode_row_bf16<type>(w + n * row_bytes, K, q.data(), scale.data(), offset.data());
-      const float b = bias ? bias[n] : 0.0f;
-      int64_t m = 0;
-      for (; m + MB_BF16 <= M; m += MB_BF16)
-        dot_rows_bf16<MB_BF16, offsets>(x + m * K, xsum.data() + 16 * m * (K / 32), q.data(), scale.data(),
-                                        offset.data(), b, y + m * N + n, N, K);
-      const int rest = int(M - m);
-      const float* xs = xsum.data() + (offsets ? 16 * m * (K / 32) : 0);
-      if (rest == 3) dot_rows_bf16<3, offsets>(x + m * K, xs, q.data(), scale.data(), offset.data(), b, y + m * N + n, N, K);
-      if (rest == 2) dot_rows_bf16<2, offsets>(x + m * K, xs, q.data(), scale.data(), offset.data(), b, y + m * N + n, N, K);
-      if (rest == 1) dot_rows_bf16<1, offsets>(x + m * K, xs, q.data(), scale.data(), offset.data(), b, y + m * N + n, N, K);
-    }
+    for (int64_t m = 0; m < M; m += MAX_FUSED_512)
+      fused_rows_512<type, Out>(std::min<int64_t>(MAX_FUSED_512, M - m), x + m * K, w, row_bytes, bias, y + m * N, N,
+                                K, first, last);
   });
 }
 
+template <typename Out>
+void qgemm_any_512(int type, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y,
+                   int64_t M, int64_t N, int64_t K) {
+  switch (type) {
+    case Q8_0: qgemm_512<Q8_0>(x, w, row_bytes, bias, y, M, N, K); break;
+    case Q5_0: qgemm_512<Q5_0>(x, w, row_bytes, bias, y, M, N, K); break;
+    case Q4_K: qgemm_512<Q4_K>(x, w, row_bytes, bias, y, M, N, K); break;
+    default: qgemm_512<Q6_K>(x, w, row_bytes, bias, y, M, N, K); break;
+  }
+}
 
 // x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type`, bias [N]
 // or None. Returns [M, N] in x's dtype.
@@ -466,23 +368,16 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_
   auto out = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t row_bytes = w.size(1);
-  if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kBFloat16) {
-    const auto xc = x.contiguous();
-    const bf16* xp = reinterpret_cast<const bf16*>(xc.data_ptr());
-    at::BFloat16* y = out.data_ptr<at::BFloat16>();
-    switch (type) {
-      case Q8_0: qgemm_bf16<Q8_0>(xp, wp, row_bytes, b, y, M, N, K); break;
-      case Q5_0: qgemm_bf16<Q5_0>(xp, wp, row_bytes, b, y, M, N, K); break;
-      case Q4_K: qgemm_bf16<Q4_K>(xp, wp, row_bytes, b, y, M, N, K); break;
-      default: qgemm_bf16<Q6_K>(xp, wp, row_bytes, b, y, M, N, K); break;
-    }
-    return out;
-  }
   const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
-  if (x.scalar_type() == torch::kFloat32)
-    qgemm_any(int(type), x32.data_ptr<float>(), wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  const float* xp = x32.data_ptr<float>();
+  if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
+    qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  else if (isa == ISA_AVX512BF16)
+    qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  else if (x.scalar_type() == torch::kFloat32)
+    qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
   else
-    qgemm_any(int(type), x32.data_ptr<float>(), wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+    qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
   return out;
 }
 
