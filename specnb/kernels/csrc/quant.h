@@ -81,59 +81,76 @@ inline __m256i bits_to_bytes(uint32_t x) {
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
 }
 
-// Group i (of 32 weights) of the block at p, decoded in registers: q the 32 small integers (int8 lanes, in order),
-// lo / hi the scales of weights 0-15 / 16-31 and offset Q4_K's min (else 0), each the gguf package's fp32 product.
+// A block's scales, each the gguf package's fp32 product: group i's weights 0-15 scale by lo[i], 16-31 by hi[i],
+// and Q4_K's then subtract off[i]. Decoded once per block with vector instructions, not once per group.
+struct Scales {
+  float lo[8], hi[8], off[8];
+};
+
 template <int type>
-inline __attribute__((always_inline)) void decode_group(const uint8_t* p, int i, __m256i& q, float& lo, float& hi,
-                                                        float& offset) {
+inline __attribute__((always_inline)) void block_scales(const uint8_t* p, Scales& s) {
+  if constexpr (type == Q8_0 || type == Q5_0) {
+    s.lo[0] = s.hi[0] = half(p);
+  } else if constexpr (type == Q4_K) {  // 6-bit scales and mins packed in 12 bytes at p + 4
+    uint32_t u[3];
+    std::memcpy(u, p + 4, 12);
+    constexpr uint32_t low6 = 0x3f3f3f3f, low4 = 0x0f0f0f0f, low2 = 0x03030303;
+    const uint32_t sc[2] = {u[0] & low6, (u[2] & low4) | (((u[0] >> 6) & low2) << 4)};
+    const uint32_t mn[2] = {u[1] & low6, ((u[2] >> 4) & low4) | (((u[1] >> 6) & low2) << 4)};
+    const auto floats = [](const uint32_t* bytes) {
+      return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes))));
+    };
+    const __m256 lo = _mm256_mul_ps(_mm256_set1_ps(half(p)), floats(sc));
+    _mm256_storeu_ps(s.lo, lo);
+    _mm256_storeu_ps(s.hi, lo);
+    _mm256_storeu_ps(s.off, _mm256_mul_ps(_mm256_set1_ps(half(p + 2)), floats(mn)));
+  } else {  // Q6_K: int8 scales[16] at p + 192, one per 16 weights, fp16 d at p + 208
+    const __m128i even_odd = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)),
+                                              _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    const __m256 d = _mm256_set1_ps(half(p + 208));
+    _mm256_storeu_ps(s.lo, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(even_odd))));
+    _mm256_storeu_ps(s.hi, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(even_odd, 8)))));
+  }
+}
+
+// Group i (of 32 weights) of the block at p: its 32 small integers q (int8 lanes, in order).
+template <int type>
+inline __attribute__((always_inline)) __m256i decode_group(const uint8_t* p, int i) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
-  offset = 0.0f;
   if constexpr (type == Q8_0) {
-    q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    lo = hi = half(p);
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
   } else if constexpr (type == Q5_0) {
     uint32_t high;
     std::memcpy(&high, p + 2, 4);
     const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
-    q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), nibble);
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(qs, 4), qs), nibble);
     q = _mm256_or_si256(q, _mm256_and_si256(bits_to_bytes(high), _mm256_set1_epi8(0x10)));
-    q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-    lo = hi = half(p);
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
   } else if constexpr (type == Q4_K) {
-    const uint8_t* s = p + 4;
-    const int sc = i < 4 ? s[i] & 63 : (s[i + 4] & 0x0f) | ((s[i - 4] >> 6) << 4);
-    const int m = i < 4 ? s[i + 4] & 63 : (s[i + 4] >> 4) | ((s[i] >> 6) << 4);
     const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * (i / 2)));
-    q = _mm256_and_si256(i % 2 ? _mm256_srli_epi16(raw, 4) : raw, nibble);
-    lo = hi = half(p) * float(sc);
-    offset = half(p + 2) * float(m);
-  } else {  // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs, int8 scales[16], fp16 d
+    return _mm256_and_si256(i % 2 ? _mm256_srli_epi16(raw, 4) : raw, nibble);
+  } else {  // Q6_K: 128 bytes of low nibbles, 64 of high bit pairs
     const int h = i / 4, j = i % 4;
     const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * h + 32 * (j % 2)));
     const __m256i high = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
     const __m256i low4 = _mm256_and_si256(j < 2 ? bytes : _mm256_srli_epi16(bytes, 4), nibble);
     const __m256i high2 = j == 0 ? _mm256_slli_epi16(high, 4) : j == 1 ? _mm256_slli_epi16(high, 2)
                           : j == 2 ? high : _mm256_srli_epi16(high, 2);
-    q = _mm256_sub_epi8(_mm256_or_si256(low4, _mm256_and_si256(high2, _mm256_set1_epi8(0x30))), _mm256_set1_epi8(32));
-    const int8_t* scales = reinterpret_cast<const int8_t*>(p + 192);
-    const float d = half(p + 208);
-    lo = d * float(scales[8 * h + 2 * j]);
-    hi = d * float(scales[8 * h + 2 * j + 1]);
+    return _mm256_sub_epi8(_mm256_or_si256(low4, _mm256_and_si256(high2, _mm256_set1_epi8(0x30))),
+                           _mm256_set1_epi8(32));
   }
 }
 
 // Group i of the block, decoded to fp32 for the AVX2 path: w[c] = weights 8c..8c+7 = scale * q - offset (the
-// gguf package's operations; the formats without an offset subtract an exact 0).
+// gguf package's operations).
 template <int type>
-inline __attribute__((always_inline)) void group_weights(const uint8_t* block, int i, __m256 w[4]) {
-  __m256i q;
-  float lo, hi, offset;
-  decode_group<type>(block, i, q, lo, hi, offset);
+inline __attribute__((always_inline)) void group_weights(const uint8_t* block, int i, const Scales& s, __m256 w[4]) {
+  const __m256i q = decode_group<type>(block, i);
   const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
   for (int c = 0; c < 4; c++) {
     const __m128i bytes = c % 2 ? _mm_srli_si128(halves[c / 2], 8) : halves[c / 2];
-    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-    w[c] = _mm256_sub_ps(_mm256_mul_ps(_mm256_set1_ps(c < 2 ? lo : hi), v), _mm256_set1_ps(offset));
+    w[c] = _mm256_mul_ps(_mm256_set1_ps(c < 2 ? s.lo[i] : s.hi[i]), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)));
+    if constexpr (type == Q4_K) w[c] = _mm256_sub_ps(w[c], _mm256_set1_ps(s.off[i]));
   }
 }
 
@@ -142,11 +159,13 @@ template <int type>
 void decode_row(const uint8_t* row, int64_t K, float* out) {
   constexpr Format f = format(type);
   for (int64_t b = 0; b < K / f.weights; b++) {
+    Scales s;
+    block_scales<type>(row + b * f.bytes, s);
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
       __m256 w[4];
       prefetch(row + b * f.bytes + 32 * i);
-      group_weights<type>(row + b * f.bytes, i, w);
+      group_weights<type>(row + b * f.bytes, i, s, w);
       for (int c = 0; c < 4; c++) _mm256_storeu_ps(out + b * f.weights + 32 * i + 8 * c, w[c]);
     }
   }
@@ -194,11 +213,13 @@ void dot_rows_fused(const float* x, const uint8_t* row, float bias, Out* y, int6
   for (int m = 0; m < mb; m++)
     for (int a = 0; a < 4; a++) acc[m][a] = _mm256_setzero_ps();
   for (int64_t b = 0; b < K / f.weights; b++) {
+    Scales s;
+    block_scales<type>(row + b * f.bytes, s);
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
       __m256 w[4];
       prefetch(row + b * f.bytes + 32 * i);
-      group_weights<type>(row + b * f.bytes, i, w);
+      group_weights<type>(row + b * f.bytes, i, s, w);
       for (int m = 0; m < mb; m++) accumulate(x + m * K + b * f.weights + 32 * i, w, acc[m]);
     }
   }
@@ -266,16 +287,14 @@ constexpr int MAX_FUSED_512 = 16;  // input rows multiplied with each group deco
 
 // Group i of the block as 32 fp32 weights in two zmm, the gguf package's values scale * q - offset (as group_weights).
 template <int type>
-QUANT_AVX512 inline __attribute__((always_inline)) void group_weights_512(const uint8_t* block, int i, __m512& w0,
-                                                                        __m512& w1) {
-  __m256i q;
-  float lo, hi, offset;
-  decode_group<type>(block, i, q, lo, hi, offset);
-  w0 = _mm512_mul_ps(_mm512_set1_ps(lo), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
-  w1 = _mm512_mul_ps(_mm512_set1_ps(hi), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
+QUANT_AVX512 inline __attribute__((always_inline)) void group_weights_512(const uint8_t* block, int i, const Scales& s,
+                                                                        __m512& w0, __m512& w1) {
+  const __m256i q = decode_group<type>(block, i);
+  w0 = _mm512_mul_ps(_mm512_set1_ps(s.lo[i]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+  w1 = _mm512_mul_ps(_mm512_set1_ps(s.hi[i]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
   if constexpr (type == Q4_K) {
-    w0 = _mm512_sub_ps(w0, _mm512_set1_ps(offset));
-    w1 = _mm512_sub_ps(w1, _mm512_set1_ps(offset));
+    w0 = _mm512_sub_ps(w0, _mm512_set1_ps(s.off[i]));
+    w1 = _mm512_sub_ps(w1, _mm512_set1_ps(s.off[i]));
   }
 }
 
@@ -295,13 +314,15 @@ QUANT_AVX512 void dot_rows_fused_512(const float* x, const uint8_t* rows, int64_
   for (int r = 0; r < nr; r++)
     for (int m = 0; m < mb; m++) acc[r][m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / f.weights; b++) {
+    Scales s[nr];
+    for (int r = 0; r < nr; r++) block_scales<type>(rows + r * row_bytes + b * f.bytes, s[r]);
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
       const int64_t k = b * f.weights + 32 * i;
       for (int r = 0; r < nr; r++) {
         __m512 w0, w1;
         prefetch(rows + r * row_bytes + b * f.bytes + 32 * i);
-        group_weights_512<type>(rows + r * row_bytes + b * f.bytes, i, w0, w1);
+        group_weights_512<type>(rows + r * row_bytes + b * f.bytes, i, s[r], w0, w1);
         for (int m = 0; m < mb; m++) acc[r][m] = step_512(acc[r][m], x + m * K + k, w0, w1);
       }
     }
