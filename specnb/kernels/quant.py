@@ -3,12 +3,10 @@
 The embedded models ship as GGUF files whose weights are blocks of 4.5-8.5 bits per weight (Q8_0, Q5_0, Q4_K,
 Q6_K). A decoding call is bound by reading its weights, so a call that streams the blocks as stored reads
 2-3.5x fewer bytes than one over their bf16 dequantization. :func:`linear` does that for a few rows: each
-weight row is decoded once per call, in registers and L1, with the fp32 operations of the ``gguf`` package's
-dequantization (the same values), and multiplied with every input row in fp32 in a fixed order, so rows are
+group of 32 weights is decoded in registers with the fp32 operations of the ``gguf`` package's dequantization
+(the same values) and multiplied with a few input rows at once in fp32, in a fixed order, so rows are
 bit-independent (a verified draft gets the bits of decoding its tokens one at a time). Activations are not
-quantized. A few input rows decode each group of weights in registers; more decode each weight row once into a
-buffer in L1 (the same operations per output element). ``specnb kernels quant`` times it against the bf16 kernel
-on the shipped tensors.
+quantized. ``specnb kernels quant`` times it against the bf16 kernel on the shipped tensors.
 """
 
 from __future__ import annotations
@@ -80,8 +78,9 @@ def _extension() -> ModuleType:
 def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: int | None = None) -> Tensor:
     """x [..., K] float32 or bfloat16 times ``weight`` [N, K] (+ bias [N]) -> [..., N] in x's dtype, each row
     bit-identical to the same row computed alone. ``isa``: the path (:data:`specnb.kernels.cpu.ISAS` index;
-    default this CPU's): on AVX512-BF16, bf16 rows multiply the blocks' integers with ``vdpbf16ps`` and scale
-    the sums (the same weights, summed in another fixed order); fp32 rows and the AVX2 path use fp32 FMAs."""
+    default this CPU's). Both paths multiply the blocks' fp32 weights (:meth:`QuantizedWeight.dequantize`'s values)
+    with fp32 FMAs, bf16 rows widened exactly; the AVX512 path sums in zmm, the AVX2 path in ymm (another fixed
+    order, so the two paths' bits differ)."""
     n, k = weight.shape
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {k}")

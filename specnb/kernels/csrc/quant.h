@@ -16,7 +16,7 @@
 // Paths (the caller picks one from the CPU flags, as for fewrow.cpp's kernels):
 //   ISA_AVX2        every x86 class: fp32 FMAs over ymm, four 8-lane accumulators per row; up to MB rows fused.
 //   ISA_AVX512BF16  AVX512 classes: the same in zmm, two FMAs per group into one 16-lane accumulator per row;
-//                   input rows 16 at a time, each group decoded in registers (never buffered). fp32 rather
+//                   input rows 8 at a time, each group decoded in registers (never buffered). fp32 rather
 //                   than bf16 dot products: the codes reach fp32 in fewer instructions (docs/forward_pass.md).
 // Threads: ATen's intra-op pool (at::parallel_for), the one torch.set_num_threads controls.
 
@@ -283,7 +283,7 @@ void qgemm_any(int type, const float* x, const uint8_t* w, int64_t row_bytes, co
 
 #define QUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c")))
 
-constexpr int MAX_FUSED_512 = 16;  // input rows multiplied with each group decoded in registers
+constexpr int MAX_FUSED_512 = 8;  // input rows multiplied with each group decoded in registers
 
 // Group i of the block as 32 fp32 weights in two zmm, the gguf package's values scale * q - offset (as group_weights).
 template <int type>
@@ -336,7 +336,7 @@ QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, in
                                  Out* y, int64_t N, int64_t K, int64_t first, int64_t last) {
   if constexpr (mb <= MAX_FUSED_512) {
     if (M != mb) return fused_rows_512<type, Out, mb + 1>(M, x, w, row_bytes, bias, y, N, K, first, last);
-    constexpr int nr = mb <= 2 ? 4 : mb <= 8 ? 2 : 1;  // within 32 zmm registers
+    constexpr int nr = mb <= 2 ? 4 : 2;  // weight rows a pass: independent accumulations
     int64_t n = first;
     for (; n + nr <= last; n += nr)
       dot_rows_fused_512<type, mb, nr>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
