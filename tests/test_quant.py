@@ -76,10 +76,12 @@ def test_linear_matches_an_fp32_matmul_of_the_dequantized_weight(fmt, dtype, row
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("isa", ISAS)
-def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype, isa):
-    weight = random_weight(fmt, 4099, 512, seed=1)  # enough rows of weight for every thread to take a run
-    # 19 rows: past every path's fused-row limit (AVX2 3 then a buffer, AVX512 8 a chunk: 8 + 8 + 3)
-    x = torch.randn(19, 512, generator=torch.Generator().manual_seed(2)).to(dtype)
+@pytest.mark.parametrize("k", [512, 1024])
+def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype, isa, k):
+    weight = random_weight(fmt, 4099, k, seed=1)  # enough rows of weight for every thread to take a run
+    # 19 rows: past every path's fused-row limit (AVX2: 3, then a buffer; AVX512: chunks of 16 rows at K = 512,
+    # 16 + 3, and of 8 at K = 1024, 8 + 8 + 3)
+    x = torch.randn(19, k, generator=torch.Generator().manual_seed(2)).to(dtype)
     threads = torch.get_num_threads()
     together = quant.linear(x, weight, isa=isa)
     try:
@@ -87,7 +89,7 @@ def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype, isa):
             torch.set_num_threads(n)
             for m in range(x.shape[0]):
                 assert torch.equal(quant.linear(x[m:m + 1], weight, isa=isa), together[m:m + 1])
-            for rows in (slice(0, 2), slice(2, 7), slice(3, 15)):  # 4 and 2 weight rows a pass, two chunks
+            for rows in (slice(0, 2), slice(2, 7), slice(3, 15)):  # 4, 2 and 1 weight rows a pass
                 assert torch.equal(quant.linear(x[rows], weight, isa=isa), together[rows])
     finally:
         torch.set_num_threads(threads)

@@ -16,7 +16,7 @@
 // Paths (the caller picks one from the CPU flags, as for fewrow.cpp's kernels):
 //   ISA_AVX2        every x86 class: fp32 FMAs over ymm, four 8-lane accumulators per row; up to MB rows fused.
 //   ISA_AVX512BF16  AVX512 classes: the same in zmm, two FMAs per group into one 16-lane accumulator per row;
-//                   input rows 8 at a time, each group decoded in registers (never buffered). fp32 rather
+//                   input rows 8-16 at a time, each group decoded in registers (never buffered). fp32 rather
 //                   than bf16 dot products: the codes reach fp32 in fewer instructions (docs/forward_pass.md).
 // Threads: ATen's intra-op pool (at::parallel_for), the one torch.set_num_threads controls.
 
@@ -283,7 +283,8 @@ void qgemm_any(int type, const float* x, const uint8_t* w, int64_t row_bytes, co
 
 #define QUANT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c")))
 
-constexpr int MAX_FUSED_512 = 8;  // input rows multiplied with each group decoded in registers
+constexpr int MAX_FUSED_512 = 16;  // input rows multiplied with each group decoded in registers
+constexpr int64_t L1_ROWS_BYTES = 48 << 10;  // a chunk's fp32 input rows beyond this get 8 rows (read from L2)
 
 // Group i of the block as 32 fp32 weights in two zmm, the gguf package's values scale * q - offset (as group_weights).
 template <int type>
@@ -336,7 +337,7 @@ QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, in
                                  Out* y, int64_t N, int64_t K, int64_t first, int64_t last) {
   if constexpr (mb <= MAX_FUSED_512) {
     if (M != mb) return fused_rows_512<type, Out, mb + 1>(M, x, w, row_bytes, bias, y, N, K, first, last);
-    constexpr int nr = mb <= 2 ? 4 : 2;  // weight rows a pass: independent accumulations
+    constexpr int nr = mb <= 2 ? 4 : mb <= 8 ? 2 : 1;  // weight rows a pass, within 32 zmm registers
     int64_t n = first;
     for (; n + nr <= last; n += nr)
       dot_rows_fused_512<type, mb, nr>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
@@ -345,15 +346,16 @@ QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, in
   }
 }
 
-// Input rows in chunks of MAX_FUSED_512, each over the run of weight rows; every chunk decodes the groups again
-// (cheap next to its FMAs), so every output element takes the same operations whatever the number of rows.
+// Input rows in chunks, each over the run of weight rows; every chunk decodes the groups again (cheap next to its
+// FMAs), and every output element takes the same operations whatever the chunk. Chunks of 16 rows while their
+// fp32 rows fit in L1, else of 8 (with 2 weight rows a pass, each input vector loaded from L2 serves both).
 template <int type, typename Out>
 QUANT_AVX512 void qgemm_512(const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M,
                             int64_t N, int64_t K) {
+  const int64_t chunk = MAX_FUSED_512 * K * 4 <= L1_ROWS_BYTES ? MAX_FUSED_512 : 8;
   for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
-    for (int64_t m = 0; m < M; m += MAX_FUSED_512)
-      fused_rows_512<type, Out>(std::min<int64_t>(MAX_FUSED_512, M - m), x + m * K, w, row_bytes, bias, y + m * N, N,
-                                K, first, last);
+    for (int64_t m = 0; m < M; m += chunk)
+      fused_rows_512<type, Out>(std::min(chunk, M - m), x + m * K, w, row_bytes, bias, y + m * N, N, K, first, last);
   });
 }
 
