@@ -291,11 +291,15 @@ template <int type>
 QUANT_AVX512 inline __attribute__((always_inline)) void group_weights_512(const uint8_t* block, int i, const Scales& s,
                                                                         __m512& w0, __m512& w1) {
   const __m256i q = decode_group<type>(block, i);
-  w0 = _mm512_mul_ps(_mm512_set1_ps(s.lo[i]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
-  w1 = _mm512_mul_ps(_mm512_set1_ps(s.hi[i]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
-  if constexpr (type == Q4_K) {
-    w0 = _mm512_sub_ps(w0, _mm512_set1_ps(s.off[i]));
-    w1 = _mm512_sub_ps(w1, _mm512_set1_ps(s.off[i]));
+  if constexpr (type == Q4_K) {  // 16 codes: each weight looked up in the group's table of scale * c - offset
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 table = _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(s.lo[i]), codes), _mm512_set1_ps(s.off[i]));
+    w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(q)), table);
+    w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1)), table);
+  } else {
+    w0 = _mm512_mul_ps(_mm512_set1_ps(s.lo[i]), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+    w1 = _mm512_mul_ps(_mm512_set1_ps(s.hi[i]),
+                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
   }
 }
 
