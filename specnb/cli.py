@@ -159,8 +159,9 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="new tokens per prompt")
     p.add_argument("--methods", default="ar,hf,hf-pld,pld", help="comma-separated (list below); 'ar' always runs")
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype (auto: bf16 where fast)")
-    p.add_argument("--weights", default="bf16", choices=WEIGHTS,
-                   help="bf16: the dense checkpoint in --dtype; gguf: the GGUF file's blocks (embedded models, CPU)")
+    p.add_argument("--weights", default="auto", choices=WEIGHTS,
+                   help="bf16: the dense checkpoint in --dtype; gguf: the GGUF file's blocks (embedded models, CPU); "
+                        "auto: gguf for embedded models on AVX512 CPUs, else bf16")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (None: cuda if available, else cpu)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass, in (0, 1]")
@@ -222,7 +223,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     target = load_model(args.model, dtype=args.dtype, device=device, weights=args.weights)
     param = next(target.model.parameters())
-    weights = ", GGUF blocks" if args.weights == "gguf" else ""
+    weights = ", GGUF blocks" if target.weights == "gguf" else ""
     print(f"{target.name} ({param.dtype}{weights}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
     results = run_bench(target, prompts, config, sink=sink)

@@ -188,9 +188,10 @@ def layer_count(name: str) -> int | None:
     return layers if isinstance(layers, int) else None
 
 
-WEIGHTS = ("bf16", "gguf")
-"""What a model computes over: its dense checkpoint in the dtype asked for, or (embedded models) its GGUF file's
-quantized blocks (:mod:`specnb.gguf_weights`)."""
+WEIGHTS = ("auto", "bf16", "gguf")
+"""What a model computes over: its dense checkpoint in the dtype asked for (``bf16``), or (embedded models) its GGUF
+file's quantized blocks (``gguf``, :mod:`specnb.gguf_weights`); ``auto`` picks per model and CPU
+(:func:`specnb.models.resolve_weights`)."""
 
 
 def check_weights(name: str, weights: str) -> None:

@@ -55,6 +55,7 @@ class LoadedModel:
     name: str
     chat: bool = False  # apply the chat template to chat prompts
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    weights: str = "bf16"  # what the projections and head compute over: "bf16" (dense) or "gguf" (blocks)
 
     @property
     def vocab_size(self) -> int:
@@ -92,6 +93,22 @@ def resolve_dtype(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype:
     if dtype not in names:
         raise ModelError(f"unknown dtype {dtype!r}; use one of auto, bfloat16, float32, float16")
     return names[dtype]
+
+
+def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.dtype) -> str:
+    """``"gguf"`` or ``"bf16"`` for ``weights`` (one of :data:`specnb.model_names.WEIGHTS`).
+
+    ``auto`` is ``gguf`` for an embedded model on a CPU whose kernels take the AVX512 path (``kernel_isa()``
+    ``avx512bf16``, AMX CPUs included), in fp32 or bf16: there the blocks' kernels beat the dense bf16 ones at one
+    row and at the 16-row verification calls (docs/forward_pass.md). Elsewhere ``bf16``: on the AVX2 path a
+    decoded block costs more than the bytes it saves once a call has several rows, so speculation slows; GPUs
+    and other dtypes have no block kernels.
+    """
+    if weights != "auto":
+        return weights
+    usable = name in EMBEDDED and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
+        and kernel_isa() == "avx512bf16" and kernels.extension() is not None
+    return "gguf" if usable else "bf16"
 
 
 # ------------------------------------------------------------------------------------ embedded models
@@ -228,7 +245,7 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
 
 
 def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu",
-               weights: str = "bf16") -> LoadedModel:
+               weights: str = "auto") -> LoadedModel:
     """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
 
     Returns a :class:`LoadedModel` in eval mode on ``device`` (weights are loaded straight onto it; a
@@ -236,7 +253,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
     dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models, CPU with specnb's kernels):
     the projections and output head compute over the GGUF file's quantized blocks
-    (:mod:`specnb.gguf_weights`), activations still in ``dtype``; ``"bf16"``: over the dense checkpoint.
+    (:mod:`specnb.gguf_weights`), activations still in ``dtype``; ``"bf16"``: over the dense checkpoint;
+    ``"auto"``: see :func:`resolve_weights`. The result's ``weights`` says which ran.
     """
     check_weights(name, weights)
     where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
@@ -245,6 +263,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
         return tiny_model(where.source, dtype=tiny_dtype, device=device)
     torch_dtype = resolve_dtype(dtype, device.type)
+    weights = resolve_weights(name, weights, device, torch_dtype)
     if where.kind == "embedded":
         spec = EMBEDDED[name]
         path = converted_dir(name)
@@ -271,7 +290,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         from .gguf_weights import attach
 
         attach(model, gguf_file(name))
-    return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
+    return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer), weights=weights)
 
 
 @contextlib.contextmanager

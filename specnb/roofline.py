@@ -33,6 +33,7 @@ from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_by
 from .decoder import call_path
 from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
+from .gguf_weights import uses_gguf
 from .kernels.cpu import cpu_class
 from .kv_cache import GrowingCache
 from .models import LoadedModel, load_model, resolve_dtype
@@ -171,15 +172,23 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
     return frame.drop(columns=["ratio_min", "ratio_max", "ratio_median"])
 
 
+def timing_label(model: PreTrainedModel) -> str:
+    """The ``dtype`` column of a timing: the weights' dtype (``"bfloat16"``), with ``-gguf`` where the projections
+    and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations)."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return f"{dtype}-gguf" if uses_gguf(model) else dtype
+
+
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
             progress: bool = True) -> pd.DataFrame:
-    """:func:`time_cells` plus provenance columns (model, dtype, device, torch version, date, repeats, CPU
-    class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the measured read
-    bandwidth) and ``compute_floor_s`` (2 x parameters x tokens over PyTorch's best GEMM FLOP/s here)."""
+    """:func:`time_cells` plus provenance columns (model, dtype (:func:`timing_label`), device, torch version,
+    date, repeats, CPU class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
+    measured read bandwidth) and ``compute_floor_s`` (2 x parameters x tokens over PyTorch's best GEMM FLOP/s
+    here)."""
     model = target.model if isinstance(target, LoadedModel) else target
     name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
     param = next(model.parameters())
-    dtype = str(param.dtype).removeprefix("torch.")
+    dtype = timing_label(model)
     frame = time_cells(model, grid, progress=progress, desc=f"roofline {name} {dtype}")
     frame["model"] = name
     frame["dtype"] = dtype

@@ -19,8 +19,9 @@ from specnb.drafters import ContextNgramDrafter
 from specnb.forward import forward
 from specnb.gguf_weights import attach, gguf_bytes, quantized
 from specnb.kernels import stock
+from specnb.kernels.cpu import kernel_isa
 from specnb.model_names import ModelError, gguf_file
-from specnb.models import cache_dir
+from specnb.models import cache_dir, resolve_weights
 
 
 def test_bad_weights_are_refused_before_loading():
@@ -33,6 +34,22 @@ def test_bad_weights_are_refused_before_loading():
 
 
 needs_kernels = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
+
+
+@needs_kernels
+def test_auto_weights_are_the_blocks_only_for_embedded_models_on_the_avx512_path(monkeypatch):
+    cpu, bf16 = torch.device("cpu"), torch.bfloat16
+    assert resolve_weights("tiny-llama", "auto", cpu, bf16) == "bf16"  # no GGUF file
+    assert resolve_weights("gemma-3-270m", "auto", torch.device("cuda"), bf16) == "bf16"  # no block kernels there
+    assert resolve_weights("gemma-3-270m", "auto", cpu, torch.float16) == "bf16"
+    assert resolve_weights("gemma-3-270m", "bf16", cpu, bf16) == "bf16"  # asked for: kept
+    monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")  # blocks cost more than they save in verification calls there
+    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == "bf16"
+    monkeypatch.delenv("SPECNB_CPU_ISA")
+    on_avx512 = "gguf" if kernel_isa() == "avx512bf16" else "bf16"
+    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == on_avx512
+    assert resolve_weights("qwen2.5-coder-1.5b-instruct", "auto", cpu, torch.float32) == on_avx512
+    assert tiny("llama").weights == "bf16"
 
 
 @needs_kernels
@@ -98,6 +115,7 @@ def test_the_blocks_are_the_checkpoints_weights_in_its_row_order(dtype):
     assert streamed_bytes(model) == streamed_bytes(gemma(dtype, "bf16").model) - dense + stored
     assert "-gguf" in call_path(model)  # its timing tables and greedy references are its own
     assert "-gguf" not in call_path(gemma(dtype, "bf16").model)
+    assert (gemma(dtype, "gguf").weights, gemma(dtype, "bf16").weights) == ("gguf", "bf16")
 
 
 def prompts() -> list[str]:

@@ -22,7 +22,7 @@ pytestmark = [
 
 @functools.cache
 def gemma(dtype: str):
-    return load_model("gemma-3-270m", dtype=dtype)
+    return load_model("gemma-3-270m", dtype=dtype, weights="bf16")  # the blocks: test_gguf_weights.py
 
 
 def prompts():

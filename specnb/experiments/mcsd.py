@@ -52,6 +52,7 @@ from ..verdicts import Expect
 from ..verify import VerifyMode
 from .checks import check_partial_acceptance
 from .runner import Variant, ratio_intervals, run, summarize
+from .setups import weights_label
 
 SCHEMES = {"mcss-wor": "MCSS w/o replacement", "mcss": "MCSS w/ replacement", "mcns": "MCNS"}
 """Acceptance schemes of :func:`acceptance_vs_k` -> display names (MCSD Table 4's rows)."""
@@ -526,7 +527,7 @@ def pair_headlines(target: LoadedModel, draft: LoadedModel) -> dict[str, object]
     their parameters (billions)."""
     target_ms, draft_ms = (1e3 * t for t in call_costs([target, draft]))
     return {"target": target.name, "draft": draft.name,
-            "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+            "dtype": weights_label(target),
             "target_ms": target_ms, "draft_ms": draft_ms, "cost_ratio": draft_ms / target_ms,
             "bytes_ratio": weight_bytes(draft) / weight_bytes(target),
             "target_params": parameters(target) / 1e9, "draft_params": parameters(draft) / 1e9}

@@ -14,8 +14,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..models import LoadedModel, resolve_dtype
-from ..roofline import Grid, device_name, get_grid, measure
+from ..models import LoadedModel
+from ..roofline import Grid, device_name, get_grid, measure, timing_label
 from ..verdicts import Expect
 
 PAPER = "N-Grammys"
@@ -33,12 +33,13 @@ def grids_for(profile: str) -> tuple[Grid, Grid]:
     return get_grid("paper-quick"), replace(get_grid("curve"), repeats=3)
 
 
-def heatmap_dtypes(profile: str, dtype: str = "auto", device: str = "cpu") -> tuple[str, ...]:
-    """The dtypes whose whole grid is timed: both in ``full``, else the profile's own (``auto`` resolved here: the
-    dtype the other notebooks' targets run in); the cost curve is timed in both dtypes always."""
+def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: LoadedModel) -> tuple[str, ...]:
+    """The labels (:func:`specnb.roofline.timing_label`) of ``models`` whose whole grid is timed: all in ``full``,
+    else the ``default`` target's (loaded as the other notebooks load theirs); every model's cost curve is timed
+    always."""
     if profile == "full":
-        return "float32", "bfloat16"
-    return (str(resolve_dtype(dtype, device)).removeprefix("torch."),)
+        return tuple(models)
+    return (timing_label(default.model),)
 
 
 def measure_all(models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...] | None = None

@@ -1,6 +1,6 @@
 """The "here" side of a notebook's setup table (:meth:`specnb.results.Results.setup`), read from the run itself:
-the target's name and hidden size, the machine it ran on, the dtype its weights were loaded in. Nothing here is
-typed, so a rerun on another machine or dtype states its own setup."""
+the target's name and hidden size, the machine it ran on, the dtype its weights were loaded in (or its GGUF blocks).
+Nothing here is typed, so a rerun on another machine or dtype states its own setup."""
 
 from __future__ import annotations
 
@@ -14,9 +14,16 @@ def hidden_size(target: LoadedModel) -> int:
     return int(target.model.config.get_text_config().hidden_size)
 
 
+def weights_label(target: LoadedModel) -> str:
+    """What the target computes in: its weights' dtype (``"bfloat16"``), or ``"bfloat16 activations, GGUF blocks"``
+    where its projections and head run over the GGUF file's blocks."""
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    return f"{dtype} activations, GGUF blocks" if target.weights == "gguf" else dtype
+
+
 def here(target: LoadedModel, **fields: object) -> dict[str, str]:
     """{"model": "<name> (hidden <d>)", "hardware": the GPU's name or the CPU's model with its torch threads
-    and its class (amx / avx512bf16 / avx2), "dtype": the weights' dtype}, then ``fields`` (e.g.
+    and its class (amx / avx512bf16 / avx2), "dtype": :func:`weights_label`}, then ``fields`` (e.g.
     ``datastore=...``, ``prompts_tokens=...``: underscores become spaces, ``prompts_tokens`` becomes
     ``prompts × tokens``), every value as a string."""
     param = next(target.model.parameters())
@@ -24,7 +31,7 @@ def here(target: LoadedModel, **fields: object) -> dict[str, str]:
     if param.device.type == "cpu":
         hardware += f" ({cpu_class()})"
     out = {"model": f"{target.name} (hidden {hidden_size(target)})", "hardware": hardware,
-           "dtype": str(param.dtype).removeprefix("torch.")}
+           "dtype": weights_label(target)}
     for key, value in fields.items():
         name = "prompts × tokens" if key == "prompts_tokens" else key.replace("_", " ")
         out[name] = str(value)

@@ -46,6 +46,7 @@ from ..replay import Reference, replay_many
 from ..verdicts import Expect
 from .grids import ar_estimated_seconds, estimated_seconds, replay_rows
 from .runner import Variant, run
+from .setups import weights_label
 
 GRID_K = (1, 2, 4, 8, 16)
 GRID_W = (1, 2, 4, 8, 16)
@@ -466,7 +467,7 @@ class ShapeStudy:
         draft's top-1 agreement with the references' tokens and its call cost over the target's."""
         ranks = np.concatenate([r[1:] for rs in self.ranks.values() for r in rs])
         return {"target": self.target.name, "draft": self.draft.name,
-                "dtype": str(next(self.target.model.parameters()).dtype).removeprefix("torch."),
+                "dtype": weights_label(self.target),
                 "prompts": self.profile.n_prompts, "max_new_tokens": self.profile.max_new_tokens,
                 "timed_prompts": self.profile.timed_prompts, "timed_tokens": self.profile.timed_tokens,
                 "store_tokens": store_tokens(self.stores), "draft_top1": float(np.mean(ranks == 0)),
