@@ -218,7 +218,7 @@ def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConf
         tokens = out[0, ids.shape[1]:].cpu().tolist()
         row = {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds}
         # over GGUF blocks our AR runs other weights than Hugging Face's dense checkpoint: nothing to compare
-        return row if target.weights == "gguf" else {**row, "tokens": tokens}
+        return row if target.weights.startswith("gguf") else {**row, "tokens": tokens}
 
     return run
 

@@ -161,6 +161,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype (auto: bf16 where fast)")
     p.add_argument("--weights", default="auto", choices=WEIGHTS,
                    help="bf16: the dense checkpoint in --dtype; gguf: the GGUF file's blocks (embedded models, CPU); "
+                        "gguf-int8: those blocks times int8-rounded activations (AVX512-VNNI); "
                         "auto: gguf for embedded models on AVX512 CPUs, else bf16")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (None: cuda if available, else cpu)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: greedy)")
@@ -223,7 +224,7 @@ def _bench(args: argparse.Namespace) -> int:
 
     target = load_model(args.model, dtype=args.dtype, device=device, weights=args.weights)
     param = next(target.model.parameters())
-    weights = ", GGUF blocks" if target.weights == "gguf" else ""
+    weights = {"gguf": ", GGUF blocks", "gguf-int8": ", GGUF blocks, int8 activations"}.get(target.weights, "")
     print(f"{target.name} ({param.dtype}{weights}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
     results = run_bench(target, prompts, config, sink=sink)

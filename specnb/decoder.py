@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from . import kernels
-from .gguf_weights import quantized, uses_gguf
+from .gguf_weights import quantized, uses_gguf, uses_int8
 from .kernels import quant
 from .kernels.quant import FORMATS, QuantizedWeight
 from .masks import TreeMasks
@@ -116,7 +116,7 @@ class Layer:
         if self.gguf:  # one Blocks per projection
             def blocks(weight: QuantizedWeight, bias: Tensor | None) -> Any:
                 out = ext.Blocks()
-                out.blocks, out.type, out.bias = weight.blocks, FORMATS[weight.format][0], bias
+                out.blocks, out.type, out.bias, out.int8 = weight.blocks, FORMATS[weight.format][0], bias, weight.int8
                 return out
 
             spec.qkv_blocks = [blocks(*wb) for wb in self.qkv]
@@ -277,7 +277,7 @@ def body(model: PreTrainedModel) -> Body | None:
         return None
     weight = model.get_input_embeddings().weight
     key = (id(model), weight.device, weight.dtype, weight.data_ptr(), config.num_hidden_layers,
-           tuple(getattr(config, "layer_types", None) or ()), uses_gguf(model))
+           tuple(getattr(config, "layer_types", None) or ()), uses_gguf(model), uses_int8(model))
     cached = getattr(model, "_specnb_body", None)
     if cached is None or cached[0] != key:
         try:
@@ -297,8 +297,11 @@ def _digest() -> str:
 def call_path(model: PreTrainedModel) -> str:
     """What runs a call of ``model``: ``""`` for PyTorch / Hugging Face alone, else the kernels'
     :func:`~specnb.kernels.routed` name plus ``-body<hash of this file>`` where the :class:`Body` runs and
-    ``-gguf`` where layers compute over GGUF blocks (the routed name hashes their kernels too). Timing tables and greedy
+    ``-gguf`` where layers compute over GGUF blocks (``-gguf-int8`` with int8 activations; the routed name hashes
+    their kernels too). Timing tables and greedy
     references are cached under it, so a change to the kernels, the body or the weights measures them again."""
     kernel = kernels.routed(model)
     path = f"{kernel}-body{_digest()}" if kernel and body(model) is not None else kernel
-    return f"{path}-gguf" if kernel and uses_gguf(model) else path
+    if not kernel or not uses_gguf(model):
+        return path
+    return f"{path}-gguf-int8" if uses_int8(model) else f"{path}-gguf"

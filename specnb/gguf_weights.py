@@ -5,7 +5,9 @@ for Hugging Face's model, which specnb loads in bf16 or fp32. With ``weights="gg
 decoder and the output head whose tensor the file stores in a block format of
 :data:`specnb.kernels.quant.FORMATS` computes over those blocks instead (:func:`specnb.kernels.quant.linear`):
 a call streams the bytes the file holds, and multiplies with the file's own values (``d * q`` in fp32), not
-their bf16 rounding. Norms, biases and the input embedding's row lookup stay dense. Hugging Face's modules keep
+their bf16 rounding. Norms, biases and the input embedding's row lookup stay dense. ``weights="gguf-int8"``
+multiplies the same blocks (those of :data:`~specnb.kernels.quant.INT8_FORMATS`) with input rows rounded to int8
+(:mod:`specnb.kernels.quant`): another model, with its own greedy references. Hugging Face's modules keep
 their dense weights, so ``kernels.stock`` still runs the stock model.
 """
 
@@ -18,7 +20,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from .kernels import quant
-from .kernels.quant import FORMATS, QuantizedWeight
+from .kernels.quant import FORMATS, INT8_FORMATS, QuantizedWeight
 
 # Hugging Face module (under model.layers.<i>.) -> GGUF tensor (blk.<i>.<name>.weight)
 PROJECTIONS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -37,8 +39,9 @@ def _forward(self: nn.Linear, x: Tensor) -> Tensor:
     return quant.linear(x, self._specnb_blocks, self.bias)
 
 
-def attach(model: PreTrainedModel, path: str | Path) -> int:
-    """Route ``model``'s projections and output head through the blocks of the GGUF file at ``path``.
+def attach(model: PreTrainedModel, path: str | Path, int8: bool = False) -> int:
+    """Route ``model``'s projections and output head through the blocks of the GGUF file at ``path`` (``int8``:
+    with int8 activations where the format has that route).
 
     Each tensor is checked against its module's shape before any is attached. Returns the bytes of the blocks
     attached. Raises ValueError for an architecture whose rows GGUF permutes, a missing tensor or a shape
@@ -61,7 +64,7 @@ def attach(model: PreTrainedModel, path: str | Path) -> int:
             raise ValueError(f"GGUF weights: {path} has no tensor {name}")
         if tensors[name].tensor_type.name not in FORMATS:  # stored dense (F32 / F16): the module's weight
             continue
-        weight = QuantizedWeight.from_gguf(tensors[name])
+        weight = QuantizedWeight.from_gguf(tensors[name], int8 and tensors[name].tensor_type.name in INT8_FORMATS)
         if weight.shape != tuple(module.weight.shape):
             raise ValueError(f"GGUF weights: {name} is {weight.shape}, the model's layer {tuple(module.weight.shape)}")
         blocks.append((module, weight))
@@ -69,6 +72,7 @@ def attach(model: PreTrainedModel, path: str | Path) -> int:
         module._specnb_blocks = weight
         module.forward = types.MethodType(_forward, module)
     model._specnb_gguf = str(path)
+    model._specnb_int8 = int8
     return sum(weight.nbytes for _, weight in blocks)
 
 
@@ -85,4 +89,9 @@ def gguf_bytes(model: nn.Module) -> tuple[int, int]:
 def uses_gguf(model: nn.Module) -> bool:
     """Whether ``model`` computes over a GGUF file's blocks (:func:`attach`)."""
     return getattr(model, "_specnb_gguf", None) is not None
+
+
+def uses_int8(model: nn.Module) -> bool:
+    """Whether ``model``'s blocks multiply int8-rounded activations (``attach(..., int8=True)``)."""
+    return getattr(model, "_specnb_int8", False)
 

@@ -188,10 +188,10 @@ def layer_count(name: str) -> int | None:
     return layers if isinstance(layers, int) else None
 
 
-WEIGHTS = ("auto", "bf16", "gguf")
+WEIGHTS = ("auto", "bf16", "gguf", "gguf-int8")
 """What a model computes over: its dense checkpoint in the dtype asked for (``bf16``), or (embedded models) its GGUF
-file's quantized blocks (``gguf``, :mod:`specnb.gguf_weights`); ``auto`` picks per model and CPU
-(:func:`specnb.models.resolve_weights`)."""
+file's quantized blocks (``gguf``, :mod:`specnb.gguf_weights`; ``gguf-int8``: those blocks times activations
+rounded to int8); ``auto`` picks per model and CPU (:func:`specnb.models.resolve_weights`)."""
 
 
 def check_weights(name: str, weights: str) -> None:
@@ -199,5 +199,5 @@ def check_weights(name: str, weights: str) -> None:
     models, whose GGUF files ship)."""
     if weights not in WEIGHTS:
         raise ModelError(f"unknown weights {weights!r}; use one of {', '.join(WEIGHTS)}")
-    if weights == "gguf" and name not in EMBEDDED:
-        raise ModelError(f"weights 'gguf' needs an embedded model (its GGUF file); {name!r} is not one")
+    if weights.startswith("gguf") and name not in EMBEDDED:
+        raise ModelError(f"weights {weights!r} needs an embedded model (its GGUF file); {name!r} is not one")

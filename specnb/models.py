@@ -55,7 +55,7 @@ class LoadedModel:
     name: str
     chat: bool = False  # apply the chat template to chat prompts
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
-    weights: str = "bf16"  # what the projections and head compute over: "bf16" (dense) or "gguf" (blocks)
+    weights: str = "bf16"  # what the projections and head compute over: "bf16" (dense), "gguf" / "gguf-int8" (blocks)
 
     @property
     def vocab_size(self) -> int:
@@ -96,7 +96,8 @@ def resolve_dtype(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype:
 
 
 def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.dtype) -> str:
-    """``"gguf"`` or ``"bf16"`` for ``weights`` (one of :data:`specnb.model_names.WEIGHTS`).
+    """What ``weights`` (one of :data:`specnb.model_names.WEIGHTS`) means here: itself, or for ``auto`` ``"gguf"`` /
+    ``"bf16"``.
 
     ``auto`` is ``gguf`` for an embedded model on a CPU whose kernels take the AVX512 path (``kernel_isa()``
     ``avx512bf16``, AMX CPUs included), in fp32 or bf16: there the blocks' kernels beat the dense bf16 ones at one
@@ -253,7 +254,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
     dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models, CPU with specnb's kernels):
     the projections and output head compute over the GGUF file's quantized blocks
-    (:mod:`specnb.gguf_weights`), activations still in ``dtype``; ``"bf16"``: over the dense checkpoint;
+    (:mod:`specnb.gguf_weights`), activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
+    activations rounded to int8 (AVX512 CPUs with VNNI); ``"bf16"``: over the dense checkpoint;
     ``"auto"``: see :func:`resolve_weights`. The result's ``weights`` says which ran.
     """
     check_weights(name, weights)
@@ -283,13 +285,16 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     if chat is None:
         chat = tokenizer.chat_template is not None
     installed = kernels.install(model)
-    if weights == "gguf":
+    if weights.startswith("gguf"):
         if not installed:
-            raise ModelError(f"weights 'gguf' needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
+            raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
                              f"(got {device}, {torch_dtype})")
         from .gguf_weights import attach
+        from .kernels.quant import int8_supported
 
-        attach(model, gguf_file(name))
+        if weights == "gguf-int8" and not int8_supported():
+            raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
+        attach(model, gguf_file(name), int8=weights == "gguf-int8")
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer), weights=weights)
 
 

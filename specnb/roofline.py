@@ -33,7 +33,7 @@ from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_by
 from .decoder import call_path
 from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
-from .gguf_weights import uses_gguf
+from .gguf_weights import uses_gguf, uses_int8
 from .kernels.cpu import cpu_class
 from .kv_cache import GrowingCache
 from .models import LoadedModel, load_model, resolve_dtype
@@ -174,9 +174,11 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
 
 def timing_label(model: PreTrainedModel) -> str:
     """The ``dtype`` column of a timing: the weights' dtype (``"bfloat16"``), with ``-gguf`` where the projections
-    and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations)."""
+    and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations; ``-gguf-int8`` rounded to int8)."""
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    return f"{dtype}-gguf" if uses_gguf(model) else dtype
+    if not uses_gguf(model):
+        return dtype
+    return f"{dtype}-gguf-int8" if uses_int8(model) else f"{dtype}-gguf"
 
 
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,

@@ -32,10 +32,11 @@ GGUF_ARCHS = ("qwen2", "gemma3")  # the architectures whose GGUF rows are in Hug
 
 
 @functools.cache
-def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
+def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32, int8: bool = False) -> LoadedModel:
     """A tiny model whose projections and head compute over GGUF blocks (Q8_0 and Q5_0 in turn: the formats
     the gguf package can write), from a file written here; its dense weights are set to the blocks' values, so
-    Hugging Face's decoder computes the same model. One per architecture and dtype for the session."""
+    Hugging Face's decoder computes the same model (``int8``: the blocks times int8-rounded activations, another
+    model). One per architecture, dtype and route for the session."""
     import gguf
 
     from specnb.gguf_weights import PROJECTIONS, attach
@@ -44,7 +45,7 @@ def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
     model, layers = target.model, target.model.get_decoder().layers
     modules = [(layers[i].get_submodule(m), f"blk.{i}.{n}.weight") for i in range(len(layers))
                for m, n in PROJECTIONS.items()] + [(model.get_output_embeddings(), "output.weight")]
-    path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}.gguf"
+    path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}{'-int8' if int8 else ''}.gguf"
     writer = gguf.GGUFWriter(path, arch)
     with torch.no_grad():
         for j, (module, name) in enumerate(modules):
@@ -56,7 +57,8 @@ def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    attach(model, path)
+    attach(model, path, int8=int8)
+    target.weights = "gguf-int8" if int8 else "gguf"
     return target
 
 

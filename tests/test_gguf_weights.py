@@ -20,6 +20,7 @@ from specnb.forward import forward
 from specnb.gguf_weights import attach, gguf_bytes, quantized
 from specnb.kernels import stock
 from specnb.kernels.cpu import kernel_isa
+from specnb.kernels.quant import int8_supported
 from specnb.model_names import ModelError, gguf_file
 from specnb.models import cache_dir, resolve_weights
 
@@ -71,10 +72,13 @@ def test_a_tiny_model_over_blocks_computes_the_stock_model_of_their_values(arch)
 @needs_kernels
 @pytest.mark.parametrize("arch", GGUF_ARCHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_speculation_over_blocks_is_lossless_and_accepts(arch, dtype):
+@pytest.mark.parametrize("int8", [False, True])
+def test_speculation_over_blocks_is_lossless_and_accepts(arch, dtype, int8):
     """Drafts mixing AR's own continuation with noise (the verifier accepts them only if its calls compute AR's
-    bits), and prompt lookup: both equal AR token for token."""
-    target = tiny_gguf(arch, dtype)
+    bits), and prompt lookup: both equal AR token for token; over int8 activations too (their own AR)."""
+    if int8 and not int8_supported():
+        pytest.skip("int8 activations need an AVX512 CPU with VNNI")
+    target = tiny_gguf(arch, dtype, int8)
     prompt = [256] + list(range(40, 60)) * 3
     ar = generate(target, prompt, max_new_tokens=40, stop_at_eos=False).tokens
     for mode in ("tree", "batch"):

@@ -18,6 +18,8 @@ def weights_label(target: LoadedModel) -> str:
     """What the target computes in: its weights' dtype (``"bfloat16"``), or ``"bfloat16 activations, GGUF blocks"``
     where its projections and head run over the GGUF file's blocks."""
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    if target.weights == "gguf-int8":
+        return f"{dtype} activations rounded to int8, GGUF blocks"
     return f"{dtype} activations, GGUF blocks" if target.weights == "gguf" else dtype
 
 

@@ -164,27 +164,31 @@ def _median_call_s(calls: list[Callable[[], Tensor]], repeats: int) -> float:
 @torch.inference_mode()
 def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple[int, ...] = (1, 4, 16, 64),
                 repeats: int = 5, bandwidth: float | None = None, progress: bool = True) -> pd.DataFrame:
-    """One row per (tensor, backend, rows), backends ``quant`` (the stored blocks) and ``bf16`` (the few-row kernel
-    on the same weights dequantized to bf16): ``ms`` (median per call), ``bytes`` read per call, ``gb_per_s``,
-    ``bandwidth_fraction``, ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16 kernel's)."""
+    """One row per (tensor, backend, rows), backends ``quant`` (the stored blocks), ``int8`` (the same with int8
+    activations, where :func:`specnb.kernels.quant.int8_supported` and the format has that route) and ``bf16``
+    (the few-row kernel on the same weights dequantized to bf16): ``ms`` (median per call), ``bytes`` read per
+    call, ``gb_per_s``, ``bandwidth_fraction``, ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16
+    kernel's)."""
     bandwidth = bandwidth or read_bandwidth()
     out = []
-    bar = tqdm(total=len(tensors) * 2 * len(rows), desc="quantized kernels", disable=not progress)
+    bar = tqdm(total=len(tensors) * 3 * len(rows), desc="quantized kernels", disable=not progress)
     for label, (model, name) in tensors.items():
         tensor = _gguf_tensor(model, name)
         weight = quant.QuantizedWeight.from_gguf(tensor)
         n, k = weight.shape
         dense = weight.dequantize().bfloat16()
-        backends = {"quant": [quant.QuantizedWeight(b, weight.format) for b in _copies(weight.blocks)],
+        blocks, int8 = _copies(weight.blocks), quant.int8_supported() and weight.format in quant.INT8_FORMATS
+        backends = {"quant": [quant.QuantizedWeight(b, weight.format) for b in blocks],
+                    **({"int8": [quant.QuantizedWeight(b, weight.format, int8=True) for b in blocks]} if int8 else {}),
                     "bf16": _copies(dense)}
         del dense
         bf16_ms = {}
         for backend, weights in backends.items():
-            nbytes = weight.nbytes if backend == "quant" else n * k * 2
+            nbytes = n * k * 2 if backend == "bf16" else weight.nbytes
             one = None
             for m in rows:
                 x = torch.randn(m, k).bfloat16()
-                if backend == "quant":
+                if backend != "bf16":
                     calls = [functools.partial(quant.linear, x, w) for w in weights]
                 else:
                     calls = [functools.partial(fewrow_linear, x, w) for w in weights]
@@ -192,14 +196,15 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
                 one = seconds if m == rows[0] else one
                 if backend == "bf16":
                     bf16_ms[m] = seconds
-                out.append({"tensor": label, "format": weight.format if backend == "quant" else "bf16", "n": n,
+                out.append({"tensor": label, "format": "bf16" if backend == "bf16" else weight.format, "n": n,
                             "k": k, "backend": backend, "rows": m, "ms": seconds * 1e3, "bytes": nbytes,
                             "gb_per_s": nbytes / seconds / 1e9,
                             "bandwidth_fraction": nbytes / seconds / 1e9 / bandwidth, "vs_one_row": seconds / one,
                             "cpu_class": cpu_class(),
                             "threads": torch.get_num_threads(), "read_gb_per_s": bandwidth})
                 bar.update()
-        for row in out[-2 * len(rows):]:
+        bar.update(0 if int8 else len(rows))
+        for row in out[-len(backends) * len(rows):]:
             row["vs_bf16"] = row["ms"] / 1e3 / bf16_ms[row["rows"]]
     bar.close()
     return pd.DataFrame(out)

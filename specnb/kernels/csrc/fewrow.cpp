@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "quant.h"  // linear layers over GGUF blocks: quant::linear, quant::dequantize
+#include "quant_int8.h"  // their int8-activation route (quant::linear with ISA_INT8)
 
 namespace {
 
@@ -747,11 +748,13 @@ struct Norm {
   bool round_first = false;
 };
 
-// One projection's weight as GGUF blocks (quant::linear): uint8 [N, row bytes] of ggml type `type`.
+// One projection's weight as GGUF blocks (quant::linear): uint8 [N, row bytes] of ggml type `type`; int8: with
+// int8 activations (quant_int8.h) whatever the call's path.
 struct Blocks {
   torch::Tensor blocks;
   int64_t type = 0;
   c10::optional<torch::Tensor> bias;
+  bool int8 = false;
 };
 
 struct LayerSpec {
@@ -780,7 +783,7 @@ torch::Tensor project(const torch::Tensor& x, const torch::Tensor& dense, const 
                       const std::vector<Blocks>& blocks, int64_t isa) {
   if (blocks.empty()) return linear(x, dense, bias, isa);
   std::vector<torch::Tensor> outs;
-  for (const Blocks& b : blocks) outs.push_back(quant::linear(x, b.blocks, b.type, b.bias, isa));
+  for (const Blocks& b : blocks) outs.push_back(quant::linear(x, b.blocks, b.type, b.bias, b.int8 ? quant::ISA_INT8 : isa));
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
 }
 
@@ -854,7 +857,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def(pybind11::init<>())
       .def_readwrite("blocks", &Blocks::blocks)
       .def_readwrite("type", &Blocks::type)
-      .def_readwrite("bias", &Blocks::bias);
+      .def_readwrite("bias", &Blocks::bias)
+      .def_readwrite("int8", &Blocks::int8);
   pybind11::class_<LayerSpec>(module, "LayerSpec", pybind11::module_local())
       .def(pybind11::init<>())
 #define FIELD(name) .def_readwrite(#name, &LayerSpec::name)

@@ -375,6 +375,12 @@ void qgemm_any_512(int type, const float* x, const uint8_t* w, int64_t row_bytes
   }
 }
 
+// Int8 activations (quant_int8.h, included after this file): isa ISA_INT8 picks that route.
+constexpr int ISA_INT8 = 2;
+template <typename Out>
+void qgemm_any_int8(int type, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y,
+                    int64_t M, int64_t N, int64_t K);
+
 // x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type`, bias [N]
 // or None. Returns [M, N] in x's dtype.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
@@ -398,7 +404,11 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_
   const int64_t row_bytes = w.size(1);
   const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
   const float* xp = x32.data_ptr<float>();
-  if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
+  if (isa == ISA_INT8 && x.scalar_type() == torch::kFloat32)
+    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  else if (isa == ISA_INT8)
+    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  else if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
     qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
   else if (isa == ISA_AVX512BF16)
     qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
