@@ -310,31 +310,33 @@ QUANT_AVX512 inline __attribute__((always_inline)) __m512 step_512(__m512 acc, c
   return _mm512_fmadd_ps(_mm512_loadu_ps(x + 16), w1, _mm512_fmadd_ps(_mm512_loadu_ps(x), w0, acc));
 }
 
-// y[m, r] for m < mb, r < nr: nr weight rows (stride row_bytes) decoded group by group in registers, times x
-// [mb, K]; nr rows at once give the core independent accumulations to overlap.
+// y[m, r * apart] for m < mb, r < nr: nr weight rows `apart` rows from each other (rows of row_bytes), decoded group
+// by group in registers, times x [mb, K]; nr rows at once give the core independent accumulations to overlap, and
+// rows far apart give the memory system nr streams to fetch side by side.
 template <int type, int mb, int nr, typename Out>
 QUANT_AVX512 void dot_rows_fused_512(const float* x, const uint8_t* rows, int64_t row_bytes, const float* bias, Out* y,
-                                     int64_t ldy, int64_t K) {
+                                     int64_t ldy, int64_t K, int64_t apart = 1) {
   constexpr Format f = format(type);
   __m512 acc[nr][mb];
   for (int r = 0; r < nr; r++)
     for (int m = 0; m < mb; m++) acc[r][m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / f.weights; b++) {
     Scales s[nr];
-    for (int r = 0; r < nr; r++) block_scales<type>(rows + r * row_bytes + b * f.bytes, s[r]);
+    for (int r = 0; r < nr; r++) block_scales<type>(rows + r * apart * row_bytes + b * f.bytes, s[r]);
 #pragma GCC unroll 8
     for (int i = 0; i < f.weights / 32; i++) {
       const int64_t k = b * f.weights + 32 * i;
       for (int r = 0; r < nr; r++) {
         __m512 w0, w1;
-        prefetch(rows + r * row_bytes + b * f.bytes + 32 * i);
-        group_weights_512<type>(rows + r * row_bytes + b * f.bytes, i, s[r], w0, w1);
+        prefetch(rows + r * apart * row_bytes + b * f.bytes + 32 * i);
+        group_weights_512<type>(rows + r * apart * row_bytes + b * f.bytes, i, s[r], w0, w1);
         for (int m = 0; m < mb; m++) acc[r][m] = step_512(acc[r][m], x + m * K + k, w0, w1);
       }
     }
   }
   for (int r = 0; r < nr; r++)
-    for (int m = 0; m < mb; m++) store(y + m * ldy + r, _mm512_reduce_add_ps(acc[r][m]) + (bias ? bias[r] : 0.0f));
+    for (int m = 0; m < mb; m++)
+      store(y + m * ldy + r * apart, _mm512_reduce_add_ps(acc[r][m]) + (bias ? bias[r * apart] : 0.0f));
 }
 
 template <int type, typename Out, int mb = 1>
@@ -343,10 +345,13 @@ QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, in
   if constexpr (mb <= MAX_FUSED_512) {
     if (M != mb) return fused_rows_512<type, Out, mb + 1>(M, x, w, row_bytes, bias, y, N, K, first, last);
     constexpr int nr = mb <= 2 ? 4 : mb <= 8 ? 2 : 1;  // weight rows a pass, within 32 zmm registers
-    int64_t n = first;
-    for (; n + nr <= last; n += nr)
-      dot_rows_fused_512<type, mb, nr>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
-    for (; n < last; n++)
+    // the run split into nr parts read side by side: nr streams far apart
+    const int64_t part = (last - first) / nr;
+    for (int64_t i = 0; i < part; i++) {
+      const int64_t n = first + i;
+      dot_rows_fused_512<type, mb, nr>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K, part);
+    }
+    for (int64_t n = first + nr * part; n < last; n++)
       dot_rows_fused_512<type, mb, 1>(x, w + n * row_bytes, row_bytes, bias ? bias + n : nullptr, y + n, N, K);
   }
 }
