@@ -56,16 +56,18 @@ def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: i
 
 def streamed_bytes(model: torch.nn.Module) -> int:
     """Bytes of weights one target call reads: every parameter once (a tied head counted once), less an input
-    embedding that is not also the output head (a call reads only the rows of its tokens); layers that compute
-    over GGUF blocks (:mod:`specnb.gguf_weights`) count the blocks' bytes."""
-    from .gguf_weights import gguf_bytes
+    embedding that is not also the output head (a call reads only the rows of its tokens); for a model that
+    runs over a GGUF file (:mod:`specnb.gguf_weights`), the bytes the file's blocks hold."""
+    from .decoder import body
+    from .gguf_weights import uses_gguf
 
+    if uses_gguf(model) and (lean := body(model)) is not None:
+        return lean.weight_bytes()
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     if embedding is not None and head is not None and embedding.weight is not head.weight:
         total -= embedding.weight.numel() * embedding.weight.element_size()
-    stored, dense = gguf_bytes(model)
-    return total - dense + stored
+    return total
 
 
 def matmul_parameters(model: torch.nn.Module) -> int:

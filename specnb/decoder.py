@@ -1,33 +1,35 @@
-"""The decoder body as a few screens of explicit tensor code over a Hugging Face model's own weights.
+"""specnb's decoder: the body of a Llama, Qwen2 or Gemma-3 model as a few screens of explicit tensor code.
 
-A decoding step of a small model is mostly dispatch: Hugging Face's Gemma-3 layer spends ~10 PyTorch ops on
-each of its six RMS norms and ~20 on the rotary embedding, and each op and module call costs microseconds of
-Python and dispatcher time. For Gemma-3-270M at one token that was ~10 ms of a ~34 ms call (the weights
-take ~14 ms to stream). :class:`Body` runs the same layers with one kernel call per step that matters: the
-norm (:func:`specnb.kernels.rms_norm`), the split into heads with the q/k norm and rotary embedding
-(:func:`specnb.kernels.heads`), the fused q/k/v and gate/up projections, and the exact attention. The
-weights, the KV cache (any ``transformers`` ``Cache``, :class:`specnb.kv_cache.GrowingCache` in practice)
-and the masks (:class:`specnb.masks.TreeMasks`) are the ones the Hugging Face model uses.
+:class:`Body` maps token ids to final hidden states (the output head's input) and owns what it computes
+with: the embedding, one :class:`Layer` of weights and settings per decoder layer, the final norm, the rotary
+tables and the output head. Two loaders build it: :meth:`Body.from_gguf` reads a GGUF file (settings from its
+metadata, projections and head as the file's quantized blocks, :mod:`specnb.gguf_weights`), the default for
+the embedded models; :meth:`Body.from_hf` reads a Hugging Face model's dense weights (any Llama, Qwen2 or
+Gemma-3 checkpoint, the tiny test models). The KV cache (:class:`specnb.kv_cache.GrowingCache`) and the masks
+(:class:`specnb.masks.TreeMasks`) are passed in by the caller.
 
-Decoding and verification calls (one row of up to :data:`specnb.kernels.MAX_QUERIES` tokens) then run the
-whole stack in one C++ call, :func:`specnb.kernels.decoder_layers`: the same steps as :meth:`Layer.__call__`
-on the same kernels and ATen ops, so the same bits, without ~75 us of Python per layer between them (~1.3 ms
-of a Gemma-3-270M token). :class:`Layer` stays the reference the tests hold it to, and the path for
-prefills, broadcast batch calls and activations the C++ stack does not know.
+Each step is one kernel call: the norm (:func:`specnb.kernels.rms_norm`), the split into heads with the q/k
+norm and rotary embedding (:func:`specnb.kernels.heads`), the projections (:func:`specnb.kernels.linear` on
+dense weights, :func:`specnb.kernels.quant.linear` on blocks) and the exact attention. Decoding and
+verification calls (one row of up to :data:`specnb.kernels.MAX_QUERIES` tokens) run the whole stack in one C++
+call, :func:`specnb.kernels.decoder_layers`: the same steps as :meth:`Layer.__call__` on the same kernels,
+so the same bits, without Python between layers. :meth:`Layer.__call__` stays the reference the tests hold
+it to and the path of prefills and broadcast batch calls.
 
 The arithmetic is Hugging Face's, rounded at the same places (norms in fp32, bf16 results where its bf16 ops
-round), so logits agree with ``model(...)`` to rounding; and every step keeps rows bit-independent, so a
-verified draft still gets the bits of decoding its tokens one at a time. Supported: Llama, Qwen2 and Gemma-3
-text models on the CPU with specnb's kernels (:func:`body` returns None otherwise and the Hugging Face
-decoder runs).
+round), so logits agree with its model to rounding; every step keeps rows bit-independent, so a verified
+draft gets the bits of decoding its tokens one at a time. The kernels run on x86 CPUs (:func:`body` returns
+None elsewhere and Hugging Face's decoder runs the dense weights).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,12 +38,14 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from . import kernels
-from .gguf_weights import quantized, uses_gguf, uses_int8
+from .gguf_weights import GGUFWeights, check_matches, gguf_path, read, uses_gguf, uses_int8
 from .kernels import quant
 from .kernels.quant import FORMATS, QuantizedWeight
 from .masks import TreeMasks
 
 ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
+Weight = Tensor | QuantizedWeight  # [N, K]: dense in the activations' dtype, or GGUF blocks
+Linear = tuple[Weight, Tensor | None]  # a weight and its bias [N] (or None)
 
 
 @dataclass
@@ -70,50 +74,223 @@ class Norm:
         return kernels.rms_norm(x.reshape(-1, x.shape[-1]), self.scale, self.eps, self.round_first).view(x.shape)
 
 
-class Layer:
-    """One decoder layer's weights and settings, read from the Hugging Face layer."""
+class Rotary:
+    """The rotary tables of each layer type: cos / sin [1, S, D] for positions [1, S], computed as Hugging
+    Face's rotary modules compute them (fp32 products of position and inverse frequency, rounded once)."""
 
-    def __init__(self, layer: nn.Module, index: int, kind: str, gemma: bool):
-        attn, mlp = layer.self_attn, layer.mlp
-        self.index, self.kind, self.attn = index, kind, attn
-        self.gguf = quantized(attn.q_proj) is not None  # projections over GGUF blocks (specnb.gguf_weights)
-        if self.gguf:  # one call per projection: its blocks, formats differ between siblings
-            self.qkv = [(quantized(m), m.bias) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
-            self.gate_up = [(quantized(m), m.bias) for m in (mlp.gate_proj, mlp.up_proj)]
-            if any(w is None for w, _ in self.qkv + self.gate_up) or quantized(attn.o_proj) is None \
-                    or quantized(mlp.down_proj) is None:
-                raise NotImplementedError("a layer with projections both dense and over GGUF blocks")
-            self.o = quantized(attn.o_proj), attn.o_proj.bias
-            self.down = quantized(mlp.down_proj), mlp.down_proj.bias
+    def __init__(self, inv_freq: dict[str, Tensor], scaling: dict[str, float]):
+        self.inv_freq, self.scaling = inv_freq, scaling
+
+    @classmethod
+    def default(cls, head_dim: int, bases: dict[str, float]) -> Rotary:
+        """Plain RoPE of each layer type's base: 1 / base ^ (2i / head_dim)."""
+        inv = {kind: 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+               for kind, base in bases.items()}
+        return cls(inv, dict.fromkeys(bases, 1.0))
+
+    @classmethod
+    def of(cls, module: nn.Module, kinds: list[str]) -> Rotary:
+        """The tables of a Hugging Face rotary module (any static RoPE type; NotImplementedError for the
+        dynamic ones, whose tables change with the sequence length)."""
+        types = module.rope_type if isinstance(module.rope_type, dict) else dict.fromkeys(kinds, module.rope_type)
+        if any("dynamic" in t or "longrope" in t for t in types.values()):
+            raise NotImplementedError("a RoPE type whose tables depend on the sequence length")
+        if isinstance(module.rope_type, dict):  # Gemma 3: one table per layer type
+            return cls({k: getattr(module, f"{k}_inv_freq") for k in kinds},
+                       {k: getattr(module, f"{k}_attention_scaling") for k in kinds})
+        return cls(dict.fromkeys(kinds, module.inv_freq), dict.fromkeys(kinds, module.attention_scaling))
+
+    def __call__(self, positions: Tensor, dtype: torch.dtype) -> dict[str, tuple[Tensor, Tensor]]:
+        out = {}
+        for kind, inv_freq in self.inv_freq.items():
+            freqs = positions[..., None].float() * inv_freq.to(device=positions.device, dtype=torch.float)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            out[kind] = ((emb.cos() * self.scaling[kind]).to(dtype), (emb.sin() * self.scaling[kind]).to(dtype))
+        return out
+
+
+class Embedding:
+    """Token ids [B, S] -> rows [B, S, d] in ``dtype``: a dense table's rows, or the rows of a table of GGUF
+    blocks decoded for the call's tokens only; times ``scale`` in ``dtype`` where set (Gemma's sqrt(d))."""
+
+    def __init__(self, table: Weight, dtype: torch.dtype, scale: float | None = None):
+        self.table, self.dtype, self.scale = table, dtype, scale
+
+    def __call__(self, input_ids: Tensor) -> Tensor:
+        if isinstance(self.table, QuantizedWeight):
+            rows = QuantizedWeight(self.table.blocks[input_ids.reshape(-1)], self.table.format).dequantize()
+            x = rows.to(self.dtype).view(*input_ids.shape, -1)
         else:
-            # the weights as the kernels take them: q/k/v and gate/up stacked (kernels.FusedSiblings), so each
-            # is one kernel call without the nn.Module machinery around it
-            self.qkv, self.gate_up = kernels.stacked(attn.q_proj), kernels.stacked(mlp.gate_proj)
-            if self.qkv is None or self.gate_up is None:
-                raise NotImplementedError("q/k/v or gate/up not fused by specnb.kernels.install")
-            self.o = attn.o_proj.weight, attn.o_proj.bias
-            self.down = mlp.down_proj.weight, mlp.down_proj.bias
-        self.act = mlp.act_fn
+            x = F.embedding(input_ids, self.table)
+        return x if self.scale is None else x * torch.tensor(self.scale, dtype=self.dtype)
+
+
+class OutputHead:
+    """Logits from final hidden states: ``[..., d] -> [..., V]`` (float, softcapping applied where set).
+
+    Calls of up to :data:`specnb.kernels.MAX_ROWS` rows (every decoding and verification call) go through
+    :func:`specnb.kernels.linear`, which streams the head's weight once and gives each row the bits it would
+    get alone (Gemma-3's 262k x 640 head is ~60% of its weights). Larger fp32 calls use a copy of the weight
+    prepacked for oneDNN, built on the first such call only (one more head-sized buffer). A head of GGUF
+    blocks computes every call over them."""
+
+    def __init__(self, weight: Weight, bias: Tensor | None = None, softcap: float | None = None):
+        self.weight, self.bias, self.softcap = weight, bias, softcap
+        self._packed: Tensor | None = None  # oneDNN's blocked layout of the weight, for many-row fp32 calls
+
+    @property
+    def vocab(self) -> int:
+        return self.weight.shape[0]
+
+    def _onednn(self) -> Tensor | None:
+        weight = self.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32 or self.bias is not None \
+                or not torch.backends.mkldnn.is_available():
+            return None
+        if self._packed is None:
+            self._packed = weight.to_mkldnn()
+        return self._packed
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        if isinstance(self.weight, QuantizedWeight):
+            logits = quant.linear(flat, self.weight, self.bias)
+        elif kernels.usable(flat, self.weight):  # few rows: stream the weight once, rows exact
+            logits = kernels.linear(flat, self.weight, self.bias)
+        elif (packed := self._onednn()) is not None:
+            logits = torch._C._nn.mkldnn_linear(flat.contiguous().to_mkldnn(), packed, None).to_dense()
+        else:
+            logits = F.linear(flat, self.weight, self.bias)
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits.reshape(*hidden.shape[:-1], -1)
+
+
+# (id of the head's weight, its device, its dtype) -> its OutputHead, dropped with the weight. Device and dtype
+# are part of the key because moving or casting a model (``model.to(...)``) keeps the Parameter object and
+# replaces its data.
+_HEADS: dict[tuple[int, torch.device, torch.dtype], OutputHead] = {}
+
+
+def dense_head(model: PreTrainedModel) -> OutputHead:
+    """The :class:`OutputHead` of the model's own head weight, built once per weight and device (a self-draft
+    shares its target's)."""
+    module = model.get_output_embeddings()
+    weight = module.weight
+    key = (id(weight), weight.device, weight.dtype)
+    if key not in _HEADS:
+        softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+        _HEADS[key] = OutputHead(weight.detach(), getattr(module, "bias", None), softcap)
+        weakref.finalize(weight, _HEADS.pop, key, None)
+    return _HEADS[key]
+
+
+class _Grouped(nn.Module):
+    """What :func:`specnb.kernels.attention`'s fallback (Hugging Face's SDPA function, for long prefills) reads
+    from an attention module: causal, and how many query heads share a key / value head."""
+
+    def __init__(self, groups: int):
+        super().__init__()
+        self.num_key_value_groups, self.is_causal = groups, True
+
+
+@dataclass
+class Layer:
+    """One decoder layer's weights and settings.
+
+    ``qkv`` / ``gate_up``: over GGUF blocks (``blocks``) a list of one :data:`Linear` per projection (formats
+    differ between siblings); dense, the siblings stacked into one weight (:func:`specnb.kernels.stacked`:
+    weight [sum N, K], bias, sizes) so that each is one kernel call."""
+
+    index: int
+    kind: str  # "full_attention" | "sliding_attention"
+    blocks: bool
+    qkv: Any
+    gate_up: Any
+    o: Linear
+    down: Linear
+    act: Callable[[Tensor], Tensor]
+    act_code: str | None  # the extension's constant for ``act`` (None: the one-call stack cannot run it)
+    heads: int
+    kv_heads: int
+    scaling: float
+    softcap: float | None
+    input_norm: Norm
+    post_attention_norm: Norm
+    pre_mlp_norm: Norm | None = None  # Gemma: norms before and after each block
+    post_mlp_norm: Norm | None = None
+    q_norm: Norm | None = None
+    k_norm: Norm | None = None
+
+    def __post_init__(self) -> None:
+        self.grouped = _Grouped(self.heads // self.kv_heads)
+
+    @classmethod
+    def from_hf(cls, layer: nn.Module, index: int, kind: str, gemma: bool) -> Layer:
+        """The layer of a Hugging Face model whose q/k/v and gate/up :func:`specnb.kernels.install` fused
+        (NotImplementedError otherwise)."""
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv, gate_up = kernels.stacked(attn.q_proj), kernels.stacked(mlp.gate_proj)
+        if qkv is None or gate_up is None:
+            raise NotImplementedError("q/k/v or gate/up not fused by specnb.kernels.install")
         config = attn.config
-        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.scaling = attn.scaling
-        self.softcap = getattr(config, "attn_logit_softcapping", None)
-        self.q_norm = Norm.of(attn.q_norm, gemma) if hasattr(attn, "q_norm") else None
-        self.k_norm = Norm.of(attn.k_norm, gemma) if hasattr(attn, "k_norm") else None
-        self.input_norm = Norm.of(layer.input_layernorm, gemma)
-        self.post_attention_norm = Norm.of(layer.post_attention_layernorm, gemma)
-        sandwich = hasattr(layer, "pre_feedforward_layernorm")  # Gemma: norms before and after each block
-        self.pre_mlp_norm = Norm.of(layer.pre_feedforward_layernorm, gemma) if sandwich else None
-        self.post_mlp_norm = Norm.of(layer.post_feedforward_layernorm, gemma) if sandwich else None
+        heads = config.num_attention_heads
+        sandwich = hasattr(layer, "pre_feedforward_layernorm")
+
+        def norm(name: str, owner: nn.Module = layer) -> Norm | None:
+            return Norm.of(getattr(owner, name), gemma) if hasattr(owner, name) else None
+
+        return cls(index, kind, False, qkv, gate_up, (attn.o_proj.weight, attn.o_proj.bias),
+                   (mlp.down_proj.weight, mlp.down_proj.bias), mlp.act_fn, _activation(mlp.act_fn), heads,
+                   config.num_key_value_heads,
+                   attn.scaling if attn.scaling is not None else (qkv[2][0] // heads) ** -0.5,
+                   getattr(config, "attn_logit_softcapping", None), norm("input_layernorm"),
+                   norm("post_attention_layernorm"), norm("pre_feedforward_layernorm") if sandwich else None,
+                   norm("post_feedforward_layernorm") if sandwich else None, norm("q_norm", attn), norm("k_norm", attn))
+
+    @classmethod
+    def from_gguf(cls, weights: GGUFWeights, index: int, kind: str, dtype: torch.dtype) -> Layer:
+        """Layer ``index`` of a GGUF file: projections as stored (each must be in a block format), biases
+        rounded to ``dtype`` as a checkpoint loaded in it rounds them, norms in fp32."""
+        s = weights.settings
+
+        def linear(name: str) -> Linear:
+            weight = weights.tensor(f"blk.{index}.{name}.weight")
+            if not isinstance(weight, QuantizedWeight):
+                raise ValueError(f"GGUF weights: {weights.path}'s blk.{index}.{name} is stored dense; specnb's "
+                                 f"decoder multiplies block formats ({', '.join(FORMATS)})")
+            bias = weights.optional(f"blk.{index}.{name}.bias")
+            return weight, None if bias is None else bias.to(dtype)
+
+        def norm(name: str) -> Norm | None:
+            scale = weights.optional(f"blk.{index}.{name}.weight")
+            return None if scale is None else Norm(scale, s.eps, not s.gemma)
+
+        act, code = (functools.partial(F.gelu, approximate="tanh"), "ACT_GELU_TANH") if s.gemma \
+            else (F.silu, "ACT_SILU")
+        return cls(index, kind, True, [linear(n) for n in ("attn_q", "attn_k", "attn_v")],
+                   [linear(n) for n in ("ffn_gate", "ffn_up")], linear("attn_output"), linear("ffn_down"), act,
+                   code, s.heads, s.kv_heads, s.scaling, s.attn_softcap, norm("attn_norm"),
+                   norm("post_attention_norm") if s.gemma else norm("ffn_norm"),
+                   norm("ffn_norm") if s.gemma else None, norm("post_ffw_norm"), norm("attn_q_norm"),
+                   norm("attn_k_norm"))
+
+    def weights(self) -> list[Linear]:
+        """Every projection's (weight, bias), the stacked siblings as one."""
+        siblings = self.qkv + self.gate_up if self.blocks else [self.qkv[:2], self.gate_up[:2]]
+        return [*siblings, self.o, self.down]
+
+    def norms(self) -> list[Norm]:
+        return [n for n in (self.input_norm, self.post_attention_norm, self.pre_mlp_norm, self.post_mlp_norm,
+                            self.q_norm, self.k_norm) if n is not None]
 
     def spec(self, ext: Any) -> Any | None:
         """This layer as the extension's ``LayerSpec`` (for :func:`specnb.kernels.decoder_layers`), or None
         where the one-call stack cannot run it (an activation other than SiLU / tanh-GELU)."""
-        act = _activation(self.act)
-        if act is None:
+        if self.act_code is None:
             return None
         spec = ext.LayerSpec()
-        if self.gguf:  # one Blocks per projection
+        if self.blocks:  # one Blocks per projection
             def blocks(weight: QuantizedWeight, bias: Tensor | None) -> Any:
                 out = ext.Blocks()
                 out.blocks, out.type, out.bias, out.int8 = weight.blocks, FORMATS[weight.format][0], bias, weight.int8
@@ -129,9 +306,8 @@ class Layer:
             spec.o, spec.o_bias = self.o
             spec.gate_up, spec.gate_up_bias, (spec.gate_size, _) = self.gate_up
             spec.down, spec.down_bias = self.down
-        spec.heads, spec.kv_heads, spec.act = self.heads, self.kv_heads, getattr(ext, act)
-        spec.scaling = self.scaling if self.scaling is not None else (spec.q_size // self.heads) ** -0.5
-        spec.softcap = float(self.softcap or 0.0)
+        spec.heads, spec.kv_heads, spec.act = self.heads, self.kv_heads, getattr(ext, self.act_code)
+        spec.scaling, spec.softcap = self.scaling, float(self.softcap or 0.0)
         for name in ("q_norm", "k_norm", "input_norm", "post_attention_norm", "pre_mlp_norm", "post_mlp_norm"):
             norm = getattr(self, name)
             if norm is not None:
@@ -141,7 +317,7 @@ class Layer:
     def __call__(self, x: Tensor, rotary: tuple[Tensor, Tensor], mask: Tensor | None, cache) -> Tensor:
         """x [B, S, d] -> [B, S, d]; appends the call's keys and values to ``cache`` (None: no cache)."""
         B, S, _ = x.shape
-        attn, (cos, sin) = self.attn, rotary
+        cos, sin = rotary
         h = self.input_norm(x)
         q, k, v = self._siblings(h, self.qkv)
         q = self._heads(q, self.heads, self.q_norm, cos, sin)  # [B, H, S, D]
@@ -149,7 +325,7 @@ class Layer:
         v = v.view(B, S, self.kv_heads, -1).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.index)
-        out, _ = kernels.attention(attn, q, k, v, mask, scaling=self.scaling, softcap=self.softcap)
+        out, _ = kernels.attention(self.grouped, q, k, v, mask, scaling=self.scaling, softcap=self.softcap)
         out = self._linear(out.reshape(B, S, -1), *self.o)  # [B, S, H, D] -> [B, S, d]
         if self.pre_mlp_norm is None:  # Llama, Qwen2
             x = x + out
@@ -161,12 +337,12 @@ class Layer:
         out = self._linear(self.act(gate) * up, *self.down)
         return x + (out if self.post_mlp_norm is None else self.post_mlp_norm(out))
 
-    def _linear(self, x: Tensor, weight: Any, bias: Tensor | None) -> Tensor:
-        return quant.linear(x, weight, bias) if self.gguf else kernels.linear(x, weight, bias)
+    def _linear(self, x: Tensor, weight: Weight, bias: Tensor | None) -> Tensor:
+        return quant.linear(x, weight, bias) if self.blocks else kernels.linear(x, weight, bias)
 
     def _siblings(self, h: Tensor, weights: Any) -> list[Tensor]:
         """q, k, v (or gate, up) of h: one call over the stacked weight, or one per projection's blocks."""
-        if self.gguf:
+        if self.blocks:
             return [quant.linear(h, weight, bias) for weight, bias in weights]
         weight, bias, sizes = weights
         return list(kernels.linear(h, weight, bias).split(sizes, dim=-1))
@@ -191,26 +367,53 @@ def _activation(act: nn.Module) -> str | None:
 
 
 class Body:
-    """``model.get_decoder()`` for decoding and verification: ``input_ids`` [B, S] -> final hidden states
-    [B, S, d] (after the last norm), with the same cache, mask and position arguments."""
+    """Token ids [B, S] -> final hidden states [B, S, d] (after the last norm), with the KV cache, mask and
+    position arguments of a Hugging Face decoder; :attr:`head` maps them to logits."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, embed: Callable[[Tensor], Tensor], layers: list[Layer], norm: Norm, rotary: Rotary,
+                 head: OutputHead, masks: TreeMasks, window: int | None):
+        self.embed, self.layers, self.norm, self.rotary, self.head = embed, layers, norm, rotary, head
+        self.masks, self.window = masks, window
+        self.kinds = sorted(rotary.inv_freq)
+        # the layers as one C++ call (kernels.decoder_layers) where the extension runs them all; else None
+        specs = [layer.spec(kernels.extension()) for layer in self.layers]
+        self.specs = specs if all(spec is not None for spec in specs) and self.layers else None
+
+    @classmethod
+    def from_hf(cls, model: PreTrainedModel) -> Body:
+        """Over a Hugging Face model's own weights (shared, not copied) and output head."""
         decoder = model.get_decoder()
         config = model.config.get_text_config()
         gemma = ARCHITECTURES[config.model_type]
         kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-        self.embed = decoder.embed_tokens  # Gemma's scales by sqrt(d) in the model's dtype
-        self.rotary = decoder.rotary_emb
-        self.per_kind_rotary = "layer_type" in inspect.signature(self.rotary.forward).parameters
         layers = decoder.layers[:config.num_hidden_layers]  # a self-draft runs the first layers of its target
-        self.layers = [Layer(layer, i, kinds[i], gemma) for i, layer in enumerate(layers)]
-        self.norm = Norm.of(decoder.norm, gemma)
-        self.kinds = sorted(set(kinds))
-        self.window = getattr(config, "sliding_window", None)
-        self.masks = TreeMasks(model)
-        # the layers as one C++ call (kernels.decoder_layers) where the extension runs them all; else None
-        specs = [layer.spec(kernels.extension()) for layer in self.layers]
-        self.specs = specs if all(spec is not None for spec in specs) and self.layers else None
+        return cls(decoder.embed_tokens, [Layer.from_hf(layer, i, kinds[i], gemma) for i, layer in enumerate(layers)],
+                   Norm.of(decoder.norm, gemma), Rotary.of(decoder.rotary_emb, sorted(set(kinds))),
+                   dense_head(model), TreeMasks(model), getattr(config, "sliding_window", None))
+
+    @classmethod
+    def from_gguf(cls, model: PreTrainedModel) -> Body:
+        """Over the GGUF file ``model`` was loaded with (:func:`specnb.gguf_weights.mark`): its first
+        ``num_hidden_layers`` layers, activations in the model's dtype. The Hugging Face model gives only the
+        dtype, the layer count and the masks' device; the file's settings must agree with its config."""
+        weights = read(gguf_path(model), uses_int8(model))
+        config = model.config.get_text_config()
+        check_matches(weights, config)
+        s, dtype = weights.settings, model.get_input_embeddings().weight.dtype
+        layers = [Layer.from_gguf(weights, i, s.layer_types[i], dtype) for i in range(config.num_hidden_layers)]
+        head = weights.tensor(weights.head_name)
+        head = head if isinstance(head, QuantizedWeight) else head.to(dtype)
+        return cls(Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers,
+                   Norm(weights.tensor("output_norm.weight"), s.eps, not s.gemma),
+                   Rotary.default(s.head_dim, {k: s.rope_base[k] for k in sorted(set(s.layer_types))}),
+                   OutputHead(head, None, s.final_softcap), TreeMasks(model), s.window)
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one call streams: every projection, norm and the head once (the input embedding
+        reads only its tokens' rows)."""
+        tensors = [t for layer in self.layers for linear in layer.weights() for t in linear if t is not None]
+        tensors += [n.scale for layer in self.layers for n in layer.norms()] + [self.norm.scale, self.head.weight]
+        return sum(t.nbytes if isinstance(t, QuantizedWeight) else t.numel() * t.element_size() for t in tensors)
 
     def __call__(self, input_ids: Tensor, past_key_values=None, attention_mask: Tensor | dict | None = None,
                  position_ids: Tensor | None = None, use_cache: bool = True) -> Tensor:
@@ -232,12 +435,9 @@ class Body:
             masks = attention_mask
         else:
             masks = dict.fromkeys(self.kinds, attention_mask)
-        if self.per_kind_rotary:
-            rotary = {kind: self.rotary(x, position_ids, kind) for kind in self.kinds}
-        else:
-            rotary = dict.fromkeys(self.kinds, self.rotary(x, position_ids))
+        rotary = self.rotary(position_ids, x.dtype)
         # Decoding and verification calls (one row, a few dozen tokens, masks none or float, no autograd): every
-        # layer in one C++ call, the same steps as Layer.__call__ with the same bits, without ~75 us of Python each.
+        # layer in one C++ call, the same steps as Layer.__call__ with the same bits, without Python between them.
         if self.specs is not None and cache is not None and x.shape[0] == 1 and S <= kernels.MAX_QUERIES \
                 and not torch.is_grad_enabled() \
                 and all(m is None or m.is_floating_point() for m in masks.values()) \
@@ -267,39 +467,45 @@ class Body:
 
 
 def body(model: PreTrainedModel) -> Body | None:
-    """The model's :class:`Body`; None where it does not apply (another architecture, or the model not routed
-    through specnb's kernels, e.g. inside :func:`specnb.kernels.stock`). Built once per model object, weights'
-    device and dtype, and layer count, and kept on the model (its norm scales are fp32 copies, ~100 KB). The
-    model object and the layer count are part of the key because a self-draft is a shallow copy of its target
-    (same weights, fewer layers): it must never run the target's body."""
+    """The model's :class:`Body`: over its GGUF file where it was loaded with one, else over its own weights;
+    None where it does not apply (another architecture, or the model not routed through specnb's kernels, e.g.
+    inside :func:`specnb.kernels.stock`, where Hugging Face's decoder runs the dense weights). Built once per
+    model object, weights' device and dtype, layer count and file, and kept on the model. The model object and
+    the layer count are part of the key because a self-draft is a shallow copy of its target (same weights,
+    fewer layers): it must never run the target's body."""
     config = model.config.get_text_config()
     if config.model_type not in ARCHITECTURES or not kernels.routed(model):
         return None
     weight = model.get_input_embeddings().weight
     key = (id(model), weight.device, weight.dtype, weight.data_ptr(), config.num_hidden_layers,
-           tuple(getattr(config, "layer_types", None) or ()), uses_gguf(model), uses_int8(model))
+           tuple(getattr(config, "layer_types", None) or ()), gguf_path(model), uses_int8(model))
     cached = getattr(model, "_specnb_body", None)
     if cached is None or cached[0] != key:
-        try:
-            lean = Body(model)
-        except NotImplementedError:  # layers the kernels did not fuse: Hugging Face's decoder runs them
-            lean = None
+        if uses_gguf(model):
+            lean = Body.from_gguf(model)
+        else:
+            try:
+                lean = Body.from_hf(model)
+            except NotImplementedError:  # layers the kernels did not fuse: Hugging Face's decoder runs them
+                lean = None
         cached = model._specnb_body = (key, lean)
     return cached[1]
 
 
 @functools.cache
 def _digest() -> str:
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:8]
+    digest = hashlib.sha256()
+    for source in (__file__, Path(__file__).with_name("gguf_weights.py")):
+        digest.update(Path(source).read_bytes())
+    return digest.hexdigest()[:8]
 
 
 def call_path(model: PreTrainedModel) -> str:
     """What runs a call of ``model``: ``""`` for PyTorch / Hugging Face alone, else the kernels'
-    :func:`~specnb.kernels.routed` name plus ``-body<hash of this file>`` where the :class:`Body` runs and
-    ``-gguf`` where layers compute over GGUF blocks (``-gguf-int8`` with int8 activations; the routed name hashes
-    their kernels too). Timing tables and greedy
-    references are cached under it, so a change to the kernels, the body or the weights measures them again."""
+    :func:`~specnb.kernels.routed` name plus ``-body<hash of this file and the GGUF reader>`` where the
+    :class:`Body` runs and ``-gguf`` where it computes over GGUF blocks (``-gguf-int8`` with int8 activations;
+    the routed name hashes their kernels too). Timing tables and greedy references are cached under it, so a
+    change to the kernels, the body or the weights measures them again."""
     kernel = kernels.routed(model)
     path = f"{kernel}-body{_digest()}" if kernel and body(model) is not None else kernel
     if not kernel or not uses_gguf(model):

@@ -1,97 +1,173 @@
-"""A model's linear layers over its GGUF file's quantized blocks: ``load_model(..., weights="gguf")``.
+"""A GGUF file as specnb's decoder reads it: the settings in its metadata and its tensors as stored.
 
-The embedded models ship as GGUF files; ``specnb models fetch`` converts each to a float32 safetensors checkpoint
-for Hugging Face's model, which specnb loads in bf16 or fp32. With ``weights="gguf"``, every projection of the
-decoder and the output head whose tensor the file stores in a block format of
-:data:`specnb.kernels.quant.FORMATS` computes over those blocks instead (:func:`specnb.kernels.quant.linear`):
-a call streams the bytes the file holds, and multiplies with the file's own values (``d * q`` in fp32), not
-their bf16 rounding. Norms, biases and the input embedding's row lookup stay dense. ``weights="gguf-int8"``
-multiplies the same blocks (those of :data:`~specnb.kernels.quant.INT8_FORMATS`) with input rows rounded to int8
-(:mod:`specnb.kernels.quant`): another model, with its own greedy references. Hugging Face's modules keep
-their dense weights, so ``kernels.stock`` still runs the stock model.
+The embedded models ship as GGUF files. With ``load_model(..., weights="gguf")`` specnb's decoder
+(:meth:`specnb.decoder.Body.from_gguf`) runs the model the file holds: every projection and the output head
+multiply the file's quantized blocks (:func:`specnb.kernels.quant.linear`: ``d * q`` in fp32, not their bf16
+rounding), norms and biases are the file's fp32 values, the input embedding decodes the rows of a call's
+tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (those of
+:data:`~specnb.kernels.quant.INT8_FORMATS`) with input rows rounded to int8: another model, with its own greedy
+references. The Hugging Face model loaded beside it keeps its dense weights and runs only as the stock
+baseline (and the fallback where specnb's kernels do not run): nothing of it is patched.
 """
 
 from __future__ import annotations
 
-import types
+import functools
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from torch import Tensor, nn
-from transformers import PreTrainedModel
 
-from .kernels import quant
 from .kernels.quant import FORMATS, INT8_FORMATS, QuantizedWeight
 
-# Hugging Face module (under model.layers.<i>.) -> GGUF tensor (blk.<i>.<name>.weight)
-PROJECTIONS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-               "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-               "mlp.down_proj": "ffn_down"}
-# whose GGUF rows are in Hugging Face's order (llama.cpp permutes Llama's q / k rows for its rotary layout)
-ARCHITECTURES = ("gemma3_text", "qwen2")
+# GGUF architecture -> Hugging Face model_type. Architectures whose GGUF rows are in Hugging Face's order
+# (llama.cpp permutes Llama's q / k rows for its rotary layout).
+ARCHITECTURES = {"gemma3": "gemma3_text", "qwen2": "qwen2"}
+GEMMA_SWA_PATTERN = 6  # llama.cpp's Gemma 3 default: every 6th layer global, the rest sliding
+GEMMA_SWA_BASE = 10_000.0  # llama.cpp's Gemma 3 default rotary base of the sliding layers
 
 
-def quantized(module: nn.Module) -> QuantizedWeight | None:
-    """The blocks a linear layer computes over, or None where it runs on its dense weight."""
-    return getattr(module, "_specnb_blocks", None)
+@dataclass(frozen=True)
+class Settings:
+    """The decoder's settings from a GGUF file's metadata (llama.cpp's defaults where a key is absent)."""
+
+    arch: str  # GGUF architecture: one of ARCHITECTURES
+    layers: int
+    dim: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    layer_types: tuple[str, ...]  # "full_attention" | "sliding_attention" per layer
+    rope_base: dict[str, float]  # per layer type
+    window: int | None  # sliding layers' window
+    scaling: float  # attention score scale
+    attn_softcap: float | None
+    final_softcap: float | None
+    embed_scale: float | None  # Gemma multiplies the embedding rows by sqrt(dim)
+
+    @property
+    def gemma(self) -> bool:
+        """Gemma-style norms (stored as 1 + w, before and after each block) and GELU-tanh activations."""
+        return self.arch == "gemma3"
 
 
-def _forward(self: nn.Linear, x: Tensor) -> Tensor:
-    return quant.linear(x, self._specnb_blocks, self.bias)
+@dataclass(frozen=True)
+class GGUFWeights:
+    """A file's settings and tensors: block formats as :class:`QuantizedWeight`, the rest float32 [N, K] / [N]."""
+
+    path: str
+    settings: Settings
+    tensors: dict[str, QuantizedWeight | Tensor]
+
+    def tensor(self, name: str) -> QuantizedWeight | Tensor:
+        if name not in self.tensors:
+            raise ValueError(f"GGUF weights: {self.path} has no tensor {name}")
+        return self.tensors[name]
+
+    def optional(self, name: str) -> QuantizedWeight | Tensor | None:
+        return self.tensors.get(name)
+
+    @property
+    def head_name(self) -> str:
+        """The output head's tensor: its own, or the token embedding where the two are tied."""
+        return "output.weight" if "output.weight" in self.tensors else "token_embd.weight"
 
 
-def attach(model: PreTrainedModel, path: str | Path, int8: bool = False) -> int:
-    """Route ``model``'s projections and output head through the blocks of the GGUF file at ``path`` (``int8``:
-    with int8 activations where the format has that route).
+def _settings(reader, path: str) -> Settings:
+    fields = reader.fields
+    arch = fields["general.architecture"].contents()
 
-    Each tensor is checked against its module's shape before any is attached. Returns the bytes of the blocks
-    attached. Raises ValueError for an architecture whose rows GGUF permutes, a missing tensor or a shape
-    that does not match.
-    """
+    def value(key: str, default=None):
+        field = fields.get(key.format(arch=arch))
+        return default if field is None else field.contents()
+
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"GGUF weights: {path} holds a {arch!r} model; supported: {', '.join(ARCHITECTURES)}")
+    if value("{arch}.rope.scaling.type", "none") not in ("none", None):
+        raise ValueError(f"GGUF weights: {path} scales its rotary embedding, which specnb's decoder does not do")
+    layers, dim = value("{arch}.block_count"), value("{arch}.embedding_length")
+    heads = value("{arch}.attention.head_count")
+    head_dim = value("{arch}.attention.key_length", dim // heads)
+    base = float(value("{arch}.rope.freq_base", 10_000.0))
+    gemma = arch == "gemma3"
+    if gemma:
+        pattern = value("{arch}.attention.sliding_window_pattern", GEMMA_SWA_PATTERN)
+        types = tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers))
+    else:
+        types = ("full_attention",) * layers
+    rope_base = {"full_attention": base}
+    if "sliding_attention" in types:
+        rope_base["sliding_attention"] = float(value("{arch}.rope.freq_base_swa", GEMMA_SWA_BASE))
+    return Settings(
+        arch=arch, layers=int(layers), dim=int(dim), heads=int(heads),
+        kv_heads=int(value("{arch}.attention.head_count_kv", heads)), head_dim=int(head_dim),
+        eps=float(value("{arch}.attention.layer_norm_rms_epsilon")), layer_types=types, rope_base=rope_base,
+        window=value("{arch}.attention.sliding_window") if gemma else None,
+        scaling=float(value("{arch}.attention.scale", head_dim ** -0.5)),
+        attn_softcap=value("{arch}.attn_logit_softcapping"), final_softcap=value("{arch}.final_logit_softcapping"),
+        embed_scale=math.sqrt(dim) if gemma else None)
+
+
+@functools.cache
+def read(path: str, int8: bool = False) -> GGUFWeights:
+    """The file at ``path`` (``int8``: block weights of :data:`INT8_FORMATS` take int8 activations), read once
+    per process: a self-draft and its target share the blocks. Raises ValueError for an unsupported
+    architecture or setting."""
     import gguf
+    import numpy as np
 
-    config = model.config.get_text_config()
-    if config.model_type not in ARCHITECTURES:
-        raise ValueError(f"GGUF weights: {config.model_type} is not supported; use one of {', '.join(ARCHITECTURES)}")
-    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
-    layers = model.get_decoder().layers
-    wanted: list[tuple[nn.Linear, str]] = [(layers[i].get_submodule(module), f"blk.{i}.{name}.weight")
-                                           for i in range(len(layers)) for module, name in PROJECTIONS.items()]
-    head_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"  # tied: the embedding
-    wanted.append((model.get_output_embeddings(), head_name))
-    blocks = []
-    for module, name in wanted:
-        if name not in tensors:
-            raise ValueError(f"GGUF weights: {path} has no tensor {name}")
-        if tensors[name].tensor_type.name not in FORMATS:  # stored dense (F32 / F16): the module's weight
-            continue
-        weight = QuantizedWeight.from_gguf(tensors[name], int8 and tensors[name].tensor_type.name in INT8_FORMATS)
-        if weight.shape != tuple(module.weight.shape):
-            raise ValueError(f"GGUF weights: {name} is {weight.shape}, the model's layer {tuple(module.weight.shape)}")
-        blocks.append((module, weight))
-    for module, weight in blocks:
-        module._specnb_blocks = weight
-        module.forward = types.MethodType(_forward, module)
+    reader = gguf.GGUFReader(path)
+    settings = _settings(reader, path)
+    tensors: dict[str, QuantizedWeight | Tensor] = {}
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        if kind in FORMATS:
+            tensors[t.name] = QuantizedWeight.from_gguf(t, int8 and kind in INT8_FORMATS)
+        elif kind in ("F32", "F16", "BF16"):
+            data = gguf.quants.dequantize(t.data, t.tensor_type)
+            tensors[t.name] = torch.from_numpy(np.array(data, dtype=np.float32, copy=True))
+        else:
+            raise ValueError(f"GGUF weights: {path}'s {t.name} is {kind}; specnb decodes {', '.join(FORMATS)}, "
+                             f"F32, F16 and BF16")
+    return GGUFWeights(path, settings, tensors)
+
+
+def check_matches(weights: GGUFWeights, config) -> None:
+    """Raise ValueError unless the file's settings agree with the Hugging Face ``config`` (the tokenizer's and
+    the stock baseline's model) on the shapes that matter."""
+    s = weights.settings
+    expected = {"model_type": ARCHITECTURES[s.arch], "hidden_size": s.dim, "num_attention_heads": s.heads,
+                "num_key_value_heads": s.kv_heads}
+    got = {key: getattr(config, key, None) for key in expected}
+    if got != expected:
+        raise ValueError(f"GGUF weights: {weights.path} holds {expected}, the model's config says {got}")
+    if config.num_hidden_layers > s.layers:
+        raise ValueError(f"GGUF weights: {weights.path} has {s.layers} layers, the model {config.num_hidden_layers}")
+    types = tuple(getattr(config, "layer_types", None) or ("full_attention",) * config.num_hidden_layers)
+    if types[:config.num_hidden_layers] != s.layer_types[:config.num_hidden_layers] \
+            or (s.window is not None and getattr(config, "sliding_window", None) != s.window):
+        raise ValueError(f"GGUF weights: {weights.path}'s sliding layers or window differ from the model's config")
+
+
+def mark(model: nn.Module, path: str | Path, int8: bool = False) -> None:
+    """Record that ``model`` runs over the GGUF file at ``path`` (``int8``: with int8 activations)."""
     model._specnb_gguf = str(path)
     model._specnb_int8 = int8
-    return sum(weight.nbytes for _, weight in blocks)
 
 
-def gguf_bytes(model: nn.Module) -> tuple[int, int]:
-    """(bytes of the attached blocks, dense bytes of the layers they replace): what a call streams less."""
-    stored = dense = 0
-    for module in {id(m): m for m in model.modules()}.values():
-        if (weight := quantized(module)) is not None:
-            stored += weight.nbytes
-            dense += module.weight.numel() * module.weight.element_size()
-    return stored, dense
+def gguf_path(model: nn.Module) -> str | None:
+    """The GGUF file ``model`` runs over (:func:`mark`), or None."""
+    return getattr(model, "_specnb_gguf", None)
 
 
 def uses_gguf(model: nn.Module) -> bool:
-    """Whether ``model`` computes over a GGUF file's blocks (:func:`attach`)."""
-    return getattr(model, "_specnb_gguf", None) is not None
+    """Whether ``model`` computes over a GGUF file's blocks (:func:`mark`)."""
+    return gguf_path(model) is not None
 
 
 def uses_int8(model: nn.Module) -> bool:
-    """Whether ``model``'s blocks multiply int8-rounded activations (``attach(..., int8=True)``)."""
+    """Whether ``model``'s blocks multiply int8-rounded activations (``mark(..., int8=True)``)."""
     return getattr(model, "_specnb_int8", False)
-

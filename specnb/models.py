@@ -253,8 +253,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     CUDA device on a machine without one raises ValueError). ``dtype="auto"`` is bf16 where the hardware
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
     dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models, CPU with specnb's kernels):
-    the projections and output head compute over the GGUF file's quantized blocks
-    (:mod:`specnb.gguf_weights`), activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
+    specnb's decoder runs the GGUF file (:mod:`specnb.gguf_weights`): its projections and output head over
+    the file's quantized blocks, activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
     activations rounded to int8 (AVX512 CPUs with VNNI); ``"bf16"``: over the dense checkpoint;
     ``"auto"``: see :func:`resolve_weights`. The result's ``weights`` says which ran.
     """
@@ -289,12 +289,17 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         if not installed:
             raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
                              f"(got {device}, {torch_dtype})")
-        from .gguf_weights import attach
+        from .gguf_weights import check_matches, mark, read
         from .kernels.quant import int8_supported
 
         if weights == "gguf-int8" and not int8_supported():
             raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
-        attach(model, gguf_file(name), int8=weights == "gguf-int8")
+        path = str(gguf_file(name))
+        try:
+            check_matches(read(path, weights == "gguf-int8"), model.config.get_text_config())
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+        mark(model, path, int8=weights == "gguf-int8")
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer), weights=weights)
 
 

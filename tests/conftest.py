@@ -31,33 +31,75 @@ _GGUF_DIR = tempfile.TemporaryDirectory(prefix="specnb-tiny-gguf-")  # removed w
 GGUF_ARCHS = ("qwen2", "gemma3")  # the architectures whose GGUF rows are in Hugging Face's order
 
 
-@functools.cache
-def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32, int8: bool = False) -> LoadedModel:
-    """A tiny model whose projections and head compute over GGUF blocks (Q8_0 and Q5_0 in turn: the formats
-    the gguf package can write), from a file written here; its dense weights are set to the blocks' values, so
-    Hugging Face's decoder computes the same model (``int8``: the blocks times int8-rounded activations, another
-    model). One per architecture, dtype and route for the session."""
+# Hugging Face module (under model.layers.<i>.) -> GGUF tensor (blk.<i>.<name>): projections, then norms
+GGUF_PROJECTIONS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+                    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+                    "mlp.down_proj": "ffn_down"}
+GGUF_NORMS = {"qwen2": {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"},
+              "gemma3": {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+                         "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+                         "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}}
+
+
+def write_gguf(model, arch: str, path: Path) -> None:
+    """Write ``model`` (a tiny Qwen2 or Gemma-3) as a GGUF file the way llama.cpp's converter lays one out:
+    settings in the metadata, the embedding, head and projections in Q8_0 and Q5_0 in turn (the formats the gguf
+    package can write), norms (Gemma's as 1 + w) and biases in F32. The model's dense weights are then set to
+    the blocks' values, so Hugging Face's decoder computes the model the file holds."""
     import gguf
 
-    from specnb.gguf_weights import PROJECTIONS, attach
-
-    target = tiny_model(arch, dtype=dtype)
-    model, layers = target.model, target.model.get_decoder().layers
-    modules = [(layers[i].get_submodule(m), f"blk.{i}.{n}.weight") for i in range(len(layers))
-               for m, n in PROJECTIONS.items()] + [(model.get_output_embeddings(), "output.weight")]
-    path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}{'-int8' if int8 else ''}.gguf"
+    config, gemma = model.config.get_text_config(), arch == "gemma3"
+    layers = model.get_decoder().layers
+    keys = gguf.Keys
     writer = gguf.GGUFWriter(path, arch)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_key_length(layers[0].self_attn.head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    rope = config.rope_parameters
+    writer.add_rope_freq_base(rope["full_attention"]["rope_theta"] if gemma else rope["rope_theta"])
+    if gemma:
+        writer.add_sliding_window(config.sliding_window)
+        writer.add_uint32(keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch), 2)  # tiny_model's layer types
+        writer.add_float32(keys.Rope.FREQ_BASE_SWA.format(arch=arch), rope["sliding_attention"]["rope_theta"])
+        writer.add_float32(keys.Attention.SCALE.format(arch=arch), layers[0].self_attn.scaling)
+    quantized = [(model.get_input_embeddings(), "token_embd"), (model.get_output_embeddings(), "output")]
+    quantized += [(layers[i].get_submodule(m), f"blk.{i}.{n}") for i in range(len(layers))
+                  for m, n in GGUF_PROJECTIONS.items()]
     with torch.no_grad():
-        for j, (module, name) in enumerate(modules):
+        for j, (module, name) in enumerate(quantized):
             qtype = (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q5_0)[j % 2]
             blocks = gguf.quants.quantize(module.weight.float().numpy(), qtype)
-            writer.add_tensor(name, blocks, raw_dtype=qtype)
-            module.weight.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, qtype)).to(dtype))
+            writer.add_tensor(f"{name}.weight", blocks, raw_dtype=qtype)
+            module.weight.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, qtype)).to(module.weight.dtype))
+            if getattr(module, "bias", None) is not None:
+                writer.add_tensor(f"{name}.bias", module.bias.float().numpy())
+        norms = [(model.get_decoder().norm, "output_norm")] + [(layers[i].get_submodule(m), f"blk.{i}.{n}")
+                                                              for i in range(len(layers))
+                                                              for m, n in GGUF_NORMS[arch].items()]
+        for module, name in norms:
+            weight = module.weight.float()
+            writer.add_tensor(f"{name}.weight", (1.0 + weight if gemma else weight).numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    attach(model, path, int8=int8)
+
+
+@functools.cache
+def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32, int8: bool = False) -> LoadedModel:
+    """A tiny model that specnb's decoder runs from a GGUF file written here (:func:`write_gguf`), with the
+    weights its Hugging Face model holds (``int8``: the blocks times int8-rounded activations, another model).
+    One per architecture, dtype and route for the session."""
+    from specnb.gguf_weights import mark
+
+    target = tiny_model(arch, dtype=dtype)
+    path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}{'-int8' if int8 else ''}.gguf"
+    write_gguf(target.model, arch, path)
+    mark(target.model, path, int8=int8)
     target.weights = "gguf-int8" if int8 else "gguf"
     return target
 

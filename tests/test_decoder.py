@@ -151,8 +151,9 @@ def test_other_architectures_keep_hugging_faces_decoder(monkeypatch):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
-    """The norm kernel against the Hugging Face norm module; the heads kernel against the norm plus
-    Hugging Face's rotary embedding, on strided inputs (a slice of a fused projection)."""
+    """The norm kernel against the Hugging Face norm module; the rotary tables against Hugging Face's, bit for
+    bit; the heads kernel against the norm plus Hugging Face's rotary embedding, on strided inputs (a slice of a
+    fused projection)."""
     model = tiny(arch, dtype).model
     lean, layer = body(model), model.get_decoder().layers[0]
     x = torch.randn(5, 64, dtype=dtype) * 3
@@ -162,12 +163,15 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
     positions = torch.arange(7, 12)[None]
     from transformers.models.gemma3.modeling_gemma3 import apply_rotary_pos_emb
 
+    rotary = model.get_decoder().rotary_emb
+    for kind in lean.kinds:
+        theirs = rotary(q, positions, kind) if arch == "gemma3" else rotary(q, positions)
+        assert all(torch.equal(a, b) for a, b in zip(lean.rotary(positions, dtype)[kind], theirs, strict=True))
+    cos, sin = lean.rotary(positions, dtype)["full_attention"]
     if arch == "gemma3":
-        cos, sin = lean.rotary(q, positions, "full_attention")
         want = layer.self_attn.q_norm(q.reshape(1, 5, 4, 16)).transpose(1, 2)
         got = kernels.heads(q, 4, lean.layers[0].q_norm.scale, lean.layers[0].q_norm.eps, False, cos, sin)
     else:
-        cos, sin = lean.rotary(q, positions)
         want = q.reshape(1, 5, 4, 16).transpose(1, 2)
         got = kernels.heads(q, 4, None, 0.0, False, cos, sin)
     want, _ = apply_rotary_pos_emb(want, want, cos, sin)

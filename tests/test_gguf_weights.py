@@ -1,6 +1,6 @@
-"""A model over its GGUF file's blocks (``load_model(..., weights="gguf")``): the blocks are the checkpoint's own
-weights in Hugging Face's row order, the whole model computes what the stock fp32 model computes, it streams the
-file's bytes, and speculative decoding on it is still lossless."""
+"""specnb's decoder over a GGUF file (``load_model(..., weights="gguf")``): it reads the file's settings and
+tensors itself, its blocks are the checkpoint's own weights in Hugging Face's row order, the whole model computes
+what the stock fp32 model computes, it streams the file's bytes, and speculative decoding on it is lossless."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from test_lossless import OracleDrafter
 from specnb import generate, load_model
 from specnb.ceilings import streamed_bytes
 from specnb.datasets import humaneval
-from specnb.decoder import call_path
+from specnb.decoder import Body, body, call_path
 from specnb.drafters import ContextNgramDrafter
 from specnb.forward import forward
-from specnb.gguf_weights import attach, gguf_bytes, quantized
+from specnb.gguf_weights import read
 from specnb.kernels import stock
 from specnb.kernels.cpu import kernel_isa
-from specnb.kernels.quant import int8_supported
+from specnb.kernels.quant import QuantizedWeight, int8_supported
 from specnb.model_names import ModelError, gguf_file
 from specnb.models import cache_dir, resolve_weights
 
@@ -30,8 +30,22 @@ def test_bad_weights_are_refused_before_loading():
         load_model("tiny-llama", weights="q4")
     with pytest.raises(ModelError, match="needs an embedded model"):
         load_model("tiny-llama", weights="gguf")
-    with pytest.raises(ValueError, match="llama is not supported"):
-        attach(tiny("llama").model, "nowhere.gguf")  # Llama's q / k rows are permuted in GGUF files
+
+
+def test_a_file_the_decoder_cannot_run_is_refused(tmp_path):
+    import gguf
+
+    for arch, extra in [("llama", {}), ("qwen2", {"rope.scaling.type": "yarn"})]:
+        path = tmp_path / f"{arch}.gguf"
+        writer = gguf.GGUFWriter(path, arch)
+        for key, value in extra.items():
+            writer.add_string(f"{arch}.{key}", value)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with pytest.raises(ValueError, match="llama' model" if arch == "llama" else "scales its rotary"):
+            read(str(path))  # Llama's q / k rows are permuted in GGUF files
 
 
 needs_kernels = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
@@ -57,8 +71,13 @@ def test_auto_weights_are_the_blocks_only_for_embedded_models_on_the_avx512_path
 @pytest.mark.parametrize("arch", GGUF_ARCHS)
 def test_a_tiny_model_over_blocks_computes_the_stock_model_of_their_values(arch):
     target = tiny_gguf(arch)
-    head = target.model.get_output_embeddings()
-    assert quantized(head) is not None and "-gguf" in call_path(target.model)
+    lean = body(target.model)
+    assert isinstance(lean.head.weight, QuantizedWeight) and all(layer.blocks for layer in lean.layers)
+    assert "-gguf" in call_path(target.model)
+    settings = read(target.model._specnb_gguf).settings
+    if arch == "gemma3":  # the sliding layers, their window and their rotary base from the file's metadata
+        assert settings.layer_types == tuple(target.model.config.layer_types) and settings.window == 16
+        assert settings.rope_base == {"full_attention": 1e6, "sliding_attention": 1e4}
     ids = torch.randint(0, 256, (1, 150), generator=torch.Generator().manual_seed(1))  # 150 > 128: SDPA attends
     for length in (20, 150):
         with torch.inference_mode():
@@ -110,13 +129,19 @@ def gemma(dtype: str, weights: str):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_blocks_are_the_checkpoints_weights_in_its_row_order(dtype):
     model = gemma(dtype, "gguf").model
-    attached = [m for m in model.modules() if quantized(m) is not None]
-    assert len(attached) == 7 * model.config.num_hidden_layers + 1  # every projection and the (tied) head
-    for module in attached:
-        assert torch.equal(quantized(module).dequantize().to(module.weight.dtype), module.weight)
-    stored, dense = gguf_bytes(model)
-    assert stored < dense / (2 if dtype == "bfloat16" else 4)
-    assert streamed_bytes(model) == streamed_bytes(gemma(dtype, "bf16").model) - dense + stored
+    lean, dense = body(model), Body.from_hf(model)  # the file's, and the converted checkpoint's
+    assert len(lean.layers) == model.config.num_hidden_layers
+    for ours, theirs in zip(lean.layers, dense.layers, strict=True):
+        assert ours.blocks and not theirs.blocks
+        weights = [w.dequantize().to(model.dtype) for w, _ in ours.weights()]
+        stacked = [*theirs.qkv[0].split(theirs.qkv[2]), *theirs.gate_up[0].split(theirs.gate_up[2]),
+                   theirs.o[0], theirs.down[0]]
+        assert all(torch.equal(a, b) for a, b in zip(weights, stacked, strict=True))
+        assert all(torch.allclose(a.scale, b.scale) for a, b in zip(ours.norms(), theirs.norms(), strict=True))
+    assert torch.equal(lean.head.weight.dequantize().to(model.dtype), model.get_output_embeddings().weight)
+    ids = torch.tensor([[2, 100, 5000, 262143]])
+    assert torch.equal(lean.embed(ids), model.get_input_embeddings()(ids))  # rows decoded from the blocks
+    assert streamed_bytes(model) == lean.weight_bytes() < streamed_bytes(gemma(dtype, "bf16").model) / 2
     assert "-gguf" in call_path(model)  # its timing tables and greedy references are its own
     assert "-gguf" not in call_path(gemma(dtype, "bf16").model)
     assert (gemma(dtype, "gguf").weights, gemma(dtype, "bf16").weights) == ("gguf", "bf16")

@@ -13,9 +13,8 @@ import torch
 from conftest import GGUF_ARCHS, kernel_path_exists, tiny_gguf
 from test_quant import random_weight, reference
 
-from specnb.decoder import call_path
+from specnb.decoder import body, call_path
 from specnb.forward import forward
-from specnb.gguf_weights import quantized
 from specnb.kernels import quant
 from specnb.kernels.quant import INT8_CHUNK, INT8_FORMATS, QuantizedWeight
 
@@ -103,7 +102,7 @@ def test_int8_needs_its_formats_and_whole_chunks():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_model_over_int8_activations_is_close_to_the_exact_one(arch, dtype):
     target, exact = tiny_gguf(arch, dtype, int8=True), tiny_gguf(arch, dtype)
-    weights = [quantized(m) for m in target.model.modules() if quantized(m) is not None]
+    weights = [w for layer in body(target.model).layers for w, _ in layer.weights()]
     assert all(w.int8 == (w.format == "Q5_0") for w in weights)  # Q8_0 keeps the exact path
     assert any(w.int8 for w in weights)
     assert call_path(target.model).endswith("-gguf-int8") and call_path(exact.model).endswith("-gguf")
