@@ -95,6 +95,21 @@ def test_rows_are_bit_independent_with_every_thread_count(fmt, dtype, isa, k):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("k", [512, 8192])
+def test_many_rows_keep_each_rows_bits(fmt, isa, k):
+    """41 rows take the AVX512 path's buffered tiles (6 input x 4 weight rows, input rows in blocks of ~1 MB: one
+    block at K = 512, 30 + 11 rows at K = 8192); each row's bits are those it gets alone."""
+    weight = random_weight(fmt, 70, k, seed=3)
+    x = torch.randn(41, k, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    together = quant.linear(x, weight, isa=isa)
+    alone = torch.cat([quant.linear(x[m:m + 1], weight, isa=isa) for m in range(x.shape[0])])
+    assert torch.equal(together, alone)
+    reference = x.float() @ weight.dequantize().T
+    assert (together.float() - reference).abs().max() <= 2**-7 * reference.abs().max()
+
+
 def test_bad_weights_and_inputs_are_refused():
     with pytest.raises(ValueError, match="unsupported weight format"):
         QuantizedWeight(torch.zeros(2, 34, dtype=torch.uint8), "Q2_K")

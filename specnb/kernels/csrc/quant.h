@@ -356,12 +356,98 @@ QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, in
   }
 }
 
+// Many input rows (prefills, long verification calls): each weight row is decoded once per block of input rows
+// into a buffer (the values group_weights_512 gives in registers), then multiplied with TILE_M input rows and
+// TILE_N weight rows at a time from registers. Every output element takes the same operations as in
+// dot_rows_fused_512 (one accumulator, fma over k in steps of 16, then reduce_add), so the bits do not depend on
+// the path or the row count.
+constexpr int TILE_N = 4, TILE_M = 6;  // 24 accumulators, 4 weight vectors, 1 input vector: within 32 zmm
+constexpr int64_t TILED_MIN_ROWS = 24;  // from here the decoded-buffer path beats decoding in registers
+constexpr int64_t TILED_X_BYTES = 1 << 20;  // fp32 input rows a block holds (read from L2 for every weight tile)
+
+template <int type>
+QUANT_AVX512 void decode_row_512(const uint8_t* row, int64_t K, float* out) {
+  constexpr Format f = format(type);
+  for (int64_t b = 0; b < K / f.weights; b++) {
+    Scales s;
+    block_scales<type>(row + b * f.bytes, s);
+#pragma GCC unroll 8
+    for (int i = 0; i < f.weights / 32; i++) {
+      __m512 w0, w1;
+      group_weights_512<type>(row + b * f.bytes, i, s, w0, w1);
+      _mm512_storeu_ps(out + b * f.weights + 32 * i, w0);
+      _mm512_storeu_ps(out + b * f.weights + 32 * i + 16, w1);
+    }
+  }
+}
+
+// y[m, r] for m < mb, r < nr: x [mb, K] (rows ldx apart) times nr decoded weight rows w [nr, K].
+template <int mb, int nr, typename Out>
+QUANT_AVX512 void tile_512(const float* x, int64_t ldx, const float* w, const float* bias, Out* y, int64_t ldy,
+                           int64_t K) {
+  __m512 acc[nr][mb];
+  for (int r = 0; r < nr; r++)
+    for (int m = 0; m < mb; m++) acc[r][m] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) {
+    __m512 wv[nr];
+    for (int r = 0; r < nr; r++) wv[r] = _mm512_loadu_ps(w + r * K + k);
+    for (int m = 0; m < mb; m++) {
+      const __m512 xv = _mm512_loadu_ps(x + m * ldx + k);
+      for (int r = 0; r < nr; r++) acc[r][m] = _mm512_fmadd_ps(xv, wv[r], acc[r][m]);
+    }
+  }
+  for (int r = 0; r < nr; r++)
+    for (int m = 0; m < mb; m++)
+      store(y + m * ldy + r, _mm512_reduce_add_ps(acc[r][m]) + (bias ? bias[r] : 0.0f));
+}
+
+template <int nr, typename Out>
+QUANT_AVX512 void tile_rows_512(int64_t M, const float* x, int64_t K, const float* w, const float* bias, Out* y,
+                                int64_t N) {
+  int64_t m = 0;
+  for (; m + TILE_M <= M; m += TILE_M) tile_512<TILE_M, nr>(x + m * K, K, w, bias, y + m * N, N, K);
+  switch (M - m) {
+    case 5: tile_512<5, nr>(x + m * K, K, w, bias, y + m * N, N, K); break;
+    case 4: tile_512<4, nr>(x + m * K, K, w, bias, y + m * N, N, K); break;
+    case 3: tile_512<3, nr>(x + m * K, K, w, bias, y + m * N, N, K); break;
+    case 2: tile_512<2, nr>(x + m * K, K, w, bias, y + m * N, N, K); break;
+    case 1: tile_512<1, nr>(x + m * K, K, w, bias, y + m * N, N, K); break;
+    default: break;
+  }
+}
+
+template <int type, typename Out>
+QUANT_AVX512 void tiled_512(const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M,
+                            int64_t N, int64_t K) {
+  const int64_t block = std::max<int64_t>(TILE_M, TILED_X_BYTES / (K * 4) / TILE_M * TILE_M);
+  for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
+    std::vector<float> decoded(TILE_N * K);
+    for (int64_t m0 = 0; m0 < M; m0 += block) {
+      const int64_t mb = std::min(block, M - m0);
+      for (int64_t n = first; n < last; n += TILE_N) {
+        const int64_t nr = std::min<int64_t>(TILE_N, last - n);
+        for (int64_t r = 0; r < nr; r++) decode_row_512<type>(w + (n + r) * row_bytes, K, decoded.data() + r * K);
+        const float* b = bias ? bias + n : nullptr;
+        const float* xm = x + m0 * K;
+        Out* ym = y + m0 * N + n;
+        switch (nr) {
+          case 4: tile_rows_512<4>(mb, xm, K, decoded.data(), b, ym, N); break;
+          case 3: tile_rows_512<3>(mb, xm, K, decoded.data(), b, ym, N); break;
+          case 2: tile_rows_512<2>(mb, xm, K, decoded.data(), b, ym, N); break;
+          default: tile_rows_512<1>(mb, xm, K, decoded.data(), b, ym, N); break;
+        }
+      }
+    }
+  });
+}
+
 // Input rows in chunks, each over the run of weight rows; every chunk decodes the groups again (cheap next to its
 // FMAs), and every output element takes the same operations whatever the chunk. Chunks of 16 rows while their
 // fp32 rows fit in L1, else of 8 (with 2 weight rows a pass, each input vector loaded from L2 serves both).
 template <int type, typename Out>
 QUANT_AVX512 void qgemm_512(const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M,
                             int64_t N, int64_t K) {
+  if (M >= TILED_MIN_ROWS) return tiled_512<type, Out>(x, w, row_bytes, bias, y, M, N, K);
   const int64_t chunk = MAX_FUSED_512 * K * 4 <= L1_ROWS_BYTES ? MAX_FUSED_512 : 8;
   for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
     for (int64_t m = 0; m < M; m += chunk)
