@@ -166,9 +166,9 @@ class DenseOptions:
             raise OptionError("dense needs --datastore (a folder from `specnb datastore build dense`)")
         _at_least(self, 1, "k", "w", "neighbours", "ef")
         if self.draft_shape is not None:
-            from .drafters.dense import parse_shape
+            from .draft_shapes import retrieval_shape
 
-            parse_shape(self.draft_shape)
+            retrieval_shape(self.draft_shape)
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ class DraftModelOptions:
 
     def __post_init__(self) -> None:
         from .accept import SCHEMES
-        from .drafters.draft_model import self_layers
+        from .draft_shapes import self_layers
         from .model_names import check_installed
 
         if self.draft is not None and self_layers(self.draft) is None:
@@ -229,9 +229,9 @@ class SdOptions(DraftModelOptions):
         super().__post_init__()
         _at_least(self, 1, "w")
         if self.draft_shape is not None:
-            from .drafters.draft_model import parse_shape
+            from .draft_shapes import tree_shape
 
-            if max(parse_shape(self.draft_shape)) > 1:
+            if max(tree_shape(self.draft_shape)) > 1:
                 raise OptionError(f"sd drafts one chain; draft shape {self.draft_shape!r} has several candidates "
                                   "per level (use mcsd)")
 
@@ -245,9 +245,9 @@ class McsdOptions(DraftModelOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from .drafters.draft_model import parse_shape
+        from .draft_shapes import tree_shape
 
-        parse_shape(self.draft_shape)
+        tree_shape(self.draft_shape)
 
 
 @dataclass(frozen=True)
@@ -495,7 +495,7 @@ def check_before_loading(model: str, options: Mapping[str, Any]) -> None:
     only, the loaders check contents and tokenizer) and a ``self:L`` draft at least as deep as the model (where
     its config file is at hand)."""
     from .datastores import dense, rest
-    from .drafters.draft_model import check_self_layers, self_layers
+    from .draft_shapes import check_self_layers, self_layers
     from .model_names import layer_count
 
     for opts in options.values():

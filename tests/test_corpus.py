@@ -17,7 +17,7 @@ from specnb.datastores.corpus import (
     load_corpus,
     stdlib_files,
 )
-from specnb.datastores.manifest import verify_store
+from specnb.datastores.verify import verify_store
 from specnb.models import byte_tokenizer
 
 

@@ -13,10 +13,11 @@ from specnb.ann import AnnIndex, IndexParams
 from specnb.datastores import dense as dense_store
 from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
 from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore, subset_datastore
-from specnb.datastores.manifest import verify_store
+from specnb.datastores.verify import verify_store
 from specnb.decode import generate
+from specnb.draft_shapes import retrieval_shape
 from specnb.drafters.base import DecodeState
-from specnb.drafters.dense import DenseDrafter, parse_shape
+from specnb.drafters.dense import DenseDrafter
 from specnb.methods import make_drafter
 from specnb.replay import replay_greedy, teacher_forced_hidden
 
@@ -124,9 +125,10 @@ def test_empty_result_falls_back_to_plain_decoding(stores):
 
 
 def test_shapes_and_factory(stores):
-    assert parse_shape("3x20") == (3, 20) and parse_shape("greedy") == (3, 20) and parse_shape("sampling") == (10, 10)
+    assert retrieval_shape("3x20") == (3, 20) and retrieval_shape("greedy") == (3, 20)
+    assert retrieval_shape("sampling") == (10, 10)
     with pytest.raises(ValueError, match="shape"):
-        parse_shape("3-20")
+        retrieval_shape("3-20")
     with pytest.raises(ValueError, match="n-next"):
         DenseDrafter(stores["llama"], 3, 21)
     with pytest.raises(ValueError, match="k >= 1"):

@@ -10,12 +10,12 @@ from conftest import ARCHS, tiny
 
 from specnb.datasets import humaneval
 from specnb.decode import generate
+from specnb.draft_shapes import tree_shape
 from specnb.drafters.draft_model import (
     DraftModelDrafter,
     VocabularyError,
     check_vocabulary,
     load_draft,
-    parse_shape,
     self_draft,
 )
 from specnb.methods import make_drafter
@@ -97,10 +97,10 @@ def test_draft_with_another_vocabulary_is_refused():
 
 
 def test_bad_shapes_and_options():
-    assert parse_shape("4x2x2x1") == (4, 2, 2, 1)
+    assert tree_shape("4x2x2x1") == (4, 2, 2, 1)
     for bad in ("", "4x0", "2xx1", "a"):
         with pytest.raises(ValueError, match="invalid draft shape"):
-            parse_shape(bad)
+            tree_shape(bad)
     target = tiny("llama")
     with pytest.raises(ValueError, match="use mcsd"):
         make_drafter("sd", target, {"draft": "self:2", "draft_shape": "2x1"})

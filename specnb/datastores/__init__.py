@@ -7,7 +7,7 @@ safety they share.
 * :mod:`.dense`: DReSD's hidden-state store (keys, projection, ANN index, values);
 * :mod:`.ngram_tables`: the unigram ranking and bigram table derived from a model's weights (N-Grammys);
 * :mod:`.draftretriever_ref`: REST's search checked against ``draftretriever`` from PyPI;
-* :mod:`.atomic`: atomic builds; :mod:`.manifest`: per-file checksums and ``specnb datastore verify``.
+* :mod:`.atomic`: atomic builds; :mod:`.manifest`: per-file checksums; :mod:`.verify`: ``specnb datastore verify``.
 
 The drafters that query these stores are in :mod:`specnb.drafters`.
 """

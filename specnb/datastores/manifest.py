@@ -4,8 +4,9 @@ A folder store (corpus, REST, dense) records in its ``meta.json`` (written last,
 complete build) ``"files": {name: {"bytes", "sha256", "sample_sha256"}}`` for every other file. Opening a
 store checks every file's size and its *sampled* hash (16 chunks of 4 KiB at fixed offsets: milliseconds
 even for gigabytes, and it catches a file overwritten or truncated); ``specnb datastore verify PATH`` checks
-the full hashes. A CREST store is one SQLite file and records the same two hashes over its trees table (see
-:mod:`specnb.datastores.crest`). Stores built before checksums existed carry no ``files`` and are not checked.
+the full hashes (:mod:`specnb.datastores.verify`). A CREST store is one SQLite file and records the same two
+hashes over its trees table (see :mod:`specnb.datastores.crest`). Stores built before checksums existed carry
+no ``files`` and are not checked.
 """
 
 from __future__ import annotations
@@ -83,36 +84,3 @@ def read_meta(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
-
-
-def verify_store(path: str | Path) -> str:
-    """Check every byte of the store at ``path`` (any kind) against its recorded checksums, then open it.
-    Returns a one-line report; raises CorpusError when anything is wrong."""
-    path = Path(path)
-    if path.is_file():
-        from .crest import CrestStore
-
-        store = CrestStore(path)
-        store.verify()
-        return f"ok: CREST store {path}, {len(store):,} n-grams, {store.storage_bytes:,} bytes checked"
-    meta = read_meta(path)
-    if meta is None:
-        raise CorpusError(f"{path} is not a datastore (no readable meta.json)")
-    if "files" not in meta:
-        raise CorpusError(f"{path} records no checksums (built by an older specnb); build it again to verify it")
-    checked = check_files(path, meta, full=True)
-    kind = meta.get("kind")
-    if kind == "rest":
-        from .rest import RestIndex
-
-        RestIndex.load(path)
-    elif kind == "dense":
-        from .dense import load_datastore
-
-        load_datastore(path)
-    else:
-        from .corpus import load_corpus
-
-        load_corpus(path)
-        kind = "corpus"
-    return f"ok: {kind} store {path}, {len(meta['files'])} files, {checked:,} bytes checked"

@@ -17,12 +17,10 @@ import torch
 from ..datastores.dense import DenseDatastore, open_dense
 from ..datastores.retrieval_tree import build_tree, sort_rows
 from ..draft import Draft
+from ..draft_shapes import SAMPLING_SHAPE, retrieval_shape
 from ..methods import DenseOptions
 from ..models import LoadedModel
 from .base import DecodeState, Drafter
-
-SAMPLING_SHAPE = (10, 10)  # k drafts x w tokens: DReSD's best shape for nucleus sampling
-GREEDY_SHAPE = (3, 20)  # DReSD's best shape for greedy decoding
 
 
 class DenseDrafter(Drafter):
@@ -98,22 +96,10 @@ class DenseDrafter(Drafter):
         return rows
 
 
-def parse_shape(shape: str) -> tuple[int, int]:
-    """``"3x20"`` -> (3, 20); ``greedy`` / ``sampling`` name DReSD's best shapes."""
-    named = {"greedy": GREEDY_SHAPE, "sampling": SAMPLING_SHAPE}
-    if shape in named:
-        return named[shape]
-    try:
-        k, w = (int(x) for x in shape.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"invalid dense draft shape {shape!r}; use KxW (e.g. 3x20), greedy or sampling") from None
-    return k, w
-
-
 def make_dense(target: LoadedModel, options: DenseOptions) -> DenseDrafter:
     """Bench factory: ``--datastore PATH|NAME`` (a folder, or a name under the cache), ``--k/--w`` or
     ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N -o merge=rows|votes``."""
     store = open_dense(target, options.datastore)
-    k, w = parse_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
+    k, w = retrieval_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
     return DenseDrafter(store, k=options.k or k, w=options.w or w, neighbours=options.neighbours, ef=options.ef,
                         merge=options.merge)

@@ -27,6 +27,7 @@ from ..accept import SCHEMES, CandidateDraft, Scheme
 from ..device import generator as make_generator
 from ..device import model_device
 from ..draft import Draft
+from ..draft_shapes import check_self_layers, self_layers, tree_shape
 from ..forward import forward
 from ..kernels import top_k
 from ..kv_cache import GrowingCache
@@ -42,17 +43,6 @@ class VocabularyError(ValueError):
 
 
 # ------------------------------------------------------------------------------------ draft models
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``"4x2x2x1"`` -> (4, 2, 2, 1): children per node at each draft level (``"1x1x1"`` = vanilla SD)."""
-    try:
-        shape = tuple(int(part) for part in str(text).lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not shape or min(shape) < 1:
-        raise ValueError(f"invalid draft shape {text!r}: expected positive integers joined by 'x', e.g. 4x2x2x1")
-    return shape
 
 
 def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
@@ -95,22 +85,6 @@ def _load_cached(name: str, dtype: torch.dtype, device: torch.device) -> LoadedM
     return load_model(name, dtype=dtype, device=device)
 
 
-def check_self_layers(layers: int, total: int) -> None:
-    """ValueError unless a self-draft of ``layers`` layers is shallower than the target's ``total``."""
-    if not 1 <= layers < total:
-        raise ValueError(f"self-draft needs 1 <= L < {total} (the target's layer count), got L={layers}")
-
-
-def self_layers(name: str) -> int | None:
-    """L of a ``self:L`` draft name (ValueError unless L is a positive integer), None for any other name."""
-    if not name.startswith("self:"):
-        return None
-    layers = name.removeprefix("self:")
-    if not layers.isdigit() or int(layers) < 1:
-        raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L >= 1")
-    return int(layers)
-
-
 def load_draft(target: LoadedModel, name: str, device: str | torch.device | None = None) -> LoadedModel:
     """A draft model by name: ``self:L`` (the target's first L layers) or any :func:`load_model` name,
     loaded in the target's dtype on ``device`` (default: the target's) and checked to share its vocabulary."""
@@ -143,7 +117,7 @@ class DraftModelDrafter(Drafter):
             raise ValueError(f"unknown acceptance scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
         self.draft = draft
         self.model: PreTrainedModel = draft.model
-        self.shape = parse_shape(shape) if isinstance(shape, str) else tuple(shape)
+        self.shape = tree_shape(shape) if isinstance(shape, str) else tuple(shape)
         if not self.shape or min(self.shape) < 1:
             raise ValueError(f"invalid draft shape {self.shape}")
         self.target_vocab = target_vocab

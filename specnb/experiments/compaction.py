@@ -38,7 +38,7 @@ from ..roofline import device_name
 from ..verdicts import Expect
 from .draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
 from .references import greedy_references
-from .stores import rest_store
+from .study_folder import rest_store
 
 FRACTIONS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.0)  # REST on nested document samples (CREST Figs. 6-7)
 RESAMPLES = 2000  # bootstrap resamples of the prompts

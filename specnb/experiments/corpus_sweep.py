@@ -34,7 +34,7 @@ from .dresd import build_config, datastores, store_corpus
 from .grids import ar_estimated_seconds, estimated_seconds, replay_rows
 from .paired import versus
 from .runner import summarize
-from .stores import rest_store, study_folder
+from .study_folder import rest_store, study_folder
 
 FRACTIONS = {"smoke": (0.5, 1.0), "quick": (0.1, 0.3, 1.0), "full": (0.1, 0.3, 1.0)}
 """Nested document samples of the dense store's corpus per profile (1.0: the store itself)."""

@@ -50,6 +50,7 @@ from ..prompts import Prompt
 from ..replay import Reference, replay_many
 from .grids import replay_rows
 from .runner import summarize
+from .study_folder import rest_store, study_folder
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 
@@ -143,8 +144,6 @@ def with_projection(store: DenseDatastore, projection: Projection, chunk: int = 
 def rest_twin(store: DenseDatastore, progress: bool = False) -> RestIndex:
     """REST's suffix-array index of exactly the documents ``store`` was built from, built once into the study
     folder (the store notebooks 03, 08 and 09 compare DReSD with)."""
-    from .stores import rest_store, study_folder
-
     return rest_store(store_corpus(store), study_folder() / f"rest-{store.path.name}", progress)
 
 

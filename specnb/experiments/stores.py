@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..datastores.corpus import TokenCorpus
 from ..datastores.crest import build_crest
-from ..datastores.rest import RestIndex
-from ..models import LoadedModel, cache_dir
+from ..models import LoadedModel
 from .dresd import datastores, store_corpus
+from .study_folder import rest_store, study_folder
 
 CREST_T = {"smoke": 200, "quick": 10_000, "full": 10_000}  # top-t n-grams per n
 
@@ -28,15 +27,3 @@ def study_stores(target: LoadedModel, profile: str, progress: bool = False) -> d
     if not crest_path.exists():
         build_crest(index, crest_path, t=CREST_T[profile], progress=progress).close()
     return {"rest": index.path, "crest": crest_path, "dense": ood.path, "dense-id": dense["code-ID"].path}
-
-
-def study_folder() -> Path:
-    """``cache_dir()/datastores/study`` (created on demand): the study notebooks' stores."""
-    folder = cache_dir() / "datastores" / "study"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def rest_store(corpus: TokenCorpus, path: Path, progress: bool = False) -> RestIndex:
-    """The REST index of ``corpus`` at ``path``: opened when it exists, else built there (atomically)."""
-    return RestIndex.load(path) if path.exists() else RestIndex.build(corpus, path, progress=progress)
