@@ -34,6 +34,8 @@ from matplotlib import patheffects  # noqa: E402
 from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
+from .datastores.atomic import atomic_file, write_text  # noqa: E402
+
 STYLE = {
     "figure.figsize": (6.4, 4.0),
     "figure.dpi": 100,
@@ -379,10 +381,12 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
     if os.environ.get("SPECNB_STRICT_FIGURES") == "1" and (problems := layout_problems(fig)):
         raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
     out = figures_dir() / f"{name}.png"
-    fig.savefig(out, pil_kwargs={"optimize": True})
+    with atomic_file(out) as tmp:
+        fig.savefig(tmp, pil_kwargs={"optimize": True})
     _record_title(out.parent, name, fig)
     if data is not None:
-        data.to_csv(out.with_suffix(".csv"), index=False)
+        with atomic_file(out.with_suffix(".csv")) as tmp:
+            data.to_csv(tmp, index=False)
     if dump := os.environ.get("SPECNB_FIGURE_DUMP"):
         Path(dump).mkdir(parents=True, exist_ok=True)
         with open(Path(dump) / f"{name}.pickle", "wb") as f:
@@ -398,7 +402,7 @@ def _record_title(folder: Path, name: str, fig: plt.Figure) -> None:
     path = folder / "titles.json"
     titles = json.loads(path.read_text()) if path.exists() else {}
     titles[name] = " ".join(title.split())
-    path.write_text(json.dumps(dict(sorted(titles.items())), indent=1, ensure_ascii=False) + "\n")
+    write_text(path, json.dumps(dict(sorted(titles.items())), indent=1, ensure_ascii=False) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ layout audit

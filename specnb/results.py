@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .datastores.atomic import atomic_file, write_text
 from .plots import figures_dir, use_profile
 from .verdicts import Comparison, Expect
 
@@ -80,7 +81,8 @@ class Results:
 
     def table(self, name: str, frame: pd.DataFrame, index: bool = False) -> pd.DataFrame:
         """Write ``frame`` as ``figures/NN_<name>.csv`` and return it (to display)."""
-        frame.to_csv(figures_dir() / f"{self.prefix}_{name}.csv", index=index)
+        with atomic_file(figures_dir() / f"{self.prefix}_{name}.csv") as tmp:
+            frame.to_csv(tmp, index=index)
         self.tables.append(f"{self.prefix}_{name}.csv")
         return frame
 
@@ -121,7 +123,7 @@ class Results:
         self.values.update(wall_seconds=round(time.perf_counter() - self.start, 1), tables=self.tables,
                            ours=self.ours, paper=self.papers,
                            verdicts={k: c.record() for k, c in self.comparisons.items()}, setup=self.setups)
-        self.path.write_text(json.dumps(_plain(self.values), indent=1) + "\n")
+        write_text(self.path, json.dumps(_plain(self.values), indent=1) + "\n")
         return self.path
 
     def render(self, template: str) -> Any:

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
 from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
+from .datastores.atomic import atomic_file
 from .decoder import call_path
 from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
@@ -333,10 +334,8 @@ def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: boo
     if path.exists():
         return pd.read_csv(path)
     frame = measure(target, get_grid(grid) if isinstance(grid, str) else grid, progress=progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial")
-    frame.to_csv(partial, index=False)
-    partial.rename(path)
+    with atomic_file(path) as tmp:
+        frame.to_csv(tmp, index=False)
     return frame
 
 

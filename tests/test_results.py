@@ -41,3 +41,23 @@ def test_a_template_naming_an_unrecorded_number_fails(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     with pytest.raises(KeyError):
         Results("42", "smoke").render("{ours[typed_by_hand]}")
+
+
+def test_an_interrupted_write_keeps_the_previous_table_whole(tmp_path, monkeypatch):
+    """Tables, results files and figures are written to a temporary sibling and renamed into place: a run
+    stopped mid-write leaves the last complete file, not half of a new one."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    results = Results("42", "smoke")
+    results.table("grid", pd.DataFrame({"k": [1, 2]}))
+    written = {p.name: p.read_text() for p in tmp_path.rglob("*.csv")}
+    assert len(written) == 1
+
+    def stopped(self, target, *args, **kwargs):
+        with open(target, "w") as f:
+            f.write("k\n1\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        results.table("grid", pd.DataFrame({"k": [3, 4, 5]}))
+    assert {p.name: p.read_text() for p in tmp_path.rglob("*.csv")} == written  # no partial file left either
