@@ -10,13 +10,9 @@ import importlib
 import os
 from typing import Any
 
-# OpenMP threads that finish a parallel region spin for a while before sleeping (GNU libgomp: 300k spins by
-# default). On a 2-core machine with one other busy process, a spinning thread steals the core its sibling
-# needs: a decoding step (~75 short parallel regions for Gemma-3-270M) ran 2.6x slower. Too short a spin
-# costs the quiet case instead: the other thread has gone to sleep by the next layer's call and waking it
-# (a futex and, on a VM, an idle vCPU) delays every region. Measured on Gemma-3-270M bf16, one-token calls,
-# 2-core Zen 4 VM: 1000 spins: quiet ~30 ms, contended ~1.5x; 3000: quiet ~27 ms, contended ~1.9x; 10000:
-# quiet ~25 ms, contended ~2.9x. It only takes effect when specnb is imported before torch; an explicit
+# OpenMP threads that finish a parallel region spin before sleeping (GNU libgomp: 300k spins by default), which
+# steals the sibling's core when another process is busy; 3000 spins trades that against waking a sleeping
+# thread at every layer (docs/forward_pass.md, "OpenMP spinning"). Set before torch is imported; an explicit
 # GOMP_SPINCOUNT or OMP_WAIT_POLICY wins.
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")

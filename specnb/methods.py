@@ -253,18 +253,8 @@ class McsdOptions(DraftModelOptions):
 @dataclass(frozen=True)
 class SuffixOptions:
     """SuffixDecoding: a tree of up to ``max_nodes`` from the longest suffix match (this request and earlier
-    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned.
-
-    ``alpha`` is 2, not the reference implementation's 1: side by side on Gemma-3-270M (10 prompts x 96 tokens
-    per set, bf16, AVX512-BF16) alpha 2 was 1.5-7.9% faster on all four of notebook 10's sets, and in greedy
-    replay on Qwen2.5-Coder-1.5B it raised the estimated speed 11-16% on code for a 2-3% loss on chat.
-
-    ``max_nodes`` is 16 (it was 24), as deep as ``max_depth``: a single match's chain still fits whole, and the
-    nodes a tree ranks 17th to 24th (rare siblings above ``min_prob``) seldom extend what the target accepts, while
-    each is a row of the target's call. Side by side on Gemma-3-270M (same sets and sizes) 16 nodes kept tokens per
-    call within 0.4% of 24 and ran 1.6-6.0% faster on all four sets; in greedy replay on Qwen2.5-Coder-1.5B (10
-    prompts x 64 tokens per set) tokens per call were equal on three sets and 1% lower on repeated code. Fewer
-    nodes cut the chains of long matches: 12 nodes lost 13% of Qwen's tokens per call on code."""
+    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned. ``alpha`` 2
+    and ``max_nodes`` 16 (the reference implementation's are 1 and larger) ran faster here: docs/drafters.md."""
 
     max_nodes: int = 16
     alpha: float = 2.0
@@ -312,15 +302,9 @@ class AutoOptions:
 
 @dataclass(frozen=True)
 class RecycleOptions:
-    """Token Recycling: the target's top ``k`` successors of every token; breadth-first trees of ``max_nodes``.
-
-    ``max_nodes`` is 8 (it was 32): on this CPU a node is a row of the target's call, and the first 8 nodes in rank
-    order are the table's top-1 chain. Side by side (bf16, AVX512-BF16, 10 prompts per set), 32-node trees ran
-    *slower* than our AR: 0.95x on Gemma-3-270M's MT-Bench and 0.69x on its repeated code (96 tokens), 0.74x on
-    Qwen2.5-Coder-1.5B's MT-Bench (6 prompts x 64); 8 nodes ran 1.87x, 1.38x and 1.02x, for 10-20% fewer tokens
-    per call. Where a call of tens of tokens costs about one token's (the paper's GPUs; not measured here), its
-    wide trees should pay: ``-o max_nodes=64``. The router (``auto``) keeps recycle's 32-node tree and cuts it
-    itself."""
+    """Token Recycling: the target's top ``k`` successors of every token; breadth-first trees of ``max_nodes``
+    (8, not the paper's 32: on a CPU every node is a row of the target's call; docs/drafters.md). The router
+    (``auto``) keeps recycle's 32-node tree and cuts it itself."""
 
     k: int = 8
     max_nodes: int = 8

@@ -6,41 +6,12 @@ Every member drafter proposes its full tree; each is wrapped in a
     rate(b) = (1 + E[accepted | member, bucket, b]) / seconds(b + 1 tokens)
 
 for every node budget b: the seconds from this machine's roofline table, the expectation learned
-counterfactually from every tree the member proposed (verified or not) once the output passed it, bucketed by
-the member's own confidence signal (the match length of context n-grams, suffix matches and CREST; whether
-the model bigram covers the root; how many DReSD neighbours agree). The router verifies the member's cut tree
-with the highest rate; when no member's best beats b = 0 (one token for one call), it offers nothing and the
-step costs what an AR step costs plus the members' proposals (``draft_seconds`` in the run statistics).
-
-Since every seated member scores every step in hindsight, the router learns about all of them while it verifies
-only one; the learned expectations persist across requests (same task, same machine).
-
-Two members often propose different continuations, and neither may be sure. The router can then verify both: the
-trie of the winner's cut tree and the runner-up's (:meth:`~specnb.draft.Draft.merge`), at the cost of the nodes
-the runner-up adds, for the tokens it adds when it turns out right where the winner is wrong. What it adds is
-learned like the rest, in hindsight, per (winner, runner-up) pair: at every step with a runner-up, how many more
-tokens the better of the two cut trees accepted than the winner's. The merged tree is verified when
-
-    (1 + E[accepted | winner] + L[added | pair]) / seconds(merged nodes + 1)
-
-beats the winner's own rate, where L is the mean added less ``merge_z`` standard errors (0 by default: the mean).
-What a merge adds is lumpy (mostly 0, now and then many tokens) and learned from few steps, so the mean can
-overstate it where merges are chosen, while the nodes are a sure cost. Which matters depends on what a node costs:
-replayed on Gemma-3-270M's greedy outputs of 10 HumanEval prompts and priced on its cost table (a node ~1 ms of a
-~20 ms call; pld, suffix, the bigram and CREST as members), the mean merged 61 times and ran 3% slower than never
-merging, one standard error below merged 16 times and ran as fast; measured on Qwen2.5-Coder-1.5B's MT-Bench (a
-node nearly free up to ~8), one standard error below ran 4% slower than the mean. On a CPU, where every node
-costs, a merge is seldom worth it; where a call of tens of tokens costs about one token's, it should be often
-(the papers report such calls on GPUs; nothing here has measured one).
-
-A member also has to pay for its seat. Running it (proposing, pricing, scoring, and for Token Recycling
-reading the logits of every verified position) costs a few tenths of a millisecond per step on a CPU, which a
-member that seldom makes the difference never earns back. Over every ``window`` steps the router sets the
-seconds spent on each member against the seconds its wins saved: at a step it won, the tokens it produced
-would otherwise have come at the realised rate of the runner-up (the best other offer, or one token for one
-call), which is known once the output shows how the runner-up's tree would have done. The member with the
-largest deficit, if any, is retired for the rest of the process (never the last one); then the next window
-starts, since the others' wins change with it.
+counterfactually (once the output passed it) from every tree the member proposed, bucketed by the member's own
+confidence signal. The router verifies the member's cut tree with the highest rate, or nothing when no member
+beats one token for one call. It may verify the winner's and the runner-up's trees merged, when the tokens the
+merge added in hindsight for that pair pay for its nodes (``merge_z``), and it retires, every ``window`` steps,
+the member whose running costs most exceed the seconds its wins saved. Why each rule, and what it measured:
+``docs/drafters.md``.
 """
 
 from __future__ import annotations
