@@ -357,29 +357,13 @@ QUANT_AVX512 void fused_rows_512(int64_t M, const float* x, const uint8_t* w, in
 }
 
 // Many input rows (prefills, long verification calls): each weight row is decoded once per block of input rows
-// into a buffer (the values group_weights_512 gives in registers), then multiplied with TILE_M input rows and
-// TILE_N weight rows at a time from registers. Every output element takes the same operations as in
-// dot_rows_fused_512 (one accumulator, fma over k in steps of 16, then reduce_add), so the bits do not depend on
-// the path or the row count.
+// into a buffer (decode_row: the gguf package's values, which group_weights_512 gives in registers too), then
+// multiplied with TILE_M input rows and TILE_N weight rows at a time from registers. Every output element takes the
+// same operations as in dot_rows_fused_512 (one accumulator, fma over k in steps of 16, then reduce_add), so the
+// bits do not depend on the path or the row count.
 constexpr int TILE_N = 4, TILE_M = 6;  // 24 accumulators, 4 weight vectors, 1 input vector: within 32 zmm
 constexpr int64_t TILED_MIN_ROWS = 24;  // from here the decoded-buffer path beats decoding in registers
 constexpr int64_t TILED_X_BYTES = 1 << 20;  // fp32 input rows a block holds (read from L2 for every weight tile)
-
-template <int type>
-QUANT_AVX512 void decode_row_512(const uint8_t* row, int64_t K, float* out) {
-  constexpr Format f = format(type);
-  for (int64_t b = 0; b < K / f.weights; b++) {
-    Scales s;
-    block_scales<type>(row + b * f.bytes, s);
-#pragma GCC unroll 8
-    for (int i = 0; i < f.weights / 32; i++) {
-      __m512 w0, w1;
-      group_weights_512<type>(row + b * f.bytes, i, s, w0, w1);
-      _mm512_storeu_ps(out + b * f.weights + 32 * i, w0);
-      _mm512_storeu_ps(out + b * f.weights + 32 * i + 16, w1);
-    }
-  }
-}
 
 // y[m, r] for m < mb, r < nr: x [mb, K] (rows ldx apart) times nr decoded weight rows w [nr, K].
 template <int mb, int nr, typename Out>
@@ -426,7 +410,7 @@ QUANT_AVX512 void tiled_512(const float* x, const uint8_t* w, int64_t row_bytes,
       const int64_t mb = std::min(block, M - m0);
       for (int64_t n = first; n < last; n += TILE_N) {
         const int64_t nr = std::min<int64_t>(TILE_N, last - n);
-        for (int64_t r = 0; r < nr; r++) decode_row_512<type>(w + (n + r) * row_bytes, K, decoded.data() + r * K);
+        for (int64_t r = 0; r < nr; r++) decode_row<type>(w + (n + r) * row_bytes, K, decoded.data() + r * K);
         const float* b = bias ? bias + n : nullptr;
         const float* xm = x + m0 * K;
         Out* ym = y + m0 * N + n;
