@@ -138,10 +138,6 @@ class OutputHead:
         self.weight, self.bias, self.softcap = weight, bias, softcap
         self._packed: Tensor | None = None  # oneDNN's blocked layout of the weight, for many-row fp32 calls
 
-    @property
-    def vocab(self) -> int:
-        return self.weight.shape[0]
-
     def _onednn(self) -> Tensor | None:
         weight = self.weight
         if weight.device.type != "cpu" or weight.dtype != torch.float32 or self.bias is not None \
@@ -403,10 +399,12 @@ class Body:
         layers = [Layer.from_gguf(weights, i, s.layer_types[i], dtype) for i in range(config.num_hidden_layers)]
         head = weights.tensor(weights.head_name)
         head = head if isinstance(head, QuantizedWeight) else head.to(dtype)
-        return cls(Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers,
+        lean = cls(Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers,
                    Norm(weights.tensor("output_norm.weight"), s.eps, not s.gemma),
                    Rotary.default(s.head_dim, {k: s.rope_base[k] for k in sorted(set(s.layer_types))}),
                    OutputHead(head, None, s.final_softcap), TreeMasks(model), s.window)
+        lean.source = weights  # keeps the file's tensors shared while this body lives (gguf_weights.read)
+        return lean
 
     def weight_bytes(self) -> int:
         """Bytes of weights one call streams: every projection, norm and the head once (the input embedding

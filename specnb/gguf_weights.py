@@ -12,8 +12,8 @@ baseline (and the fallback where specnb's kernels do not run): nothing of it is 
 
 from __future__ import annotations
 
-import functools
 import math
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,13 +111,19 @@ def _settings(reader, path: str) -> Settings:
         embed_scale=math.sqrt(dim) if gemma else None)
 
 
-@functools.cache
+# (path, int8) -> the file's weights, while a decoder built from them (which keeps a reference) is alive
+_OPEN: weakref.WeakValueDictionary[tuple[str, bool], GGUFWeights] = weakref.WeakValueDictionary()
+
+
 def read(path: str, int8: bool = False) -> GGUFWeights:
     """The file at ``path`` (``int8``: block weights of :data:`INT8_FORMATS` take int8 activations), read once
-    per process: a self-draft and its target share the blocks. Raises ValueError for an unsupported
-    architecture or setting."""
+    while anything holds the result: a self-draft and its target share the blocks, and they are freed with the
+    last model that uses them. Raises ValueError for an unsupported architecture or setting."""
     import gguf
     import numpy as np
+
+    if (open_weights := _OPEN.get((path, int8))) is not None:
+        return open_weights
 
     reader = gguf.GGUFReader(path)
     settings = _settings(reader, path)
@@ -132,7 +138,8 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
         else:
             raise ValueError(f"GGUF weights: {path}'s {t.name} is {kind}; specnb decodes {', '.join(FORMATS)}, "
                              f"F32, F16 and BF16")
-    return GGUFWeights(path, settings, tensors)
+    weights = _OPEN[(path, int8)] = GGUFWeights(path, settings, tensors)
+    return weights
 
 
 def check_matches(weights: GGUFWeights, config) -> None:

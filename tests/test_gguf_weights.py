@@ -74,6 +74,7 @@ def test_a_tiny_model_over_blocks_computes_the_stock_model_of_their_values(arch)
     lean = body(target.model)
     assert isinstance(lean.head.weight, QuantizedWeight) and all(layer.blocks for layer in lean.layers)
     assert "-gguf" in call_path(target.model)
+    assert read(target.model._specnb_gguf) is lean.source  # read once while a decoder holds it
     settings = read(target.model._specnb_gguf).settings
     if arch == "gemma3":  # the sliding layers, their window and their rotary base from the file's metadata
         assert settings.layer_types == tuple(target.model.config.layer_types) and settings.window == 16
