@@ -14,7 +14,7 @@ streamed per call (:func:`specnb.ceilings.streamed_bytes`) times its target call
 wall time, and ``bandwidth_fraction`` that over the median of the read bandwidth samples;
 ``decode_bandwidth_fraction`` counts the decoding calls and seconds only (for AR, how close the loop runs to the
 machine's ceiling). The ``hf*`` baselines run the
-model as Hugging Face ships it (:func:`specnb.kernels.stock`: PyTorch's GEMM and SDPA) on the dense checkpoint;
+model as Hugging Face ships it (``generate``: its decoder, PyTorch's GEMM and SDPA) on the dense checkpoint;
 where our target computes over GGUF blocks their tokens, like llama.cpp's, are not compared with our AR's.
 
 Nothing is lost: :class:`BenchConfig` checks every value when it is made (before a model loads), a
@@ -24,7 +24,6 @@ run between two steps with the rows of every finished prompt kept and summarised
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import os
@@ -37,7 +36,6 @@ from typing import Any
 import pandas as pd
 import torch
 
-from . import kernels
 from .ceilings import sample_read_bandwidth, streamed_bytes
 from .datastores.atomic import write_text
 from .device import model_device, synchronize
@@ -207,10 +205,7 @@ def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConf
         torch.manual_seed(config.seed)
         synchronize(device)
         start = time.perf_counter()
-        with torch.inference_mode(), contextlib.ExitStack() as stack:
-            for model in (target.model, kwargs.get("assistant_model")):  # both as Hugging Face ships them
-                if model is not None:
-                    stack.enter_context(kernels.stock(model))
+        with torch.inference_mode():
             out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                         eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
         synchronize(device)

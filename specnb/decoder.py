@@ -18,16 +18,18 @@ it to and the path of prefills and broadcast batch calls.
 
 The arithmetic is Hugging Face's, rounded at the same places (norms in fp32, bf16 results where its bf16 ops
 round), so logits agree with its model to rounding; every step keeps rows bit-independent, so a verified
-draft gets the bits of decoding its tokens one at a time. The kernels run on x86 CPUs (:func:`body` returns
-None elsewhere and Hugging Face's decoder runs the dense weights).
+draft gets the bits of decoding its tokens one at a time. The kernels run on x86 CPUs; on other devices
+(and CPUs without them) each step is PyTorch's op instead, on the same path. Hugging Face's decoder runs only
+for other architectures and inside :func:`stock` (the reference of the tests).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ from transformers import PreTrainedModel
 
 from . import kernels
 from .gguf_weights import GGUFWeights, check_matches, gguf_path, read, uses_gguf, uses_int8
-from .kernels import quant
+from .kernels import memory, quant
 from .kernels.quant import FORMATS, QuantizedWeight
 from .masks import TreeMasks
 
@@ -181,6 +183,43 @@ def dense_head(model: PreTrainedModel) -> OutputHead:
     return _HEADS[key]
 
 
+# the first projection of stacked siblings -> (their stacked weight [sum N, K], bias, sizes), dropped with it
+_STACKS: weakref.WeakKeyDictionary[nn.Linear, tuple[Tensor, Tensor | None, list[int]]] = weakref.WeakKeyDictionary()
+
+
+def stacked(siblings: list[nn.Linear]) -> tuple[Tensor, Tensor | None, list[int]]:
+    """Sibling projections that read the same input (q/k/v, gate/up) as one weight [sum N, K], its bias [sum N]
+    (or None) and their output sizes, so that a call streams them in one pass.
+
+    The siblings' weights become row slices (views) of the stacked buffer (huge pages where large,
+    :mod:`specnb.kernels.memory`): nothing is stored twice, the state dict and Hugging Face's own modules are
+    unchanged, and a self-draft shares its target's stack. Stacked again when the model was moved or cast."""
+    first = siblings[0]
+    done = _STACKS.get(first)
+    if done is not None and first.weight.data_ptr() == done[0].data_ptr() and first.weight.dtype == done[0].dtype:
+        return done
+    weights = [layer.weight.detach() for layer in siblings]
+    sizes = [w.shape[0] for w in weights]
+    shape, dtype = (sum(sizes), weights[0].shape[1]), weights[0].dtype
+    huge = weights[0].device.type == "cpu" and memory.available() \
+        and shape[0] * shape[1] * weights[0].element_size() >= memory.MIN_BYTES
+    biases = [layer.bias for layer in siblings]
+    # the stack is the kind of tensor the weights were (made inside inference mode or not): autograd may use
+    # ordinary weights later
+    with torch.inference_mode(weights[0].is_inference()):
+        weight = torch.cat(weights, out=memory.empty(shape, dtype) if huge else None)
+        bias = None if all(b is None for b in biases) else torch.cat(
+            [b.detach() if b is not None else weight.new_zeros(n) for b, n in zip(biases, sizes, strict=True)])
+    start = 0
+    for layer, size in zip(siblings, sizes, strict=True):
+        layer.weight.data = weight[start:start + size]
+        if layer.bias is not None:
+            layer.bias.data = bias[start:start + size]
+        start += size
+    _STACKS[first] = weight, bias, sizes
+    return _STACKS[first]
+
+
 class _Grouped(nn.Module):
     """What :func:`specnb.kernels.attention`'s fallback (Hugging Face's SDPA function, for long prefills) reads
     from an attention module: causal, and how many query heads share a key / value head."""
@@ -223,12 +262,10 @@ class Layer:
 
     @classmethod
     def from_hf(cls, layer: nn.Module, index: int, kind: str, gemma: bool) -> Layer:
-        """The layer of a Hugging Face model whose q/k/v and gate/up :func:`specnb.kernels.install` fused
-        (NotImplementedError otherwise)."""
+        """A Hugging Face decoder layer over its own weights, q/k/v and gate/up stacked (:func:`stacked`)."""
         attn, mlp = layer.self_attn, layer.mlp
-        qkv, gate_up = kernels.stacked(attn.q_proj), kernels.stacked(mlp.gate_proj)
-        if qkv is None or gate_up is None:
-            raise NotImplementedError("q/k/v or gate/up not fused by specnb.kernels.install")
+        qkv = stacked([attn.q_proj, attn.k_proj, attn.v_proj])
+        gate_up = stacked([mlp.gate_proj, mlp.up_proj])
         config = attn.config
         heads = config.num_attention_heads
         sandwich = hasattr(layer, "pre_feedforward_layernorm")
@@ -367,13 +404,14 @@ class Body:
     position arguments of a Hugging Face decoder; :attr:`head` maps them to logits."""
 
     def __init__(self, embed: Callable[[Tensor], Tensor], layers: list[Layer], norm: Norm, rotary: Rotary,
-                 head: OutputHead, masks: TreeMasks, window: int | None):
+                 head: OutputHead, masks: TreeMasks, window: int | None, kernels_run: bool):
         self.embed, self.layers, self.norm, self.rotary, self.head = embed, layers, norm, rotary, head
         self.masks, self.window = masks, window
         self.kinds = sorted(rotary.inv_freq)
+        self.head_dim = 2 * len(next(iter(rotary.inv_freq.values())))
         # the layers as one C++ call (kernels.decoder_layers) where the extension runs them all; else None
-        specs = [layer.spec(kernels.extension()) for layer in self.layers]
-        self.specs = specs if all(spec is not None for spec in specs) and self.layers else None
+        specs = [layer.spec(kernels.extension()) for layer in self.layers] if kernels_run else []
+        self.specs = specs if specs and all(spec is not None for spec in specs) else None
 
     @classmethod
     def from_hf(cls, model: PreTrainedModel) -> Body:
@@ -385,7 +423,8 @@ class Body:
         layers = decoder.layers[:config.num_hidden_layers]  # a self-draft runs the first layers of its target
         return cls(decoder.embed_tokens, [Layer.from_hf(layer, i, kinds[i], gemma) for i, layer in enumerate(layers)],
                    Norm.of(decoder.norm, gemma), Rotary.of(decoder.rotary_emb, sorted(set(kinds))),
-                   dense_head(model), TreeMasks(model), getattr(config, "sliding_window", None))
+                   dense_head(model), TreeMasks(model), getattr(config, "sliding_window", None),
+                   bool(kernels.routed(model)))
 
     @classmethod
     def from_gguf(cls, model: PreTrainedModel) -> Body:
@@ -402,7 +441,8 @@ class Body:
         lean = cls(Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers,
                    Norm(weights.tensor("output_norm.weight"), s.eps, not s.gemma),
                    Rotary.default(s.head_dim, {k: s.rope_base[k] for k in sorted(set(s.layer_types))}),
-                   OutputHead(head, None, s.final_softcap), TreeMasks(model), s.window)
+                   OutputHead(head, None, s.final_softcap), TreeMasks(model), s.window,
+                   bool(kernels.routed(model)))
         lean.source = weights  # keeps the file's tensors shared while this body lives (gguf_weights.read)
         return lean
 
@@ -428,7 +468,7 @@ class Body:
             position_ids = torch.arange(past, past + S, device=input_ids.device)[None]
         x = self.embed(input_ids)
         if attention_mask is None:
-            masks = self._causal(past, S)
+            masks = self._causal(past, S, x)
         elif isinstance(attention_mask, dict):
             masks = attention_mask
         else:
@@ -449,45 +489,52 @@ class Body:
             x = layer(x, rotary[layer.kind], masks[layer.kind], cache)
         return self.norm(x)
 
-    def _causal(self, past: int, S: int) -> dict[str, Tensor | None]:
-        """Masks for a causal call of S queries after ``past`` cached positions. None where the attention's
-        own causal rule is right: our kernel aligns the queries with the last keys; PyTorch's SDPA (calls of
-        more than kernels.MAX_QUERIES) only without a cache. Sliding layers need one once keys fall out of the
-        window."""
+    def _causal(self, past: int, S: int, x: Tensor) -> dict[str, Tensor | None]:
+        """Masks for a causal call of S queries (activations ``x``) after ``past`` cached positions. None where
+        the attention's own causal rule is right: our kernel aligns the queries with the last keys; PyTorch's
+        SDPA (:func:`specnb.kernels.attends` false) only without cached keys. Sliding layers need one once keys
+        fall out of the window."""
+        sdpa = S > 1 and past > 0 and not kernels.attends(S, self.head_dim, x)
         needed = {kind: (kind == "sliding_attention" and self.window is not None and past + S > self.window)
-                  or (S > kernels.MAX_QUERIES and past > 0) for kind in self.kinds}
+                  or sdpa for kind in self.kinds}
         if not any(needed.values()):
             return dict.fromkeys(self.kinds)
-        positions = torch.arange(past, past + S)
-        allowed = torch.ones(S, S, dtype=torch.bool).tril_()
+        positions = torch.arange(past, past + S, device=self.masks.device)
+        allowed = torch.ones(S, S, dtype=torch.bool, device=self.masks.device).tril_()
         return {kind: self.masks.mask(allowed, positions, positions, past, kind) if needed[kind] else None
                 for kind in self.kinds}
 
 
 def body(model: PreTrainedModel) -> Body | None:
     """The model's :class:`Body`: over its GGUF file where it was loaded with one, else over its own weights;
-    None where it does not apply (another architecture, or the model not routed through specnb's kernels, e.g.
-    inside :func:`specnb.kernels.stock`, where Hugging Face's decoder runs the dense weights). Built once per
-    model object, weights' device and dtype, layer count and file, and kept on the model. The model object and
-    the layer count are part of the key because a self-draft is a shallow copy of its target (same weights,
-    fewer layers): it must never run the target's body."""
+    None for other architectures and inside :func:`stock`, where Hugging Face's decoder runs. Built once per
+    model object, weights' device and dtype, layer count, file and kernel path, and kept on the model. The
+    model object and the layer count are part of the key because a self-draft is a shallow copy of its target
+    (same weights, fewer layers): it must never run the target's body."""
     config = model.config.get_text_config()
-    if config.model_type not in ARCHITECTURES or not kernels.routed(model):
+    if config.model_type not in ARCHITECTURES or getattr(model, "_specnb_stock", False):
         return None
     weight = model.get_input_embeddings().weight
     key = (id(model), weight.device, weight.dtype, weight.data_ptr(), config.num_hidden_layers,
-           tuple(getattr(config, "layer_types", None) or ()), gguf_path(model), uses_int8(model))
+           tuple(getattr(config, "layer_types", None) or ()), gguf_path(model), uses_int8(model),
+           kernels.routed(model))
     cached = getattr(model, "_specnb_body", None)
     if cached is None or cached[0] != key:
-        if uses_gguf(model):
-            lean = Body.from_gguf(model)
-        else:
-            try:
-                lean = Body.from_hf(model)
-            except NotImplementedError:  # layers the kernels did not fuse: Hugging Face's decoder runs them
-                lean = None
-        cached = model._specnb_body = (key, lean)
+        cached = model._specnb_body = (key, Body.from_gguf(model) if uses_gguf(model) else Body.from_hf(model))
     return cached[1]
+
+
+@contextlib.contextmanager
+def stock(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
+    """Within the block, :func:`specnb.forward.forward` runs ``model`` on Hugging Face's decoder as shipped
+    (PyTorch's GEMM and its own attention, the dense weights): the reference specnb's decoder is tested
+    against. Hugging Face's own calls (``model(...)``, ``generate``) run it so at any time."""
+    saved = getattr(model, "_specnb_stock", False)
+    model._specnb_stock = True
+    try:
+        yield model
+    finally:
+        model._specnb_stock = saved
 
 
 @functools.cache
@@ -499,13 +546,14 @@ def _digest() -> str:
 
 
 def call_path(model: PreTrainedModel) -> str:
-    """What runs a call of ``model``: ``""`` for PyTorch / Hugging Face alone, else the kernels'
-    :func:`~specnb.kernels.routed` name plus ``-body<hash of this file and the GGUF reader>`` where the
-    :class:`Body` runs and ``-gguf`` where it computes over GGUF blocks (``-gguf-int8`` with int8 activations;
-    the routed name hashes their kernels too). Timing tables and greedy references are cached under it, so a
-    change to the kernels, the body or the weights measures them again."""
-    kernel = kernels.routed(model)
-    path = f"{kernel}-body{_digest()}" if kernel and body(model) is not None else kernel
-    if not kernel or not uses_gguf(model):
+    """What runs a call of ``model``: the kernels' :func:`~specnb.kernels.routed` name (``"torch"`` where they
+    do not run) plus ``-body<hash of this file and the GGUF reader>`` where the :class:`Body` runs and
+    ``-gguf`` where it computes over GGUF blocks (``-gguf-int8`` with int8 activations; the routed name hashes
+    their kernels too); ``""`` where Hugging Face's decoder runs. Timing tables and greedy references are cached
+    under it, so a change to the kernels, the body or the weights measures them again."""
+    if body(model) is None:
+        return ""
+    path = f"{kernels.routed(model) or 'torch'}-body{_digest()}"
+    if not uses_gguf(model):
         return path
     return f"{path}-gguf-int8" if uses_int8(model) else f"{path}-gguf"

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from .datastores.atomic import write_text
 from .datastores.corpus import TokenCorpus
+from .decoder import body
 from .models import LoadedModel
 
 N_NEXT = 20  # tokens per value after the predicted one (DReSD stores the next N tokens of each key)
@@ -109,8 +110,12 @@ def batches(segs: list[Segment], batch_tokens: int) -> list[list[Segment]]:
 def last_hidden_states(target: LoadedModel, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """float [B, T, d]: final-norm hidden states of right-padded ids [B, T] (the decoder only, no LM head).
 
-    These equal ``hidden_states[-1]`` of a full forward, which is what the decoding loop hands a drafter.
+    Computed by the decoder the decoding loop runs (:func:`specnb.decoder.body`), so they are what it hands a
+    drafter: right padding needs no mask there, as causal attention never lets a token see the pads after it.
     """
+    lean = body(target.model)
+    if lean is not None:
+        return lean(ids, use_cache=False)
     return target.model.get_decoder()(input_ids=ids, attention_mask=attention_mask).last_hidden_state
 
 

@@ -1,8 +1,9 @@
 """One causal-LM call split in two explicit steps: the decoder body, then the output head.
 
-Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear`` over the whole vocabulary. Where
-specnb's decoder runs (:func:`specnb.decoder.body`) both steps are its own; elsewhere Hugging Face's decoder
-runs and the model's head weight goes through :class:`specnb.decoder.OutputHead` all the same.
+Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear`` over the whole vocabulary. For
+Llama, Qwen2 and Gemma-3 models both steps are specnb's own (:func:`specnb.decoder.body`), on every device;
+for other architectures, and inside :func:`specnb.decoder.stock`, Hugging Face's decoder runs and the model's
+head weight goes through :class:`specnb.decoder.OutputHead` all the same.
 """
 
 from __future__ import annotations

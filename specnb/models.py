@@ -238,7 +238,6 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device=device, dtype=dtype).eval()
-    kernels.install(model)
     return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
 
 
@@ -284,7 +283,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:
         chat = tokenizer.chat_template is not None
-    installed = kernels.install(model)
+    installed = kernels.rehome(model)
     if weights.startswith("gguf"):
         if not installed:
             raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 
+from specnb import kernels
 from specnb.kernels.cpu import kernel_isa
 from specnb.models import LoadedModel, tiny_model
 
@@ -121,6 +125,40 @@ def kernel_path_exists() -> bool:
     with ``SPECNB_KERNELS=0``. Where one exists the extension must build: tests that need it skip only where it
     cannot exist, and a build failure fails them (``test_kernels.py::test_the_extension_builds``)."""
     return os.environ.get("SPECNB_KERNELS", "1") != "0" and kernel_isa() is not None
+
+
+@contextlib.contextmanager
+def without_kernels() -> Iterator[None]:
+    """specnb as it runs where its CPU kernels do not (other devices, CPUs without AVX2 + FMA): the same
+    decoder, each step PyTorch's op."""
+    with mock.patch.object(kernels, "extension", lambda: None):
+        yield
+
+
+@contextlib.contextmanager
+def hugging_face_on_kernels(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Hugging Face's decoder with its linear layers and attention on specnb's kernels, for the block only:
+    the reference that rounds where specnb's decoder rounds, so bf16 results compare bit for bit (specnb
+    itself never patches Hugging Face's modules)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register("specnb-test", kernels.attention)
+    AttentionMaskInterface.register("specnb-test", sdpa_mask)  # masks built as for SDPA (None when causal)
+    configs = list({id(c): c for c in (model.config, model.config.get_text_config())}.values())
+    saved = [c._attn_implementation for c in configs]
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    for module in linears:
+        module.forward = functools.partial(lambda m, x: kernels.linear(x, m.weight, m.bias), module)
+    for config in configs:
+        config._attn_implementation = "specnb-test"
+    try:
+        yield model
+    finally:
+        for module in linears:
+            del module.forward
+        for config, name in zip(configs, saved, strict=True):
+            config._attn_implementation = name
 
 
 @pytest.fixture

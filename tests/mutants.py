@@ -318,15 +318,10 @@ MUTANTS: list[Mutant] = [
            "float(softcap or 0.0)",
            "0.0",
            "attention logit softcapping ignored", (KERNELS, DECODER)),
-    Mutant("kernels-siblings-share-slice", "kernels/__init__.py",
-           "            start += size\n",
+    Mutant("decoder-siblings-share-slice", "decoder.py",
+           "        start += size\n",
            "",
-           "fused q/k/v (gate/up) layers all get the first sibling's weight", (KERNELS, DECODER)),
-    Mutant("kernels-fused-cache-cleared-early", "kernels/__init__.py",
-           "if index == len(self.sizes) - 1:",
-           "if index == 0:",
-           "fused outputs dropped after the first sibling: the others recompute their own (same bits)",
-           (KERNELS, DECODER), equivalent=True),
+           "stacked q/k/v (gate/up) projections all get the first sibling's weight", (KERNELS, DECODER)),
 ]
 
 

@@ -3,16 +3,28 @@ chain, tree and batch calls, contexts past the sliding window; and its norm / he
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
-from conftest import ARCHS, DTYPES, GGUF_ARCHS, kernel_path_exists, tiny, tiny_gguf
+from conftest import (
+    ARCHS,
+    DTYPES,
+    GGUF_ARCHS,
+    hugging_face_on_kernels,
+    kernel_path_exists,
+    tiny,
+    tiny_gguf,
+    without_kernels,
+)
 
 from specnb import kernels
-from specnb.decoder import Body, body
+from specnb.decoder import Body, body, stacked, stock
 from specnb.draft import Draft
 from specnb.forward import forward
 from specnb.kv_cache import GrowingCache
 from specnb.masks import TreeMasks
+from specnb.models import tiny_model
 
 # Skipped only where the kernels cannot exist; where they can, a failed build fails these tests (and
 # test_kernels.py::test_the_extension_builds says why).
@@ -29,8 +41,10 @@ def tiny_model_of(arch: str, weights: str, dtype: torch.dtype):
     return (tiny_gguf if weights == "gguf" else tiny)(arch, dtype).model
 
 
-def hf(model, ids, cache, **kwargs):
-    return model.get_decoder()(input_ids=ids, cache=cache, use_cache=True, **kwargs).last_hidden_state
+def hf(model, ids, cache, on_kernels: bool = True, **kwargs):
+    """Hugging Face's decoder, on specnb's kernels (:func:`conftest.hugging_face_on_kernels`) or as shipped."""
+    with hugging_face_on_kernels(model) if on_kernels else contextlib.nullcontext():
+        return model.get_decoder()(input_ids=ids, cache=cache, use_cache=True, **kwargs).last_hidden_state
 
 
 def assert_close(got, want, dtype):
@@ -69,6 +83,43 @@ def test_body_matches_hugging_face(arch, weights, dtype):
         tree = ids[:, [-3, -2, -1]]
         assert_close(lean(tree, past_key_values=ours, attention_mask=mask, position_ids=positions[None]),
                      hf(model, tree, theirs, attention_mask=mask, position_ids=positions[None]), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_body_without_kernels_matches_hugging_face(arch, dtype):
+    """Where the kernels do not run (other devices, CPUs without AVX2) the same body runs PyTorch's ops: its
+    prefill, decoding and tree calls against Hugging Face's decoder, as the kernels' are."""
+    model = tiny(arch, dtype).model
+    ids = torch.randint(0, 256, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(0))
+    ours, theirs = GrowingCache(), GrowingCache()
+    with without_kernels(), torch.inference_mode():
+        lean = body(model)
+        assert lean.specs is None and not kernels.attends(1, 16, ids.float())
+        assert_close(lean(ids[:, :PROMPT], past_key_values=ours), hf(model, ids[:, :PROMPT], theirs, False), dtype)
+        chain = ids[:, PROMPT:PROMPT + 3]  # cached keys and several queries: SDPA needs the causal mask
+        assert_close(lean(chain, past_key_values=ours), hf(model, chain, theirs, False), dtype)
+        for i in range(PROMPT + 3, PROMPT + STEPS):
+            step = ids[:, i:i + 1]
+            assert_close(lean(step, past_key_values=ours), hf(model, step, theirs, False), dtype)
+    assert body(model).specs is not None  # the kernels again once they run
+
+
+def test_stacked_siblings_are_views_of_their_weights():
+    """q/k/v stacked into one weight whose row slices are the projections' own weights (same values, nothing
+    stored twice), built once, and again after the model is cast."""
+    model = tiny_model("qwen2").model  # a fresh one: stacking rebinds its weights
+    attn = model.get_decoder().layers[0].self_attn
+    siblings = [attn.q_proj, attn.k_proj, attn.v_proj]
+    weights, biases = [m.weight.detach().clone() for m in siblings], [m.bias.detach().clone() for m in siblings]
+    weight, bias, sizes = stacked(siblings)
+    assert torch.equal(weight, torch.cat(weights)) and torch.equal(bias, torch.cat(biases)) and sizes == [64, 32, 32]
+    for module, original, start in zip(siblings, weights, (0, 64, 96), strict=True):
+        assert module.weight.data_ptr() == weight[start].data_ptr() and torch.equal(module.weight, original)
+    assert stacked(siblings)[0] is weight
+    model.to(torch.bfloat16)
+    again, _, _ = stacked(siblings)
+    assert again.dtype == torch.bfloat16 and torch.equal(again, torch.cat(weights).bfloat16())
 
 
 @pytest.mark.parametrize("arch, weights", MODELS)
@@ -136,7 +187,7 @@ def test_forward_uses_the_body_unless_the_model_runs_stock(monkeypatch):
     ids = torch.randint(0, 256, (1, 5))
     forward(model, ids, use_cache=False)
     assert calls == [1]
-    with kernels.stock(model):
+    with stock(model):
         assert body(model) is None
         forward(model, ids, use_cache=False)
     assert calls == [1]
@@ -189,5 +240,5 @@ def test_timing_tables_are_keyed_by_the_body_too(monkeypatch):
     assert name in cost_table_path(target).name
     monkeypatch.setattr("specnb.decoder._digest", lambda: "changed0")
     assert call_path(target.model) != name
-    with kernels.stock(target.model):
+    with stock(target.model):
         assert call_path(target.model) == ""

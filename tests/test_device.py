@@ -7,12 +7,11 @@ import functools
 
 import pytest
 import torch
-from conftest import tiny
+from conftest import tiny, without_kernels
 from fake_device import FAKE, DeviceMixing, fake_device
 from test_dense import CONFIG, own_outputs
 from test_rest import self_corpus
 
-from specnb import kernels
 from specnb.accept import CandidateDraft, accept_mcss
 from specnb.cli import main
 from specnb.datastores.crest import build_crest
@@ -84,14 +83,14 @@ FAMILIES = ["ar", "pld", "ngram-unigram", "ngram-bigram", "mixed", "rest", "cres
 def run_both(family: str, stores: dict, temperature: float, verify: str) -> tuple[list[int], list[int]]:
     """(CPU tokens, fake-device tokens) of one generation. The device runs first, so that tables a drafter
     derives from the model (n-gram tables, cached on disk) are computed there. The CPU run takes the path the
-    device takes (Hugging Face's decoder, PyTorch's ops: specnb's CPU kernels are not used on other devices),
-    so the two agree bit for bit and sampled runs draw the same tokens."""
+    device takes (specnb's decoder on PyTorch's ops: its CPU kernels are not used on other devices), so the
+    two agree bit for bit and sampled runs draw the same tokens."""
     kwargs = dict(max_new_tokens=NEW_TOKENS, temperature=temperature, verify=verify, seed=3)
     target = fake_target()
     with fake_device():
         got = generate(target, PROMPT, drafter_for(family, target, stores, temperature), **kwargs).tokens
     cpu = tiny(ARCH)
-    with kernels.stock(cpu.model):
+    with without_kernels():
         return generate(cpu, PROMPT, drafter_for(family, cpu, stores, temperature), **kwargs).tokens, got
 
 

@@ -146,10 +146,11 @@ def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype
     """A self:L draft computes the L-layer model on the kernel path, also once the target has run (its decoder
     body was cached on the model object the draft is a shallow copy of), and its logits differ from the
     target's. gemma3 self:1 keeps only a sliding-window layer: the target's full-attention layers must not run.
-    A 40-token prompt, then single tokens, through the draft's own cache (the tiny Gemma's window is 16)."""
+    A 40-token prompt, then single tokens, through the draft's own cache (the tiny Gemma's window is 16). The
+    reference: an L-layer model of the same weights, on specnb's decoder bit for bit and on Hugging Face's
+    within fp32 summation order."""
     from transformers import DynamicCache
 
-    from specnb import kernels
     from specnb.forward import forward
     from specnb.kv_cache import GrowingCache
 
@@ -159,17 +160,13 @@ def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype
         target_logits = forward(target.model, ids[:, :40], past_key_values=GrowingCache())[0]
         draft = self_draft(target, layers)
         reference = truncated_reference(target, layers)
-        if dtype == torch.bfloat16:
-            kernels.install(reference)
-        reference = reference.model
-        cache, ref_cache = GrowingCache(), DynamicCache(config=reference.config)
+        cache, ref_cache, hf_cache = GrowingCache(), GrowingCache(), DynamicCache(config=reference.config)
         calls = [ids[:, :40]] + [ids[:, i:i + 1] for i in range(40, 44)]  # then the decoding calls (C++ stack)
         for call in calls:
             logits, hidden = forward(draft.model, call, past_key_values=cache)
-            want = reference(call, cache=ref_cache, use_cache=True).last_hidden_state
-            if dtype == torch.bfloat16:  # Hugging Face's decoder on the same kernels rounds at the same places
-                assert torch.equal(hidden, want)
-            else:  # stock PyTorch: only the summation order differs
+            assert torch.equal(hidden, forward(reference, call, past_key_values=ref_cache)[1])
+            if dtype == torch.float32:  # Hugging Face's decoder: only the summation order differs
+                want = reference.model(call, cache=hf_cache, use_cache=True).last_hidden_state
                 torch.testing.assert_close(hidden, want, rtol=1e-5, atol=1e-4)
             if call.shape[1] == 40:
                 gap = (logits.float() - target_logits.float()).abs().amax()

@@ -14,11 +14,10 @@ from test_lossless import OracleDrafter
 from specnb import generate, load_model
 from specnb.ceilings import streamed_bytes
 from specnb.datasets import humaneval
-from specnb.decoder import Body, body, call_path
+from specnb.decoder import Body, body, call_path, stock
 from specnb.drafters import ContextNgramDrafter
 from specnb.forward import forward
 from specnb.gguf_weights import read
-from specnb.kernels import stock
 from specnb.kernels.cpu import kernel_isa
 from specnb.kernels.quant import QuantizedWeight, int8_supported
 from specnb.model_names import ModelError, gguf_file

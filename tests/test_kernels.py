@@ -18,6 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specnb import kernels
+from specnb.decoder import body
+from specnb.forward import forward
 from specnb.kernels import cpu, memory
 from specnb.models import tiny_model
 
@@ -254,20 +256,22 @@ def test_attention_accepts_expanded_batches_and_bool_masks():
                                rtol=1e-5, atol=1e-5)
 
 
-def test_install_routes_the_model_and_stock_restores_it():
+def test_loading_leaves_hugging_faces_model_as_shipped():
+    """The kernels run the model through specnb's decoder; Hugging Face's own modules are not patched (no
+    instance ``forward``, its stock attention), and its calls compute what a fresh copy computes, also once
+    the decoder has stacked the siblings' weights."""
     loaded = tiny_model("qwen2")  # q/k/v projections with biases
-    reference = tiny_model("qwen2")
+    fresh = tiny_model("qwen2")
     assert kernels.routed(loaded.model).startswith("fewrow-")
     ids = torch.randint(0, 256, (1, 9))
     with torch.inference_mode():
-        with kernels.stock(reference.model):
-            assert kernels.routed(reference.model) == ""
-            assert all("forward" not in vars(m) for m in reference.model.modules())
-            stock = reference.model(ids).logits
-        assert kernels.routed(reference.model)
-        torch.testing.assert_close(loaded.model(ids).logits, stock, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(loaded.model(ids[:, :1]).logits, reference.model(ids[:, :1]).logits)
-    assert not kernels.install(tiny_model("llama").model.half())  # other dtypes are left alone
+        ours = forward(loaded.model, ids)[0]
+        assert body(loaded.model) is not None
+        assert all("forward" not in vars(m) for m in loaded.model.modules())
+        assert loaded.model.config._attn_implementation == "sdpa"
+        assert torch.equal(loaded.model(ids).logits, fresh.model(ids).logits)
+        torch.testing.assert_close(ours, fresh.model(ids).logits, rtol=1e-4, atol=1e-4)
+    assert not kernels.rehome(tiny_model("llama").model.half())  # other dtypes: PyTorch's ops
 
 
 @pytest.mark.parametrize("flags,isa,klass", [

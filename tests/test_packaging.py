@@ -51,16 +51,18 @@ def test_transformers_is_kept_below_the_release_that_removes_past_key_values():
     assert spec == "transformers>=5.0,<5.40"
 
 
-@pytest.mark.parametrize("kernel_path", [True, False], ids=["kernels", "hugging-face"])
-def test_a_decoding_step_raises_no_future_warning(kernel_path: bool) -> None:
+@pytest.mark.parametrize("path", ["kernels", "torch", "hugging-face"])
+def test_a_decoding_step_raises_no_future_warning(path: str) -> None:
     """Greedy speculative decoding (tree and batch verification, a Gemma-3 context past its window, a self-draft
-    with its own cache) on specnb's kernels and on Hugging Face's own decoder (:func:`specnb.kernels.stock`: what
-    runs where the kernels cannot) raises no FutureWarning: nothing it calls is deprecated for removal."""
+    with its own cache) on specnb's decoder with its kernels, with PyTorch's ops (what runs where the kernels
+    cannot) and on Hugging Face's own decoder (:func:`specnb.decoder.stock`: what runs other architectures)
+    raises no FutureWarning: nothing it calls is deprecated for removal."""
     import contextlib
 
-    from conftest import ARCHS, tiny
+    from conftest import ARCHS, tiny, without_kernels
 
-    from specnb import generate, kernels
+    from specnb import generate
+    from specnb.decoder import stock
     from specnb.drafters import ContextNgramDrafter
     from specnb.methods import make_drafter
 
@@ -68,8 +70,10 @@ def test_a_decoding_step_raises_no_future_warning(kernel_path: bool) -> None:
         target = tiny(arch)
         prompt = [256, *range(40, 46)] * 3
         with contextlib.ExitStack() as stack:
-            if not kernel_path:
-                stack.enter_context(kernels.stock(target.model))
+            if path == "torch":
+                stack.enter_context(without_kernels())
+            if path == "hugging-face":
+                stack.enter_context(stock(target.model))
             stack.enter_context(warnings.catch_warnings())
             warnings.simplefilter("error", FutureWarning)
             for verify in ("tree", "batch"):

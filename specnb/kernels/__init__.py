@@ -9,14 +9,13 @@ an AVX512-BF16 path (``vdpbf16ps``).
 
 Both kernels make the rows of a call **bit-independent**: a row gives exactly the bits it gives alone, so a
 verified draft has the logits of decoding its tokens one at a time and greedy speculative output equals
-greedy AR token for token in bf16 as in float32. :func:`install` routes a model through them:
+greedy AR token for token in bf16 as in float32. specnb's decoder (:mod:`specnb.decoder`) calls them: linear
+layers on calls of up to :data:`MAX_ROWS` rows, attention on calls of up to :data:`MAX_QUERIES` queries
+(longer calls, i.e. prefills, go to PyTorch's GEMM and SDPA: the prefill is the same call for every method).
+Every function here computes the same thing with PyTorch's ops where the kernels do not run (other devices
+and dtypes, or no extension), so the decoder has one path on every device. Nothing of Hugging Face's
+modules is patched: its model runs as shipped.
 
-* every ``nn.Linear`` (and the output head, :mod:`specnb.forward`) on calls of up to :data:`MAX_ROWS` rows,
-  sibling layers that read the same input (q/k/v, gate/up) as one call (:class:`FusedSiblings`);
-* attention through the ``"specnb"`` attention implementation on calls of up to :data:`MAX_QUERIES` queries
-  (longer calls, i.e. prefills, go to PyTorch's SDPA: the prefill is the same call for every method).
-
-:func:`stock` undoes it for a while (the Hugging Face baselines of the bench run the model as shipped).
 The extension is compiled on first use into ``<cache>/kernels`` (needs a C++ compiler and ``ninja``); where
 it cannot be built or the CPU lacks AVX2 + FMA, everything falls back to PyTorch. ``SPECNB_KERNELS=0`` turns
 it off.
@@ -24,14 +23,11 @@ it off.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
 import time
-import types
 import warnings
-from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from types import ModuleType
@@ -46,7 +42,6 @@ from .cpu import ISAS, batch_dtype, kernel_isa
 
 MAX_ROWS = 256  # linear calls above this (prefills) go to PyTorch's GEMM, faster for many rows
 MAX_QUERIES = 128  # attention calls above this (prefills) go to PyTorch's SDPA
-ATTENTION = "specnb"  # the name of our attention in Hugging Face's AttentionInterface
 STALE_LOCK_S = 600  # a build lock older than this was left by a killed build (a build takes about a minute)
 
 
@@ -120,6 +115,14 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
+def attends(queries: int, head_dim: int, like: Tensor) -> bool:
+    """Whether :func:`attention` runs the kernel for a call of ``queries`` queries of ``head_dim`` on
+    ``like``'s device and dtype (else PyTorch's SDPA, whose causal rule aligns the first query with the first
+    key: with cached keys such a call needs its mask)."""
+    return (queries <= MAX_QUERIES and like.device.type == "cpu" and extension() is not None
+            and like.dtype in (torch.float32, torch.bfloat16) and head_dim % 8 == 0)
+
+
 def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
               dropout: float = 0.0, scaling: float | None = None, softcap: float | None = None,
               **kwargs) -> tuple[Tensor, None]:
@@ -129,8 +132,7 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     output does not depend on the other queries or on masked keys of the call. The mask is None (causal),
     bool [B|1, 1|H, Q, S] (True = visible) or float (0 = visible, dtype-min = blocked).
     """
-    if query.shape[2] > MAX_QUERIES or query.device.type != "cpu" or extension() is None \
-            or query.dtype not in (torch.float32, torch.bfloat16) or query.shape[-1] % 8:
+    if not attends(query.shape[2], query.shape[-1], query):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -146,7 +148,13 @@ def rms_norm(x: Tensor, scale: Tensor, eps: float, round_first: bool) -> Tensor:
     """RMS norm of each row of x [R, d] (last dim contiguous) with a float32 ``scale`` [d] -> [R, d] in x's
     dtype: ``x * rsqrt(mean(x^2) + eps) * scale`` in fp32, rounded once (``round_first``: rounded to x's dtype
     before the scale, then again, as Llama's norm does). One call, rows bit-independent."""
-    return extension().rms_norm(x, scale, eps, round_first)
+    if _runs(x):
+        return extension().rms_norm(x, scale, eps, round_first)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if round_first:
+        h = h.to(x.dtype).float()
+    return (h * scale.to(h.device)).to(x.dtype)
 
 
 def heads(x: Tensor, num_heads: int, scale: Tensor | None, eps: float, round_first: bool,
@@ -154,7 +162,23 @@ def heads(x: Tensor, num_heads: int, scale: Tensor | None, eps: float, round_fir
     """x [B, S, H * D] (last dim contiguous) -> [B, H, S, D]: each head vector RMS-normed as :func:`rms_norm`
     (where ``scale`` [D] is given), then rotated (``x * cos + rotate_half(x) * sin`` with cos / sin
     [B|1, S, D] in x's dtype, rounded as PyTorch rounds each op). One call instead of ~20 small ops."""
-    return extension().heads(x, num_heads, scale, eps, round_first, cos, sin)
+    if _runs(x):
+        return extension().heads(x, num_heads, scale, eps, round_first, cos, sin)
+    B, S, _ = x.shape
+    x = x.reshape(B, S, num_heads, -1)
+    if scale is not None:
+        x = rms_norm(x, scale, eps, round_first)
+    x = x.transpose(1, 2)
+    if cos is None:
+        return x
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None] + rotated * sin[:, None]
+
+
+def _runs(x: Tensor) -> bool:
+    """Whether the element-wise kernels (norm, heads) run ``x``."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16) and extension() is not None
 
 
 def top_k(x: Tensor, k: int) -> Tensor:
@@ -185,145 +209,24 @@ def decoder_layers(x: Tensor, specs: list, cos: list[Tensor], sin: list[Tensor],
     return extension().decoder_layers(x, specs, cos, sin, masks, keys, values, start, isa_code())
 
 
-def _register_attention() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(ATTENTION, attention)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # masks built as for SDPA (None when causal)
-
-
-def _linear_forward(self: nn.Linear, x: Tensor) -> Tensor:
-    return linear(x, self.weight, self.bias)
-
-
-SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # layers that read the same input
-
-
-class FusedSiblings:
-    """Sibling linear layers (q/k/v, gate/up) as one weight and one kernel call.
-
-    Each call of a decoding step is bound by streaming weights; one call over the stacked weight streams them
-    in one pass instead of three short ones (each with its own thread fork/join). The siblings' weights become
-    row slices (views) of the stacked buffer, so nothing is stored twice and the state dict is unchanged.
-    The first sibling called on an input computes all outputs; the others return their slice when called on
-    the same tensor (Llama, Qwen2 and Gemma3 call q, k, v and gate, up in that order), and compute their own
-    product otherwise. Every output element is computed as the unfused layer computes it: same bits. A model
-    moved or cast after fusing (``.to(...)`` gives the layers new weights) is stacked again on its next call.
-    """
-
-    def __init__(self, layers: list[nn.Linear]):
-        self.layers = layers
-        self.sizes = [layer.out_features for layer in layers]
-        self._stack()
-        self._input: Tensor | None = None
-        self._outputs: tuple[Tensor, ...] = ()
-        for index, layer in enumerate(layers):
-            layer.forward = functools.partial(self._forward, index, layer)
-
-    def _stack(self) -> None:
-        layers = self.layers
-        weights = [layer.weight.detach() for layer in layers]
-        shape, dtype = (sum(self.sizes), weights[0].shape[1]), weights[0].dtype
-        huge = weights[0].device.type == "cpu" and memory.available() \
-            and shape[0] * shape[1] * weights[0].element_size() >= memory.MIN_BYTES
-        self.weight = torch.cat(weights, out=memory.empty(shape, dtype) if huge else None)
-        biases = [layer.bias for layer in layers]
-        self.bias = None if all(b is None for b in biases) else torch.cat(
-            [b.detach() if b is not None else self.weight.new_zeros(n)
-             for b, n in zip(biases, self.sizes, strict=True)])
-        start = 0
-        for layer, size in zip(layers, self.sizes, strict=True):
-            layer.weight.data = self.weight[start:start + size]
-            if layer.bias is not None:
-                layer.bias.data = self.bias[start:start + size]
-            start += size
-
-    def _forward(self, index: int, layer: nn.Linear, x: Tensor) -> Tensor:
-        if index == 0:
-            if self.layers[0].weight.data_ptr() != self.weight.data_ptr():  # moved or cast since
-                self._stack()
-            self._input, self._outputs = x, linear(x, self.weight, self.bias).split(self.sizes, dim=-1)
-        elif x is not self._input:
-            return linear(x, layer.weight, layer.bias)
-        out = self._outputs[index]
-        if index == len(self.sizes) - 1:
-            self._input, self._outputs = None, ()  # nothing kept alive between calls
-        return out
-
-
-def stacked(first: nn.Linear) -> tuple[Tensor, Tensor | None, list[int]] | None:
-    """The stacked weight [sum N, K], bias and output sizes of the siblings ``first`` leads (``q_proj``,
-    ``gate_proj``), for code that calls :func:`linear` on them directly; None if ``first`` is not fused."""
-    fused = getattr(getattr(first, "forward", None), "func", None)
-    fused = getattr(fused, "__self__", None)
-    if not isinstance(fused, FusedSiblings) or fused.layers[0] is not first:
-        return None
-    if first.weight.data_ptr() != fused.weight.data_ptr():  # moved or cast since
-        fused._stack()
-    return fused.weight, fused.bias, fused.sizes
-
-
-def _fuse_siblings(model: nn.Module) -> None:
-    for module in model.modules():
-        for names in SIBLINGS:
-            layers = [getattr(module, name, None) for name in names]
-            if all(isinstance(layer, nn.Linear) for layer in layers) \
-                    and len({(layer.in_features, layer.weight.dtype) for layer in layers}) == 1:
-                FusedSiblings(layers)
-
-
 def routed(model: nn.Module) -> str:
-    """``"fewrow-<source hash>-<isa>-gemm<dtype>"`` if ``model`` goes through the kernels, else ``""`` (timing
-    tables and greedy references are cached under names that include it; ``<dtype>``: what a bf16 prefill's
-    GEMMs compute in, :func:`specnb.kernels.cpu.batch_dtype`)."""
-    uses = getattr(model.config, "_attn_implementation", None) == ATTENTION
-    gemm = "fp32" if batch_dtype("bfloat16") == "float32" else "bf16"
-    return f"fewrow-{digest()}-{kernel_isa()}-gemm{gemm}" if uses else ""
-
-
-def install(model: nn.Module) -> bool:
-    """Route ``model``'s linear layers and attention through the kernels; returns whether it did.
-
-    Only the instances' ``forward``, the config's attention implementation and where the weights live change
-    (large ones move into huge pages, :mod:`specnb.kernels.memory`): parameters, values, state dict and code
-    that calls the modules (Hugging Face's ``generate`` included) see the same model. Does nothing
-    for devices other than the CPU, dtypes other than fp32 / bf16 or where the kernels are unusable.
-    """
+    """``"fewrow-<source hash>-<isa>-gemm<dtype>"`` if the kernels run ``model``'s calls (its weights on the
+    CPU in fp32 / bf16, the extension built), else ``""`` (timing tables and greedy references are cached
+    under names that include it; ``<dtype>``: what a bf16 prefill's GEMMs compute in,
+    :func:`specnb.kernels.cpu.batch_dtype`)."""
     param = next(model.parameters(), None)
     if param is None or param.dtype not in (torch.float32, torch.bfloat16) or param.device.type != "cpu" \
             or extension() is None:
-        return False
-    _register_attention()
-    memory.rehome(model)  # weights in 2 MB pages stream faster
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            module.forward = types.MethodType(_linear_forward, module)
-    _fuse_siblings(model)
-    model.config._attn_implementation_stock = model.config._attn_implementation
-    _set_attention(model, ATTENTION)
-    return True
+        return ""
+    gemm = "fp32" if batch_dtype("bfloat16") == "float32" else "bf16"
+    return f"fewrow-{digest()}-{kernel_isa()}-gemm{gemm}"
 
 
-def _set_attention(model: nn.Module, name: str) -> None:
-    for config in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
-        config._attn_implementation = name
-
-
-@contextlib.contextmanager
-def stock(model: nn.Module) -> Iterator[nn.Module]:
-    """Within the block, ``model`` runs as Hugging Face ships it (PyTorch's GEMM and its own attention)."""
+def rehome(model: nn.Module) -> bool:
+    """Move the large weights of a model the kernels run into 2 MB pages (:mod:`specnb.kernels.memory`: they
+    stream faster); returns whether the kernels run it (:func:`routed`). Parameters, values and the state dict
+    are unchanged: Hugging Face's own modules still run the model as shipped."""
     if not routed(model):
-        yield model
-        return
-    overridden = {m: vars(m)["forward"] for m in model.modules()
-                  if isinstance(m, nn.Linear) and "forward" in vars(m)}
-    for module in overridden:
-        del module.forward
-    _set_attention(model, model.config._attn_implementation_stock)
-    try:
-        yield model
-    finally:
-        for module, forward in overridden.items():
-            module.forward = forward
-        _set_attention(model, ATTENTION)
+        return False
+    memory.rehome(model)
+    return True
