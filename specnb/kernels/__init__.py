@@ -1,4 +1,4 @@
-"""Few-row linear layers and exact decoding attention for CPUs (``csrc/fewrow.cpp``, a PyTorch C++ extension).
+"""Few-row linear layers and exact decoding attention for CPUs (``csrc/``, one PyTorch C++ extension).
 
 A decoding step multiplies one row, a verification call a few dozen, by every weight of the model: both are
 bound by reading the weights, so a 16-token call should cost about what one token costs. PyTorch's CPU GEMMs
@@ -45,36 +45,34 @@ MAX_QUERIES = 128  # attention calls above this (prefills) go to PyTorch's SDPA
 STALE_LOCK_S = 600  # a build lock older than this was left by a killed build (a build takes about a minute)
 
 
-def _source(name: str = "fewrow") -> str:
-    return str(files("specnb").joinpath(f"kernels/csrc/{name}.cpp"))
+CSRC = Path(str(files("specnb").joinpath("kernels/csrc")))  # one source file per kernel, fewrow.h declares them
 
 
 @functools.cache
-def digest(name: str = "fewrow") -> str:
-    """Hash of the kernel source ``csrc/<name>.cpp`` and the headers beside it (timing tables and builds are
-    keyed by it)."""
-    sources = [Path(_source(name)), *sorted(Path(_source(name)).parent.glob("*.h"))]
-    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()[:12]
+def digest() -> str:
+    """Hash of the kernel sources ``csrc/*.cpp`` and ``csrc/*.h`` (timing tables and builds are keyed by it)."""
+    sources = sorted(CSRC.glob("*.cpp")) + sorted(CSRC.glob("*.h"))
+    return hashlib.sha256(b"".join(path.name.encode() + path.read_bytes() for path in sources)).hexdigest()[:12]
 
 
-def build(name: str, flags: tuple[str, ...] = ()) -> ModuleType | None:
-    """``csrc/<name>.cpp`` compiled (once, into ``<cache>/kernels``) and loaded; None where it cannot be built
-    here (a warning says why)."""
+def build(flags: tuple[str, ...] = ()) -> ModuleType | None:
+    """The sources in ``csrc`` compiled (once, into ``<cache>/kernels``) and loaded as one extension; None where
+    it cannot be built here (a warning says why)."""
     from torch.utils import cpp_extension
 
-    build_dir = cache_dir() / "kernels" / f"{name}-{digest(name)}"
+    build_dir = cache_dir() / "kernels" / f"fewrow-{digest()}"
     build_dir.mkdir(parents=True, exist_ok=True)
     lock = build_dir / "lock"  # PyTorch's build lock: a build killed mid-way leaves it, and every later one waits
     if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
         warnings.warn(f"removing {lock}, left by an interrupted build", stacklevel=3)
         lock.unlink(missing_ok=True)
+    sources = [str(path) for path in sorted(CSRC.glob("*.cpp"))]
     try:
-        return cpp_extension.load(name=f"specnb_{name}_{digest(name)}", sources=[_source(name)],
-                                  build_directory=str(build_dir), extra_cflags=["-O3", "-mavx2", "-mfma", *flags,
-                                                                               "-fopenmp"],
+        return cpp_extension.load(name=f"specnb_fewrow_{digest()}", sources=sources, build_directory=str(build_dir),
+                                  extra_cflags=["-O3", "-mavx2", "-mfma", *flags, "-fopenmp"],
                                   extra_ldflags=["-fopenmp"])
     except Exception as exc:  # no compiler, no ninja, a toolchain without AVX512-BF16 intrinsics, ...
-        warnings.warn(f"specnb's CPU kernels ({name}) could not be built ({exc}); PyTorch is used", stacklevel=3)
+        warnings.warn(f"specnb's CPU kernels could not be built ({exc}); PyTorch is used", stacklevel=3)
         return None
 
 
@@ -83,7 +81,7 @@ def extension() -> ModuleType | None:
     """The compiled few-row extension, built on first use; None where it cannot run here."""
     if os.environ.get("SPECNB_KERNELS", "1") == "0" or kernel_isa() is None:
         return None
-    return build("fewrow", ("-mf16c",))
+    return build(("-mf16c",))
 
 
 def isa_code() -> int:

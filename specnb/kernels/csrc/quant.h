@@ -1,5 +1,5 @@
-// Few-row linear layers over GGUF's quantized weight blocks (Q8_0, Q5_0, Q4_K, Q6_K): part of fewrow.cpp's
-// extension (its layer stack runs them), bound there as block_linear / block_dequantize.
+// Few-row linear layers over GGUF's quantized weight blocks (Q8_0, Q5_0, Q4_K, Q6_K), entered through
+// quant.cpp (the extension's block_linear / block_dequantize; the layer stack runs them too).
 //
 // A decoding call is bound by reading the weights, and a GGUF file holds them in 4.5-8.5 bits each: streaming
 // the blocks as stored reads 2-3.5x fewer bytes than their bf16 dequantization. Each thread takes a run of
@@ -13,7 +13,7 @@
 // rounding to the output dtype), so a verified draft gets the bits of decoding its tokens alone. Activations
 // are never quantized: bf16 ones are widened to fp32 (exact) and every product is fp32.
 //
-// Paths (the caller picks one from the CPU flags, as for fewrow.cpp's kernels):
+// Paths (common.h; the caller picks one from the CPU flags):
 //   ISA_AVX2        every x86 class: fp32 FMAs over ymm, four 8-lane accumulators per row; up to MB rows fused.
 //   ISA_AVX512BF16  AVX512 classes: the same in zmm, two FMAs per group into one 16-lane accumulator per row;
 //                   input rows 8-16 at a time, each group decoded in registers (never buffered). fp32 rather
@@ -22,20 +22,12 @@
 
 #pragma once
 
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
-#include <immintrin.h>
-
-#include <atomic>
-#include <cstdint>
-#include <cstring>
-#include <vector>
+#include "common.h"
 
 namespace quant {
 
 // ggml's type ids (gguf.GGMLQuantizationType)
 constexpr int Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14;
-constexpr int ISA_AVX2 = 0, ISA_AVX512BF16 = 1;  // as in fewrow.cpp and specnb.kernels.cpu.ISAS
 constexpr int MB = 3;  // input rows per pass over a decoded weight row: 3 x 4 ymm accumulators (AVX2 path)
 
 struct Format {
@@ -66,7 +58,7 @@ inline float half(const uint8_t* p) {
 }
 
 // Weight bytes ahead that each group prefetches into L2. Decoding takes long enough per byte that the hardware
-// prefetchers alone leave the loop waiting on memory; into L2, not L1, as fewrow.cpp's kernels do.
+// prefetchers alone leave the loop waiting on memory; into L2, not L1, as gemm.h does.
 constexpr int64_t PREFETCH_BYTES = 4096;
 
 inline void prefetch(const uint8_t* group) {
@@ -170,16 +162,6 @@ void decode_row(const uint8_t* row, int64_t K, float* out) {
     }
   }
 }
-
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline void store(float* y, float v) { *y = v; }
-inline void store(at::BFloat16* y, float v) { *y = at::BFloat16(v); }  // round to nearest even
 
 // The AVX2 path's accumulation, shared by its two loops: acc[c] += x[k + 8c ..] * w[c] for one group of 32.
 // Per element: four 8-lane accumulators over K in steps of 32, reduced as (a0 + a1) + (a2 + a3), then hsum256.
@@ -450,71 +432,9 @@ void qgemm_any_512(int type, const float* x, const uint8_t* w, int64_t row_bytes
   }
 }
 
-// Int8 activations (quant_int8.h, included after this file): isa ISA_INT8 picks that route.
-constexpr int ISA_INT8 = 2;
+// Int8 activations (quant_int8.h): isa ISA_INT8 picks that route.
 template <typename Out>
 void qgemm_any_int8(int type, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y,
                     int64_t M, int64_t N, int64_t K);
-
-// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type`, bias [N]
-// or None. Returns [M, N] in x's dtype.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
-                     const c10::optional<torch::Tensor>& bias, int64_t isa) {
-  const Format f = checked_format(int(type));
-  TORCH_CHECK(x.dim() == 2 && blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8, "quant.linear: shapes");
-  const int64_t M = x.size(0), N = blocks.size(0), K = x.size(1);
-  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * f.bytes,
-              "quant.linear: x has ", K, " columns, the blocks hold rows of ", blocks.size(1), " bytes");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16,
-              "quant.linear: x must be float32 or bfloat16");
-  const auto w = blocks.contiguous();
-  torch::Tensor bias32;
-  const float* b = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bias32 = bias->to(torch::kFloat32).contiguous();
-    b = bias32.data_ptr<float>();
-  }
-  auto out = torch::empty({M, N}, x.options());
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  const int64_t row_bytes = w.size(1);
-  const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
-  const float* xp = x32.data_ptr<float>();
-  if (isa == ISA_INT8 && x.scalar_type() == torch::kFloat32)
-    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
-  else if (isa == ISA_INT8)
-    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
-  else if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
-    qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
-  else if (isa == ISA_AVX512BF16)
-    qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
-  else if (x.scalar_type() == torch::kFloat32)
-    qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
-  else
-    qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
-  return out;
-}
-
-// blocks uint8 [N, row bytes] -> float32 [N, K]: the weights each call decodes (for tests and inspection).
-torch::Tensor dequantize(const torch::Tensor& blocks, int64_t type) {
-  const Format f = checked_format(int(type));
-  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8 && blocks.size(1) % f.bytes == 0,
-              "quant.dequantize: uint8 [N, row bytes]");
-  const auto w = blocks.contiguous();
-  const int64_t N = w.size(0), K = w.size(1) / f.bytes * f.weights;
-  auto out = torch::empty({N, K}, torch::kFloat32);
-  const uint8_t* wp = w.data_ptr<uint8_t>();
-  float* y = out.data_ptr<float>();
-  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; n++) {
-      switch (type) {
-        case Q8_0: decode_row<Q8_0>(wp + n * w.size(1), K, y + n * K); break;
-        case Q5_0: decode_row<Q5_0>(wp + n * w.size(1), K, y + n * K); break;
-        case Q4_K: decode_row<Q4_K>(wp + n * w.size(1), K, y + n * K); break;
-        default: decode_row<Q6_K>(wp + n * w.size(1), K, y + n * K); break;
-      }
-    }
-  });
-  return out;
-}
 
 }  // namespace quant

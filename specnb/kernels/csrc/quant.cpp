@@ -1,0 +1,71 @@
+// quant::linear() and quant::dequantize(): the GGUF-block kernels of quant.h (and quant_int8.h's int8 route)
+// behind the extension's block_linear / block_dequantize.
+
+#include "fewrow.h"
+#include "quant.h"
+#include "quant_int8.h"
+
+namespace quant {
+
+// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type`, bias [N]
+// or None. Returns [M, N] in x's dtype.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
+                     const c10::optional<torch::Tensor>& bias, int64_t isa) {
+  const Format f = checked_format(int(type));
+  TORCH_CHECK(x.dim() == 2 && blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8, "quant.linear: shapes");
+  const int64_t M = x.size(0), N = blocks.size(0), K = x.size(1);
+  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * f.bytes,
+              "quant.linear: x has ", K, " columns, the blocks hold rows of ", blocks.size(1), " bytes");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16,
+              "quant.linear: x must be float32 or bfloat16");
+  const auto w = blocks.contiguous();
+  torch::Tensor bias32;
+  const float* b = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bias32 = bias->to(torch::kFloat32).contiguous();
+    b = bias32.data_ptr<float>();
+  }
+  auto out = torch::empty({M, N}, x.options());
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const int64_t row_bytes = w.size(1);
+  const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
+  const float* xp = x32.data_ptr<float>();
+  if (isa == ISA_INT8 && x.scalar_type() == torch::kFloat32)
+    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  else if (isa == ISA_INT8)
+    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  else if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
+    qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  else if (isa == ISA_AVX512BF16)
+    qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  else if (x.scalar_type() == torch::kFloat32)
+    qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
+  else
+    qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  return out;
+}
+
+// blocks uint8 [N, row bytes] -> float32 [N, K]: the weights each call decodes (for tests and inspection).
+torch::Tensor dequantize(const torch::Tensor& blocks, int64_t type) {
+  const Format f = checked_format(int(type));
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8 && blocks.size(1) % f.bytes == 0,
+              "quant.dequantize: uint8 [N, row bytes]");
+  const auto w = blocks.contiguous();
+  const int64_t N = w.size(0), K = w.size(1) / f.bytes * f.weights;
+  auto out = torch::empty({N, K}, torch::kFloat32);
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  float* y = out.data_ptr<float>();
+  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++) {
+      switch (type) {
+        case Q8_0: decode_row<Q8_0>(wp + n * w.size(1), K, y + n * K); break;
+        case Q5_0: decode_row<Q5_0>(wp + n * w.size(1), K, y + n * K); break;
+        case Q4_K: decode_row<Q4_K>(wp + n * w.size(1), K, y + n * K); break;
+        default: decode_row<Q6_K>(wp + n * w.size(1), K, y + n * K); break;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace quant
