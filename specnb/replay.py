@@ -139,16 +139,28 @@ def modelled_speed(drafter: Drafter, references: list[Reference], cost: Any) -> 
 
 
 def _priced(runs: list[RunStats], references: list[Reference], cost: Any) -> tuple[float, float]:
-    produced = seconds = 0.0
-    calls = 0
-    for stats, (prompt, _) in zip(runs, references, strict=True):
-        context = len(prompt) + 1  # prompt and the root the first call verifies from
-        for call in stats.calls:
-            seconds += float(cost.chain_seconds(np.array([call.drafted_nodes]), context)[0])
-            context += call.new_tokens
-            produced += call.new_tokens
-        calls += len(stats.calls)
+    produced = sum(call.new_tokens for stats in runs for call in stats.calls)
+    calls = sum(len(stats.calls) for stats in runs)
+    seconds = sum(priced_seconds(stats, cost) for stats in runs)
     return (produced / calls, produced / seconds) if calls else (float("nan"), float("nan"))
+
+
+def priced_seconds(stats: RunStats, cost: Any, shape: tuple[int, int] | None = None) -> float:
+    """The roofline price of a replayed run's target calls (drafting, acceptance and prefill excluded): each
+    call as ``cost.seconds_at`` (a :class:`specnb.roofline.CostModel`) prices a ``shape`` (k, w) call, or by
+    default one row of the call's drafted nodes after the root, at the call's context length: what the KV cache
+    holds before it (the prompt, then every call's new tokens), as the table measured it. (1, 0) prices AR."""
+    new = np.array([call.new_tokens for call in stats.calls], dtype=np.int64)
+    context = stats.prompt_tokens + np.cumsum(new) - new
+    return float(sum(cost.seconds_at(*(shape or (1, call.drafted_nodes)), int(ell))
+                     for call, ell in zip(stats.calls, context, strict=True)))
+
+
+def ar_priced_seconds(references: list[Reference], cost: Any) -> float:
+    """The roofline price of AR decoding the references: one (1, 0) call per output token after the first (which
+    the prefill produces), as :func:`priced_seconds` prices a run."""
+    return sum(cost.seconds_at(1, 0, int(ell)) for prompt, output in references
+               for ell in prompt.shape[0] + np.arange(output.shape[0] - 1))
 
 
 class HindsightRouter(Drafter):

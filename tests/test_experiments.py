@@ -9,9 +9,9 @@ from conftest import tiny
 from specnb.decode import generate
 from specnb.experiments import references as refs_module
 from specnb.experiments.corpus_sweep import sweep_summary
-from specnb.experiments.grids import estimated_seconds
 from specnb.metrics import CallStats, RunStats
 from specnb.prompts import Prompt
+from specnb.replay import priced_seconds
 from tests.test_priced import LinearCost
 
 
@@ -23,9 +23,35 @@ def call(nodes: int, new_tokens: int) -> CallStats:
 def test_replayed_calls_are_priced_by_their_shape_or_their_nodes():
     stats = RunStats(prompt_tokens=5, calls=[call(4, 3), call(10, 1), call(0, 1)])
     cost = LinearCost(0.5)  # 1 + 0.5 * k * w seconds
-    assert estimated_seconds(stats, cost) == pytest.approx(3 + 0.5 * 14)  # (1, nodes) per call
-    assert estimated_seconds(stats, cost, (2, 3)) == pytest.approx(3 * (1 + 0.5 * 6))
-    assert estimated_seconds(RunStats(prompt_tokens=5), cost) == 0.0  # no call, no phantom one
+    assert priced_seconds(stats, cost) == pytest.approx(3 + 0.5 * 14)  # (1, nodes) per call
+    assert priced_seconds(stats, cost, (2, 3)) == pytest.approx(3 * (1 + 0.5 * 6))
+    assert priced_seconds(RunStats(prompt_tokens=5), cost) == 0.0  # no call, no phantom one
+
+
+def test_every_replayed_call_is_priced_at_the_cache_length_before_it():
+    """One rule for every priced replay (grids, the modelled speed, AR): a call's context is what the KV cache
+    holds before it, as the roofline table measured it: the prompt, then every earlier call's new tokens."""
+    import torch
+
+    from specnb.replay import _priced, ar_priced_seconds
+
+    class Recording:
+        def __init__(self):
+            self.contexts = []
+
+        def seconds_at(self, k, w, context_len):
+            self.contexts.append(context_len)
+            return 1.0
+
+    stats = RunStats(prompt_tokens=5, calls=[call(4, 3), call(10, 1), call(0, 2)])
+    cost = Recording()
+    priced_seconds(stats, cost)
+    assert cost.contexts == [5, 8, 9]
+    cost.contexts.clear()
+    reference = (torch.zeros(5, dtype=torch.long), torch.zeros(4, dtype=torch.long))  # the prefill gives token 1
+    assert ar_priced_seconds([reference], cost) == 3.0 and cost.contexts == [5, 6, 7]
+    cost.contexts.clear()
+    assert _priced([stats], [reference], cost) == (2.0, 2.0) and cost.contexts == [5, 8, 9]
 
 
 def test_greedy_references_are_decoded_once_then_read_from_the_cache(tmp_path, monkeypatch):

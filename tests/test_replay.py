@@ -67,6 +67,10 @@ class LinearCost:
     def chain_seconds(self, nodes, context_len: int) -> np.ndarray:
         return self.base + self.per_node * np.asarray(nodes, dtype=float) + self.per_context * context_len
 
+    def seconds_at(self, k: int, w: int, context_len: int) -> float:
+        assert k == 1, "replay prices one row per call"
+        return float(self.chain_seconds([w], context_len)[0])
+
 
 class Scripted(Drafter):
     """Proposes a fixed chain at given roots (by root token), a wrong one elsewhere."""
@@ -79,10 +83,11 @@ class Scripted(Drafter):
 
 
 def test_modelled_speed_prices_each_call_at_its_node_count_and_context():
-    # Nothing ever repeats: one call per token, at contexts 2, 3, 4 (prompt + root, growing).
+    # Nothing ever repeats: one call per token, at contexts 1, 2, 3 (the cache before each call: the prompt, then
+    # one token per call; the roofline table's context).
     reference = ref([9], [1, 2, 3, 4])
     per_call, rate = modelled_speed(ContextNgramDrafter(), [reference], LinearCost(base=0.0, per_context=1.0))
-    assert per_call == 1.0 and rate == 3 / (2 + 3 + 4)
+    assert per_call == 1.0 and rate == 3 / (1 + 2 + 3)
     # A drafted call is priced at its nodes, accepted or not: root 1 drafts 2 3 (w=2), both accepted, then 4.
     reference = ref([1, 2, 3, 7], [1, 2, 3, 4])
     runs = replay_greedy(ContextNgramDrafter(k=1, w=2), *reference)

@@ -8,7 +8,7 @@ being the store itself (a sample's dense store reuses the store's hidden states:
 which the dense store's documents are the first (DReSD there would need hours of extraction on a CPU). Every
 store is built once into the cache. Acceptance comes from greedy replay; the predicted speedup prices every
 replayed call with the roofline table (a tree-attention call of its drafted nodes:
-:func:`specnb.experiments.grids.estimated_seconds`). Every comparison pairs the two methods reference by
+:func:`specnb.replay.priced_seconds`). Every comparison pairs the two methods reference by
 reference (:func:`sweep_summary`), so a notebook judges "faster" or "a tie" from a 90% interval.
 """
 
@@ -29,9 +29,9 @@ from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
 from ..metrics import ratio_interval
 from ..models import LoadedModel
-from ..replay import Reference, replay_many
+from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from .dresd import build_config, datastores, store_corpus
-from .grids import ar_estimated_seconds, estimated_seconds, replay_rows
+from .grids import replay_rows
 from .paired import versus
 from .runner import summarize
 from .study_folder import rest_store, study_folder
@@ -84,9 +84,9 @@ def corpus_sweep_rows(points: list[SweepPoint], references: list[Reference], hid
     :func:`specnb.experiments.grids.replay_rows` (method "REST" / "DReSD 10x6", prompt_id = the reference's
     index, calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...), corpus, corpus_tokens,
     storage_bytes (what drafting reads from disk), est_seconds (the replayed calls priced with the roofline
-    ``cost``: :func:`specnb.experiments.grids.estimated_seconds`) and ar_seconds (the same reference decoded
+    ``cost``: :func:`specnb.replay.priced_seconds`) and ar_seconds (the same reference decoded
     AR, priced alike)."""
-    ar = [ar_estimated_seconds([reference], cost) for reference in references]
+    ar = [ar_priced_seconds([reference], cost) for reference in references]
     frames = []
     for point in points:
         methods: dict[str, tuple[Callable[[], Drafter], int, list[Tensor] | None]] = {
@@ -98,7 +98,7 @@ def corpus_sweep_rows(points: list[SweepPoint], references: list[Reference], hid
             runs = replay_many(make, references, states)
             frames.append(replay_rows(method, runs).assign(
                 corpus=point.corpus, corpus_tokens=point.tokens, storage_bytes=storage,
-                est_seconds=[estimated_seconds(run, cost) for run in runs], ar_seconds=ar))
+                est_seconds=[priced_seconds(run, cost) for run in runs], ar_seconds=ar))
     return pd.concat(frames, ignore_index=True)
 
 

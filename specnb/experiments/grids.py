@@ -18,27 +18,8 @@ from ..drafters.base import Drafter
 from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramTable
 from ..metrics import RunStats, ratio_interval
-from ..replay import Reference, replay_many
+from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from .runner import generation_row, summarize
-
-
-def estimated_seconds(stats: RunStats, cost, shape: tuple[int, int] | None = None) -> float:
-    """Sum over the calls of the roofline cost of each call at its context length (drafting and acceptance
-    time excluded): a (k, w) call with ``shape``, else one tree-attention row of the call's drafted nodes after
-    the root, (1, nodes). (1, 0) prices AR decoding."""
-    new = np.array([c.new_tokens for c in stats.calls], dtype=np.int64)
-    context = stats.prompt_tokens + np.cumsum(new) - new  # context length at each call
-    return float(sum(cost.seconds_at(*(shape or (1, call.drafted_nodes)), int(ell))
-                     for call, ell in zip(stats.calls, context, strict=True)))
-
-
-def ar_estimated_seconds(references: list[Reference], cost) -> float:
-    """Roofline-priced time of AR decoding the references (one (1, 0) call per output token)."""
-    total = 0.0
-    for prompt, output in references:
-        context = prompt.shape[0] + np.arange(output.shape[0] - 1)
-        total += sum(cost.seconds_at(1, 0, int(ell)) for ell in context)
-    return total
 
 
 def replay_rows(name: str, runs: list[RunStats]) -> pd.DataFrame:
@@ -60,7 +41,8 @@ def replay_summary(name: str, runs: list[RunStats], cost=None, ar_seconds: float
     """One row for the replayed ``runs`` of one drafter: the :func:`specnb.experiments.summarize` columns replay
     gives (calls, tokens_per_call, accepted_length, acceptance_rate), nodes_per_call and, with a cost model and
     the references' priced AR time ``ar_seconds``, ``est_speedup`` (that time / the priced time of the replayed
-    calls, each priced as a ``shape`` call or, without one, by its drafted nodes: :func:`estimated_seconds`).
+    calls, each priced as a ``shape`` call or, without one, by its drafted nodes:
+    :func:`specnb.replay.priced_seconds`).
     With ``ar_per_prompt`` (the priced AR time of each reference, in the order of ``runs``) the row also holds
     the 90% intervals over prompts of tokens per call and of the estimated speedup (``tokens_per_call_low`` /
     ``_high``, ``est_speedup_low`` / ``_high``)."""
@@ -71,7 +53,7 @@ def replay_summary(name: str, runs: list[RunStats], cost=None, ar_seconds: float
     if ar_per_prompt is not None:
         row.update(tokens_per_call_low=summary.tokens_per_call_low, tokens_per_call_high=summary.tokens_per_call_high)
     if cost is not None and ar_seconds is not None:
-        seconds = [estimated_seconds(run, cost, shape) for run in runs]
+        seconds = [priced_seconds(run, cost, shape) for run in runs]
         row["est_speedup"] = ar_seconds / sum(seconds)
         if ar_per_prompt is not None:
             row["est_speedup_low"], row["est_speedup_high"] = ratio_interval(np.asarray(ar_per_prompt),
@@ -85,8 +67,8 @@ def replay_grid(make: Callable[[int, int], Drafter], references: list[Reference]
     """Replayed acceptance of ``make(k, w)`` for every (k, w) in ``shapes`` over the same references: one
     :func:`replay_summary` row per shape, with k and w (a call priced as a (k, w) call); ``intervals``: with the
     90% intervals over prompts of tokens per call and of the estimated speedup."""
-    ar_seconds = ar_estimated_seconds(references, cost) if cost is not None else None
-    ar_per_prompt = [ar_estimated_seconds([r], cost) if cost is not None else 0.0 for r in references] \
+    ar_seconds = ar_priced_seconds(references, cost) if cost is not None else None
+    ar_per_prompt = [ar_priced_seconds([r], cost) if cost is not None else 0.0 for r in references] \
         if intervals else None
     return pd.DataFrame([{"k": k, "w": w, **replay_summary(f"{k}x{w}", replay_many(lambda k=k, w=w: make(k, w),
                                                                                   references, hidden),

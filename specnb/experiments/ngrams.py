@@ -20,10 +20,10 @@ from ..drafters.mixed import MixedDrafter, accepted_rank, accepted_strategy
 from ..drafters.model_ngram import BigramDrafter, UnigramDrafter
 from ..models import LoadedModel
 from ..prompts import Prompt
-from ..replay import Reference, replay_many
+from ..replay import Reference, ar_priced_seconds, replay_many
 from ..roofline import CostModel, Grid, cost_table, device_name, time_cells
 from ..verdicts import Expect
-from .grids import ar_estimated_seconds, mixed_grid, replay_rows, replay_summary
+from .grids import mixed_grid, replay_rows, replay_summary
 from .references import greedy_references
 from .runner import Variant, run, summarize
 
@@ -221,7 +221,7 @@ def estimates(table: BigramTable, references: dict[str, list[Reference]], best: 
     for name, full in references.items():
         refs = [(prompt, output[:tokens]) for prompt, output in full[:prompts]]
         k, w = best[name]
-        ar = ar_estimated_seconds(refs, cost)
+        ar = ar_priced_seconds(refs, cost)
         pld = replay_summary("pld", replay_many(lambda: ContextNgramDrafter(k=1, w=10, max_ngram=3), refs), cost, ar)
         mixed = replay_summary("mixed", replay_many(lambda k=k, w=w: MixedDrafter(table, k, w), refs), cost, ar,
                                (k, w))

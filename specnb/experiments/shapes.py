@@ -42,9 +42,9 @@ from ..forward import forward
 from ..metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
 from ..models import LoadedModel
 from ..prompts import Prompt
-from ..replay import Reference, replay_many
+from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from ..verdicts import Expect
-from .grids import ar_estimated_seconds, estimated_seconds, replay_rows
+from .grids import replay_rows
 from .runner import Variant, run
 from .setups import weights_label
 
@@ -173,9 +173,9 @@ def priced_rows(name: str, runs: list[RunStats], references: list[Reference], co
     calls each: :func:`draft_seconds`) and ``ar_seconds`` (the reference priced as AR decoding, or as given),
     per prompt."""
     frame = replay_rows(name, runs)
-    frame["est_seconds"] = [estimated_seconds(run, cost, shape) + draft_seconds(run, cost, draft_ratio)
+    frame["est_seconds"] = [priced_seconds(run, cost, shape) + draft_seconds(run, cost, draft_ratio)
                             for run in runs]
-    frame["ar_seconds"] = ar_seconds if ar_seconds is not None else [ar_estimated_seconds([ref], cost)
+    frame["ar_seconds"] = ar_seconds if ar_seconds is not None else [ar_priced_seconds([ref], cost)
                                                                      for ref in references]
     return frame
 
@@ -187,7 +187,7 @@ def grid_rows(make: Callable[[int, int], Drafter] | None, references: list[Refer
     ``make(k, w)`` replayed on every reference, or, with ``ranks``, a greedy draft model drafting k candidates
     continued as chains to depth w (:func:`draft_replay`), each draft call priced at ``draft_ratio`` one-token
     target calls."""
-    frames, ar = [], [ar_estimated_seconds([ref], cost) for ref in references]
+    frames, ar = [], [ar_priced_seconds([ref], cost) for ref in references]
     for k, w in shapes:
         runs = (draft_replay((k,) + (1,) * (w - 1), references, ranks) if ranks is not None else
                 replay_many(lambda k=k, w=w: make(k, w), references, hidden))
