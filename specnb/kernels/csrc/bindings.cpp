@@ -1,5 +1,7 @@
 // The extension's Python module (specnb.kernels.extension()).
 
+#include <torch/extension.h>
+
 #include "fewrow.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {

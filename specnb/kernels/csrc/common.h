@@ -8,7 +8,7 @@
 
 #pragma once
 
-#include <torch/extension.h>
+#include <torch/types.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
