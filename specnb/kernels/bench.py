@@ -63,7 +63,7 @@ def _inductor(weight: Tensor) -> Callable[[Tensor], Tensor]:
 
 def _weight(n: int, k: int, dtype: torch.dtype) -> Tensor:
     """A random [n, k] weight in 2 MB pages where the OS offers them, as a model's weights are after
-    :func:`specnb.kernels.install`: every backend streams the same kind of memory."""
+    :func:`specnb.kernels.rehome`: every backend streams the same kind of memory."""
     values = torch.randn(n, k).to(dtype)
     return memory.empty(values.shape, dtype).copy_(values) if memory.available() else values
 
