@@ -36,14 +36,15 @@ from typing import Any
 import pandas as pd
 import torch
 
+from .atomic import write_text
 from .ceilings import sample_read_bandwidth, streamed_bytes
-from .datastores.atomic import write_text
 from .device import model_device, synchronize
 from .experiments.runner import DecodeRunner, Runner, run
 from .experiments.runner import summarize as experiments_summarize
 from .kernels.cpu import cpu_class
-from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
+from .methods import HF_BASELINES, LLAMACPP_BASELINES, make_drafter, options_for
 from .models import LoadedModel, load_model
+from .options import HfAssistedOptions, LookupOptions
 from .prompts import Prompt, encode_prompt, with_answer
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .datastores.atomic import write_text
+from .atomic import write_text
 from .datastores.corpus import TokenCorpus
 from .decoder import body
 from .models import LoadedModel
@@ -179,9 +179,9 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
     del hidden
     if not np.isfinite(np.load(out / "hidden.f16.npy", mmap_mode="r")[:: max(1, n // 4096)]).all():
         raise ValueError("hidden states overflow float16; extract in a smaller-range dtype is not supported")
-    (out / "extract.json").write_text(json.dumps(params, indent=1))
+    write_text(out / "extract.json", json.dumps(params, indent=1))
     progress_file.unlink(missing_ok=True)
-    for stale in out.glob(".progress.partial-*.json"):  # a progress write killed half-way
+    for stale in out.glob(".*.partial-*.json"):  # a progress or extract.json write killed half-way
         stale.unlink(missing_ok=True)
     return params
 

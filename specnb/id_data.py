@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .atomic import write_text
 from .datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
 from .models import LoadedModel, load_model
 from .prompts import Prompt, encode_prompt
@@ -120,7 +121,7 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
             raise ValueError(f"{out} was made with other settings ({old.get('model')}, "
                              f"max_new_tokens={old.get('max_new_tokens')}); choose another --out")
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")  # first, so a stopped run still has its provenance
+    write_text(meta_path, json.dumps(meta, indent=1) + "\n")  # first, so a stopped run still has its provenance
     todo = [(p.id, encode_prompt(target, p)) for p in prompts if p.id not in done]
     todo.sort(key=lambda item: item[1].shape[0])
     eos = sorted(target.eos_token_ids)
@@ -148,7 +149,7 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
             bar.update(len(batch))
     meta["num_responses"] = len(done) + len(todo)
     meta["seconds_last_run"] = round(time.perf_counter() - start, 1)
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    write_text(meta_path, json.dumps(meta, indent=1) + "\n")
     return out
 
 

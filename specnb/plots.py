@@ -34,7 +34,7 @@ from matplotlib import patheffects  # noqa: E402
 from matplotlib.colors import LogNorm, Normalize  # noqa: E402
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
-from .datastores.atomic import atomic_file, write_text  # noqa: E402
+from .atomic import atomic_file, write_csv, write_text  # noqa: E402
 
 STYLE = {
     "figure.figsize": (6.4, 4.0),
@@ -385,12 +385,10 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
         fig.savefig(tmp, pil_kwargs={"optimize": True})
     _record_title(out.parent, name, fig)
     if data is not None:
-        with atomic_file(out.with_suffix(".csv")) as tmp:
-            data.to_csv(tmp, index=False)
+        write_csv(out.with_suffix(".csv"), data)
     if dump := os.environ.get("SPECNB_FIGURE_DUMP"):
-        Path(dump).mkdir(parents=True, exist_ok=True)
-        with open(Path(dump) / f"{name}.pickle", "wb") as f:
-            pickle.dump(fig, f)
+        with atomic_file(Path(dump) / f"{name}.pickle") as tmp:
+            tmp.write_bytes(pickle.dumps(fig))
     return out
 
 

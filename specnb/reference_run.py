@@ -20,6 +20,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 STAMP = "specnb"  # the notebook metadata key of a published notebook's stamp
 
@@ -65,9 +67,8 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
               "machine": machine(), "notebook_seconds": {k: round(v, 1) for k, v in seconds.items()},
               "read_gb_per_s": {k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None},
               "total_minutes": round(sum(seconds.values()) / 60, 1), "failed": failed}
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / "RUN.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    write_text(path, json.dumps(record, indent=1) + "\n")
     return path
 
 
@@ -107,9 +108,9 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
         done["metadata"].pop("papermill", None)
         done["metadata"][STAMP] = {"profile": run["profile"], "commit": run["commit"], "date": run["date"],
                                    "cpu_class": run["machine"]["cpu_class"], "code_hash": code_hash(done)}
-        source_path.write_text(json.dumps(done, indent=1, ensure_ascii=False) + "\n")
+        write_text(source_path, json.dumps(done, indent=1, ensure_ascii=False) + "\n")
         written.append(source_path)
-    (figures / "README.md").write_text(index(figures))
+    write_text(figures / "README.md", index(figures))
     return written
 
 

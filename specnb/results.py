@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .datastores.atomic import atomic_file, write_text
+from .atomic import write_csv, write_text
 from .plots import figures_dir, use_profile
 from .verdicts import Comparison, Expect
 
@@ -81,8 +81,7 @@ class Results:
 
     def table(self, name: str, frame: pd.DataFrame, index: bool = False) -> pd.DataFrame:
         """Write ``frame`` as ``figures/NN_<name>.csv`` and return it (to display)."""
-        with atomic_file(figures_dir() / f"{self.prefix}_{name}.csv") as tmp:
-            frame.to_csv(tmp, index=index)
+        write_csv(figures_dir() / f"{self.prefix}_{name}.csv", frame, index=index)
         self.tables.append(f"{self.prefix}_{name}.csv")
         return frame
 

@@ -29,8 +29,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 
+from .atomic import write_csv
 from .ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
-from .datastores.atomic import atomic_file
 from .decoder import call_path
 from .device import default_device, model_device, resolve_device, synchronize
 from .forward import forward
@@ -38,7 +38,7 @@ from .gguf_weights import uses_gguf, uses_int8
 from .kernels.cpu import cpu_class
 from .kv_cache import GrowingCache
 from .models import LoadedModel, load_model, resolve_dtype
-from .paths import cache_dir
+from .paths import artifact_path, safe_name
 
 
 @dataclass(frozen=True)
@@ -315,17 +315,19 @@ class CostModel:
 
 def machine_key(target: LoadedModel) -> str:
     """Model, dtype, device (CPU model and threads) and forward path of ``target``, as a file name: what a
-    cached timing or output depends on (a table timed with other kernels or another body does not apply)."""
+    cached timing or output depends on (a table timed with other kernels or another body does not apply). The
+    model's whole name is kept (``safe_name(..., whole=True)``): two checkpoints in folders of one name must not
+    share cached outputs."""
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
     kernel = call_path(target.model)
-    return "-".join(part for part in (target.name.replace("/", "--"), dtype, host, kernel) if part)
+    return "-".join(part for part in (safe_name(target.name, whole=True), dtype, host, kernel) if part)
 
 
 def cost_table_path(target: LoadedModel) -> Path:
     """Where :func:`cost_table` caches this target's table; ``-paired``: timed as :func:`time_cells` times
     now (tables cached before that were timed back to back, and are measured again rather than read)."""
-    return cache_dir() / "roofline" / f"{machine_key(target)}-paired.csv"
+    return artifact_path("roofline", f"{machine_key(target)}-paired.csv")
 
 
 def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: bool = True) -> pd.DataFrame:
@@ -334,8 +336,7 @@ def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: boo
     if path.exists():
         return pd.read_csv(path)
     frame = measure(target, get_grid(grid) if isinstance(grid, str) else grid, progress=progress)
-    with atomic_file(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv(path, frame)
     return frame
 
 
@@ -407,6 +408,5 @@ def run_cli(args: argparse.Namespace) -> None:
     else:
         target = load_model(args.model, dtype=args.dtype, device=args.device)
     frame = measure(target, grid, label=args.model)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out, index=False)
+    write_csv(args.out, frame)
     print(f"wrote {len(frame)} cells to {args.out}")

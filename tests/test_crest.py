@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from specnb.atomic import ExistsError
 from specnb.datastores import crest
-from specnb.datastores.atomic import ExistsError
 from specnb.datastores.corpus import CorpusError
 from specnb.datastores.crest import CrestStore, NgramCounter, build_crest
 from specnb.datastores.rest import DEFAULT_SEARCH, RestIndex
@@ -146,7 +146,7 @@ def test_crest_drafter_greedy_lossless(tmp_path):
                 # (looking up the n-gram that ends one token earlier would accept almost nothing): each call
                 # accepts the whole stored tree's depth, DEFAULT_SEARCH.length, or what is left of the output
                 calls = sd.stats.calls
-                assert all(c.info["match_len"] for c in calls), (prompt, verify)
+                assert all(c.report.match_len for c in calls), (prompt, verify)
                 assert accepts_whole_continuations(calls, 32, DEFAULT_SEARCH.length), [c.accepted for c in calls]
 
 

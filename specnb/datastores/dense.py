@@ -30,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from ..ann import AnnIndex, IndexParams
+from ..atomic import atomic_folder, check_replaceable
 from ..embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
-from ..models import LoadedModel, cache_dir, load_model
-from .atomic import atomic_folder, check_replaceable
+from ..models import LoadedModel, load_model
+from ..paths import artifact_path, safe_name
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
 from .manifest import check_files, read_meta, write_meta
 
@@ -244,7 +245,7 @@ def subset_datastore(parent: DenseDatastore, docs: np.ndarray, out: str | Path, 
 
 def datastore_path(name: str, model: str) -> Path:
     """Default location of a named dense datastore for ``model`` in the cache."""
-    return cache_dir() / "datastores" / "dense" / f"{name}-{Path(model).name}"
+    return artifact_path("datastores", "dense", f"{safe_name(name)}-{safe_name(model)}")
 
 
 def store_path(store: str | Path, model_name: str) -> Path:

@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text
 from . import CorpusError
-from .atomic import write_text
 
 SAMPLES = 16
 CHUNK = 4096

@@ -31,9 +31,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..atomic import atomic_file
 from ..forward import forward
-from ..models import LoadedModel, cache_dir
-from .atomic import atomic_file
+from ..models import LoadedModel
+from ..paths import artifact_path, safe_name
 
 TABLE_VERSION = 1
 
@@ -58,8 +59,7 @@ def model_fingerprint(target: LoadedModel) -> str:
 
 def table_dir(target: LoadedModel) -> Path:
     """``<cache>/ngram/<model name>-<fingerprint>``: where this model's unigram and bigram live."""
-    safe = target.name.replace("/", "--")
-    return cache_dir() / "ngram" / f"{safe}-{model_fingerprint(target)}"
+    return artifact_path("ngram", f"{safe_name(target.name)}-{model_fingerprint(target)}")
 
 
 def _save_atomic(path: Path, **arrays: np.ndarray) -> None:

@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..models import cache_dir
-from .atomic import atomic_folder, check_replaceable
+from ..atomic import atomic_folder, check_replaceable
+from ..paths import artifact_path, safe_name
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus
 from .manifest import check_files, read_meta, write_meta
 from .retrieval_tree import RetrievalTree, build_tree
@@ -221,7 +221,7 @@ def default_store(model_name: str, kind: str = "rest", source: str = "code") -> 
     """Where ``specnb datastore build rest|crest`` puts a store for (source, model) by default: a folder for
     REST, a ``.sqlite`` file for CREST."""
     suffix = ".sqlite" if kind == "crest" else ""
-    return cache_dir() / "datastores" / f"{kind}-{source}-{Path(model_name).name}{suffix}"
+    return artifact_path("datastores", f"{kind}-{safe_name(source)}-{safe_name(model_name)}{suffix}")
 
 
 def store_path(model_name: str, kind: str, path: str | Path | None) -> Path:

@@ -3,7 +3,7 @@ Fig. 4), accepted length by replay against storage for REST on corpus fractions 
 6-9), tree sizes (Table 2), the replay checked by real decoding, lookup latency, and the comparisons of all of
 these with the paper (``judge_*``: verdicts through :meth:`specnb.results.Results.compare`).
 
-Every store lives under ``cache_dir()/nb04/<profile>`` and is built once: a rerun opens what is there (REST
+Every store lives under ``<cache>/nb04/<profile>`` and is built once: a rerun opens what is there (REST
 indexes, CREST stores, the precomputed n-gram trees, draftretriever indexes) and only replays.
 
 Replayed numbers are kept per prompt (:func:`replay_counts`: accepted draft tokens, calls, calls with a draft),
@@ -17,14 +17,14 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..atomic import atomic_file
 from ..datasets import load_prompts
-from ..datastores.corpus import TokenCorpus, build_corpus, stdlib_files
+from ..datastores.corpus import TokenCorpus, build_corpus
 from ..datastores.crest import CrestStore, NgramCounter, NgramTrees, ngram_trees, store_meta, write_store
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex, disk_bytes
 from ..decode import generate
@@ -32,7 +32,9 @@ from ..drafters.base import Drafter
 from ..drafters.crest import CrestDrafter
 from ..drafters.rest import RestDrafter
 from ..metrics import bootstrap_interval, ratio_interval
-from ..models import LoadedModel, cache_dir
+from ..models import LoadedModel
+from ..paths import artifact_path
+from ..profiles import CompactionSizes, get_profile
 from ..replay import Reference, replay_greedy
 from ..roofline import device_name
 from ..verdicts import Expect
@@ -53,32 +55,16 @@ PAPER_NGRAMS_PER_N = "1.6–2.2 M"  # CREST Table 2: frequent n-grams per n (n >
 PAPER_BEST_N = 2  # CREST Fig. 8 / §5.3: the best single n on both datasets
 
 
-@dataclass(frozen=True)
-class Sizes:
-    """One profile's run: the code corpus source, chat corpus tokens (None: all of ShareGPT), CREST's top-t grid,
-    its largest n, prompts per task decoded for real to check the replay, and their new tokens."""
-
-    code: str | list[Path]
-    chat_tokens: int | None
-    t_grid: tuple[int, ...]
-    m: int
-    checked: dict[str, int] = field(default_factory=lambda: {"code": 2, "chat": 2})
-    checked_tokens: int = 32
-
-
-def sizes_for(profile: str) -> Sizes:
-    """``smoke``: six stdlib files and 30k ShareGPT tokens; ``quick``: the whole stdlib (~9.4M Gemma tokens) and
-    3M ShareGPT tokens; ``full``: all of ShareGPT. Prompts and tokens of the replay come from the profile."""
-    if profile == "smoke":
-        return Sizes(stdlib_files()[:6], 30_000, (10, 40, 160), 4, {"code": 1, "chat": 1}, 12)
-    if profile == "quick":
-        return Sizes("code", 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5)
-    return Sizes("code", None, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 5}, 128)
+def sizes_for(profile: str) -> CompactionSizes:
+    """The profile's ``compaction`` record: ``smoke`` six stdlib files and 30k ShareGPT tokens; ``quick`` the whole
+    stdlib (~9.4M Gemma tokens) and 3M ShareGPT tokens; ``full`` all of ShareGPT. Prompts and tokens of the replay
+    come from the profile."""
+    return get_profile(profile).compaction
 
 
 def work_dir(profile: str) -> Path:
-    """``cache_dir()/nb04/<profile>`` (created): where every store of notebook 04 is built once."""
-    path = cache_dir() / "nb04" / profile
+    """``<cache>/nb04/<profile>`` (created): where every store of notebook 04 is built once."""
+    path = artifact_path("nb04", profile)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -95,7 +81,7 @@ def token_counts(references: dict[str, list[Reference]]) -> dict[str, int]:
     return {task: int(sum(len(output) for _, output in refs)) for task, refs in references.items()}
 
 
-def corpora_and_indexes(target: LoadedModel, sizes: Sizes, work: Path
+def corpora_and_indexes(target: LoadedModel, sizes: CompactionSizes, work: Path
                         ) -> tuple[dict[str, TokenCorpus], dict[str, RestIndex], pd.DataFrame]:
     """The code and chat corpora (cached by :func:`specnb.datastores.corpus.build_corpus`), their 100% REST
     indexes (built once under ``work``) and a table: task, docs, tokens, REST bytes, build s (of the index)."""
@@ -109,7 +95,7 @@ def corpora_and_indexes(target: LoadedModel, sizes: Sizes, work: Path
     return corpora, indexes, table
 
 
-def setup(report, target: LoadedModel, corpora: dict[str, TokenCorpus], sizes: Sizes, n_prompts: int,
+def setup(report, target: LoadedModel, corpora: dict[str, TokenCorpus], sizes: CompactionSizes, n_prompts: int,
           max_new_tokens: int) -> None:
     """Record this run's setup beside the CREST paper's (:meth:`specnb.results.Results.setup`)."""
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
@@ -162,9 +148,8 @@ def ngram_tables(indexes: dict[str, RestIndex], counters: dict[str, NgramCounter
             continue
         out[task] = {n: ngram_trees(index, counters[task], n, t, progress=False) for n in range(1, m + 1)}
         if path is not None:
-            partial = path.with_suffix(".partial")
-            partial.write_bytes(pickle.dumps(out[task]))
-            partial.rename(path)
+            with atomic_file(path) as tmp:
+                tmp.write_bytes(pickle.dumps(out[task]))
     return out
 
 
@@ -244,7 +229,7 @@ def crest_point(task: str, ns: list[int], t: int, tables: Tables, indexes: dict[
 
 
 def compaction(corpora: dict[str, TokenCorpus], indexes: dict[str, RestIndex], tables: Tables,
-               references: dict[str, list[Reference]], sizes: Sizes, work: Path) -> pd.DataFrame:
+               references: dict[str, list[Reference]], sizes: CompactionSizes, work: Path) -> pd.DataFrame:
     """CREST Figs. 6-7, per prompt (:func:`replay_counts` rows): REST datastores on a :data:`FRACTIONS` sample
     of each corpus (method "REST", fraction, tokens, bytes) and CREST stores with every n <= m at each t of the
     grid (:func:`crest_point`). :func:`points` summarises them per store."""
@@ -263,7 +248,7 @@ def compaction(corpora: dict[str, TokenCorpus], indexes: dict[str, RestIndex], t
 
 
 def top_t_grids(indexes: dict[str, RestIndex], tables: Tables, references: dict[str, list[Reference]],
-                sizes: Sizes, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+                sizes: CompactionSizes, work: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(CREST Fig. 8: single-n stores, CREST Fig. 9: all-n <= m stores) over the t grid, per prompt
     (:func:`crest_point` rows)."""
     single = pd.DataFrame([row for task in indexes for n in range(1, sizes.m + 1) for t in sizes.t_grid
@@ -421,7 +406,7 @@ def judge_tree_sizes(report, sizes_by_t: pd.DataFrame) -> None:
 # --------------------------------------------------------------------------------- real decoding, latency
 
 
-def largest_crest(indexes: dict[str, RestIndex], sizes: Sizes, work: Path) -> dict[str, CrestStore]:
+def largest_crest(indexes: dict[str, RestIndex], sizes: CompactionSizes, work: Path) -> dict[str, CrestStore]:
     """The CREST store of every n <= m at the largest t of the grid, per task (written by :func:`compaction`)."""
     return {task: CrestStore(work / f"crest-{task}-m{sizes.m}-t{sizes.t_grid[-1]}.sqlite") for task in indexes}
 
@@ -437,7 +422,7 @@ def candidates(corpus: TokenCorpus, contexts: list[np.ndarray], work: Path, docs
 
 
 def real_decoding_check(target: LoadedModel, indexes: dict[str, RestIndex], crest: dict[str, CrestStore],
-                        references: dict[str, list[Reference]], sizes: Sizes) -> pd.DataFrame:
+                        references: dict[str, list[Reference]], sizes: CompactionSizes) -> pd.DataFrame:
     """Greedy speculative decoding for real (untimed) with the 100% REST store and ``crest[task]`` on the first
     ``sizes.checked[task]`` references' prompts, ``sizes.checked_tokens`` new tokens: one row per (task,
     method, prompt) with identical (the output equals the cached greedy reference), calls and tokens_per_call,

@@ -2,7 +2,7 @@
 neighbours of a prompt's state, hnswlib parameters, MRR per datastore, and DReSD vs REST (Fig. 4; the drafters
 themselves run through :func:`specnb.experiments.run` or greedy replay).
 
-Datastores (cached under ``cache_dir()/datastores/dense``, built on first use):
+Datastores (cached under ``<cache>/datastores/dense``, built on first use):
 
 * ``code-OOD``: the CPython standard library (:func:`specnb.datastores.corpus.build_corpus` ``"code"``), truncated;
 * ``chat-OOD``: ShareGPT assistant turns (``"chat"``), truncated;
@@ -45,7 +45,9 @@ from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
 from ..embed import Projection, fit_projection
 from ..metrics import mean_interval
-from ..models import LoadedModel, cache_dir
+from ..models import LoadedModel
+from ..paths import artifact_path, safe_name
+from ..profiles import get_profile
 from ..prompts import Prompt
 from ..replay import Reference, replay_many
 from .grids import replay_rows
@@ -53,15 +55,6 @@ from .runner import summarize
 from .study_folder import rest_store, study_folder
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-
-# Corpus tokens per OOD datastore (whole documents up to the budget). Extraction of Gemma-3-270M states runs at
-# roughly 1k tokens/s on 2 cores. quick code: the stdlib corpus's first 12 files (27k tokens); the next file alone
-# is 64k tokens, and the store it would add cost more than a minute of `make figures`' 30.
-STORE_TOKENS = {
-    "smoke": {"code": 2_000, "chat": 1_000},
-    "quick": {"code": 30_000, "chat": 10_000},
-    "full": {"code": 2_000_000, "chat": 1_000_000},
-}
 
 
 PAPER_SETUP = {"model": "CodeLlama / Llama-2-Chat 7B and 13B (hidden 4096 / 5120)",
@@ -81,32 +74,32 @@ OOD and ID for code, UltraChat OOD for chat)."""
 
 
 def id_responses(target: LoadedModel, profile: str) -> Path:
-    """The ID responses file for ``target``: shipped in ``data/``, or (smoke) generated into the cache."""
+    """The ID responses file for ``target``: shipped in ``data/``, or (a profile whose ``dresd.generate_id`` is set:
+    smoke) generated into the cache."""
     shipped = DATA / f"id_code_{Path(target.name).name}.jsonl"
     if shipped.exists():
         return shipped
-    if profile != "smoke":
+    if not get_profile(profile).dresd.generate_id:
         raise CorpusError(f"no ID responses for {target.name} in {DATA}; make them with `python -m specnb.id_data "
                           f"code --model {target.name} --out {shipped}`")
     from ..id_data import docstring_stubs, generate_responses
 
-    out = cache_dir() / "id_data" / shipped.name
+    out = artifact_path("id_data", safe_name(shipped.name))
     if not out.exists():
         generate_responses(target, docstring_stubs(6, max_files=40), out, max_new_tokens=48, source="smoke")
     return out
 
 
 def build_config(profile: str) -> BuildConfig:
-    """Extraction / index settings per profile (small batches for the tiny smoke models)."""
-    if profile == "smoke":
-        return BuildConfig(dims=16, n_components=64, seq_len=128, overlap=16, batch_tokens=2048)
-    return BuildConfig()
+    """Extraction / index settings of ``profile`` (``dresd.build``: small batches for the tiny smoke models)."""
+    return BuildConfig(**get_profile(profile).dresd.build)
 
 
 def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("code-OOD", "code-ID", "chat-OOD"),
                progress: bool = True) -> dict[str, DenseDatastore]:
-    """The dense datastores of ``kinds`` for ``target`` at ``profile`` size (built once, then cached)."""
-    sizes = STORE_TOKENS[profile]
+    """The dense datastores of ``kinds`` for ``target`` at ``profile`` size (``dresd.store_tokens``: corpus tokens
+    per OOD store, whole documents up to the budget; built once, then cached)."""
+    sizes = get_profile(profile).dresd.store_tokens
     stores = {}
     for kind in kinds:
         domain, dist = kind.split("-")
@@ -226,10 +219,6 @@ def hnsw_on_real_keys(ood: DenseDatastore, queries_from: DenseDatastore, n_queri
     queries = ood.projection(np.asarray(hidden[rows]))
     truth, _ = exact_search(queries, ood.keys, 10)
     return hnsw_sweep(np.asarray(ood.keys), queries, truth)
-
-
-RANDOM_VECTORS = {"smoke": 5_000, "quick": 200_000, "full": 1_000_000}
-"""Random vectors of notebook 03's scale test per profile (the target: <= 1 ms median per query at 1 M)."""
 
 
 def hnsw_at_scale(n: int, dims: int, efs: tuple[int, ...] = (16, 32, 64, 128)) -> pd.DataFrame:

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..datastores.atomic import write_text
+from ..atomic import write_text
 from ..decode import generate
 from ..models import LoadedModel
-from ..paths import cache_dir
+from ..paths import artifact_path
 from ..prompts import Conversation, Prompt, check_follow_ups, encode_prompt
 from ..replay import Reference, teacher_forced_hidden
 from ..roofline import machine_key
@@ -27,7 +27,7 @@ from ..roofline import machine_key
 def reference_path(target: LoadedModel, prompt_ids: torch.Tensor) -> Path:
     """The cache file of one prompt's reference: keyed by the prompt's token ids."""
     digest = hashlib.sha256(np.asarray(prompt_ids, dtype=np.int64).tobytes())
-    return cache_dir() / "references" / machine_key(target) / f"{digest.hexdigest()[:20]}.json"
+    return artifact_path("references", machine_key(target), f"{digest.hexdigest()[:20]}.json")
 
 
 def cached_output(path: Path, max_new_tokens: int) -> list[int] | None:

@@ -1,4 +1,4 @@
-"""Where the study notebooks' stores live (``cache_dir()/datastores/study``), and a REST index there opened or
+"""Where the study notebooks' stores live (``<cache>/datastores/study``), and a REST index there opened or
 built once: the leaf the study's store modules (:mod:`~specnb.experiments.stores`,
 :mod:`~specnb.experiments.dresd`, the sweeps) share."""
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 from ..datastores.corpus import TokenCorpus
 from ..datastores.rest import RestIndex
-from ..models import cache_dir
+from ..paths import artifact_path
 
 
 def study_folder() -> Path:
-    """``cache_dir()/datastores/study`` (created on demand): the study notebooks' stores."""
-    folder = cache_dir() / "datastores" / "study"
+    """``<cache>/datastores/study`` (created on demand): the study notebooks' stores."""
+    folder = artifact_path("datastores", "study")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

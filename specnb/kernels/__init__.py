@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..paths import cache_dir
+from ..paths import artifact_path
 from . import memory
 from .cpu import ISAS, batch_dtype, kernel_isa
 
@@ -60,7 +60,7 @@ def build(flags: tuple[str, ...] = ()) -> ModuleType | None:
     it cannot be built here (a warning says why)."""
     from torch.utils import cpp_extension
 
-    build_dir = cache_dir() / "kernels" / f"fewrow-{digest()}"
+    build_dir = artifact_path("kernels", f"fewrow-{digest()}")
     build_dir.mkdir(parents=True, exist_ok=True)
     lock = build_dir / "lock"  # PyTorch's build lock: a build killed mid-way leaves it, and every later one waits
     if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:

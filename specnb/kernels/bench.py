@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ..atomic import write_csv
 from ..ceilings import read_bandwidth
 from . import linear as fewrow_linear
 from . import memory, quant
@@ -279,7 +280,7 @@ def _run(args) -> int:
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_linear(shapes, rows, getattr(torch, args.dtype), backends, args.repeats, bandwidth)
     if args.out:
-        table.to_csv(args.out, index=False)
+        write_csv(args.out, table)
     wide = table.pivot_table(index=["shape", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
                              sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
@@ -310,7 +311,7 @@ def _run_quant(args) -> int:
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_quant(tensors, rows, args.repeats, bandwidth)
     if args.out:
-        table.to_csv(args.out, index=False)
+        write_csv(args.out, table)
     wide = table.pivot_table(index=["tensor", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
                              sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
@@ -323,6 +324,6 @@ def _run_top_k(args) -> int:
     print(f"CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_top_k(args.vocab, dtype=getattr(torch, args.dtype))
     if args.out:
-        table.to_csv(args.out, index=False)
+        write_csv(args.out, table)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

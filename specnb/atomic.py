@@ -1,6 +1,6 @@
-"""Atomic writes: a file or a folder is built under a temporary sibling name and renamed into place only when
-complete, so an interrupted write never leaves a half file under the final name (and never deletes the old
-one before the new one is whole).
+"""Atomic writes, for every artifact specnb writes (a leaf module: no torch, no specnb imports): a file or a
+folder is built under a temporary sibling name and renamed into place only when complete, so an interrupted write
+never leaves a half file under the final name (and never deletes the old one before the new one is whole).
 
     with atomic_file(path) as tmp:      # write tmp; on success it replaces path
         np.save(tmp, array)
@@ -8,7 +8,8 @@ one before the new one is whole).
         ...
 
 ``atomic_folder`` replaces an existing path only when told to, after :func:`check_replaceable` has made sure it
-holds one of the project's own stores, so a mistyped ``--out`` never deletes a user's files.
+holds one of the project's own stores, so a mistyped ``--out`` never deletes a user's files. A file that grows
+line by line as a run goes (a resumable log) is appended to in place instead: only whole-file writes come here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ExistsError(ValueError):
@@ -54,6 +59,12 @@ def write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically."""
     with atomic_file(path) as tmp:
         tmp.write_text(text)
+
+
+def write_csv(path: str | Path, frame: pd.DataFrame, index: bool = False) -> None:
+    """Write ``frame`` to ``path`` as CSV atomically."""
+    with atomic_file(path) as tmp:
+        frame.to_csv(tmp, index=index)
 
 
 def check_replaceable(path: str | Path, is_store: Callable[[Path], bool], overwrite: bool, what: str) -> bool:
