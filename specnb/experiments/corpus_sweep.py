@@ -29,6 +29,7 @@ from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
 from ..metrics import ratio_interval
 from ..models import LoadedModel
+from ..profiles import get_profile
 from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from .dresd import build_config, datastores, store_corpus
 from .grids import replay_rows
@@ -36,9 +37,6 @@ from .paired import versus
 from .runner import summarize
 from .study_folder import rest_store, study_folder
 
-FRACTIONS = {"smoke": (0.5, 1.0), "quick": (0.1, 0.3, 1.0), "full": (0.1, 0.3, 1.0)}
-"""Nested document samples of the dense store's corpus per profile (1.0: the store itself)."""
-WHOLE_STDLIB = {"smoke": False, "quick": True, "full": True}  # add REST on the whole stdlib (notebook 04's)
 DRESD_SHAPE = (10, 6)  # DReSD's controlled comparison with REST's trees (about as many nodes: notebook 03)
 
 
@@ -53,11 +51,13 @@ class SweepPoint:
 
 
 def sweep_points(target: LoadedModel, profile: str, progress: bool = False) -> list[SweepPoint]:
-    """The corpora of the sweep for ``target`` at ``profile`` size, smallest first, their stores built once."""
+    """The corpora of the sweep for ``target`` at ``profile`` size (its ``corpus_sweep`` record: nested document
+    samples of the dense store's corpus, REST on the whole stdlib or not), smallest first, their stores built once."""
+    sizes = get_profile(profile).corpus_sweep
     parent = datastores(target, profile, kinds=("code-OOD",), progress=progress)["code-OOD"]
     corpus = store_corpus(parent)
     points = []
-    for fraction in FRACTIONS[profile]:
+    for fraction in sizes.fractions:
         if fraction == 1.0:
             docs, dense, name = np.arange(corpus.num_docs), parent, f"rest-{parent.path.name}"  # the study's REST
         else:
@@ -68,7 +68,7 @@ def sweep_points(target: LoadedModel, profile: str, progress: bool = False) -> l
         sample = corpus.select(docs)
         points.append(SweepPoint(f"{fraction:.0%} of the dense store's", sample.num_tokens,
                                  rest_store(sample, study_folder() / name, progress), dense))
-    if WHOLE_STDLIB[profile]:
+    if sizes.whole_stdlib:
         stdlib = build_corpus("code", target, progress=progress)  # cached; notebook 04's code corpus
         whole = rest_store(stdlib, study_folder() / f"rest-{stdlib.meta['name']}", progress)
         points.append(SweepPoint("whole stdlib", stdlib.num_tokens, whole, None))

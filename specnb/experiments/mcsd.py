@@ -47,6 +47,7 @@ from ..forward import forward, output_head
 from ..kv_cache import GrowingCache
 from ..metrics import bootstrap_interval
 from ..models import LoadedModel
+from ..profiles import Profile
 from ..prompts import Prompt, encode_prompt
 from ..verdicts import Expect
 from ..verify import VerifyMode
@@ -57,22 +58,19 @@ from .setups import weights_label
 SCHEMES = {"mcss-wor": "MCSS w/o replacement", "mcss": "MCSS w/ replacement", "mcns": "MCNS"}
 """Acceptance schemes of :func:`acceptance_vs_k` -> display names (MCSD Table 4's rows)."""
 
-QUICK_TIMED = (4, 24)
-"""(prompts, new tokens) of the timed runs under the quick profile: the Qwen2.5-Coder pair decodes at a few
-tokens per second on a CPU, so the profile's timed size (10 x 64 per method) would take minutes per method."""
+
+def timed_sizes(profile: Profile) -> tuple[int, int]:
+    """(prompts, new tokens) per method of notebook 07's timed runs (the profile's ``mcsd`` record: 4 x 24 under
+    ``quick``, where the Qwen2.5-Coder pair decodes at a few tokens per second on a CPU; the profile's
+    ``timed_prompts`` x ``timed_tokens`` otherwise)."""
+    return profile.mcsd.timed_prompts, profile.mcsd.timed_tokens
 
 
-def timed_sizes(profile) -> tuple[int, int]:
-    """(prompts, new tokens) per method of notebook 07's timed runs: :data:`QUICK_TIMED` under ``quick``, the
-    profile's ``timed_prompts`` x ``timed_tokens`` otherwise."""
-    return QUICK_TIMED if profile.name == "quick" else (profile.timed_prompts, profile.timed_tokens)
-
-
-def timed_temperatures(profile) -> tuple[float, ...]:
-    """Temperatures of notebook 07's timed runs: T = 1 alone under ``quick`` (sampling, where the acceptance rule
-    matters; the 1.5B target leaves no time for both in the profile's budget; greedy identity with AR is tested in
-    tests/test_families_lossless.py), T = 0 and 1 otherwise."""
-    return (1.0,) if profile.name == "quick" else (0.0, 1.0)
+def timed_temperatures(profile: Profile) -> tuple[float, ...]:
+    """Temperatures of notebook 07's timed runs (the profile's ``mcsd`` record): T = 1 alone under ``quick``
+    (sampling, where the acceptance rule matters; the 1.5B target leaves no time for both in the profile's budget;
+    greedy identity with AR is tested in tests/test_families_lossless.py), T = 0 and 1 otherwise."""
+    return profile.mcsd.temperatures
 
 
 # ----------------------------------------------------------------------------------------- fixed texts

@@ -19,6 +19,7 @@ from ..drafters.context import ContextNgramDrafter
 from ..drafters.mixed import MixedDrafter, accepted_rank, accepted_strategy
 from ..drafters.model_ngram import BigramDrafter, UnigramDrafter
 from ..models import LoadedModel
+from ..profiles import get_profile
 from ..prompts import Prompt
 from ..replay import Reference, ar_priced_seconds, replay_many
 from ..roofline import CostModel, Grid, cost_table, device_name, time_cells
@@ -54,9 +55,10 @@ def references(target: LoadedModel, sets: dict[str, list[Prompt]], max_new_token
 def tables(target: LoadedModel, references: dict[str, list[Reference]], profile: str
            ) -> tuple[BigramTable, str, np.ndarray, CostModel]:
     """(the bigram table and how its rows are chosen (:func:`restricted_bigram_table`), the unigram ranking, the
-    roofline cost model of this target on this machine (the ``adaptive`` grid; ``smoke``: the smoke grid))."""
+    roofline cost model of this target on this machine (the profile's ``cost_grid``: ``adaptive``; ``smoke``: the
+    smoke grid))."""
     table, note = restricted_bigram_table(target, references)
-    cost = CostModel(cost_table(target, "smoke" if profile == "smoke" else "adaptive", progress=False))
+    cost = CostModel(cost_table(target, get_profile(profile).cost_grid, progress=False))
     return table, note, unigram_ranking(target), cost
 
 
@@ -152,8 +154,8 @@ def mixed_ablation(table: BigramTable, references: dict[str, list[Reference]], k
     ("context" / "bigram" / "none": whose row was accepted), rank (of that row within its strategy),
     context_rows and bigram_rows (how many of the k rows each strategy filled)."""
     return pd.DataFrame([{"set": name, "accepted": c.accepted, "strategy": accepted_strategy(c) or "none",
-                          "rank": accepted_rank(c), "context_rows": c.info["context_rows"],
-                          "bigram_rows": c.info["bigram_rows"]}
+                          "rank": accepted_rank(c), "context_rows": c.report.context_rows,
+                          "bigram_rows": c.report.bigram_rows}
                          for name, refs in references.items()
                          for stats in replay_many(lambda: MixedDrafter(table, k, w), refs) for c in stats.calls])
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..models import LoadedModel
+from ..profiles import get_profile
 from ..roofline import Grid, device_name, get_grid, measure, timing_label
 from ..verdicts import Expect
 
@@ -25,19 +26,18 @@ FREE_TOLERANCE = 0.10  # a call "costs about one (1, 0) call" within 10%
 def grids_for(profile: str) -> tuple[Grid, Grid]:
     """(the heatmap grid, the cost-curve grid) of a profile: ``full`` the paper's grid (k = 1..32, w = 0..15 at
     ℓ = 25 / 100 / 500, median of 5) and the curve at ℓ = 256 / 1k / 4k; ``quick`` the block-size classes up to
-    64 tokens at the paper's ℓ and the curve, median of 3 paired calls each; ``smoke`` the smoke grid for both."""
-    if profile == "smoke":
-        return get_grid("smoke"), get_grid("smoke")
-    if profile == "full":
-        return get_grid("paper"), get_grid("curve")
-    return get_grid("paper-quick"), replace(get_grid("curve"), repeats=3)
+    64 tokens at the paper's ℓ and the curve, median of 3 paired calls each; ``smoke`` the smoke grid for both
+    (the profile's ``roofline`` record)."""
+    sizes = get_profile(profile).roofline
+    curve = get_grid(sizes.curve_grid)
+    return get_grid(sizes.grid), curve if sizes.curve_repeats is None else replace(curve, repeats=sizes.curve_repeats)
 
 
 def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: LoadedModel) -> tuple[str, ...]:
-    """The labels (:func:`specnb.roofline.timing_label`) of ``models`` whose whole grid is timed: all in ``full``,
-    else the ``default`` target's (loaded as the other notebooks load theirs); every model's cost curve is timed
-    always."""
-    if profile == "full":
+    """The labels (:func:`specnb.roofline.timing_label`) of ``models`` whose whole grid is timed: all in ``full``
+    (``roofline.heatmap_all_dtypes``), else the ``default`` target's (loaded as the other notebooks load theirs);
+    every model's cost curve is timed always."""
+    if get_profile(profile).roofline.heatmap_all_dtypes:
         return tuple(models)
     return (timing_label(default.model),)
 

@@ -1,5 +1,5 @@
 """The retrieval datastores of the study notebooks (03's corpus sweep, 08, 09), built once into the cache under
-``cache_dir()/datastores/study`` and reused.
+``<cache>/datastores/study`` and reused.
 
 REST, CREST and DReSD are built on *the same corpus*: the documents of the profile's dense OOD code store
 (:func:`specnb.experiments.dresd.datastores`), so their differences are the methods', not the corpora's.
@@ -12,18 +12,19 @@ from pathlib import Path
 
 from ..datastores.crest import build_crest
 from ..models import LoadedModel
+from ..profiles import get_profile
 from .dresd import datastores, store_corpus
 from .study_folder import rest_store, study_folder
 
-CREST_T = {"smoke": 200, "quick": 10_000, "full": 10_000}  # top-t n-grams per n
-
 
 def study_stores(target: LoadedModel, profile: str, progress: bool = False) -> dict[str, Path]:
-    """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile`` size."""
+    """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile`` size (CREST's top t
+    n-grams per n: the profile's ``study_stores.crest_t``)."""
     dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress)
     ood = dense["code-OOD"]
     index = rest_store(store_corpus(ood), study_folder() / f"rest-{ood.path.name}", progress)
-    crest_path = study_folder() / f"crest-t{CREST_T[profile]}-{ood.path.name}.sqlite"
+    t = get_profile(profile).study_stores.crest_t
+    crest_path = study_folder() / f"crest-t{t}-{ood.path.name}.sqlite"
     if not crest_path.exists():
-        build_crest(index, crest_path, t=CREST_T[profile], progress=progress).close()
+        build_crest(index, crest_path, t=t, progress=progress).close()
     return {"rest": index.path, "crest": crest_path, "dense": ood.path, "dense-id": dense["code-ID"].path}
