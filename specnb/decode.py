@@ -22,6 +22,7 @@ from .device import generator as make_generator
 from .device import model_device, synchronize
 from .draft import Draft
 from .drafters.base import DecodeState, Drafter
+from .drafters.report import NO_REPORT
 from .metrics import CallStats, RunStats
 from .models import LoadedModel
 from .prompts import PromptLike, encode_prompt
@@ -132,7 +133,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             new_tokens=int(committed.shape[0]), draft_seconds=t1 - t0, verify_seconds=t2 - t1,
             overhead_seconds=t3 - t2,
             accepted_row=source_row(draft, acceptance.nodes),
-            info=dict(drafter.last_info) if drafter is not None else {}))
+            report=drafter.report if drafter is not None else NO_REPORT))
     stats.decode_seconds = time.perf_counter() - start - stats.prefill_seconds
 
     tokens = buffer[prompt_ids.shape[0]:length].tolist()

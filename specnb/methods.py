@@ -1,401 +1,60 @@
-"""Named speculation methods for the bench and the notebooks, each with a small dataclass of typed options.
+"""Named speculation methods for the bench and the notebooks: the name table and the command line's coercion.
 
-A method is a one-line description, an options dataclass and a factory ``(target, options) -> Drafter | None``
-(None = plain AR through our loop). Factories are imported lazily ("module:function") so a method's heavy
-dependencies (hnswlib, draftretriever, a draft model) load only when it is used, and this module imports
-nothing heavy: the command line validates every option before a model is loaded. The Hugging Face baselines
-(``hf``, ``hf-pld``, ``hf-assisted``) and llama.cpp's (``llamacpp``, ``llamacpp-pld``) have no factory;
-:mod:`specnb.bench` runs them itself.
+A method is a line of help and either a drafter (:data:`specnb.drafters.DRAFTERS`: its options dataclass and
+factory live in its drafter's module, imported on first use) or a baseline the bench runs itself (Hugging
+Face's ``hf``, ``hf-pld``, ``hf-assisted``; llama.cpp's ``llamacpp``, ``llamacpp-pld``), whose options are in
+:mod:`specnb.options`. ``ar`` is plain AR through our loop.
 
 Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
 ``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
 (a wrong type names the option). :func:`options_for` does it for several methods at once and refuses a value
-that none of them reads.
+that none of them reads; :func:`check_before_loading` runs each options' ``check`` before the model loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from .drafters import DRAFTERS, Entry
+from .options import HfAssistedOptions, LookupOptions, OptionError, Options
 
 if TYPE_CHECKING:
     from .drafters.base import Drafter
     from .models import LoadedModel
 
 
-class OptionError(ValueError):
-    """A method or method option that is unknown, unused, out of range or of the wrong type."""
-
-
 # Command-line spelling of the options that have their own flag (the rest are ``-o KEY=VALUE``).
 FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
 
 
-def _at_least(options: Any, minimum: int, *names: str) -> None:
-    """Raise OptionError naming the first of ``names`` (fields of ``options``) that is set and below ``minimum``."""
-    for name in names:
-        value = getattr(options, name)
-        if value is not None and value < minimum:
-            raise OptionError(f"option {name} must be >= {minimum}, got {value}")
-
-
-def _ngram_range(options: Any) -> None:
-    _at_least(options, 1, "max_ngram", "min_ngram")
-    if options.min_ngram > options.max_ngram:
-        raise OptionError(f"option min_ngram ({options.min_ngram}) must not exceed max_ngram ({options.max_ngram})")
-
-
-@dataclass(frozen=True)
-class NoOptions:
-    """Methods that take no option (ar, hf)."""
-
-
-@dataclass(frozen=True)
-class PldOptions:
-    """Prompt lookup: ``k`` drafts of ``w`` tokens after the longest match of the last max_ngram..min_ngram tokens."""
-
-    k: int = 1
-    w: int = 10
-    max_ngram: int = 3
-    min_ngram: int = 1
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "k", "w")
-        _ngram_range(self)
-
-
-@dataclass(frozen=True)
-class UnigramOptions:
-    """Model unigrams: the ``k`` top tokens of the ``unigram`` ranking rule."""
-
-    k: int = 10
-    unigram: Literal["appendix", "distance"] = "appendix"
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "k")
-
-
-@dataclass(frozen=True)
-class BigramOptions:
-    """Model bigrams: ``k`` drafts of ``w`` tokens; ``bigram_tokens=all`` builds every row of the table."""
-
-    k: int = 10
-    w: int = 1
-    bigram_tokens: Literal["default", "all"] = "default"
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "k", "w")
-
-
-@dataclass(frozen=True)
-class MixedOptions:
-    """Context n-grams first, model bigrams fill the remaining rows of a k x w batch."""
-
-    k: int = 10
-    w: int = 10
-    max_ngram: int = 1
-    min_ngram: int = 1
-    bigram_tokens: Literal["default", "all"] = "default"
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "k", "w")
-        _ngram_range(self)
-
-
-@dataclass(frozen=True)
-class MixedAdaptiveOptions:
-    """Mixed drafting with the shape chosen per call from a roofline table (``roofline``: a CSV, or measured)."""
-
-    max_ngram: int = 1
-    min_ngram: int = 1
-    bigram_tokens: Literal["default", "all"] = "default"
-    roofline: str = ""
-
-    def __post_init__(self) -> None:
-        _ngram_range(self)
-
-
-@dataclass(frozen=True)
-class RestOptions:
-    """REST: ``datastore`` (default: the target's code store); ``w`` continuation tokens per match."""
-
-    datastore: str | None = None
-    w: int = 10
-    max_query: int = 16
-    min_query: int = 2
-    max_matches: int = 5000
-    max_nodes: int = 64
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "w", "min_query", "max_matches", "max_nodes")
-        if self.min_query > self.max_query:
-            raise OptionError(f"option min_query ({self.min_query}) must not exceed max_query ({self.max_query})")
-
-
-@dataclass(frozen=True)
-class CrestOptions:
-    """CREST: ``datastore`` (default: the target's code store); ``max_nodes`` cuts the stored trees."""
-
-    datastore: str | None = None
-    max_nodes: int | None = None
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "max_nodes")
-
-
-@dataclass(frozen=True)
-class DenseOptions:
-    """DReSD: ``datastore`` (required), a ``draft_shape`` KxW|greedy|sampling or ``k``/``w`` (default 10x10)."""
-
-    datastore: str | None = None
-    draft_shape: str | None = None
-    k: int | None = None
-    w: int | None = None
-    neighbours: int | None = None
-    ef: int | None = None
-    merge: Literal["rows", "votes"] = "rows"
-
-    def __post_init__(self) -> None:
-        if self.datastore is None:
-            raise OptionError("dense needs --datastore (a folder from `specnb datastore build dense`)")
-        _at_least(self, 1, "k", "w", "neighbours", "ef")
-        if self.draft_shape is not None:
-            from .draft_shapes import retrieval_shape
-
-            retrieval_shape(self.draft_shape)
-
-
-@dataclass(frozen=True)
-class RestPricedOptions(RestOptions):
-    """REST's tree cut to the node budget that pays on this machine's roofline (``roofline``: CSV or measured)."""
-
-    roofline: str = ""
-
-
-@dataclass(frozen=True)
-class CrestPricedOptions(CrestOptions):
-    """CREST's stored tree cut to the node budget that pays."""
-
-    roofline: str = ""
-
-
-@dataclass(frozen=True)
-class DensePricedOptions(DenseOptions):
-    """DReSD's neighbours merged into one vote-ranked tree, cut to the node budget that pays."""
-
-    merge: Literal["rows", "votes"] = "votes"
-    roofline: str = ""
-
-
-@dataclass(frozen=True)
-class DraftModelOptions:
-    """A draft model (``draft``: a name or ``self:L``; ``self:2`` for tiny targets) sampling at ``temperature``
-    / ``top_p`` (the run's unless set) with ``seed``, accepted by ``scheme``."""
-
-    draft: str | None = None
-    scheme: str = "mcss"
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        from .accept import SCHEMES
-        from .draft_shapes import self_layers
-        from .model_names import check_installed
-
-        if self.draft is not None and self_layers(self.draft) is None:
-            check_installed(self.draft)  # a mistyped or missing draft fails before the target loads
-        if self.scheme not in SCHEMES:
-            raise OptionError(f"option scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise OptionError(f"options temperature >= 0 and 0 < top_p <= 1 needed, got {self.temperature}, "
-                              f"{self.top_p}")
-
-
-@dataclass(frozen=True)
-class SdOptions(DraftModelOptions):
-    """Vanilla SD: one chain of ``w`` draft tokens, or ``draft_shape`` 1x1x..."""
-
-    draft_shape: str | None = None
-    w: int = 4
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _at_least(self, 1, "w")
-        if self.draft_shape is not None:
-            from .draft_shapes import tree_shape
-
-            if max(tree_shape(self.draft_shape)) > 1:
-                raise OptionError(f"sd drafts one chain; draft shape {self.draft_shape!r} has several candidates "
-                                  "per level (use mcsd)")
-
-
-@dataclass(frozen=True)
-class McsdOptions(DraftModelOptions):
-    """MCSD: a ``draft_shape`` tree of candidates per level, MCSS without replacement unless ``scheme``."""
-
-    draft_shape: str = "4x2x2x1"
-    scheme: str = "mcss-wor"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        from .draft_shapes import tree_shape
-
-        tree_shape(self.draft_shape)
-
-
-@dataclass(frozen=True)
-class SuffixOptions:
-    """SuffixDecoding: a tree of up to ``max_nodes`` from the longest suffix match (this request and earlier
-    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned. ``alpha`` 2
-    and ``max_nodes`` 16 (the reference implementation's are 1 and larger) ran faster here: docs/drafters.md."""
-
-    max_nodes: int = 16
-    alpha: float = 2.0
-    max_depth: int = 16
-    min_prob: float = 0.1
-    max_query: int = 32
-    min_query: int = 1
-    history_tokens: int = 262_144
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "max_nodes", "max_depth", "max_query", "min_query", "history_tokens")
-        if self.alpha <= 0 or not 0 <= self.min_prob <= 1:
-            raise OptionError(f"options alpha > 0 and 0 <= min_prob <= 1 needed, got {self.alpha}, {self.min_prob}")
-        if self.min_query > self.max_query:
-            raise OptionError(f"option min_query ({self.min_query}) must not exceed max_query ({self.max_query})")
-
-
-# Model-free drafters the router can choose among (draft models and already-priced methods excluded).
-ROUTABLE = ("pld", "suffix", "recycle", "ngram-unigram", "ngram-bigram", "mixed", "rest", "crest", "dense")
-
-
-@dataclass(frozen=True)
-class AutoOptions:
-    """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
-    where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
-    (steps between two reviews of whether each member pays for its seat; 0: keep every member), ``merge``
-    (whether the best two members' trees may be verified together when that is expected to pay), ``merge_z``
-    (standard errors below its mean that what a merge adds is taken at; 0: the mean)."""
-
-    members: str = ""
-    crest: str = ""
-    dense: str = ""
-    roofline: str = ""
-    window: int = 256
-    merge: bool = True
-    merge_z: float = 0.0
-
-    def __post_init__(self) -> None:
-        _at_least(self, 0, "window")
-        _at_least(self, 0, "merge_z")
-        for name in filter(None, self.members.split(",")):
-            if name not in ROUTABLE:
-                raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")
-
-
-@dataclass(frozen=True)
-class RecycleOptions:
-    """Token Recycling: the target's top ``k`` successors of every token; breadth-first trees of ``max_nodes``
-    (8, not the paper's 32: on a CPU every node is a row of the target's call; docs/drafters.md). The router
-    (``auto``) keeps recycle's 32-node tree and cuts it itself."""
-
-    k: int = 8
-    max_nodes: int = 8
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "k", "max_nodes")
-
-
-@dataclass(frozen=True)
-class LookupOptions:
-    """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
-
-    w: int = 10
-
-    def __post_init__(self) -> None:
-        _at_least(self, 1, "w")
-
-
-@dataclass(frozen=True)
-class HfAssistedOptions:
-    """Hugging Face assisted generation with the draft model ``draft`` (same tokenizer as the target)."""
-
-    draft: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.draft or self.draft.startswith("self:"):
-            raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
-        from .model_names import check_installed
-
-        check_installed(self.draft)
-
-
 @dataclass(frozen=True)
 class Method:
-    """A named method: one line of help, its options dataclass, and its factory ``"module:function"`` (None for
-    the Hugging Face and llama.cpp baselines, which the bench runs itself)."""
+    """A named method: one line of help, its drafter (None for the Hugging Face and llama.cpp baselines, which
+    the bench runs itself) and, for a baseline, its options class."""
 
     help: str
-    options: type = NoOptions
-    factory: str | None = None
+    drafter: Entry | None = None
+    baseline_options: type = Options
 
-
-def no_drafter(target: LoadedModel, options: NoOptions) -> None:
-    """The ``ar`` factory: no drafter, plain autoregressive decoding through our loop."""
-    return None
-
-
-def make_pld(target: LoadedModel, options: PldOptions) -> Drafter:
-    """The ``pld`` factory."""
-    from .drafters.context import ContextNgramDrafter
-
-    return ContextNgramDrafter(k=options.k, w=options.w, max_ngram=options.max_ngram, min_ngram=options.min_ngram)
+    @property
+    def options(self) -> type:
+        """The method's options dataclass (imports its drafter's module)."""
+        return self.drafter.options_class() if self.drafter is not None else self.baseline_options
 
 
 METHODS: dict[str, Method] = {
-    "ar": Method("autoregressive decoding through our loop (the reference; always runs)", NoOptions,
-                 "specnb.methods:no_drafter"),
-    "pld": Method("prompt lookup: n-gram matches in the prompt and output", PldOptions, "specnb.methods:make_pld"),
-    "ngram-unigram": Method("model-derived unigrams (N-Grammys)", UnigramOptions,
-                            "specnb.drafters.model_ngram:make_unigram"),
-    "ngram-bigram": Method("model-derived bigram chains (N-Grammys)", BigramOptions,
-                           "specnb.drafters.model_ngram:make_bigram"),
-    "mixed": Method("context n-grams, then model bigrams (N-Grammys)", MixedOptions,
-                    "specnb.drafters.mixed:make_mixed"),
-    "mixed-adaptive": Method("mixed, its shape chosen per call from the roofline", MixedAdaptiveOptions,
-                             "specnb.drafters.mixed:make_mixed_adaptive"),
-    "dense": Method("DReSD dense retrieval of hidden states (needs --datastore)", DenseOptions,
-                    "specnb.drafters.dense:make_dense"),
-    "rest": Method("REST suffix-array retrieval, token tree", RestOptions, "specnb.drafters.rest:make_rest"),
-    "crest": Method("CREST n-gram -> precomputed tree store", CrestOptions, "specnb.drafters.crest:make_crest"),
-    "rest-priced": Method("REST's tree cut to the budget that pays", RestPricedOptions,
-                          "specnb.drafters.priced:make_rest_priced"),
-    "crest-priced": Method("CREST's tree cut to the budget that pays", CrestPricedOptions,
-                           "specnb.drafters.priced:make_crest_priced"),
-    "dense-priced": Method("DReSD vote-merged tree cut to the budget that pays", DensePricedOptions,
-                           "specnb.drafters.priced:make_dense_priced"),
-    "suffix": Method("SuffixDecoding: suffix matches in this request and earlier outputs", SuffixOptions,
-                     "specnb.drafters.suffix:make_suffix"),
-    "recycle": Method("Token Recycling: trees from the target's own earlier top-k successors", RecycleOptions,
-                      "specnb.drafters.recycle:make_recycle"),
-    "auto": Method("router: each step, the drafter with the best expected tokens/s on this machine", AutoOptions,
-                   "specnb.drafters.auto:make_auto"),
-    "sd": Method("vanilla speculative decoding with a draft model, one chain", SdOptions,
-                 "specnb.drafters.draft_model:make_sd"),
-    "mcsd": Method("MCSD: draft-model candidate tree, multi-candidate sampling", McsdOptions,
-                   "specnb.drafters.draft_model:make_mcsd"),
+    "ar": Method("autoregressive decoding through our loop (the reference; always runs)"),
+    **{name: Method(entry.help, entry) for name, entry in DRAFTERS.items()},
     "hf": Method("Hugging Face generate (plain)"),
-    "hf-pld": Method("Hugging Face prompt lookup", LookupOptions),
-    "hf-assisted": Method("Hugging Face assisted generation with --draft", HfAssistedOptions),
+    "hf-pld": Method("Hugging Face prompt lookup", baseline_options=LookupOptions),
+    "hf-assisted": Method("Hugging Face assisted generation with --draft", baseline_options=HfAssistedOptions),
     "llamacpp": Method("llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy"),
-    "llamacpp-pld": Method("llama.cpp with its prompt-lookup drafting", LookupOptions),
+    "llamacpp-pld": Method("llama.cpp with its prompt-lookup drafting", baseline_options=LookupOptions),
 }
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
@@ -474,31 +133,11 @@ def split_datastores(values: Sequence[str]) -> tuple[str | None, dict[str, str]]
 
 
 def check_before_loading(model: str, options: Mapping[str, Any]) -> None:
-    """Raise (one line) for what the chosen methods would find wrong only after ``model`` loads, checked from its
-    name alone: a datastore or roofline table that is not there (the message names the build command; existence
-    only, the loaders check contents and tokenizer) and a ``self:L`` draft at least as deep as the model (where
-    its config file is at hand)."""
-    from .datastores import dense, rest
-    from .draft_shapes import check_self_layers, self_layers
-    from .model_names import layer_count
-
+    """Raise (one line) for what the chosen methods would find wrong only after ``model`` loads, judged from its
+    name alone: each options' :meth:`~specnb.options.Options.check` (a store or roofline table that is not there,
+    naming the command that builds it; a ``self:L`` draft at least as deep as the model)."""
     for opts in options.values():
-        layers = self_layers(getattr(opts, "draft", None) or "")
-        if layers is not None and (total := layer_count(model)) is not None:
-            check_self_layers(layers, total)
-        if isinstance(opts, RestOptions | CrestOptions):
-            kind = "rest" if isinstance(opts, RestOptions) else "crest"
-            rest.require_store(rest.store_path(model, kind, opts.datastore), kind)
-        elif isinstance(opts, DenseOptions):
-            dense.require_store(dense.store_path(opts.datastore, model))
-        elif isinstance(opts, AutoOptions):
-            if opts.crest:
-                rest.require_store(Path(opts.crest), "crest")
-            if opts.dense:
-                dense.require_store(Path(opts.dense))
-        roofline = getattr(opts, "roofline", "")
-        if roofline and not Path(roofline).is_file():
-            raise FileNotFoundError(f"roofline table {roofline} does not exist")
+        opts.check(model)
 
 
 def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Sequence[str] = (),
@@ -544,11 +183,10 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
     or None for the defaults. Raises OptionError for an unknown method or bad options.
     """
     spec = method(name)
-    if spec.factory is None:
+    if name != "ar" and spec.drafter is None:
         raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.bench")
     if options is None or isinstance(options, Mapping):
         options = parse_options(name, options)
     elif not isinstance(options, spec.options):
         raise OptionError(f"method {name} takes {spec.options.__name__}, got {type(options).__name__}")
-    module, function = spec.factory.split(":")
-    return getattr(importlib.import_module(module), function)(target, options)
+    return spec.drafter.drafter(target, options) if spec.drafter is not None else None

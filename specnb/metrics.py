@@ -24,9 +24,10 @@ Definitions, the only ones every notebook and the bench use, computed from per-c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from .drafters.report import NO_REPORT, Report
 
 
 @dataclass
@@ -41,7 +42,7 @@ class CallStats:
     verify_seconds: float  # the target forward call
     overhead_seconds: float  # acceptance, KV bookkeeping, drafter.update
     accepted_row: int | None = None  # which of the drafter's rows the accepted path came from
-    info: dict[str, Any] = field(default_factory=dict)
+    report: Report = NO_REPORT  # what the drafter said of its proposal
 
 
 @dataclass

@@ -40,7 +40,7 @@ def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[in
 
     hidden: float [L + T, d], the target's last hidden state at every position of prompt + output (needed
     only by drafters with ``needs_hidden_state``). Returns a RunStats whose calls carry drafted nodes, depth,
-    accepted length, accepted row and the drafter's info; all times are 0.
+    accepted length, accepted row and the drafter's report; all times are 0.
     """
     if drafter.needs_hidden_state and hidden is None:
         raise ValueError(f"{type(drafter).__name__} reads the target's hidden state: pass hidden= "
@@ -62,7 +62,7 @@ def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[in
         stats.calls.append(CallStats(drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth,
                                      accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
                                      verify_seconds=0.0, overhead_seconds=0.0,
-                                     accepted_row=source_row(draft, nodes), info=dict(drafter.last_info)))
+                                     accepted_row=source_row(draft, nodes), report=drafter.report))
         pos += accepted + 1
     return stats
 

@@ -13,11 +13,13 @@ from conftest import ARCHS, DTYPES, tiny
 from test_sampling_deterministic import sampling_matches_ar
 
 from specnb import Draft, generate
-from specnb.drafters.auto import AutoDrafter, make_auto
+from specnb.drafters import crest
+from specnb.drafters.auto import AutoDrafter, make
+from specnb.drafters.auto import Options as AutoOptions
 from specnb.drafters.base import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.methods import AutoOptions, OptionError, parse_options
+from specnb.methods import OptionError, parse_options
 from specnb.roofline import CostModel
 
 PROMPT = [256] + list(range(40, 52)) * 3
@@ -64,7 +66,7 @@ def test_auto_picks_the_member_that_pays():
     router = AutoDrafter({"wrong": Shifted(truth, len(PROMPT), shift=1),
                           "right": Shifted(truth, len(PROMPT), shift=0)}, cost(0.05))
     out = generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False)
-    picked = [c.info["picked"] for c in out.stats.calls]
+    picked = [c.report.picked for c in out.stats.calls]
     assert out.tokens == truth
     assert set(picked) <= {"right", ""} and picked.count("right") >= len(picked) // 2  # wrong adds nothing to merge
     assert len(out.stats.calls) < MAX_NEW // 2  # and the accepted drafts cut the calls
@@ -95,7 +97,7 @@ def test_auto_verifies_two_members_together_when_neither_is_sure(merge):
     router = AutoDrafter(members, cost(0.01), window=0, merge=merge)
     runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(4)]
     assert all(run.tokens == truth for run in runs)
-    picked = [c.info["picked"] for c in runs[-1].stats.calls]
+    picked = [c.report.picked for c in runs[-1].stats.calls]
     if merge:
         assert picked.count("even+odd") >= len(picked) // 2
         assert runs[-1].stats.tokens_per_call > 5
@@ -141,7 +143,7 @@ def test_a_runner_up_that_adds_nothing_is_not_merged():
                          cost(0.01), window=0)
     runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(3)]
     assert all(run.tokens == truth for run in runs)
-    assert {c.info["picked"] for c in runs[-1].stats.calls} == {"right"}
+    assert {c.report.picked for c in runs[-1].stats.calls} == {"right"}
     assert router.added[("right", "sidestep")][0] == 0
 
 
@@ -154,7 +156,7 @@ def test_auto_offers_nothing_when_nothing_pays():
                           "worse": Shifted(truth, len(PROMPT), shift=2, depth=16)}, cost(0.05))
     out = generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False)
     assert out.tokens == truth
-    assert [(c.drafted_nodes, c.info["picked"]) for c in out.stats.calls] == [(0, "")] * (MAX_NEW - 1)
+    assert [(c.drafted_nodes, c.report.picked) for c in out.stats.calls] == [(0, "")] * (MAX_NEW - 1)
 
 
 class Slow(Shifted):
@@ -183,8 +185,8 @@ def test_members_that_do_not_pay_for_their_seats_are_retired():
     runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(3)]
     assert all(run.tokens == truth for run in runs)
     assert router.retired == ["twin", "wrong"]
-    assert runs[-1].stats.calls[-1].info["retired"] == "twin,wrong"
-    assert {c.info["picked"] for c in runs[-1].stats.calls} <= {"right", ""}
+    assert runs[-1].stats.calls[-1].report.retired == "twin,wrong"
+    assert {c.report.picked for c in runs[-1].stats.calls} <= {"right", ""}
     keep_all = AutoDrafter(members, cost(0.05), window=0)
     for _ in range(3):
         generate(target, PROMPT, keep_all, max_new_tokens=MAX_NEW, stop_at_eos=False)
@@ -215,9 +217,9 @@ def test_a_given_store_makes_its_member(monkeypatch, tmp_path):
     store.touch()
     made = []
     monkeypatch.setattr("specnb.drafters.auto.default_members", lambda target: ["pld", "suffix"])
-    monkeypatch.setattr("specnb.drafters.auto.make_drafter",
-                        lambda name, target, values: made.append((name, values)) or ContextNgramDrafter())
+    monkeypatch.setattr("specnb.drafters.Entry.drafter",
+                        lambda entry, target, options: made.append((entry.module, options)) or ContextNgramDrafter())
     monkeypatch.setattr("specnb.roofline.cost_model_for", lambda target, path="": cost(0.0))
-    router = make_auto(None, AutoOptions(crest=str(store)))
+    router = make(None, AutoOptions(crest=str(store)))
     assert list(router.members) == ["pld", "suffix", "crest"]
-    assert made[-1] == ("crest", {"datastore": str(store)})
+    assert made[-1] == ("crest", crest.Options(datastore=str(store)))

@@ -61,8 +61,7 @@ def test_priced_dense_is_lossless_and_buckets_by_first_token_matches(stores):
     from tests.test_priced import LinearCost
 
     target = tiny("llama")
-    priced = PricedTreeDrafter(DenseDrafter(stores["llama"], 3, 20, merge="votes"), LinearCost(0.0),
-                               bucket_key="first_token_matches")
+    priced = PricedTreeDrafter(DenseDrafter(stores["llama"], 3, 20, merge="votes"), LinearCost(0.0))
     for prompt in PROMPTS[:2]:
         out = generate(target, prompt, priced, max_new_tokens=32)
         assert out.tokens == generate(target, prompt, max_new_tokens=32).tokens
@@ -103,7 +102,7 @@ def test_first_token_filter_shapes_and_dedup(stores):
         assert 1 <= rows.shape[0] <= 4 and rows.shape[1] == 6
         assert len({tuple(r) for r in rows.tolist()}) == rows.shape[0]  # distinct
         assert (rows[:, 0] >= 0).all()
-        assert drafter.last_info["first_token_matches"] >= rows.shape[0]
+        assert drafter.report.first_token_matches >= rows.shape[0]
         # the row's own value is among the drafts (it is its own nearest neighbour)
         own = store.values[row, 1:7].astype(np.int64)
         if store.pad_id in own:

@@ -13,7 +13,7 @@ from specnb import Draft, generate, load_model
 from specnb.cli import main
 from specnb.datasets import jsonl
 from specnb.draft import DraftError
-from specnb.drafters import ContextNgramDrafter
+from specnb.drafters.context import ContextNgramDrafter
 from specnb.methods import OptionError, make_drafter, options_for, parse_options, split_datastores
 from specnb.models import ModelError
 from specnb.profiles import get_profile

@@ -33,8 +33,10 @@ from specnb.datastores.dense import BuildConfig, build_datastore
 from specnb.datastores.rest import RestIndex, default_store
 from specnb.decode import Generation
 from specnb.draft import Draft
+from specnb.drafters.auto import ROUTABLE
 from specnb.drafters.base import DecodeState, Drafter
-from specnb.methods import ROUTABLE, make_drafter
+from specnb.drafters.report import Report
+from specnb.methods import make_drafter
 
 PROMPT = [256] + list(range(40, 46)) * 3  # 19 tokens: past the tiny Gemma's window (16) from the start
 OTHER = [256, 10, 20, 30]
@@ -158,8 +160,8 @@ class Recording(Drafter):
         return self.inner.needs_logits
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        return self.inner.last_info
+    def report(self) -> Report:
+        return self.inner.report
 
     def reset(self, prompt_ids: torch.Tensor) -> None:
         self.inner.reset(prompt_ids)
@@ -216,4 +218,4 @@ def test_every_family_is_lossless_and_accepts(setups, monkeypatch, name: str, ar
         scored = {member for member, priced in router.members.items() if priced.steps.sum() > 0}
         assert scored == set(router.members), f"members that never drafted: {set(router.members) - scored}"
         if name == "auto-default":  # no store to outdo them: several members win steps
-            assert len({call.info["picked"] for call in calls if call.accepted}) >= 2
+            assert len({call.report.picked for call in calls if call.accepted}) >= 2

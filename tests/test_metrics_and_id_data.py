@@ -12,7 +12,7 @@ from conftest import tiny
 
 from specnb.datastores.corpus import CorpusError
 from specnb.decode import generate
-from specnb.drafters import ContextNgramDrafter
+from specnb.drafters.context import ContextNgramDrafter
 from specnb.id_data import docstring_stubs, generate_responses, id_corpus
 from specnb.metrics import CallStats, RunStats, first_divergence, rate_ratio_interval
 from specnb.prompts import Prompt, encode_prompt

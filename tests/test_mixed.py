@@ -14,6 +14,7 @@ from specnb.drafters.base import DecodeState
 from specnb.drafters.mixed import (
     AdaptiveShapeDrafter,
     MixedDrafter,
+    MixedReport,
     ShapeStatistics,
     accepted_rank,
     accepted_strategy,
@@ -55,15 +56,15 @@ def test_context_rows_first_then_bigram_without_duplicates():
     draft = drafter.propose(state([1, 2, 3, 1, 2, 4, 1]))
     # context: after "1" came [2, 4] (most recent) and [2, 3]; the bigram's [2, 3] is a duplicate
     assert drafter.last_rows == [[2, 4], [2, 3], [3, 4], [4, 5]]
-    assert drafter.last_info == {"k": 4, "w": 2, "context_rows": 2, "bigram_rows": 2}
+    assert drafter.report == MixedReport(k=4, w=2, context_rows=2, bigram_rows=2)
     assert draft.num_nodes == 7  # the two context rows share their first token
     drafter.propose(state([7, 8, 9]))  # no earlier "9": the bigram takes every row
-    assert drafter.last_info["context_rows"] == 0 and drafter.last_rows == [[0, 1], [1, 2], [2, 3], [3, 4]]
+    assert drafter.report.context_rows == 0 and drafter.last_rows == [[0, 1], [1, 2], [2, 3], [3, 4]]
     assert MixedDrafter(toy_table(), k=2, w=5).propose(state([5, 5], max_depth=0)) is None
 
 
 def test_accepted_strategy_and_rank():
-    call = lambda row: CallStats(10, 2, 1, 2, 0, 0, 0, accepted_row=row, info={"context_rows": 2})  # noqa: E731
+    call = lambda row: CallStats(10, 2, 1, 2, 0, 0, 0, accepted_row=row, report=MixedReport(context_rows=2))  # noqa: E731
     assert (accepted_strategy(call(1)), accepted_rank(call(1))) == ("context", 1)
     assert (accepted_strategy(call(3)), accepted_rank(call(3))) == ("bigram", 1)
     assert accepted_strategy(call(None)) is None
@@ -103,7 +104,7 @@ def test_adaptive_chooser_picks_the_hand_computed_shape():
         hopeless.stats.observe(1, np.zeros(4, dtype=np.int64), 2)
     assert hopeless.choose(bucket=1, context_len=100, max_depth=10)[0] == (1, 0)
     assert hopeless.propose(state([3, 4, 3])) is None  # "3" occurred before: bucket 1, shape (1, 0)
-    assert (hopeless.last_info["bucket"], hopeless.last_info["w"]) == (1, 0)
+    assert (hopeless.report.bucket, hopeless.report.w) == (1, 0)
 
 
 def cost_frame() -> pd.DataFrame:

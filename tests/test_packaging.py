@@ -63,7 +63,7 @@ def test_a_decoding_step_raises_no_future_warning(path: str) -> None:
 
     from specnb import generate
     from specnb.decoder import stock
-    from specnb.drafters import ContextNgramDrafter
+    from specnb.drafters.context import ContextNgramDrafter
     from specnb.methods import make_drafter
 
     for arch in ARCHS:

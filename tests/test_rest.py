@@ -122,7 +122,7 @@ def accepts_whole_continuations(calls: list, max_new: int, depth: int) -> bool:
     of the output): what a store holding this very output must give, whichever matches it also holds."""
     produced = 1  # the prefill's token
     for call in calls:
-        if call.info["match_len"] and call.accepted != min(depth, max_new - produced - 1):
+        if call.report.match_len and call.accepted != min(depth, max_new - produced - 1):
             return False
         produced += call.new_tokens
     return True
@@ -143,7 +143,7 @@ def test_rest_drafter_greedy_lossless(verify):
         assert sd.tokens == ar.tokens
         if prompt in prompts:  # its output is in the store: from the first match on, whole continuations
             calls = sd.stats.calls
-            first = next(i for i, c in enumerate(calls) if c.info["match_len"])
+            first = next(i for i, c in enumerate(calls) if c.report.match_len)
             assert accepts_whole_continuations(calls, 40, drafter.config.length), [c.accepted for c in calls]
             assert len(calls) - first == -(-(40 - 1 - sum(c.new_tokens for c in calls[:first])) //
                                            (drafter.config.length + 1)), [c.accepted for c in calls]

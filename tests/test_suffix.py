@@ -61,8 +61,8 @@ def test_tree_depth_grows_with_the_match_and_rare_branches_are_pruned():
     body = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2, 3, 9, 0]
     drafter = SuffixDrafter(alpha=1.0, min_prob=0.3, max_nodes=50)
     draft = drafter.propose(state(body + [1, 2, 3]))
-    info = drafter.last_info
-    assert info["match_len"] == 3 and info["source"] == "request" and info["occurrences"] == 4
+    report = drafter.report
+    assert (report.match_len, report.source, report.occurrences) == (3, "request", 4)
     assert draft.tokens.tolist() == [4, 5, 6] and draft.is_chain  # depth ceil(1.0 * 3); the 1-in-4 branch < 0.3
     drafter = SuffixDrafter(alpha=1.5, min_prob=0.2, max_nodes=50)
     draft = drafter.propose(state(body + [1, 2, 3]))
@@ -78,7 +78,7 @@ def test_earlier_outputs_are_drafted_from_in_the_next_request():
     drafter.reset(torch.tensor([8]))  # the first output joins the history
     draft = drafter.propose(state([8, 11, 12]))
     # match "11 12" (q = 2): depth ceil(2.0 * 2) = 4, but that output ended after 15
-    assert drafter.last_info["source"] == "history" and draft.tokens.tolist() == [13, 14, 15]
+    assert drafter.report.source == "history" and draft.tokens.tolist() == [13, 14, 15]
     drafter.clear()
     assert drafter.propose(state([8, 11, 12])) is None
 
@@ -105,7 +105,7 @@ def test_suffix_is_lossless(arch, dtype, mode):
     assert first.tokens == reference and second.tokens == reference
     # Random tiny models rarely repeat themselves, but the second request finds the first one's output.
     assert sum(c.accepted for c in second.stats.calls) > 20
-    assert {c.info["source"] for c in second.stats.calls} & {"history", "both"}
+    assert {c.report.source for c in second.stats.calls} & {"history", "both"}
 
 
 def test_suffix_sampling_keeps_the_target_distribution():

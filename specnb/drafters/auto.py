@@ -17,6 +17,7 @@ the member whose running costs most exceed the seconds its wins saved. Why each 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,61 @@ import torch
 from torch import Tensor
 
 from ..draft import Draft
-from ..methods import AutoOptions, OptionError, make_drafter
+from ..options import OptionError, at_least
+from ..options import Options as BaseOptions
+from . import DRAFTERS
 from .base import DecodeState, Drafter, Hindsight
 from .priced import PricedTreeDrafter, accepted_by_budget, cut
+from .report import Report
 
-# The last_info entry each member buckets its steps by (a member without one uses a single bucket).
-BUCKET_KEYS = {"pld": "match_len", "suffix": "match_len", "crest": "match_len", "rest": "match_len",
-               "ngram-bigram": "covered", "dense": "first_token_matches"}
 NO_NODES = torch.empty(0, dtype=torch.long)
+
+# Model-free drafters the router can choose among (draft models and already-priced methods excluded).
+ROUTABLE = ("pld", "suffix", "recycle", "ngram-unigram", "ngram-bigram", "mixed", "rest", "crest", "dense")
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
+    where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
+    (steps between two reviews of whether each member pays for its seat; 0: keep every member), ``merge``
+    (whether the best two members' trees may be verified together when that is expected to pay), ``merge_z``
+    (standard errors below its mean that what a merge adds is taken at; 0: the mean)."""
+
+    members: str = ""
+    crest: str = ""
+    dense: str = ""
+    roofline: str = ""
+    window: int = 256
+    merge: bool = True
+    merge_z: float = 0.0
+
+    def __post_init__(self) -> None:
+        at_least(self, 0, "window", "merge_z")
+        for name in filter(None, self.members.split(",")):
+            if name not in ROUTABLE:
+                raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")
+
+    def check(self, model: str) -> None:
+        """The stores given for members must exist."""
+        from ..datastores import dense, rest
+
+        super().check(model)
+        if self.crest:
+            rest.require_store(Path(self.crest), "crest")
+        if self.dense:
+            dense.require_store(Path(self.dense))
+
+
+@dataclass(frozen=True)
+class Routed(Report):
+    """The member that drafted (``winner+runner-up`` for a merged tree, "" for no draft), its expected rate
+    (tokens/s), the nodes verified and the members retired so far (comma-separated)."""
+
+    picked: str = ""
+    expected_rate: float = 0.0
+    nodes: int = 0
+    retired: str = ""
 
 
 class AutoDrafter(Drafter):
@@ -42,20 +90,18 @@ class AutoDrafter(Drafter):
     between two seat reviews (0: never retire a member); merge: whether the winner's and the runner-up's trees
     may be verified together; merge_z: standard errors below the mean that what a merge adds is taken at;
     shrink: weight of the all-pairs estimate of what a merge adds in each pair's.
-    ``last_info``: ``picked`` (member name, ``winner+runner-up`` for a merged tree, "" for no draft),
-    ``expected_rate`` (tokens/s), ``nodes`` and ``retired`` (the members retired so far, comma-separated).
+    Reports a :class:`Routed`.
     """
 
     name = "auto"
 
-    def __init__(self, members: dict[str, Drafter], cost: Any, window: int = AutoOptions.window,
-                 merge: bool = AutoOptions.merge, merge_z: float = AutoOptions.merge_z, shrink: float = 4.0):
+    def __init__(self, members: dict[str, Drafter], cost: Any, window: int = Options.window,
+                 merge: bool = Options.merge, merge_z: float = Options.merge_z, shrink: float = 4.0):
         if not members:
             raise ValueError("the router needs at least one member drafter")
         if window < 0:
             raise ValueError(f"window must be >= 0, got {window}")
-        self.members = {name: PricedTreeDrafter(d, cost, bucket_key=BUCKET_KEYS.get(name, "")) for name, d in
-                        members.items()}
+        self.members = {name: PricedTreeDrafter(d, cost) for name, d in members.items()}
         self.cost, self.window, self.merge, self.merge_z, self.shrink = cost, window, merge, merge_z, shrink
         self.retired: list[str] = []
         # (winner's, runner-up's) cut trees, until the output shows how each would have done: the runner-up's
@@ -64,7 +110,7 @@ class AutoDrafter(Drafter):
         self.added: dict[tuple[str, str], np.ndarray] = {}  # pair -> [tokens a merge added, their squares, steps]
         self.record: dict[str, Any] | None = None  # this step's winner, its call's seconds and its runner-up's
         self.picked: str = ""
-        self._info: dict[str, Any] = {}
+        self._report = Routed()
         self._new_window()
 
     def _new_window(self) -> None:
@@ -127,8 +173,8 @@ class AutoDrafter(Drafter):
                            "runner_up_seconds": self._seconds(runner_up.num_nodes if runner_up else 0, context)}
             if runner_up is not None:
                 self.runner_ups.add(state, self.record, (alone, runner_up), max(alone.max_depth, runner_up.max_depth))
-        self._info = {"picked": self.picked, "expected_rate": best_rate,
-                      "nodes": draft.num_nodes if draft is not None else 0, "retired": ",".join(self.retired)}
+        self._report = Routed(self.picked, best_rate, draft.num_nodes if draft is not None else 0,
+                              ",".join(self.retired))
         return draft
 
     def _added(self, pair: tuple[str, str]) -> float:
@@ -187,8 +233,8 @@ class AutoDrafter(Drafter):
         self._new_window()
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        return self._info
+    def report(self) -> Routed:
+        return self._report
 
 
 def _accepted(tree: Draft, truth: list[int]) -> int:
@@ -210,11 +256,9 @@ def default_members(target: Any) -> list[str]:
 MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}, "recycle": {"max_nodes": 32}}
 
 
-def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
-    """Bench factory ``auto``: ``-o members=pld,suffix,...`` (default :func:`default_members`), ``-o crest=PATH``
-    and ``-o dense=PATH`` for those members' stores (a given store makes its method a member), ``-o roofline=CSV``
-    for the cost table, ``-o window=N`` for the seat reviews (0: none), ``-o merge=false`` to never verify two
-    members' trees together, ``-o merge_z=Z`` for the bound on what a merge adds (0: its mean)."""
+def make(target: Any, options: Options) -> AutoDrafter:
+    """The ``auto`` router over ``members`` (default :func:`default_members`; a given ``crest`` / ``dense`` store
+    makes its method a member), each with its method's default options but for :data:`MEMBER_OPTIONS`."""
     from ..roofline import cost_model_for
 
     names = options.members.split(",") if options.members else default_members(target)
@@ -227,6 +271,7 @@ def make_auto(target: Any, options: AutoOptions) -> AutoDrafter:
             if not Path(stores[name]).exists():
                 raise OptionError(f"auto: the {name} store {stores[name]} does not exist")
             values["datastore"] = stores[name]
-        members[name] = make_drafter(name, target, values)
+        entry = DRAFTERS[name]
+        members[name] = entry.drafter(target, entry.options_class()(**values))
     return AutoDrafter(members, cost_model_for(target, options.roofline), options.window, options.merge,
                        options.merge_z)

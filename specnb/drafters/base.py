@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor
 
 from ..draft import Draft
+from .report import NO_REPORT, Report
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Drafter:
     the accepted node indices of the draft it proposed.
     Drafters that set ``needs_logits`` also get :meth:`observe` after every target call, with the logits of
     every position it verified (Token Recycling keeps their top tokens).
-    ``last_info`` may carry per-call details into the run statistics.
+    ``report`` describes the last proposal (a :class:`Report`) for the run statistics.
     """
 
     name = "drafter"
@@ -82,9 +83,9 @@ class Drafter:
         """
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        """Details of the last proposal for the run statistics (empty by default)."""
-        return {}
+    def report(self) -> Report:
+        """What the drafter says of its last proposal (nothing by default)."""
+        return NO_REPORT
 
 
 class Hindsight:

@@ -8,10 +8,42 @@ longer matches come first; ``k=1`` with ``longest_first`` is classic prompt look
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 from ..draft import Draft
+from ..options import Options as BaseOptions
+from ..options import at_least, ordered
 from .base import DecodeState, Drafter
+from .report import Report
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """Prompt lookup: ``k`` drafts of ``w`` tokens after the longest match of the last max_ngram..min_ngram tokens."""
+
+    k: int = 1
+    w: int = 10
+    max_ngram: int = 3
+    min_ngram: int = 1
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "k", "w")
+        ordered(self, "min_ngram", "max_ngram")
+
+
+@dataclass(frozen=True)
+class ContextReport(Report):
+    """``matched_rows`` drafts found; ``match_len``: the query length of the first (0: none)."""
+
+    matched_rows: int = 0
+    match_len: int = 0
+
+    @property
+    def confidence(self) -> int:
+        return self.match_len
 
 
 class ContextNgramDrafter(Drafter):
@@ -26,22 +58,21 @@ class ContextNgramDrafter(Drafter):
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.k, self.w = k, w
         self.ngram_sizes = range(max_ngram, min_ngram - 1, -1) if longest_first else [max_ngram]
-        self._info: dict[str, int] = {}
+        self._report = ContextReport()
 
     def propose(self, state: DecodeState) -> Draft | None:
         rows = self.candidates(state.tokens.numpy(), min(self.w, state.max_depth))
         return Draft.from_rows(rows) if rows else None
 
     @property
-    def last_info(self) -> dict[str, int]:
-        """``matched_rows`` (drafts found) and ``match_len`` (query length of the first, 0 if none)."""
-        return self._info
+    def report(self) -> ContextReport:
+        return self._report
 
     def candidates(self, context: np.ndarray, w: int) -> list[list[int]]:
         """Up to k distinct continuations (lists of <= w ids) of the context's last tokens, best first."""
         drafts: list[list[int]] = []
         seen: set[tuple[int, ...]] = set()
-        self._info = {"matched_rows": 0, "match_len": 0}
+        self._report = ContextReport()
         if w < 1:
             return drafts
         for q in self.ngram_sizes:
@@ -50,7 +81,7 @@ class ContextNgramDrafter(Drafter):
                 if key not in seen:
                     seen.add(key)
                     drafts.append(row)
-                    self._info = {"matched_rows": len(drafts), "match_len": self._info["match_len"] or q}
+                    self._report = ContextReport(len(drafts), self._report.match_len or q)
                     if len(drafts) == self.k:
                         return drafts
         return drafts
@@ -82,3 +113,8 @@ def continuations(context: np.ndarray, q: int, w: int) -> list[list[int]]:
     np.maximum.at(recency, inverse.reshape(-1), begin)
     order = np.lexsort((-recency, -counts))  # by count, then most recent
     return [[int(t) for t in unique[i] if t >= 0] for i in order]
+
+
+def make(target: Any, options: Options) -> ContextNgramDrafter:
+    """The ``pld`` drafter."""
+    return ContextNgramDrafter(k=options.k, w=options.w, max_ngram=options.max_ngram, min_ngram=options.min_ngram)

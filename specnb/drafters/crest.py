@@ -7,6 +7,7 @@ nodes. The store's format and builder are in :mod:`specnb.datastores.crest`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,8 +15,28 @@ import torch
 
 from ..datastores.crest import CrestStore, open_crest
 from ..draft import Draft
-from ..methods import CrestOptions
+from ..options import Options as BaseOptions
+from ..options import at_least
 from .base import DecodeState, Drafter
+from .report import Matched
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """CREST: ``datastore`` (default: the target's code store); ``max_nodes`` cuts the stored trees."""
+
+    datastore: str | None = None
+    max_nodes: int | None = None
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "max_nodes")
+
+    def check(self, model: str) -> None:
+        """The store must exist (its contents and tokenizer are checked when it opens)."""
+        from ..datastores import rest
+
+        super().check(model)
+        rest.require_store(rest.store_path(model, "crest", self.datastore), "crest")
 
 
 class CrestDrafter(Drafter):
@@ -25,7 +46,7 @@ class CrestDrafter(Drafter):
 
     def __init__(self, store: CrestStore, max_nodes: int | None = None):
         self.store, self.max_nodes = store, max_nodes
-        self._info: dict[str, int] = {}
+        self._report = Matched()
 
     @property
     def nbytes(self) -> int:
@@ -35,17 +56,17 @@ class CrestDrafter(Drafter):
     def propose(self, state: DecodeState) -> Draft | None:
         tokens, parents, n = self.store.lookup(state.tokens[-self.store.ns[0]:].numpy())
         tokens, parents = tokens[:self.max_nodes], parents[:self.max_nodes]  # rank order: a prefix is the top-k tree
-        self._info = {"match_len": n, "tree_nodes": int(tokens.shape[0])}
+        self._report = Matched(n, int(tokens.shape[0]))
         if tokens.shape[0] == 0:
             return None
         return Draft(torch.from_numpy(tokens.astype(np.int64)), torch.from_numpy(parents))
 
     @property
-    def last_info(self) -> dict[str, int]:
-        return self._info
+    def report(self) -> Matched:
+        return self._report
 
 
-def make_crest(target: Any, options: CrestOptions) -> CrestDrafter:
-    """Bench factory: ``--datastore PATH.sqlite`` or the default code store built for the target;
-    ``-o max_nodes=K`` cuts the stored trees to their K most common nodes."""
+def make(target: Any, options: Options) -> CrestDrafter:
+    """The ``crest`` drafter on ``--datastore PATH.sqlite`` or the default code store built for the target,
+    its trees cut to their ``max_nodes`` most common nodes."""
     return CrestDrafter(open_crest(target, options.datastore), options.max_nodes)

@@ -11,6 +11,10 @@ The datastore's format and builder are in :mod:`specnb.datastores.dense`.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 import torch
 
@@ -18,9 +22,53 @@ from ..datastores.dense import DenseDatastore, open_dense
 from ..datastores.retrieval_tree import build_tree, sort_rows
 from ..draft import Draft
 from ..draft_shapes import SAMPLING_SHAPE, retrieval_shape
-from ..methods import DenseOptions
 from ..models import LoadedModel
+from ..options import OptionError, at_least
+from ..options import Options as BaseOptions
 from .base import DecodeState, Drafter
+from .report import Report
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """DReSD: ``datastore`` (required), a ``draft_shape`` KxW|greedy|sampling or ``k``/``w`` (default 10x10),
+    ``neighbours`` and hnswlib's ``ef`` per query, ``merge`` rows|votes (see :class:`DenseDrafter`)."""
+
+    datastore: str | None = None
+    draft_shape: str | None = None
+    k: int | None = None
+    w: int | None = None
+    neighbours: int | None = None
+    ef: int | None = None
+    merge: Literal["rows", "votes"] = "rows"
+
+    def __post_init__(self) -> None:
+        if self.datastore is None:
+            raise OptionError("dense needs --datastore (a folder from `specnb datastore build dense`)")
+        at_least(self, 1, "k", "w", "neighbours", "ef")
+        if self.draft_shape is not None:
+            retrieval_shape(self.draft_shape)
+
+    def check(self, model: str) -> None:
+        """The store must exist (its contents and model are checked when it opens)."""
+        from ..datastores import dense
+
+        super().check(model)
+        dense.require_store(dense.store_path(self.datastore, model))
+
+
+@dataclass(frozen=True)
+class DenseReport(Report):
+    """``neighbours`` fetched, ``first_token_matches`` of them whose value starts with the root, ``drafts``
+    distinct rows proposed (rows merge only)."""
+
+    neighbours: int = 0
+    first_token_matches: int = 0
+    drafts: int = 0
+
+    @property
+    def confidence(self) -> int:
+        return self.first_token_matches
 
 
 class DenseDrafter(Drafter):
@@ -52,7 +100,7 @@ class DenseDrafter(Drafter):
         self.store, self.k, self.w, self.merge = store, k, w, merge
         self.neighbours = neighbours or max(4 * k, 128)
         self.ef = ef
-        self._info: dict[str, int] = {}
+        self._report = DenseReport()
 
     def propose(self, state: DecodeState) -> Draft | None:
         if state.hidden is None:
@@ -67,8 +115,8 @@ class DenseDrafter(Drafter):
         return Draft.from_rows(torch.from_numpy(rows)) if rows.shape[0] else None
 
     @property
-    def last_info(self) -> dict[str, int]:
-        return self._info
+    def report(self) -> DenseReport:
+        return self._report
 
     def continuations(self, hidden: torch.Tensor | np.ndarray, root: int, w: int) -> np.ndarray:
         """int64 [m, w]: the next ``w`` tokens of every neighbour whose value starts with ``root``, nearest
@@ -84,7 +132,7 @@ class DenseDrafter(Drafter):
         is_pad = rows == pad
         rows[(np.cumsum(is_pad, axis=1) - is_pad) > 0] = -1
         rows = rows[rows[:, 0] >= 0]
-        self._info = {"neighbours": int(ids.shape[1]), "first_token_matches": int(rows.shape[0])}
+        self._report = DenseReport(int(ids.shape[1]), int(rows.shape[0]))
         return rows
 
     def candidates(self, hidden: torch.Tensor | np.ndarray, root: int, w: int) -> np.ndarray:
@@ -92,13 +140,12 @@ class DenseDrafter(Drafter):
         rows = self.continuations(hidden, root, w)
         _, first = np.unique(rows, axis=0, return_index=True)
         rows = rows[np.sort(first)[:self.k]]
-        self._info["drafts"] = int(rows.shape[0])
+        self._report = dataclasses.replace(self._report, drafts=int(rows.shape[0]))
         return rows
 
 
-def make_dense(target: LoadedModel, options: DenseOptions) -> DenseDrafter:
-    """Bench factory: ``--datastore PATH|NAME`` (a folder, or a name under the cache), ``--k/--w`` or
-    ``--draft-shape KxW|greedy|sampling`` (default 10x10), ``-o neighbours=N -o ef=N -o merge=rows|votes``."""
+def make(target: LoadedModel, options: Options) -> DenseDrafter:
+    """The ``dense`` drafter on ``--datastore PATH|NAME`` (a folder, or a name under the cache)."""
     store = open_dense(target, options.datastore)
     k, w = retrieval_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
     return DenseDrafter(store, k=options.k or k, w=options.w or w, neighbours=options.neighbours, ef=options.ef,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -32,10 +33,75 @@ from ..forward import forward
 from ..kernels import top_k
 from ..kv_cache import GrowingCache
 from ..masks import TreeMasks
-from ..methods import DraftModelOptions, McsdOptions, SdOptions
+from ..model_names import check_installed, layer_count
 from ..models import LoadedModel, load_model
+from ..options import OptionError, Options, at_least
 from ..sampling import SamplingConfig, probabilities
 from .base import DecodeState, Drafter
+from .report import Report
+
+
+@dataclass(frozen=True)
+class DraftModelOptions(Options):
+    """A draft model (``draft``: a name or ``self:L``; ``self:2`` for tiny targets) sampling at ``temperature``
+    / ``top_p`` (the run's unless set) with ``seed``, accepted by ``scheme``."""
+
+    draft: str | None = None
+    scheme: str = "mcss"
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.draft is not None and self_layers(self.draft) is None:
+            check_installed(self.draft)  # a mistyped or missing draft fails before the target loads
+        if self.scheme not in SCHEMES:
+            raise OptionError(f"option scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise OptionError(f"options temperature >= 0 and 0 < top_p <= 1 needed, got {self.temperature}, "
+                              f"{self.top_p}")
+
+    def check(self, model: str) -> None:
+        """A ``self:L`` draft must be shallower than the target (where its config file is at hand)."""
+        super().check(model)
+        layers = self_layers(self.draft or "")
+        if layers is not None and (total := layer_count(model)) is not None:
+            check_self_layers(layers, total)
+
+
+@dataclass(frozen=True)
+class SdOptions(DraftModelOptions):
+    """Vanilla SD: one chain of ``w`` draft tokens, or ``draft_shape`` 1x1x..."""
+
+    draft_shape: str | None = None
+    w: int = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        at_least(self, 1, "w")
+        if self.draft_shape is not None and max(tree_shape(self.draft_shape)) > 1:
+            raise OptionError(f"sd drafts one chain; draft shape {self.draft_shape!r} has several candidates "
+                              "per level (use mcsd)")
+
+
+@dataclass(frozen=True)
+class McsdOptions(DraftModelOptions):
+    """MCSD: a ``draft_shape`` tree of candidates per level, MCSS without replacement unless ``scheme``."""
+
+    draft_shape: str = "4x2x2x1"
+    scheme: str = "mcss-wor"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        tree_shape(self.draft_shape)
+
+
+@dataclass(frozen=True)
+class DraftModelReport(Report):
+    """The draft model's forward calls for this proposal and the nodes it drew."""
+
+    draft_calls: int = 0
+    draft_nodes: int = 0
 
 
 class VocabularyError(ValueError):
@@ -135,7 +201,7 @@ class DraftModelDrafter(Drafter):
         self.cache = GrowingCache()
         self.prefix = 0  # leading cache slots = tokens[:prefix] of the context, positions 0..prefix-1
         self._forget_tree()
-        self._info: dict[str, int] = {}
+        self._report = DraftModelReport()
 
     def _forget_tree(self) -> None:
         empty = torch.empty(0, dtype=torch.long)
@@ -143,8 +209,8 @@ class DraftModelDrafter(Drafter):
         self.tree_slot = empty  # cache slot of each node, -1 if never fed to the draft
 
     @property
-    def last_info(self) -> dict[str, int]:
-        return self._info
+    def report(self) -> DraftModelReport:
+        return self._report
 
     @torch.inference_mode()
     def propose(self, state: DecodeState) -> Draft | None:
@@ -186,7 +252,7 @@ class DraftModelDrafter(Drafter):
             calls += 1
         self.tree_tokens, self.tree_parents = torch.cat(tokens), torch.cat(parents)
         self.tree_slot = torch.cat(slots)
-        self._info = {"draft_calls": calls, "draft_nodes": count}
+        self._report = DraftModelReport(calls, count)
         if self.config.greedy:
             return Draft(self.tree_tokens, self.tree_parents)
         return CandidateDraft(self.tree_tokens, self.tree_parents, torch.cat(qs), scheme=self.scheme)
@@ -252,7 +318,7 @@ def _earlier(k: int) -> Tensor:
     return torch.ones(k, k, dtype=torch.bool).tril(-1)
 
 
-# ------------------------------------------------------------------------------------- bench methods
+# ----------------------------------------------------------------------------------------- factories
 
 
 def _make(target: LoadedModel, options: DraftModelOptions, shape: str) -> DraftModelDrafter:
@@ -264,10 +330,10 @@ def _make(target: LoadedModel, options: DraftModelOptions, shape: str) -> DraftM
 
 
 def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
-    """Vanilla SD: one chain of ``w`` tokens (default 4), or ``--draft-shape 1x1x...``."""
+    """The ``sd`` drafter: one chain of ``w`` tokens, or ``draft_shape`` 1x1x..."""
     return _make(target, options, options.draft_shape or "x".join(["1"] * options.w))
 
 
 def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:
-    """MCSD: a ``--draft-shape`` tree (default 4x2x2x1), MCSS without replacement unless ``-o scheme=``."""
+    """The ``mcsd`` drafter: a ``draft_shape`` tree of candidates."""
     return _make(target, options, options.draft_shape)

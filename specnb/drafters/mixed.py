@@ -22,18 +22,69 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from torch import Tensor
 
 from ..datastores.ngram_tables import BigramTable
 from ..draft import Draft
-from ..methods import MixedAdaptiveOptions, MixedOptions
 from ..metrics import CallStats
+from ..options import Options, at_least, ordered
 from .base import DecodeState, Drafter, Hindsight
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import table_for
+from .report import Report
+
+
+@dataclass(frozen=True)
+class MixedOptions(Options):
+    """Context n-grams first, model bigrams fill the remaining rows of a k x w batch (k = w = 10: the paper's
+    reference shape)."""
+
+    k: int = 10
+    w: int = 10
+    max_ngram: int = 1
+    min_ngram: int = 1
+    bigram_tokens: Literal["default", "all"] = "default"
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "k", "w")
+        ordered(self, "min_ngram", "max_ngram")
+
+
+@dataclass(frozen=True)
+class AdaptiveOptions(Options):
+    """Mixed drafting with the shape chosen per call from a roofline table (``roofline``: a CSV, or measured once
+    and cached)."""
+
+    max_ngram: int = 1
+    min_ngram: int = 1
+    bigram_tokens: Literal["default", "all"] = "default"
+    roofline: str = ""
+
+    def __post_init__(self) -> None:
+        ordered(self, "min_ngram", "max_ngram")
+
+
+@dataclass(frozen=True)
+class MixedReport(Report):
+    """The shape (k, w) proposed and how many of its rows came from the context and from the bigram."""
+
+    k: int = 0
+    w: int = 0
+    context_rows: int = 0
+    bigram_rows: int = 0
+
+
+@dataclass(frozen=True)
+class AdaptiveReport(MixedReport):
+    """A mixed report, with the match-length ``bucket`` the shape was chosen for and its ``expected_rate``
+    (tokens/s)."""
+
+    bucket: int = 0
+    expected_rate: float = 0.0
 
 
 class MixedDrafter(Drafter):
@@ -51,7 +102,7 @@ class MixedDrafter(Drafter):
         self.table, self.k, self.w = table, k, w
         self.context = ContextNgramDrafter(k=k, w=w, max_ngram=max_ngram, min_ngram=min_ngram)
         self.last_rows: list[list[int]] = []
-        self._info: dict[str, int] = {}
+        self._report = MixedReport()
 
     @property
     def nbytes(self) -> int:
@@ -64,7 +115,7 @@ class MixedDrafter(Drafter):
         """The mixed draft of shape (k, w) for this state (None when nothing can be proposed)."""
         w = min(w, state.max_depth)
         self.last_rows = []
-        self._info = {"k": k, "w": w, "context_rows": 0, "bigram_rows": 0}
+        self._report = MixedReport(k, w)
         if w < 1:
             return None
         self.context.k = k
@@ -80,12 +131,12 @@ class MixedDrafter(Drafter):
                     if len(rows) == k:
                         break
         self.last_rows = rows
-        self._info.update(context_rows=n_context, bigram_rows=len(rows) - n_context)
+        self._report = MixedReport(k, w, n_context, len(rows) - n_context)
         return Draft.from_rows(rows) if rows else None
 
     @property
-    def last_info(self) -> dict[str, int]:
-        return self._info
+    def report(self) -> MixedReport:
+        return self._report
 
 
 def accepted_strategy(call: CallStats) -> str | None:
@@ -93,9 +144,9 @@ def accepted_strategy(call: CallStats) -> str | None:
 
     A node shared by a context row and a bigram row counts for the context (its row comes first).
     """
-    if call.accepted_row is None or "context_rows" not in call.info:
+    if call.accepted_row is None or not isinstance(call.report, MixedReport):
         return None
-    return "context" if call.accepted_row < call.info["context_rows"] else "bigram"
+    return "context" if call.accepted_row < call.report.context_rows else "bigram"
 
 
 def accepted_rank(call: CallStats) -> int | None:
@@ -103,7 +154,7 @@ def accepted_rank(call: CallStats) -> int | None:
     strategy = accepted_strategy(call)
     if strategy is None:
         return None
-    return call.accepted_row - (0 if strategy == "context" else call.info["context_rows"])
+    return call.accepted_row - (0 if strategy == "context" else call.report.context_rows)
 
 
 # ------------------------------------------------------------------------------------ adaptive shape
@@ -187,7 +238,7 @@ class AdaptiveShapeDrafter(Drafter):
         self.draft_seconds = 0.0  # running mean of our own proposal time
         self._shadow_shape = (int(self.shapes[:, 0].max()), self.stats.hits.shape[2] - 1)
         self.hindsight = Hindsight()  # shadow rows, keyed by bucket
-        self._info: dict[str, Any] = {}
+        self._report = AdaptiveReport()
 
     @property
     def nbytes(self) -> int:
@@ -219,7 +270,8 @@ class AdaptiveShapeDrafter(Drafter):
         draft = self.base.propose_shape(state, k, w) if w > 0 else None
         if draft is not None:
             self.draft_seconds = 0.9 * self.draft_seconds + 0.1 * (time.perf_counter() - start)
-        self._info = {**self.base.last_info, "k": k, "w": w, "bucket": bucket, "expected_rate": rate}
+        self._report = AdaptiveReport(**{**dataclasses.asdict(self.base.report), "k": k, "w": w}, bucket=bucket,
+                                      expected_rate=rate)
         return draft
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
@@ -229,24 +281,23 @@ class AdaptiveShapeDrafter(Drafter):
             self.stats.observe(bucket, match_lengths(rows, np.asarray(truth), w_max), w_max)
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        return self._info
+    def report(self) -> AdaptiveReport:
+        return self._report
 
 
-# ----------------------------------------------------------------------------------- bench factories
+# ----------------------------------------------------------------------------------------- factories
 
 
-def make_mixed(target, options: MixedOptions) -> MixedDrafter:
-    """Bench factory for ``mixed`` (k = w = 10 by default, as the paper's reference shape)."""
-    return MixedDrafter(table_for(target, options), k=options.k, w=options.w, max_ngram=options.max_ngram,
-                        min_ngram=options.min_ngram)
+def make_mixed(target: Any, options: MixedOptions) -> MixedDrafter:
+    """The ``mixed`` drafter."""
+    return MixedDrafter(table_for(target, options.bigram_tokens), k=options.k, w=options.w,
+                        max_ngram=options.max_ngram, min_ngram=options.min_ngram)
 
 
-def make_mixed_adaptive(target, options: MixedAdaptiveOptions) -> AdaptiveShapeDrafter:
-    """Bench factory for ``mixed-adaptive``: the roofline table of this model/dtype (measured once on a
-    coarse grid and cached, or ``-o roofline=PATH.csv``) drives the shape choice."""
+def make_adaptive(target: Any, options: AdaptiveOptions) -> AdaptiveShapeDrafter:
+    """The ``mixed-adaptive`` drafter: the roofline table of this model/dtype drives the shape choice."""
     from ..roofline import cost_model_for
 
-    base = MixedDrafter(table_for(target, options), k=1, w=1, max_ngram=options.max_ngram,
+    base = MixedDrafter(table_for(target, options.bigram_tokens), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
     return AdaptiveShapeDrafter(base, cost_model_for(target, options.roofline))

@@ -10,13 +10,51 @@ The tables, how they are computed and cached, and ``specnb ngram-table`` are in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 import numpy as np
 
 from ..datastores.ngram_tables import BigramTable, bigram_table, default_restriction, unigram_ranking
 from ..draft import Draft
-from ..methods import BigramOptions, MixedAdaptiveOptions, MixedOptions, UnigramOptions
 from ..models import LoadedModel
+from ..options import Options, at_least
 from .base import DecodeState, Drafter
+from .report import Report
+
+
+@dataclass(frozen=True)
+class UnigramOptions(Options):
+    """Model unigrams: the ``k`` top tokens of the ``unigram`` ranking rule."""
+
+    k: int = 10
+    unigram: Literal["appendix", "distance"] = "appendix"
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "k")
+
+
+@dataclass(frozen=True)
+class BigramOptions(Options):
+    """Model bigrams: ``k`` drafts of ``w`` tokens; ``bigram_tokens=all`` builds every row of the table."""
+
+    k: int = 10
+    w: int = 1
+    bigram_tokens: Literal["default", "all"] = "default"
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "k", "w")
+
+
+@dataclass(frozen=True)
+class BigramReport(Report):
+    """Whether the table has a row for the root (without one there is no draft)."""
+
+    covered: bool = False
+
+    @property
+    def confidence(self) -> int:
+        return int(self.covered)
 
 
 class UnigramDrafter(Drafter):
@@ -42,7 +80,7 @@ class BigramDrafter(Drafter):
         if not 1 <= k <= table.k_max or w < 1:
             raise ValueError(f"bigram drafter needs 1 <= k <= {table.k_max} and w >= 1, got k={k}, w={w}")
         self.table, self.k, self.w = table, k, w
-        self._info: dict[str, bool] = {}
+        self._report = BigramReport()
 
     @property
     def nbytes(self) -> int:
@@ -51,25 +89,25 @@ class BigramDrafter(Drafter):
     def propose(self, state: DecodeState) -> Draft | None:
         w = min(self.w, state.max_depth)
         rows = self.table.rows(state.root, self.k, w) if w >= 1 else None
-        self._info = {"covered": rows is not None}
+        self._report = BigramReport(rows is not None)
         return None if rows is None else Draft.from_rows(rows)
 
     @property
-    def last_info(self) -> dict[str, bool]:
-        return self._info
+    def report(self) -> BigramReport:
+        return self._report
 
 
-def table_for(target: LoadedModel, options: BigramOptions | MixedOptions | MixedAdaptiveOptions) -> BigramTable:
-    """The bigram table a bench method uses: rows for ``-o bigram_tokens=all`` or the default restriction."""
-    tokens = None if options.bigram_tokens == "all" else default_restriction(target)[0]
+def table_for(target: LoadedModel, bigram_tokens: str) -> BigramTable:
+    """The bigram table a method uses: every row for ``bigram_tokens="all"``, else the default restriction."""
+    tokens = None if bigram_tokens == "all" else default_restriction(target)[0]
     return bigram_table(target, tokens)
 
 
 def make_unigram(target: LoadedModel, options: UnigramOptions) -> UnigramDrafter:
-    """Bench factory for ``ngram-unigram`` (k, default 10; one-token drafts; ``-o unigram=distance|appendix``)."""
+    """The ``ngram-unigram`` drafter (k one-token drafts)."""
     return UnigramDrafter(unigram_ranking(target, rule=options.unigram), k=options.k)
 
 
 def make_bigram(target: LoadedModel, options: BigramOptions) -> BigramDrafter:
-    """Bench factory for ``ngram-bigram`` (k default 10, w default 1; ``-o bigram_tokens=all`` for all rows)."""
-    return BigramDrafter(table_for(target, options), k=options.k, w=options.w)
+    """The ``ngram-bigram`` drafter."""
+    return BigramDrafter(table_for(target, options.bigram_tokens), k=options.k, w=options.w)

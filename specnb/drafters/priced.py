@@ -8,10 +8,10 @@ expected tokens per second,
 
     (1 + E[accepted | bucket, b]) / seconds(b + 1 tokens),
 
-b = 0 meaning "do not draft". The bucket is the base drafter's own confidence signal: for REST and CREST
-how long a context suffix the retriever matched (``last_info["match_len"]``: long matches are the reliable
-ones), for DReSD how many of the nearest neighbours continue with the root token
-(``last_info["first_token_matches"]``; its neighbours' continuations are merged into a vote-ranked tree,
+b = 0 meaning "do not draft". The bucket is the base drafter's own confidence signal (its report's
+``confidence``): for REST and CREST how long a context suffix the retriever matched (long matches are the
+reliable ones), for DReSD how many of the nearest neighbours continue with the root token (its neighbours'
+continuations are merged into a vote-ranked tree,
 ``DenseDrafter(merge="votes")``, so that a cut keeps the best-supported nodes). The expectations are learned
 counterfactually, like :class:`specnb.drafters.mixed.AdaptiveShapeDrafter`'s: every step's full tree is
 scored against the output once the tokens it covers are known, for all budgets at once, whether or not
@@ -20,15 +20,17 @@ it was verified. Drafting deterministic tokens, its acceptance is exactly how fa
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from torch import Tensor
 
 from ..accept import equals_output, passes_with_ancestors
 from ..draft import Draft
-from ..methods import CrestPricedOptions, DensePricedOptions, RestPricedOptions
+from . import crest, dense, rest
 from .base import DecodeState, Drafter, Hindsight
+from .report import NO_REPORT, Report
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
@@ -50,25 +52,35 @@ def cut(tree: Draft | None, budget: int) -> Draft | None:
     return tree.truncate(tree.max_depth, budget) if budget and tree is not None else None
 
 
+@dataclass(frozen=True)
+class PricedReport(Report):
+    """The base drafter's report, the ``bucket`` its step was priced in, the node ``budget`` verified (0: none)
+    and its ``expected_rate`` (tokens/s)."""
+
+    base: Report = NO_REPORT
+    bucket: int = 0
+    budget: int = 0
+    expected_rate: float = 0.0
+
+
 class PricedTreeDrafter(Drafter):
     """Wraps a ranked-tree drafter (REST, CREST, vote-merged DReSD) and verifies the budget with the best
     expected tokens/s.
 
     cost: a :class:`specnb.roofline.CostModel` (``chain_seconds(nodes, context_len)``) of this target.
-    bucket_key: the base drafter's ``last_info`` entry that buckets its steps (clipped to MAX_BUCKET).
     shrink: weight of the pooled (all-bucket) estimate in each bucket's estimate.
+    Steps are bucketed by the base drafter's report's ``confidence`` (clipped to MAX_BUCKET).
     """
 
-    def __init__(self, base: Drafter, cost: Any, budgets: tuple[int, ...] = BUDGETS, shrink: float = 4.0,
-                 bucket_key: str = "match_len"):
-        self.base, self.cost, self.shrink, self.bucket_key = base, cost, shrink, bucket_key
+    def __init__(self, base: Drafter, cost: Any, budgets: tuple[int, ...] = BUDGETS, shrink: float = 4.0):
+        self.base, self.cost, self.shrink = base, cost, shrink
         self.budgets = np.asarray(budgets, dtype=np.int64)
         self.name = f"{getattr(base, 'name', 'tree')}-priced"
         self.accepted = np.zeros((MAX_BUCKET + 1, self.budgets.shape[0]))  # summed over scored steps
         self.steps = np.zeros(MAX_BUCKET + 1)
         self.hindsight = Hindsight()  # full trees, keyed by bucket
         self._expected: np.ndarray | None = None  # expected() of every bucket until the next scored tree
-        self._info: dict[str, Any] = {}
+        self._report = PricedReport()
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new generation; the learned expectations carry over (same task and datastore)."""
@@ -98,14 +110,12 @@ class PricedTreeDrafter(Drafter):
         """The base drafter's full tree, the budget it should be cut to (0: do not draft) and that budget's
         expected tokens per second; the tree is kept for scoring once its tokens are known."""
         full = self.base.propose(state)
-        info = dict(self.base.last_info)
-        bucket = min(int(info.get(self.bucket_key, 0)), MAX_BUCKET)
+        bucket = min(self.base.report.confidence, MAX_BUCKET)
         budget, rate = 0, 0.0
         if full is not None and full.num_nodes:
             self.hindsight.add(state, bucket, full, full.max_depth)
             budget, rate = self.choose(bucket, full.num_nodes, state.tokens.shape[0])
-            info["expected_rate"] = rate
-        self._info = {**info, "bucket": bucket, "budget": budget}
+        self._report = PricedReport(self.base.report, bucket, budget, rate)
         return full, budget, rate
 
     def propose(self, state: DecodeState) -> Draft | None:
@@ -121,8 +131,8 @@ class PricedTreeDrafter(Drafter):
             self._expected = None
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        return self._info
+    def report(self) -> PricedReport:
+        return self._report
 
     @property
     def needs_hidden_state(self) -> bool:
@@ -140,33 +150,44 @@ class PricedTreeDrafter(Drafter):
         self.base.observe(tokens, logits)
 
 
-PricedOptions = RestPricedOptions | CrestPricedOptions | DensePricedOptions
+@dataclass(frozen=True)
+class RestPricedOptions(rest.Options):
+    """REST's tree cut to the node budget that pays on this machine's roofline (``roofline``: CSV or measured)."""
+
+    roofline: str = ""
 
 
-def _priced(make_base, target: Any, options: PricedOptions, bucket_key: str = "match_len") -> PricedTreeDrafter:
+@dataclass(frozen=True)
+class CrestPricedOptions(crest.Options):
+    """CREST's stored tree cut to the node budget that pays."""
+
+    roofline: str = ""
+
+
+@dataclass(frozen=True)
+class DensePricedOptions(dense.Options):
+    """DReSD's neighbours merged into one vote-ranked tree of at most k * w nodes, cut to the budget that pays."""
+
+    merge: Literal["rows", "votes"] = "votes"
+    roofline: str = ""
+
+
+def _priced(base: Drafter, target: Any, roofline: str) -> PricedTreeDrafter:
     from ..roofline import cost_model_for
 
-    return PricedTreeDrafter(make_base(target, options), cost_model_for(target, options.roofline),
-                             bucket_key=bucket_key)
+    return PricedTreeDrafter(base, cost_model_for(target, roofline))
 
 
-def make_rest_priced(target: Any, options: RestPricedOptions) -> PricedTreeDrafter:
-    """Bench factory ``rest-priced``: REST's tree cut to the budget that pays (``-o roofline=CSV`` optional)."""
-    from .rest import make_rest
-
-    return _priced(make_rest, target, options)
+def make_rest(target: Any, options: RestPricedOptions) -> PricedTreeDrafter:
+    """The ``rest-priced`` drafter."""
+    return _priced(rest.make(target, options), target, options.roofline)
 
 
-def make_crest_priced(target: Any, options: CrestPricedOptions) -> PricedTreeDrafter:
-    """Bench factory ``crest-priced``: CREST's stored tree cut to the budget that pays."""
-    from .crest import make_crest
-
-    return _priced(make_crest, target, options)
+def make_crest(target: Any, options: CrestPricedOptions) -> PricedTreeDrafter:
+    """The ``crest-priced`` drafter."""
+    return _priced(crest.make(target, options), target, options.roofline)
 
 
-def make_dense_priced(target: Any, options: DensePricedOptions) -> PricedTreeDrafter:
-    """Bench factory ``dense-priced``: DReSD's neighbours merged into a vote-ranked tree (``merge=votes``
-    unless ``-o merge=rows``) of at most k * w nodes, cut to the budget that pays."""
-    from .dense import make_dense
-
-    return _priced(make_dense, target, options, bucket_key="first_token_matches")
+def make_dense(target: Any, options: DensePricedOptions) -> PricedTreeDrafter:
+    """The ``dense-priced`` drafter."""
+    return _priced(dense.make(target, options), target, options.roofline)

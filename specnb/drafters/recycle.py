@@ -11,7 +11,7 @@ router can cut it anywhere.
 How many nodes pay depends on what a node costs. The paper drafts trees of tens of nodes on GPUs, where it
 reports such a call costing about one token's (not measured here); on a CPU every node is a row of the call, and
 the default ``max_nodes`` is 8, which is the top-1 chain (8 levels) whenever the table holds it (see
-:class:`specnb.methods.RecycleOptions`).
+:class:`Options`).
 
 The table is int32 [V, k]: 8 MB for Gemma-3's 262k vocabulary at k = 8 (the paper's < 2 MB is a 32k
 vocabulary).
@@ -19,6 +19,7 @@ vocabulary).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,12 +28,26 @@ from torch import Tensor
 
 from ..draft import Draft
 from ..kernels import top_k
-from ..methods import RecycleOptions
+from ..options import Options as BaseOptions
+from ..options import at_least
 from .base import DecodeState, Drafter
 
 # Candidates kept per node at each depth: wide near the root, where the table is least sure, then the top-1
 # chain (greedy output follows the target's own top-1, so the long paths that pay are chains).
 DEFAULT_WIDTHS = (4, 2, 2, 1, 1, 1, 1, 1)
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """Token Recycling: the target's top ``k`` successors of every token; breadth-first trees of ``max_nodes``
+    (8, not the paper's 32: on a CPU every node is a row of the target's call; docs/drafters.md). The router
+    (``auto``) keeps recycle's 32-node tree and cuts it itself."""
+
+    k: int = 8
+    max_nodes: int = 8
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "k", "max_nodes")
 
 
 class RecycleDrafter(Drafter):
@@ -47,7 +62,6 @@ class RecycleDrafter(Drafter):
                              f"max_nodes={max_nodes}, widths={widths}")
         self.k, self.widths, self.max_nodes = k, widths, max_nodes
         self.table = np.full((vocab_size, k), -1, dtype=np.int32)
-        self._info: dict[str, Any] = {}
 
     @property
     def nbytes(self) -> int:
@@ -83,7 +97,6 @@ class RecycleDrafter(Drafter):
             level, level_index = tokens[-1], count + np.arange(parent.size)
             level_score = scores[-1]
             count += parent.size
-        self._info = {"nodes": 0}
         if not count:
             return None
         tokens, parents, scores = (np.concatenate(a) for a in (tokens, parents, scores))
@@ -92,14 +105,8 @@ class RecycleDrafter(Drafter):
         new_index = np.full(count, -1)
         new_index[order] = np.arange(order.shape[0])
         kept_parents = np.where(parents[order] >= 0, new_index[np.maximum(parents[order], 0)], -1)
-        self._info = {"nodes": int(order.shape[0])}
         return Draft(torch.from_numpy(tokens[order].astype(np.int64)), torch.from_numpy(kept_parents))
 
-    @property
-    def last_info(self) -> dict[str, Any]:
-        return self._info
-
-
-def make_recycle(target: Any, options: RecycleOptions) -> RecycleDrafter:
-    """Bench factory ``recycle``: a table of the target's vocabulary, ``k`` successors per token."""
+def make(target: Any, options: Options) -> RecycleDrafter:
+    """The ``recycle`` drafter: a table of the target's vocabulary, ``k`` successors per token."""
     return RecycleDrafter(target.vocab_size, k=options.k, max_nodes=options.max_nodes)

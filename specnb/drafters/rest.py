@@ -8,12 +8,38 @@ the tree is verified with tree attention. The store's format, search and builder
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex, SearchConfig, open_rest
 from ..draft import Draft
-from ..methods import RestOptions
+from ..options import Options as BaseOptions
+from ..options import at_least, ordered
 from .base import DecodeState, Drafter
+from .report import Matched
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """REST: ``datastore`` (default: the target's code store); ``w`` continuation tokens per match."""
+
+    datastore: str | None = None
+    w: int = 10
+    max_query: int = 16
+    min_query: int = 2
+    max_matches: int = 5000
+    max_nodes: int = 64
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "w", "max_matches", "max_nodes")
+        ordered(self, "min_query", "max_query")
+
+    def check(self, model: str) -> None:
+        """The store must exist (its contents and tokenizer are checked when it opens)."""
+        from ..datastores import rest
+
+        super().check(model)
+        rest.require_store(rest.store_path(model, "rest", self.datastore), "rest")
 
 
 class RestDrafter(Drafter):
@@ -23,25 +49,25 @@ class RestDrafter(Drafter):
 
     def __init__(self, index: RestIndex, config: SearchConfig = DEFAULT_SEARCH):
         self.index, self.config = index, config
-        self._info: dict[str, int] = {}
+        self._report = Matched()
 
     def propose(self, state: DecodeState) -> Draft | None:
         context = state.tokens[-self.config.max_query:].numpy()
         tree, q = self.index.search(context, self.config)
-        self._info = {"match_len": q, "tree_nodes": tree.num_nodes}
+        self._report = Matched(q, tree.num_nodes)
         return tree.to_draft() if tree.num_nodes else None
 
     @property
-    def last_info(self) -> dict[str, int]:
-        return self._info
+    def report(self) -> Matched:
+        return self._report
 
 
-def search_config(options: RestOptions) -> SearchConfig:
+def search_config(options: Options) -> SearchConfig:
     """SearchConfig from the method's options (``w`` is the continuation length)."""
     return SearchConfig(max_query=options.max_query, min_query=options.min_query, max_matches=options.max_matches,
                         length=options.w, max_nodes=options.max_nodes)
 
 
-def make_rest(target: Any, options: RestOptions) -> RestDrafter:
-    """Bench factory: ``--datastore PATH`` or the default code store built for the target."""
+def make(target: Any, options: Options) -> RestDrafter:
+    """The ``rest`` drafter on ``--datastore PATH`` or the default code store built for the target."""
     return RestDrafter(open_rest(target, options.datastore), search_config(options))

@@ -17,6 +17,7 @@ A finished request's output joins the history when the next request starts; the 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,13 +26,51 @@ from torch import Tensor
 from ..datastores.history import OutputHistory, earlier_match, rows_after
 from ..datastores.retrieval_tree import build_tree, sort_rows
 from ..draft import Draft
-from ..methods import SuffixOptions
+from ..options import OptionError, at_least, ordered
+from ..options import Options as BaseOptions
 from .base import DecodeState, Drafter
+from .report import Report
+
+
+@dataclass(frozen=True)
+class Options(BaseOptions):
+    """SuffixDecoding: a tree of up to ``max_nodes`` from the longest suffix match (this request and earlier
+    outputs), ``alpha`` x match length deep (at most ``max_depth``), nodes below ``min_prob`` pruned; the
+    history keeps the last ``history_tokens`` output tokens. Why ``alpha`` and ``max_nodes`` differ from the
+    reference implementation's: docs/drafters.md."""
+
+    max_nodes: int = 16
+    alpha: float = 2.0
+    max_depth: int = 16
+    min_prob: float = 0.1
+    max_query: int = 32
+    min_query: int = 1
+    history_tokens: int = 262_144
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "max_nodes", "max_depth", "history_tokens")
+        if self.alpha <= 0 or not 0 <= self.min_prob <= 1:
+            raise OptionError(f"options alpha > 0 and 0 <= min_prob <= 1 needed, got {self.alpha}, {self.min_prob}")
+        ordered(self, "min_query", "max_query")
+
+
+@dataclass(frozen=True)
+class SuffixReport(Report):
+    """``match_len`` (0: no match), where the longest match was (``request``, ``history``, ``both``; "" for
+    none), its ``occurrences`` and the ``tree_nodes`` kept."""
+
+    match_len: int = 0
+    source: str = ""
+    occurrences: int = 0
+    tree_nodes: int = 0
+
+    @property
+    def confidence(self) -> int:
+        return self.match_len
 
 
 class SuffixDrafter(Drafter):
-    """SuffixDecoding's drafter; see the module docstring. ``last_info``: ``match_len`` (q, 0 when nothing
-    matched), ``source`` (``request``, ``history`` or ``both``), ``occurrences`` and ``tree_nodes``."""
+    """SuffixDecoding's drafter; see the module docstring. Reports a :class:`SuffixReport`."""
 
     name = "suffix"
 
@@ -46,7 +85,7 @@ class SuffixDrafter(Drafter):
         self.max_query, self.min_query, self.max_matches = max_query, min_query, max_matches
         self.history = OutputHistory(history_tokens)
         self.output: list[int] = []
-        self._info: dict[str, Any] = {}
+        self._report = SuffixReport()
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new request: the previous one's output joins the history."""
@@ -74,7 +113,7 @@ class SuffixDrafter(Drafter):
         q_history, lo, hi = self.history.match(context, self.max_query, self.min_query)
         q = max(q_request, q_history)
         depth = min(self.max_depth, state.max_depth, math.ceil(self.alpha * q))
-        self._info = {"match_len": q, "source": "", "occurrences": 0, "tree_nodes": 0}
+        self._report = SuffixReport(q)
         if q == 0 or depth < 1:
             return None
         parts = []
@@ -89,17 +128,17 @@ class SuffixDrafter(Drafter):
         tree = build_tree(sort_rows(rows), self.max_nodes)
         # Nodes come most frequent first, so the ones above min_prob are a prefix (and a tree).
         keep = int((tree.counts >= self.min_prob * rows.shape[0]).sum())
-        self._info.update(source={1: "request", 2: "history", 3: "both"}[(q_request == q) + 2 * (q_history == q)],
-                          occurrences=int(rows.shape[0]), tree_nodes=keep)
+        source = {1: "request", 2: "history", 3: "both"}[(q_request == q) + 2 * (q_history == q)]
+        self._report = SuffixReport(q, source, int(rows.shape[0]), keep)
         return tree.to_draft().truncate(depth, keep) if keep else None
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        return self._info
+    def report(self) -> SuffixReport:
+        return self._report
 
 
-def make_suffix(target: Any, options: SuffixOptions) -> SuffixDrafter:
-    """Bench factory ``suffix``."""
+def make(target: Any, options: Options) -> SuffixDrafter:
+    """The ``suffix`` drafter."""
     return SuffixDrafter(max_nodes=options.max_nodes, alpha=options.alpha, max_depth=options.max_depth,
                          min_prob=options.min_prob, max_query=options.max_query, min_query=options.min_query,
                          history_tokens=options.history_tokens)

@@ -18,7 +18,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..methods import SuffixOptions, make_drafter
+from ..drafters import suffix
+from ..methods import make_drafter
 from ..metrics import rate_ratio_interval
 from ..models import LoadedModel
 from ..prompts import Prompt
@@ -40,7 +41,7 @@ MULTI_TURN = ("multi-turn chat", "repeated code")
 TIMED_SETS = ("code", "multi-turn chat", "repeated code")
 """Notebook 10's timed sets: single-turn chat is left out (its prompts are the first turns of ``multi-turn chat``;
 prompt lookup on MT-Bench first turns is timed in notebook 06)."""
-CEILING_DEPTH = SuffixOptions.max_depth  # the retrieval ceiling drafts as deep as suffix may
+CEILING_DEPTH = suffix.Options.max_depth  # the retrieval ceiling drafts as deep as suffix may
 
 
 def method_specs(crest_store: Path, methods: tuple[str, ...] = METHODS) -> dict[str, tuple[str, dict]]:

@@ -28,6 +28,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..decode import CallHook, generate
+from ..drafters.auto import Routed
 from ..drafters.base import Drafter
 from ..kernels import top_k
 from ..metrics import RunStats, first_divergence, mean_interval, rate_ratio_interval, ratio_interval
@@ -102,9 +103,9 @@ class DecodeRunner:
                        top_p=self.top_p, verify=self.verify, seed=self.seed, on_call=tops)
         row = {**generation_row(out.stats), "tokens": out.tokens,
                "held_bytes": self.drafter.nbytes if self.drafter is not None else 0}
-        if any("picked" in c.info for c in out.stats.calls):  # a router: which member drafted each call
-            row["picks"] = " ".join(c.info.get("picked") or "-" for c in out.stats.calls)
-            row["retired"] = out.stats.calls[-1].info.get("retired", "")  # members retired by the end of the run
+        if any(isinstance(c.report, Routed) for c in out.stats.calls):  # a router: which member drafted each call
+            row["picks"] = " ".join(c.report.picked or "-" for c in out.stats.calls)
+            row["retired"] = out.stats.calls[-1].report.retired  # members retired by the end of the run
         if tops is not None:
             row.update(_gaps=tops.gaps[:len(out.tokens)], _top1=tops.top1[:len(out.tokens)])
         return row

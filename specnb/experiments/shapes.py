@@ -34,9 +34,10 @@ from ..drafters.base import DecodeState, Drafter
 from ..drafters.context import ContextNgramDrafter
 from ..drafters.crest import CrestDrafter
 from ..drafters.dense import DenseDrafter
-from ..drafters.draft_model import DraftModelDrafter
+from ..drafters.draft_model import DraftModelDrafter, DraftModelReport
 from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramDrafter
+from ..drafters.report import Report
 from ..drafters.rest import RestDrafter
 from ..forward import forward
 from ..metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
@@ -71,8 +72,8 @@ class Shaped(Drafter):
         return None if draft is None else draft.truncate(self.w, self.k * self.w)
 
     @property
-    def last_info(self) -> dict[str, Any]:
-        return self.base.last_info
+    def report(self) -> Report:
+        return self.base.report
 
 
 def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
@@ -147,7 +148,7 @@ def draft_replay(shape: tuple[int, ...], references: list[Reference], ranks: lis
             stats.calls.append(CallStats(drafted_nodes=tree_nodes(shape, depth), draft_depth=depth,
                                          accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
                                          verify_seconds=0.0, overhead_seconds=0.0,
-                                         info={"draft_calls": depth}))
+                                         report=DraftModelReport(draft_calls=depth)))
             pos += accepted + 1
         runs.append(stats)
     return runs
@@ -156,13 +157,17 @@ def draft_replay(shape: tuple[int, ...], references: list[Reference], ranks: lis
 # ------------------------------------------------------------------------------------------- shape grids
 
 
+def _draft_calls(report: Report) -> int:
+    return report.draft_calls if isinstance(report, DraftModelReport) else 0
+
+
 def draft_seconds(stats: RunStats, cost, ratio: float) -> float:
-    """The draft model's time in ``stats``: each of its calls (``draft_calls`` in a call's info) priced at
+    """The draft model's time in ``stats``: each of its calls (a call's report's ``draft_calls``) priced at
     ``ratio`` times the target's one-token call at that context on ``cost`` (``ratio``: a draft call's measured
     time over a target call's, both timed alike)."""
     new = np.array([c.new_tokens for c in stats.calls], dtype=np.int64)
     context = stats.prompt_tokens + np.cumsum(new) - new
-    return float(sum(ratio * call.info.get("draft_calls", 0) * cost.seconds_at(1, 0, int(ell))
+    return float(sum(ratio * _draft_calls(call.report) * cost.seconds_at(1, 0, int(ell))
                      for call, ell in zip(stats.calls, context, strict=True)))
 
 
@@ -459,7 +464,7 @@ class ShapeStudy:
         return cls(p, target, sets, refs, hidden, draft,
                    {name: draft_ranks(draft, refs[name], target.vocab_size) for name in sets}, stores,
                    families(target, stores, restricted_bigram_table(target, refs)[0]),
-                   CostModel(cost_table(target, "smoke" if profile == "smoke" else "adaptive")),
+                   CostModel(cost_table(target, p.cost_grid)),
                    *call_costs([draft, target]))
 
     def headlines(self) -> dict[str, Any]:
