@@ -43,7 +43,7 @@ $(SPECNB_CACHE)/models/%/config.json: | $(INSTALLED)
 
 # the compiled CPU kernels, built once into the cache (else the first notebook or test builds them)
 kernels: | $(INSTALLED)
-	$(PY) -c "import specnb.kernels as k; k.extension()"
+	$(PY) -c "import specnb.model.kernels as k; k.extension()"
 
 # models and kernels are prepared side by side (downloads, conversions and a compile), each one's output whole
 figures: setup

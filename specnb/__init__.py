@@ -17,8 +17,9 @@ from typing import Any
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "3000")
 
-_EXPORTS = {"Draft": "draft", "Generation": "decode", "LoadedModel": "models", "Prompt": "prompts",
-            "generate": "decode", "load_model": "models", "tiny_model": "models"}
+_EXPORTS = {"Draft": "core.draft", "Generation": "core.generate", "LoadedModel": "model.models",
+            "Prompt": "core.prompts", "generate": "core.generate", "load_model": "model.models",
+            "tiny_model": "model.models"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -15,15 +15,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from .model_names import WEIGHTS
+from .model.model_names import WEIGHTS
 
 # Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
 # help (so that listing them imports nothing), and the kinds under ``specnb datastore build KIND``.
 PLUGIN_COMMANDS = {
     "corpus": ("specnb.datastores.corpus", "token corpora for retrieval datastores"),
     "ngram-table": ("specnb.datastores.ngram_tables", "build the model-derived unigram/bigram tables (cached)"),
-    "roofline": ("specnb.roofline", "time one target call over a (k, w, context) grid"),
-    "kernels": ("specnb.kernels.bench", "the few-row CPU kernels"),
+    "roofline": ("specnb.core.roofline", "time one target call over a (k, w, context) grid"),
+    "kernels": ("specnb.model.kernels.bench", "the few-row CPU kernels"),
 }
 DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest", "specnb.datastores.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]
@@ -77,9 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _check_model_names(argv: list[str]) -> None:
     """Check every ``--model NAME`` and ``--draft NAME`` before the command's module is imported (torch takes
     seconds), so that a mistyped name or a model that is not installed fails at once
-    (:func:`specnb.model_names.check_installed`). Spellings this quick look does not read (abbreviations) are
+    (:func:`specnb.model.model_names.check_installed`). Spellings this quick look does not read (abbreviations) are
     checked later, when the model loads."""
-    from .model_names import check_installed
+    from .model.model_names import check_installed
 
     for i, arg in enumerate(argv):
         if arg == "--":
@@ -146,7 +146,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
-    from .methods import METHODS
+    from .eval.methods import METHODS
 
     methods = "\n".join(f"  {name:15s} {method.help}" for name, method in METHODS.items())
     p = sub.add_parser("bench", help="run methods side by side on a prompt set",
@@ -181,7 +181,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
 
 def _models_list(args: argparse.Namespace) -> int:
-    from .model_names import EMBEDDED, TINY_ARCHS, converted_dir
+    from .model.model_names import EMBEDDED, TINY_ARCHS, converted_dir
 
     for name, spec in EMBEDDED.items():
         ready = (converted_dir(name) / "config.json").exists()
@@ -192,7 +192,7 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _models_fetch(args: argparse.Namespace) -> int:
-    from .models import fetch
+    from .model.models import fetch
 
     print(fetch(args.name))
     return 0
@@ -200,11 +200,11 @@ def _models_fetch(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     """Check everything, open the CSV, then load the model and run (Ctrl-C: keep, summarise, exit 130)."""
-    from .bench import BenchConfig, CsvSink, format_table, run_bench
-    from .datasets import load_prompts
-    from .device import default_device, resolve_device
-    from .methods import check_before_loading, options_for
-    from .model_names import check_weights
+    from .core.datasets import load_prompts
+    from .eval.bench import BenchConfig, CsvSink, format_table, run_bench
+    from .eval.methods import check_before_loading, options_for
+    from .model.device import default_device, resolve_device
+    from .model.model_names import check_weights
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -220,7 +220,7 @@ def _bench(args: argparse.Namespace) -> int:
     check_before_loading(args.model, config.options)
     check_weights(args.model, args.weights)
 
-    from .models import load_model
+    from .model.models import load_model
 
     target = load_model(args.model, dtype=args.dtype, device=device, weights=args.weights)
     param = next(target.model.parameters())
@@ -249,7 +249,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def _notebooks_run(args: argparse.Namespace) -> int:
-    from .notebooks import run_notebooks
+    from .study.notebooks import run_notebooks
 
     runs = run_notebooks(args.profile, args.names or None)
     failed = [run for run in runs if run.error]
@@ -261,7 +261,7 @@ def _notebooks_run(args: argparse.Namespace) -> int:
 
 
 def _notebooks_lines(args: argparse.Namespace) -> int:
-    from .notebooks import code_lines, find_notebooks
+    from .study.notebooks import code_lines, find_notebooks
 
     for path in find_notebooks(args.names or None):
         counts = code_lines(path)
@@ -270,9 +270,9 @@ def _notebooks_lines(args: argparse.Namespace) -> int:
 
 
 def _notebooks_publish(args: argparse.Namespace) -> int:
-    from .notebooks import NOTEBOOKS
-    from .plots import figures_for
-    from .reference_run import publish
+    from .study.notebooks import NOTEBOOKS
+    from .study.plots import figures_for
+    from .study.reference_run import publish
 
     written = publish(NOTEBOOKS / "executed" / "quick", NOTEBOOKS, figures_for("quick"))
     print(f"published {len(written)} notebooks with their outputs; figures/README.md indexes the run")
@@ -280,7 +280,7 @@ def _notebooks_publish(args: argparse.Namespace) -> int:
 
 
 def _figures_compare(args: argparse.Namespace) -> int:
-    from .reference_run import load_results, moved
+    from .study.reference_run import load_results, moved
 
     old, new = load_results(args.old), load_results(args.new)
     rows = moved(old, new)

@@ -1,5 +1,5 @@
 """The names and shapes a user gives a drafter on the command line, parsed in one leaf module that both the
-option checks (:mod:`specnb.methods`, before anything loads) and the drafters use.
+option checks (:mod:`specnb.eval.methods`, before anything loads) and the drafters use.
 
 * a tree shape ``"4x2x2x1"`` (draft models, :mod:`specnb.drafters.draft_model`): children per node at each
   draft level, :func:`tree_shape`;

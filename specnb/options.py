@@ -42,27 +42,3 @@ class Options:
         roofline = getattr(self, "roofline", "")
         if roofline and not Path(roofline).is_file():
             raise FileNotFoundError(f"roofline table {roofline} does not exist")
-
-
-@dataclass(frozen=True)
-class LookupOptions(Options):
-    """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
-
-    w: int = 10
-
-    def __post_init__(self) -> None:
-        at_least(self, 1, "w")
-
-
-@dataclass(frozen=True)
-class HfAssistedOptions(Options):
-    """Hugging Face assisted generation with the draft model ``draft`` (same tokenizer as the target)."""
-
-    draft: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.draft or self.draft.startswith("self:"):
-            raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
-        from .model_names import check_installed
-
-        check_installed(self.draft)

@@ -13,9 +13,9 @@ from unittest import mock
 import pytest
 import torch
 
-from specnb import kernels
-from specnb.kernels.cpu import kernel_isa
-from specnb.models import LoadedModel, tiny_model
+from specnb.model import kernels
+from specnb.model.kernels.cpu import kernel_isa
+from specnb.model.models import LoadedModel, tiny_model
 
 # Tiny models do tiny matmuls: a second thread only adds synchronisation (and, on a busy machine, a lot of
 # it). Tests that time or run a real model raise this locally.
@@ -98,7 +98,7 @@ def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32, int8: bool = False)
     """A tiny model that specnb's decoder runs from a GGUF file written here (:func:`write_gguf`), with the
     weights its Hugging Face model holds (``int8``: the blocks times int8-rounded activations, another model).
     One per architecture, dtype and route for the session."""
-    from specnb.gguf_weights import mark
+    from specnb.model.gguf_weights import mark
 
     target = tiny_model(arch, dtype=dtype)
     path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}{'-int8' if int8 else ''}.gguf"

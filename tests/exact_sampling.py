@@ -7,7 +7,7 @@ auto and fixed drafts).
 at several depths) and tests tokens 1..POSITIONS against the target's *exact* conditional distributions: for
 every run and position, the target's probabilities given the prompt and the tokens sampled before (one fresh
 causal call per distinct sequence; temperature and top-p applied by this file's own code, not
-:mod:`specnb.sampling`). A token outside the target's top-p set fails at once. Otherwise each sampled token is
+:mod:`specnb.core.sampling`). A token outside the target's top-p set fails at once. Otherwise each sampled token is
 classed by its rank under its exact distribution (1st, 2nd, 3rd, any other); under the null each class indicator
 less its probability is a martingale difference, so per position the observed minus expected class counts have
 the covariance ``sum_i diag(pi_i) - pi_i pi_i^T`` and their Mahalanobis norm is chi-square with 3 degrees of
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from specnb.decode import generate
-from specnb.drafters.base import Drafter
-from specnb.forward import forward
+from specnb.core.drafter import Drafter
+from specnb.core.generate import generate
+from specnb.model.forward import forward
 
 RUNS = 300
 POSITIONS = 4  # speculative positions tested: tokens 1..4
@@ -47,7 +47,7 @@ LONG = [256, *range(60, 80)]  # 21 tokens: past the tiny Gemma's window (16)
 
 def exact_probabilities(logits: torch.Tensor, temperature: float, top_p: float) -> np.ndarray:
     """float64 [V]: softmax(logits / T), cut to the smallest set of most likely tokens whose mass reaches top_p
-    (the token crossing it kept), renormalised. Written here independently of specnb.sampling."""
+    (the token crossing it kept), renormalised. Written here independently of specnb.core.sampling."""
     p = torch.softmax(logits.double() / temperature, -1).numpy()
     order = np.argsort(-p, kind="stable")
     above = np.cumsum(p[order]) - p[order]  # mass strictly before each token in rank order

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specnb.ann import (
+from specnb.datastores.ann import (
     AnnIndex,
     IndexParams,
     exact_search,
@@ -55,7 +55,7 @@ def test_query_latency_is_the_time_of_each_timed_query(monkeypatch, clustered):
     mean 25.5 ms, 90th percentile 45.1 ms (linear interpolation between the 45th and 46th)."""
     import types
 
-    import specnb.ann as ann
+    import specnb.datastores.ann as ann
 
     index = AnnIndex.build(clustered[:300], IndexParams(M=8, ef_construction=40, ef_search=20), progress=False)
     queried = []

@@ -13,14 +13,14 @@ from conftest import ARCHS, DTYPES, tiny
 from test_sampling_deterministic import sampling_matches_ar
 
 from specnb import Draft, generate
+from specnb.core.drafter import DecodeState, Drafter
+from specnb.core.roofline import CostModel
 from specnb.drafters import crest
 from specnb.drafters.auto import AutoDrafter, make
 from specnb.drafters.auto import Options as AutoOptions
-from specnb.drafters.base import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.methods import OptionError, parse_options
-from specnb.roofline import CostModel
+from specnb.eval.methods import OptionError, parse_options
 
 PROMPT = [256] + list(range(40, 52)) * 3
 MAX_NEW = 40
@@ -219,7 +219,7 @@ def test_a_given_store_makes_its_member(monkeypatch, tmp_path):
     monkeypatch.setattr("specnb.drafters.auto.default_members", lambda target: ["pld", "suffix"])
     monkeypatch.setattr("specnb.drafters.Entry.drafter",
                         lambda entry, target, options: made.append((entry.module, options)) or ContextNgramDrafter())
-    monkeypatch.setattr("specnb.roofline.cost_model_for", lambda target, path="": cost(0.0))
+    monkeypatch.setattr("specnb.core.roofline.cost_model_for", lambda target, path="": cost(0.0))
     router = make(None, AutoOptions(crest=str(store)))
     assert list(router.members) == ["pld", "suffix", "crest"]
     assert made[-1] == ("crest", crest.Options(datastore=str(store)))

@@ -8,14 +8,14 @@ import math
 import pytest
 from conftest import tiny
 
-from specnb import ceilings
-from specnb.bench import BenchConfig, run_bench
-from specnb.prompts import Prompt
+from specnb.core.prompts import Prompt
+from specnb.eval.bench import BenchConfig, run_bench
+from specnb.model import ceilings
 
 
 def test_bandwidth_columns_follow_their_definition(monkeypatch):
     samples = iter([10.0, 8.0, 12.0, 30.0])  # GB/s: at the start, then after each prompt
-    monkeypatch.setattr("specnb.bench.sample_read_bandwidth", lambda: next(samples))
+    monkeypatch.setattr("specnb.eval.bench.sample_read_bandwidth", lambda: next(samples))
     target = tiny("llama")
     prompts = [Prompt("a", [256, 40, 41, 42, 40, 41]), Prompt("b", [256, 50, 51, 50, 51, 50])]
     frame = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),
@@ -78,7 +78,7 @@ def test_llamacpp_without_the_binding_is_one_clear_error():
 
 
 def test_llamacpp_needs_an_embedded_gguf():
-    from specnb import llamacpp
+    from specnb.eval import llamacpp
 
     with pytest.raises(ValueError, match="embedded model's GGUF"):
         llamacpp.gguf_path(tiny("llama"))
@@ -87,7 +87,7 @@ def test_llamacpp_needs_an_embedded_gguf():
 def test_uncounted_calls_give_no_per_call_numbers():
     import pandas as pd
 
-    from specnb.bench import summarize
+    from specnb.eval.bench import summarize
 
     rows = pd.DataFrame({"method": ["ar", "ar", "peer", "peer"], "prompt_id": ["a", "b", "a", "b"],
                          "new_tokens": [10, 10, 10, 10], "calls": [9, 9, float("nan"), float("nan")],

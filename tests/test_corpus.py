@@ -18,7 +18,7 @@ from specnb.datastores.corpus import (
     stdlib_files,
 )
 from specnb.datastores.verify import verify_store
-from specnb.models import byte_tokenizer
+from specnb.model.models import byte_tokenizer
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from specnb.atomic import ExistsError
+from specnb.core.generate import generate
 from specnb.datastores import crest
 from specnb.datastores.corpus import CorpusError
 from specnb.datastores.crest import CrestStore, NgramCounter, build_crest
 from specnb.datastores.rest import DEFAULT_SEARCH, RestIndex
-from specnb.decode import generate
 from specnb.drafters.crest import CrestDrafter
 from tests.conftest import tiny
 from tests.test_rest import accepts_whole_continuations, make_corpus, self_corpus
@@ -155,7 +155,7 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     import argparse
 
     from specnb.datastores import rest
-    from specnb.methods import make_drafter
+    from specnb.eval.methods import make_drafter
 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
     src = tmp_path / "src"

@@ -1,4 +1,4 @@
-"""The explicit decoder body (specnb/decoder.py) against Hugging Face's decoder on the same weights: prefill,
+"""The explicit decoder body (specnb/model/decoder.py) against Hugging Face's decoder on the same weights: prefill,
 chain, tree and batch calls, contexts past the sliding window; and its norm / heads kernels on their own."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from conftest import (
     without_kernels,
 )
 
-from specnb import kernels
-from specnb.decoder import Body, body, stacked, stock
-from specnb.draft import Draft
-from specnb.forward import forward
-from specnb.kv_cache import GrowingCache
-from specnb.masks import TreeMasks
-from specnb.models import tiny_model
+from specnb.core.draft import Draft
+from specnb.core.kv_cache import GrowingCache
+from specnb.model import kernels
+from specnb.model.decoder import Body, body, stacked, stock
+from specnb.model.forward import forward
+from specnb.model.masks import TreeMasks
+from specnb.model.models import tiny_model
 
 # Skipped only where the kernels cannot exist; where they can, a failed build fails these tests (and
 # test_kernels.py::test_the_extension_builds says why).
@@ -231,14 +231,14 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
 
 def test_timing_tables_are_keyed_by_the_body_too(monkeypatch):
     """Roofline tables timed before a change to the body (or without it) are not reused."""
-    from specnb.decoder import call_path
-    from specnb.roofline import cost_table_path
+    from specnb.core.roofline import cost_table_path
+    from specnb.model.decoder import call_path
 
     target = tiny("gemma3")
     name = call_path(target.model)
     assert name.startswith(kernels.routed(target.model)) and "-body" in name
     assert name in cost_table_path(target).name
-    monkeypatch.setattr("specnb.decoder._digest", lambda: "changed0")
+    monkeypatch.setattr("specnb.model.decoder._digest", lambda: "changed0")
     assert call_path(target.model) != name
     with stock(target.model):
         assert call_path(target.model) == ""

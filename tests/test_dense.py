@@ -9,17 +9,17 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.ann import AnnIndex, IndexParams
+from specnb.core.drafter import DecodeState
+from specnb.core.generate import generate
 from specnb.datastores import dense as dense_store
+from specnb.datastores.ann import AnnIndex, IndexParams
 from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
 from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore, subset_datastore
 from specnb.datastores.verify import verify_store
-from specnb.decode import generate
 from specnb.draft_shapes import retrieval_shape
-from specnb.drafters.base import DecodeState
 from specnb.drafters.dense import DenseDrafter
-from specnb.methods import make_drafter
-from specnb.replay import replay_greedy, teacher_forced_hidden
+from specnb.eval.methods import make_drafter
+from specnb.eval.replay import replay_greedy, teacher_forced_hidden
 
 PROMPTS = ("def add(a, b):", "hello world, hello", "the cat sat on")
 CONFIG = BuildConfig(n_next=20, dims=16, seq_len=32, overlap=8, batch_tokens=128,

@@ -12,23 +12,23 @@ from fake_device import FAKE, DeviceMixing, fake_device
 from test_dense import CONFIG, own_outputs
 from test_rest import self_corpus
 
-from specnb.accept import CandidateDraft, accept_mcss
 from specnb.cli import main
+from specnb.core.accept import CandidateDraft, accept_mcss
+from specnb.core.generate import generate
+from specnb.core.sampling import SamplingConfig
 from specnb.datastores.crest import build_crest
 from specnb.datastores.dense import build_datastore
 from specnb.datastores.ngram_tables import bigram_table
 from specnb.datastores.rest import RestIndex
-from specnb.decode import generate
 from specnb.drafters.crest import CrestDrafter
 from specnb.drafters.dense import DenseDrafter
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.drafters.mixed import MixedDrafter
 from specnb.drafters.model_ngram import BigramDrafter
 from specnb.drafters.rest import RestDrafter
-from specnb.methods import make_drafter, options_for
-from specnb.models import LoadedModel, load_model
-from specnb.profiles import PROFILES
-from specnb.sampling import SamplingConfig
+from specnb.eval.methods import make_drafter, options_for
+from specnb.model.models import LoadedModel, load_model
+from specnb.study.profiles import PROFILES
 
 ARCH = "gemma3"  # sliding-window and full layers: both masks, contexts longer than the window
 PROMPT = "def add(a, b):\n    return"
@@ -125,7 +125,7 @@ def test_the_check_is_live(monkeypatch):
     """A generator made without its device, a host tensor fed to the model, .numpy() of a device tensor:
     each fails on the fake device as it would on a GPU."""
     target = fake_target()
-    monkeypatch.setattr("specnb.decode.make_generator", lambda device, seed: torch.Generator().manual_seed(seed))
+    monkeypatch.setattr("specnb.core.generate.make_generator", lambda device, seed: torch.Generator().manual_seed(seed))
     with fake_device(), pytest.raises(DeviceMixing, match="generator"):
         generate(target, PROMPT, max_new_tokens=4, temperature=1.0)
     with fake_device():
@@ -142,11 +142,11 @@ def test_generate_synchronises_at_every_phase_boundary(monkeypatch):
     import time
     import types
 
-    from specnb.verify import Verifier
+    from specnb.core.verify import Verifier
 
     events: list[str] = []
-    monkeypatch.setattr("specnb.decode.synchronize", lambda device: events.append("sync"))
-    monkeypatch.setattr("specnb.decode.time", types.SimpleNamespace(
+    monkeypatch.setattr("specnb.core.generate.synchronize", lambda device: events.append("sync"))
+    monkeypatch.setattr("specnb.core.generate.time", types.SimpleNamespace(
         perf_counter=lambda: events.append("clock") or time.perf_counter()))
     for name in ("prefill", "forward"):
         real = getattr(Verifier, name)
@@ -181,10 +181,10 @@ def test_cuda_without_cuda_is_one_clear_error(command, tmp_path, capsys):
 
 
 def test_bench_runners_and_dresd_on_the_device(monkeypatch):
-    from specnb import bench
-    from specnb.bench import BenchConfig, run_bench
+    from specnb.core.prompts import Prompt
+    from specnb.eval import bench
+    from specnb.eval.bench import BenchConfig, run_bench
     from specnb.experiments.dresd import prompt_state
-    from specnb.prompts import Prompt
 
     assistants = []  # hf-assisted's draft model (Hugging Face would also run one left on the CPU, slowly)
     monkeypatch.setattr(bench, "load_model", lambda *args, **kwargs: assistants.append(
@@ -212,8 +212,8 @@ def test_roofline_times_on_the_device(monkeypatch):
     import time
     import types
 
-    from specnb import roofline
-    from specnb.roofline import Grid, time_cells
+    from specnb.core import roofline
+    from specnb.core.roofline import Grid, time_cells
 
     events: list[str] = []
     real_forward = roofline.forward

@@ -16,13 +16,13 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb import kernels
-from specnb.decode import generate
-from specnb.draft import Draft
-from specnb.drafters.base import DecodeState
+from specnb.core.draft import Draft
+from specnb.core.drafter import DecodeState
+from specnb.core.generate import generate
+from specnb.core.kv_cache import GrowingCache
 from specnb.drafters.draft_model import DraftModelDrafter, self_draft
-from specnb.forward import forward
-from specnb.kv_cache import GrowingCache
+from specnb.model import kernels
+from specnb.model.forward import forward
 
 PROMPT = [ord(c) for c in "def fib(n):\n    return"]  # 23 tokens: past the tiny Gemma's window
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -183,7 +183,7 @@ def test_every_candidates_q_is_the_drafts_distribution_at_its_parent(arch: str, 
     support. A q of the wrong row or temperature moves the sampled distribution only where the walk reaches it
     (two levels down, through a sibling that is not the first): a distribution test sees it rarely, this one at
     once."""
-    from specnb.sampling import SamplingConfig, probabilities
+    from specnb.core.sampling import SamplingConfig, probabilities
 
     target = tiny(arch)
     draft = self_draft(target, 2)

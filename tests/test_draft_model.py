@@ -8,8 +8,8 @@ import pytest
 import torch
 from conftest import ARCHS, tiny
 
-from specnb.datasets import humaneval
-from specnb.decode import generate
+from specnb.core.datasets import humaneval
+from specnb.core.generate import generate
 from specnb.draft_shapes import tree_shape
 from specnb.drafters.draft_model import (
     DraftModelDrafter,
@@ -18,8 +18,8 @@ from specnb.drafters.draft_model import (
     load_draft,
     self_draft,
 )
-from specnb.methods import make_drafter
-from specnb.models import LoadedModel, byte_tokenizer, load_model
+from specnb.eval.methods import make_drafter
+from specnb.model.models import LoadedModel, byte_tokenizer, load_model
 from specnb.paths import cache_dir
 
 PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
@@ -152,8 +152,8 @@ def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype
     within fp32 summation order."""
     from transformers import DynamicCache
 
-    from specnb.forward import forward
-    from specnb.kv_cache import GrowingCache
+    from specnb.core.kv_cache import GrowingCache
+    from specnb.model.forward import forward
 
     target = tiny(arch, dtype)
     ids = torch.randint(0, 256, (1, 44), generator=torch.Generator().manual_seed(0))
@@ -194,7 +194,7 @@ def test_gemma_self_draft_is_not_the_target_on_chat(method):
     """Gemma-3-270M (bf16, the kernel path) with self:6 on an MT-Bench prompt at T = 1: the 6-layer draft agrees
     with the 18-layer target on far fewer than all of its tokens (it accepted everything while it ran the
     target's cached body)."""
-    from specnb.datasets import mtbench
+    from specnb.core.datasets import mtbench
 
     target = load_model("gemma-3-270m", dtype="bfloat16")
     generate(target, "Hello", max_new_tokens=2)  # the target has run before its self-draft is made

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb import embed
+from specnb.datastores import embed
 from specnb.datastores.corpus import TokenCorpus, TokenizerInfo
-from specnb.embed import Projection, extract, fit_projection, next_tokens, row_layout, segments
+from specnb.datastores.embed import Projection, extract, fit_projection, next_tokens, row_layout, segments
 
 
 def corpus_of(docs: list[list[int]], target) -> TokenCorpus:
@@ -66,8 +66,8 @@ def test_extraction_matches_a_full_forward(tmp_path):
 
 @pytest.mark.parametrize("klass", ["avx2", "amx"])
 def test_bf16_extraction_runs_its_gemms_in_the_batch_dtype(monkeypatch, tmp_path, klass):
-    """Batches of a bf16 model are fp32 GEMMs except on AMX (specnb.kernels.cpu.batch_dtype)."""
-    monkeypatch.setattr("specnb.kernels.cpu.cpu_class", lambda flags=None: klass)
+    """Batches of a bf16 model are fp32 GEMMs except on AMX (specnb.model.kernels.cpu.batch_dtype)."""
+    monkeypatch.setattr("specnb.model.kernels.cpu.cpu_class", lambda flags=None: klass)
     target = tiny("llama", torch.bfloat16)
     gemms, real = set(), torch.nn.functional.linear
     monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: gemms.add(x.dtype) or real(x, w, b))

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from conftest import tiny
 
+from specnb.core.prompts import Prompt
 from specnb.experiments import beyond as bt
 from specnb.experiments import endtoend as e2e
-from specnb.prompts import Prompt
-from specnb.results import Results
+from specnb.study.results import Results
 from tests.test_priced import LinearCost
 
 

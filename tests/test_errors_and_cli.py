@@ -11,12 +11,12 @@ from conftest import tiny
 
 from specnb import Draft, generate, load_model
 from specnb.cli import main
-from specnb.datasets import jsonl
-from specnb.draft import DraftError
+from specnb.core.datasets import jsonl
+from specnb.core.draft import DraftError
 from specnb.drafters.context import ContextNgramDrafter
-from specnb.methods import OptionError, make_drafter, options_for, parse_options, split_datastores
-from specnb.models import ModelError
-from specnb.profiles import get_profile
+from specnb.eval.methods import OptionError, make_drafter, options_for, parse_options, split_datastores
+from specnb.model.models import ModelError
+from specnb.study.profiles import get_profile
 
 
 @pytest.mark.parametrize("prompt", ["", [], torch.tensor([], dtype=torch.long)])
@@ -79,7 +79,7 @@ def test_unknown_model_names_fail_at_once(argv, message):
 
 
 def test_model_names_resolve_without_the_hub(tmp_path, monkeypatch):
-    from specnb.model_names import resolve_name
+    from specnb.model.model_names import resolve_name
 
     assert resolve_name("gemma-3-270m").kind == "embedded" and resolve_name("tiny-qwen2").source == "qwen2"
     local = resolve_name(str(tmp_path))
@@ -194,7 +194,7 @@ def test_cli_models_list(capsys):
 def test_missing_model_package_names_the_fetch_command(tmp_path, monkeypatch):
     import dataclasses
 
-    from specnb import models
+    from specnb.model import models
 
     spec = dataclasses.replace(models.EMBEDDED["gemma-3-270m"], name="ghost-model",
                                parts=(("specnb_no_such_part_package", "data/part01.bin"),))
@@ -207,7 +207,7 @@ def test_missing_model_package_names_the_fetch_command(tmp_path, monkeypatch):
 def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch, capsys):
     import dataclasses
 
-    from specnb import models
+    from specnb.model import models
 
     spec = dataclasses.replace(models.EMBEDDED["gemma-3-270m"], name="ghost-model",
                                parts=(("specnb_no_such_part_package", "data/part01.bin"),))
@@ -237,7 +237,7 @@ def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch
     (["--weights", "gguf"], "weights 'gguf' needs an embedded model"),
 ])
 def test_missing_inputs_fail_before_the_target_loads(argv, message, tmp_path, monkeypatch, capsys):
-    from specnb import models
+    from specnb.model import models
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the target loaded before the stores were checked")
@@ -263,7 +263,7 @@ def test_dense_build_checks_its_source_before_the_model_loads(tmp_path, monkeypa
 
 
 def test_existing_stores_pass_the_check(tmp_path):
-    from specnb.methods import check_before_loading
+    from specnb.eval.methods import check_before_loading
 
     (tmp_path / "rest").mkdir()
     (tmp_path / "rest" / "meta.json").write_text("{}")
@@ -339,7 +339,7 @@ def test_seed_and_temperature_reach_the_draft_model():
 @pytest.fixture
 def no_model(monkeypatch):
     """Fail the test if the command gets as far as loading a model."""
-    from specnb import models
+    from specnb.model import models
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the arguments were checked")
@@ -443,7 +443,7 @@ def test_help_shows_defaults_lists_methods_and_is_light():
     import sys
     import time
 
-    from specnb.methods import METHODS
+    from specnb.eval.methods import METHODS
 
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", "import sys, specnb.cli; sys.exit(specnb.cli.main(['--help']))"],
@@ -475,7 +475,7 @@ def test_bench_out_never_replaces_a_file_that_is_not_a_bench_csv(name, content, 
 
 
 def test_bench_out_replaces_an_earlier_bench_csv_or_an_empty_file(tmp_path):
-    from specnb.bench import CsvSink
+    from specnb.eval.bench import CsvSink
 
     earlier = tmp_path / "r.csv"
     earlier.write_text("method,prompt_id,seconds\nar,a,1.0\n")
@@ -495,7 +495,7 @@ def test_ctrl_c_keeps_finished_prompts(tmp_path, capsys, monkeypatch):
     of them in the CSV."""
     import pandas as pd
 
-    from specnb.experiments import runner
+    from specnb.eval import runner
 
     calls = []
 
@@ -518,7 +518,7 @@ def test_ctrl_c_keeps_finished_prompts(tmp_path, capsys, monkeypatch):
 def test_csv_sink_appends_and_widens(tmp_path):
     import pandas as pd
 
-    from specnb.bench import CsvSink
+    from specnb.eval.bench import CsvSink
 
     path = tmp_path / "r.csv"
     sink = CsvSink(path)

@@ -6,12 +6,12 @@ import pandas as pd
 import pytest
 from conftest import tiny
 
-from specnb.decode import generate
+from specnb.core.generate import generate
+from specnb.core.metrics import CallStats, RunStats
+from specnb.core.prompts import Prompt
+from specnb.eval.replay import priced_seconds
 from specnb.experiments import references as refs_module
 from specnb.experiments.corpus_sweep import sweep_summary
-from specnb.metrics import CallStats, RunStats
-from specnb.prompts import Prompt
-from specnb.replay import priced_seconds
 from tests.test_priced import LinearCost
 
 
@@ -33,7 +33,7 @@ def test_every_replayed_call_is_priced_at_the_cache_length_before_it():
     holds before it, as the roofline table measured it: the prompt, then every earlier call's new tokens."""
     import torch
 
-    from specnb.replay import _priced, ar_priced_seconds
+    from specnb.eval.replay import _priced, ar_priced_seconds
 
     class Recording:
         def __init__(self):

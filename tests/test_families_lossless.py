@@ -1,4 +1,4 @@
-"""Every drafter family, built by its bench factory (``specnb.methods.make_drafter``), gives greedy AR's tokens
+"""Every drafter family, built by its bench factory (``specnb.eval.methods.make_drafter``), gives greedy AR's tokens
 in float32 and bf16 and in both verification modes, and has drafts accepted while doing so (tokens per call
 > 1), so no case can pass on root-only calls.
 
@@ -27,16 +27,16 @@ import torch
 from conftest import tiny
 
 from specnb import generate
+from specnb.core.draft import Draft
+from specnb.core.drafter import DecodeState, Drafter
+from specnb.core.generate import Generation
+from specnb.core.report import Report
 from specnb.datastores.corpus import TokenCorpus, TokenizerInfo
 from specnb.datastores.crest import build_crest
 from specnb.datastores.dense import BuildConfig, build_datastore
 from specnb.datastores.rest import RestIndex, default_store
-from specnb.decode import Generation
-from specnb.draft import Draft
 from specnb.drafters.auto import ROUTABLE
-from specnb.drafters.base import DecodeState, Drafter
-from specnb.drafters.report import Report
-from specnb.methods import make_drafter
+from specnb.eval.methods import make_drafter
 
 PROMPT = [256] + list(range(40, 46)) * 3  # 19 tokens: past the tiny Gemma's window (16) from the start
 OTHER = [256, 10, 20, 30]

@@ -12,16 +12,16 @@ from conftest import GGUF_ARCHS, kernel_path_exists, tiny, tiny_gguf
 from test_lossless import OracleDrafter
 
 from specnb import generate, load_model
-from specnb.ceilings import streamed_bytes
-from specnb.datasets import humaneval
-from specnb.decoder import Body, body, call_path, stock
+from specnb.core.datasets import humaneval
 from specnb.drafters.context import ContextNgramDrafter
-from specnb.forward import forward
-from specnb.gguf_weights import read
-from specnb.kernels.cpu import kernel_isa
-from specnb.kernels.quant import QuantizedWeight, int8_supported
-from specnb.model_names import ModelError, gguf_file
-from specnb.models import resolve_weights
+from specnb.model.ceilings import streamed_bytes
+from specnb.model.decoder import Body, body, call_path, stock
+from specnb.model.forward import forward
+from specnb.model.gguf_weights import read
+from specnb.model.kernels.cpu import kernel_isa
+from specnb.model.kernels.quant import QuantizedWeight, int8_supported
+from specnb.model.model_names import ModelError, gguf_file
+from specnb.model.models import resolve_weights
 from specnb.paths import cache_dir
 
 

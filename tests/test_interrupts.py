@@ -22,8 +22,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from specnb.ann import IndexParams
 from specnb.cli import main
+from specnb.datastores.ann import IndexParams
 from specnb.datastores.corpus import build_corpus, load_corpus
 from specnb.datastores.crest import CrestStore
 from specnb.datastores.dense import BuildConfig, build_datastore, load_datastore
@@ -121,8 +121,8 @@ def dense_argv(source, out, n_next: int) -> list[str]:
 
 
 @pytest.mark.parametrize("trap, kept", [
-    (dict(at="specnb.embed:last_hidden_states", nth=3), 4),  # extracting hidden states
-    pytest.param(dict(at="specnb.ann:AnnIndex.build"), 4, marks=SLOW),  # every state extracted, indexing
+    (dict(at="specnb.datastores.embed:last_hidden_states", nth=3), 4),  # extracting hidden states
+    pytest.param(dict(at="specnb.datastores.ann:AnnIndex.build"), 4, marks=SLOW),  # every state extracted, indexing
     # the new store complete, after the first step of swapping it in (the same code as the corpus's)
     pytest.param(dict(**SWAP_STEPS, nth=1), 6, marks=SLOW),
 ], ids=["extracting", "indexing", "swapping"])
@@ -219,7 +219,7 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     parameters, with a corpus of the same name and size but other tokens, or with the same parameters after a
     run of other parameters was killed in that partial before it recorded any progress: each gives exactly
     what a fresh build gives (it starts over), never rows of two runs. The same run resumes."""
-    from specnb import embed
+    from specnb.datastores import embed
 
     batches = []
     real = embed.last_hidden_states
@@ -227,7 +227,7 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     target = tiny("llama")
     corpus = build_corpus(str(source), target, progress=False)  # the corpus the CLI builds (same cache)
     killed = tmp_path / "a" / "ds"
-    result = interrupted(dense_argv(source, killed, 4), at="specnb.embed:last_hidden_states", nth=10,
+    result = interrupted(dense_argv(source, killed, 4), at="specnb.datastores.embed:last_hidden_states", nth=10,
                          env=SINGLE_THREAD)
     assert result.killed, result.stderr
     partial = killed.with_name("ds.partial")
@@ -266,7 +266,7 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     twice = tmp_path / "twice" / "ds"
     twice.parent.mkdir()
     shutil.copytree(partial, twice.with_name("ds.partial"))
-    result = interrupted(dense_argv(source, twice, 6), at="specnb.embed:last_hidden_states", nth=1,
+    result = interrupted(dense_argv(source, twice, 6), at="specnb.datastores.embed:last_hidden_states", nth=1,
                          env=SINGLE_THREAD)
     assert result.killed, result.stderr
     again, calls = forwards(lambda: build_datastore(target, corpus, twice, dense_config(4), progress=False))
@@ -330,7 +330,7 @@ def test_full_verify_sees_damage_outside_the_sampled_chunks(tmp_path, cache, cap
 def ghost(tmp_path, cache, monkeypatch):
     """An embedded model "ghost" whose GGUF file comes in two parts from a local package ``ghost_parts``; its
     spec is registered here and by :func:`ghost_code` in a child."""
-    from specnb import model_names
+    from specnb.model import model_names
 
     package = tmp_path / "pkgs" / "ghost_parts"
     (package / "data").mkdir(parents=True)
@@ -351,7 +351,7 @@ def ghost_code(spec, then: str) -> str:
     """A child's snippet: register ``spec`` as in :func:`ghost`, then run ``then``."""
     return textwrap.dedent(f"""
         import dataclasses, sys
-        from specnb import model_names, models
+        from specnb.model import model_names, models
         from specnb.cli import main
 
         model_names.EMBEDDED["ghost"] = dataclasses.replace(model_names.EMBEDDED["gemma-3-270m"], name="ghost",
@@ -360,7 +360,7 @@ def ghost_code(spec, then: str) -> str:
 
 
 def test_a_fetch_whose_sha256_differs_is_refused_and_leaves_nothing(ghost, cache, capsys):
-    from specnb import model_names
+    from specnb.model import model_names
 
     spec, _, _ = ghost
     for wrong in (dataclasses.replace(spec, sha256="0" * 64), dataclasses.replace(spec, size=spec.size + 1)):
@@ -375,7 +375,7 @@ def test_a_fetch_whose_sha256_differs_is_refused_and_leaves_nothing(ghost, cache
 def test_an_interrupted_join_leaves_nothing_at_the_final_path(ghost, cache):
     """Killed half-way through writing the joined GGUF: nothing at its final name (a file there is taken as
     joined and checked, and is never checked again); the next fetch joins it whole."""
-    from specnb import model_names, models
+    from specnb.model import model_names, models
 
     spec, joined, env = ghost
     result = interrupted(code=ghost_code(spec, "sys.exit(main(['models', 'fetch', 'ghost']))"),
@@ -386,7 +386,7 @@ def test_an_interrupted_join_leaves_nothing_at_the_final_path(ghost, cache):
 
 
 LOADER = """
-from specnb.models import tiny_model
+from specnb.model.models import tiny_model
 
 TINY = tiny_model("llama")  # before the loaders below replace the ones tiny_model uses
 
@@ -406,7 +406,7 @@ def test_an_interrupted_gguf_conversion_leaves_no_half_checkpoint(ghost, cache, 
     """Killed once the converted weights are saved but not the tokenizer: nothing at the converted model's folder
     (``config.json`` there means "ready"); fetching again converts it whole. The conversion's loaders return the
     tiny llama (the GGUF parts are random bytes: what is tested is where the files go)."""
-    from specnb import model_names, models
+    from specnb.model import model_names, models
 
     spec, _, env = ghost
     patch = "models.AutoTokenizer, models.AutoModelForCausalLM = Loader('tokenizer'), Loader('model')\n"
@@ -451,7 +451,7 @@ def read_csv(path) -> list[dict]:
 def test_ctrl_c_during_the_bench_warm_up(bench_argv):
     """Ctrl-C in the warm-up (before any prompt): exit 130, one line, the CSV of an earlier run untouched."""
     argv, out, earlier = bench_argv
-    result = interrupted(argv, at="specnb.experiments.runner:generate", sig="INT")
+    result = interrupted(argv, at="specnb.eval.runner:generate", sig="INT")
     assert result.fired and result.returncode == 130, result.stderr
     assert one_line(result.stderr, "specnb: interrupted"), result.stderr
     assert out.read_text() == earlier
@@ -475,7 +475,7 @@ def test_ctrl_c_while_the_csv_is_rewritten(bench_argv):
     """Ctrl-C while the first prompt's rows replace the earlier run's CSV (a new header): exit 130 in one line,
     the CSV whole: that prompt's rows and their summary."""
     argv, out, _ = bench_argv
-    result = interrupted(argv, at="os:replace", within="specnb.bench:CsvSink.__call__", sig="INT")
+    result = interrupted(argv, at="os:replace", within="specnb.eval.bench:CsvSink.__call__", sig="INT")
     assert result.fired and result.returncode == 130, result.stderr
     assert one_line(result.stderr, "specnb: interrupted after 1 of 2 prompts"), result.stderr
     rows = read_csv(out)

@@ -1,4 +1,4 @@
-"""specnb.kernels: the few-row linear layer and the decoding attention, on every CPU path this machine has.
+"""specnb.model.kernels: the few-row linear layer and the decoding attention, on every CPU path this machine has.
 
 What they promise: the same numbers as PyTorch up to rounding, and rows that are bit-independent (a row
 gives exactly the bits it gives alone), which is what makes bf16 speculative decoding exact.
@@ -17,11 +17,11 @@ from conftest import kernel_path_exists
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specnb import kernels
-from specnb.decoder import body
-from specnb.forward import forward
-from specnb.kernels import cpu, memory
-from specnb.models import tiny_model
+from specnb.model import kernels
+from specnb.model.decoder import body
+from specnb.model.forward import forward
+from specnb.model.kernels import cpu, memory
+from specnb.model.models import tiny_model
 
 # Skipped only where no kernel path can exist (no AVX2 + FMA, or SPECNB_KERNELS=0); where one exists, a build that
 # fails makes these tests fail, starting with test_the_extension_builds.
@@ -296,7 +296,7 @@ def test_each_cpu_class_takes_its_path(flags, isa, klass, monkeypatch):
 
 
 def test_auto_dtype_is_bf16_where_the_kernels_run(monkeypatch):
-    from specnb import models
+    from specnb.model import models
 
     monkeypatch.setattr(models, "kernel_isa", lambda: None)  # no AVX2: PyTorch would emulate bf16
     assert models.resolve_dtype("auto") == torch.float32
@@ -358,7 +358,7 @@ def test_top_k_bench_times_both_backends(monkeypatch):
     the median of its calls: fewrow 3 ms, torch 1 ms, speedup torch / fewrow = 1/3, for every (k, rows) asked."""
     import types
 
-    from specnb.kernels import bench
+    from specnb.model.kernels import bench
 
     now = [0.0]
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specnb import Draft, generate
-from specnb.drafters.base import DecodeState, Drafter
+from specnb.core.drafter import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
 
 MAX_NEW = 40

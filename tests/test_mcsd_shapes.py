@@ -8,12 +8,12 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.accept import mcss
-from specnb.decode import generate
+from specnb.core.accept import mcss
+from specnb.core.generate import generate
 from specnb.drafters.draft_model import DraftModelDrafter, self_draft
+from specnb.eval.replay import replay_greedy
 from specnb.experiments import mcsd, shapes
-from specnb.kernels import top_k
-from specnb.replay import replay_greedy
+from specnb.model.kernels import top_k
 
 PROMPTS = [torch.tensor([ord(c) for c in text]) for text in ("def fib(n):\n    return", "for i in range(10):\n")]
 
@@ -29,7 +29,7 @@ def distributions(seed: int, rows: int = 3, vocab: int = 12) -> tuple[torch.Tens
 
 def test_one_level_acceptance_matches_mcss():
     """The exact (with replacement) and simulated (without replacement, MCNS) acceptance of one level of k
-    candidates equal the rate at which specnb.accept.mcss accepts, within Monte Carlo noise."""
+    candidates equal the rate at which specnb.core.accept.mcss accepts, within Monte Carlo noise."""
     p, q = distributions(0)
     g = torch.Generator().manual_seed(1)
     wr = mcsd.with_replacement_level(p, q, 4)

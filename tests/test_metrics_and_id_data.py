@@ -10,12 +10,12 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.core.generate import generate
+from specnb.core.metrics import CallStats, RunStats, first_divergence, rate_ratio_interval
+from specnb.core.prompts import Prompt, encode_prompt
 from specnb.datastores.corpus import CorpusError
-from specnb.decode import generate
+from specnb.datastores.id_data import docstring_stubs, generate_responses, id_corpus
 from specnb.drafters.context import ContextNgramDrafter
-from specnb.id_data import docstring_stubs, generate_responses, id_corpus
-from specnb.metrics import CallStats, RunStats, first_divergence, rate_ratio_interval
-from specnb.prompts import Prompt, encode_prompt
 
 
 def call(depth: int, accepted: int, nodes: int | None = None, verify: float = 0.1) -> CallStats:
@@ -62,7 +62,7 @@ def test_speed_ratio_intervals_resample_prompts_in_pairs():
 def test_summaries_pair_each_prompt_with_the_baselines_run_of_it():
     import pandas as pd
 
-    from specnb.experiments.runner import summarize
+    from specnb.eval.runner import summarize
 
     base = {"a": 1.0, "b": 10.0, "c": 100.0}
     rows = pd.DataFrame(
@@ -79,7 +79,7 @@ def test_summaries_pair_each_prompt_with_the_baselines_run_of_it():
 def test_the_reference_records_each_positions_top_logit_and_its_margin(dtype):
     """What a divergence is judged by (gap_within_rounding): the top-1 logit and its margin over the
     second, at every position; a tie is a zero margin."""
-    from specnb.experiments.runner import TopTwo
+    from specnb.eval.runner import TopTwo
 
     logits = torch.randn(3, 262_144, generator=torch.Generator().manual_seed(0)).to(dtype)
     logits[1, [7, 200_000]] = 50.0  # a tie for the top
@@ -103,7 +103,7 @@ def test_metrics_of_real_runs():
 
 
 def test_docstring_stubs_are_seeded_stubs(monkeypatch):
-    from specnb import id_data
+    from specnb.datastores import id_data
 
     files = id_data.stdlib_files()[:40]  # list the library once, not once per call
     monkeypatch.setattr(id_data, "stdlib_files", lambda root: files)

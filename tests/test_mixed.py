@@ -8,9 +8,11 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.core.drafter import DecodeState
+from specnb.core.generate import generate
+from specnb.core.metrics import CallStats
+from specnb.core.roofline import CostModel
 from specnb.datastores.ngram_tables import BigramTable, bigram_table
-from specnb.decode import generate
-from specnb.drafters.base import DecodeState
 from specnb.drafters.mixed import (
     AdaptiveShapeDrafter,
     MixedDrafter,
@@ -21,9 +23,7 @@ from specnb.drafters.mixed import (
     longest_suffix_match,
     match_lengths,
 )
-from specnb.metrics import CallStats
-from specnb.replay import replay_greedy
-from specnb.roofline import CostModel
+from specnb.eval.replay import replay_greedy
 
 PROMPT = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.core.generate import generate
 from specnb.datastores import ngram_tables
 from specnb.datastores.ngram_tables import (
     NgramTableError,
@@ -17,7 +18,6 @@ from specnb.datastores.ngram_tables import (
     unigram_distances,
     unigram_ranking,
 )
-from specnb.decode import generate
 from specnb.drafters.model_ngram import BigramDrafter, UnigramDrafter
 
 PROMPT = list(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")

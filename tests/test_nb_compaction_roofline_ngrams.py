@@ -12,11 +12,11 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.core.roofline import Grid, time_cells
 from specnb.experiments import compaction as cx
 from specnb.experiments import roofline_study as rs
 from specnb.experiments.grids import replay_grid
-from specnb.results import Results
-from specnb.roofline import Grid, time_cells
+from specnb.study.results import Results
 
 
 def test_storage_ratio_interpolates_in_log_bytes_and_is_zero_when_crest_never_reaches_rest():
@@ -91,8 +91,8 @@ def test_curve_steps_find_the_largest_step_between_consecutive_sizes():
 
 
 def test_replay_grid_intervals_are_opt_in_and_contain_the_value():
+    from specnb.core.roofline import CostModel
     from specnb.drafters.context import ContextNgramDrafter
-    from specnb.roofline import CostModel
 
     rng = np.random.default_rng(0)
     refs = [(torch.tensor(rng.integers(0, 5, 20)), torch.tensor(np.tile(rng.integers(0, 5, 4), 6)))

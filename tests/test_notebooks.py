@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specnb.notebooks import code_lines, find_notebooks, run_notebooks
+from specnb.study.notebooks import code_lines, find_notebooks, run_notebooks
 
 NOTEBOOKS = find_notebooks()
 
@@ -23,18 +23,18 @@ MAX_PNG_BYTES = 150_000  # a committed figure stays small
 def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
     """papermill's path (make figures): the notebook runs, its outputs hold no traceback, no warning and no
     progress bar of more than a couple of lines, and every figure it saved, reopened, has no overlapping text,
-    no legend over data and no panel of a single value (specnb.plots.layout_problems)."""
+    no legend over data and no panel of a single value (specnb.study.plots.layout_problems)."""
     import pickle
 
     import matplotlib.pyplot as plt
 
-    from specnb.notebooks import output_problems
-    from specnb.plots import layout_problems
+    from specnb.study.notebooks import output_problems
+    from specnb.study.plots import layout_problems
 
     source = json.loads(path.read_text())
     tagged = [c for c in source["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert tagged and "profile" in "".join(tagged[0]["source"]), "needs a tagged parameters cell with profile"
-    monkeypatch.setattr("specnb.notebooks.figures_for", lambda profile: tmp_path / "figures")
+    monkeypatch.setattr("specnb.study.notebooks.figures_for", lambda profile: tmp_path / "figures")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it: tiny models run best on one thread
     monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))
     [run] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
@@ -66,7 +66,7 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
 def test_notebook_runs_after_its_parameters_cell_is_edited(path, tmp_path, monkeypatch):
     """The interactive path papermill does not take: a reader opens the notebook, edits ``profile`` in its
     parameters cell to smoke and runs every cell in a fresh kernel."""
-    from specnb.notebooks import output_problems, run_edited
+    from specnb.study.notebooks import output_problems, run_edited
 
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path / "figures"))  # the kernel inherits it
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -79,8 +79,8 @@ def test_published_outputs_match_their_code(path):
     """A committed notebook either has no outputs or carries the reference run's: stamped by ``specnb
     notebooks publish`` with the hash of the code that produced them (a code change without a rerun fails),
     from the quick profile, and clean (no traceback, warning or long progress bar)."""
-    from specnb.notebooks import output_problems
-    from specnb.reference_run import STAMP, code_hash
+    from specnb.study.notebooks import output_problems
+    from specnb.study.reference_run import STAMP, code_hash
 
     notebook = json.loads(path.read_text())
     if not any(c.get("outputs") for c in notebook["cells"] if c["cell_type"] == "code"):
@@ -110,7 +110,7 @@ MAX_CODE_LINES = 60  # non-plotting code lines per notebook: the logic lives in 
 def test_notebooks_stay_thin(path):
     counts = code_lines(path)
     assert counts["code"] <= MAX_CODE_LINES, f"{path.name}: {counts['code']} non-plotting code lines (max " \
-        f"{MAX_CODE_LINES}); move the logic into specnb.experiments (plot helpers into specnb.plots)"
+        f"{MAX_CODE_LINES}); move the logic into specnb.experiments (plot helpers into specnb.study.plots)"
 
 
 def test_code_lines_tells_plotting_from_code(tmp_path):
@@ -134,8 +134,8 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     """`specnb notebooks run` goes on after a failure, lists every failure at the end and exits non-zero."""
     import nbformat
 
-    from specnb import notebooks
     from specnb.cli import main
+    from specnb.study import notebooks
 
     folder = tmp_path / "notebooks"
     folder.mkdir()

@@ -55,16 +55,16 @@ def test_transformers_is_kept_below_the_release_that_removes_past_key_values():
 def test_a_decoding_step_raises_no_future_warning(path: str) -> None:
     """Greedy speculative decoding (tree and batch verification, a Gemma-3 context past its window, a self-draft
     with its own cache) on specnb's decoder with its kernels, with PyTorch's ops (what runs where the kernels
-    cannot) and on Hugging Face's own decoder (:func:`specnb.decoder.stock`: what runs other architectures)
+    cannot) and on Hugging Face's own decoder (:func:`specnb.model.decoder.stock`: what runs other architectures)
     raises no FutureWarning: nothing it calls is deprecated for removal."""
     import contextlib
 
     from conftest import ARCHS, tiny, without_kernels
 
     from specnb import generate
-    from specnb.decoder import stock
     from specnb.drafters.context import ContextNgramDrafter
-    from specnb.methods import make_drafter
+    from specnb.eval.methods import make_drafter
+    from specnb.model.decoder import stock
 
     for arch in ARCHS:
         target = tiny(arch)

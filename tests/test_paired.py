@@ -13,8 +13,8 @@ from conftest import tiny
 from specnb.experiments.dresd import self_ranks
 from specnb.experiments.paired import FINDING_WORDS, difference, findings, mean_versus, versus
 from specnb.experiments.setups import here
-from specnb.results import Results
-from specnb.verdicts import Expect
+from specnb.study.results import Results
+from specnb.study.verdicts import Expect
 
 
 def rows(method: str, tokens: list[int], seconds: list[float], rates: list[float]) -> pd.DataFrame:

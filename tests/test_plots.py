@@ -1,4 +1,4 @@
-"""The one figure style (specnb.plots): one colour and name per method, sorted bars with values and intervals,
+"""The one figure style (specnb.study.plots): one colour and name per method, sorted bars with values and intervals,
 shared colour scales, and the layout audit that fails a figure a reader would trip over."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specnb import plots
-from specnb.experiments.checks import DegenerateData
+from specnb.eval.checks import DegenerateData
+from specnb.study import plots
 
 
 def test_every_label_of_a_method_gets_its_colour():
@@ -21,7 +21,7 @@ def test_every_label_of_a_method_gets_its_colour():
     assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
     assert plots.style("dense").label == "DReSD" and plots.style("DReSD-OOD 10x6").label == "DReSD-OOD 10x6"
     assert plots.color("REST-OOD") == plots.color("rest") != plots.color("crest")
-    with pytest.raises(KeyError, match="add it to specnb.plots.METHODS"):
+    with pytest.raises(KeyError, match="add it to specnb.study.plots.METHODS"):
         plots.method_of("a method nobody mapped")
     colors = [s.color for s in plots.METHODS.values()]
     assert len(colors) == len(set(colors)), "two methods share a colour"

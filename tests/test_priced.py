@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from specnb.core.draft import Draft
+from specnb.core.drafter import DecodeState, Hindsight
+from specnb.core.generate import generate
 from specnb.datastores.rest import RestIndex
-from specnb.decode import generate
-from specnb.draft import Draft
-from specnb.drafters.base import DecodeState, Hindsight
 from specnb.drafters.priced import PricedTreeDrafter, accepted_by_budget
 from specnb.drafters.rest import RestDrafter
 from tests.conftest import tiny

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import kernel_path_exists
 
-from specnb.kernels import cpu, quant
-from specnb.kernels.quant import FORMATS, QuantizedWeight
-from specnb.model_names import gguf_file
+from specnb.model.kernels import cpu, quant
+from specnb.model.kernels.quant import FORMATS, QuantizedWeight
+from specnb.model.model_names import gguf_file
 
 pytestmark = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
 

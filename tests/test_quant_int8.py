@@ -13,10 +13,10 @@ import torch
 from conftest import GGUF_ARCHS, kernel_path_exists, tiny_gguf
 from test_quant import random_weight, reference
 
-from specnb.decoder import body, call_path
-from specnb.forward import forward
-from specnb.kernels import quant
-from specnb.kernels.quant import INT8_CHUNK, INT8_FORMATS, QuantizedWeight
+from specnb.model.decoder import body, call_path
+from specnb.model.forward import forward
+from specnb.model.kernels import quant
+from specnb.model.kernels.quant import INT8_CHUNK, INT8_FORMATS, QuantizedWeight
 
 pytestmark = pytest.mark.skipif(not kernel_path_exists() or not quant.int8_supported(),
                                 reason="needs an AVX512 CPU with VNNI")

@@ -8,7 +8,7 @@ import functools
 import pytest
 
 from specnb import generate, load_model
-from specnb.datasets import humaneval
+from specnb.core.datasets import humaneval
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.paths import cache_dir
 

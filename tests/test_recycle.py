@@ -9,7 +9,7 @@ from conftest import ARCHS, DTYPES, tiny
 from test_sampling_deterministic import sampling_matches_ar
 
 from specnb import generate
-from specnb.drafters.base import DecodeState
+from specnb.core.drafter import DecodeState
 from specnb.drafters.recycle import RecycleDrafter
 
 

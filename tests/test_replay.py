@@ -1,4 +1,4 @@
-"""specnb.replay: the retrieval ceiling (the most tokens per call a drafter retrieving from seen text can reach),
+"""specnb.eval.replay: the retrieval ceiling (the most tokens per call a drafter retrieving from seen text can reach),
 speeds modelled on a cost table, and the router that knows each step's outcome."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specnb.draft import Draft
-from specnb.drafters.base import DecodeState, Drafter
+from specnb.core.draft import Draft
+from specnb.core.drafter import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.drafters.recycle import RecycleDrafter
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.replay import HindsightRouter, modelled_speed, replay_greedy, retrieval_ceiling, router_ceiling
+from specnb.eval.replay import HindsightRouter, modelled_speed, replay_greedy, retrieval_ceiling, router_ceiling
 
 
 def ref(prompt: list[int], output: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

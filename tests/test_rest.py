@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specnb.core.generate import generate
 from specnb.datastores.corpus import CorpusError, TokenCorpus
 from specnb.datastores.rest import RestIndex, SearchConfig, disk_bytes
 from specnb.datastores.retrieval_tree import build_tree, sort_rows
-from specnb.decode import generate
 from specnb.drafters.rest import RestDrafter
 from tests.conftest import tiny
 

@@ -1,4 +1,4 @@
-"""specnb.results: tables and numbers go to figures/, and conclusions are rendered from the file, not memory."""
+"""specnb.study.results: tables and numbers go to figures/, and conclusions are rendered from the file, not memory."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specnb.results import Results
+from specnb.study.results import Results
 
 
 def test_render_reads_the_results_file(tmp_path, monkeypatch):

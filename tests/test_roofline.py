@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from conftest import tiny
 
-from specnb import roofline
-from specnb.roofline import CostModel, Grid, heatmap_table, time_cells
+from specnb.core import roofline
+from specnb.core.roofline import CostModel, Grid, heatmap_table, time_cells
 
 
 def test_grid_cells_put_the_reference_first_and_respect_the_token_cap():

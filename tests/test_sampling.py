@@ -12,9 +12,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specnb.accept import CandidateDraft, _normalise, accept_mcss, mcss
-from specnb.draft import Draft
-from specnb.sampling import SamplingConfig
+from specnb.core.accept import CandidateDraft, _normalise, accept_mcss, mcss
+from specnb.core.draft import Draft
+from specnb.core.sampling import SamplingConfig
 
 DRAWS = 100_000
 ALPHA = 1e-4  # p-value below which a distribution test fails

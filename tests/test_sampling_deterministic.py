@@ -10,10 +10,10 @@ from exact_sampling import sample_and_test
 from scipy import stats
 
 from specnb import Draft, generate
-from specnb.accept import accept_sampled
-from specnb.draft import Acceptance
-from specnb.drafters.base import DecodeState, Drafter
-from specnb.sampling import SamplingConfig, probabilities
+from specnb.core.accept import accept_sampled
+from specnb.core.draft import Acceptance
+from specnb.core.drafter import DecodeState, Drafter
+from specnb.core.sampling import SamplingConfig, probabilities
 
 V = 6
 DRAWS = 20_000

@@ -12,9 +12,9 @@ import pytest
 from conftest import tiny
 from exact_sampling import ALPHA, LONG, POSITIONS, SHORT, assert_matches, sample_and_test
 
+from specnb.core.sampling import SamplingConfig
 from specnb.drafters.draft_model import DraftModelDrafter, self_draft
 from specnb.drafters.recycle import RecycleDrafter
-from specnb.sampling import SamplingConfig
 
 
 @functools.cache
@@ -61,7 +61,7 @@ def test_draft_model_candidates_sample_like_the_target(arch: str, scheme: str, d
 def test_the_test_detects_a_sampler_wrong_only_past_the_first_position(monkeypatch) -> None:
     """The test has power where a test of tokens[:2] has none: AR sampling whose tokens 2..4 are drawn at
     temperature 0.8 instead of 1 (token 1 exact) fails it."""
-    import specnb.decode as decode
+    import specnb.core.generate as decode
 
     real, calls = decode.accept, {"n": 0}
 

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from test_sampling_deterministic import sampling_matches_ar
 
 from specnb import generate
+from specnb.core.drafter import DecodeState
 from specnb.datastores.history import OutputHistory, earlier_match
-from specnb.drafters.base import DecodeState
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.methods import OptionError, parse_options
+from specnb.eval.methods import OptionError, parse_options
 
 
 def brute_force_match(context: list[int], max_query: int, min_query: int) -> tuple[int, list[int]]:

@@ -1,5 +1,5 @@
-"""Verdicts computed from numbers and their intervals (specnb.verdicts, Results.compare / claim / setup) and the
-degenerate-data rules (specnb.experiments.checks): each rule has a test that fails when the rule is removed."""
+"""Verdicts computed from numbers and their intervals (specnb.study.verdicts, Results.compare / claim / setup) and the
+degenerate-data rules (specnb.eval.checks): each rule has a test that fails when the rule is removed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import math
 import pandas as pd
 import pytest
 
-from specnb.experiments.checks import DegenerateData, check_effect, check_partial_acceptance, check_varies
-from specnb.results import Results
-from specnb.verdicts import Comparison, Expect, finding, judge
+from specnb.eval.checks import DegenerateData, check_effect, check_partial_acceptance, check_varies
+from specnb.study.results import Results
+from specnb.study.verdicts import Comparison, Expect, finding, judge
 
 NAN = math.nan
 
@@ -102,9 +102,9 @@ def test_the_runner_applies_the_acceptance_rule():
     that means it through)."""
     from conftest import tiny
 
+    from specnb.core.prompts import Prompt
     from specnb.drafters.draft_model import DraftModelDrafter
     from specnb.experiments import run
-    from specnb.prompts import Prompt
 
     target = tiny("llama")
     itself = DraftModelDrafter(target, "1x1x1x1x1x1x1x1", target.vocab_size, temperature=1.0)

@@ -7,14 +7,14 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.accept import accept_greedy, longest_path, path_accepted
-from specnb.draft import Draft
-from specnb.drafters.base import DecodeState
+from specnb.core.accept import accept_greedy, longest_path, path_accepted
+from specnb.core.draft import Draft
+from specnb.core.drafter import DecodeState
+from specnb.core.kv_cache import GrowingCache
+from specnb.core.verify import Verifier
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
-from specnb.forward import forward
-from specnb.kv_cache import GrowingCache
-from specnb.masks import TreeMasks
-from specnb.verify import Verifier
+from specnb.model.forward import forward
+from specnb.model.masks import TreeMasks
 
 # 24 prompt tokens: longer than the tiny Gemma3's sliding window (16), so its local-layer masks matter.
 PROMPT = torch.tensor([5, 17, 42, 99, 3, 250, 8, 61, 77, 12, 140, 33, 200, 9, 64, 128, 7, 19, 88, 101, 45, 2, 230, 56])

@@ -7,9 +7,9 @@ import pytest
 from conftest import tiny
 
 from specnb import generate
-from specnb.datasets import load_prompts
-from specnb.experiments.runner import run
-from specnb.prompts import Prompt, encode_prompt, with_answer
+from specnb.core.datasets import load_prompts
+from specnb.core.prompts import Prompt, encode_prompt, with_answer
+from specnb.eval.runner import run
 
 
 def test_humaneval2_asks_every_problem_twice_in_order():
@@ -86,7 +86,7 @@ def test_an_orphan_follow_up_fails_before_anything_runs():
 
 def test_the_bench_runs_both_turns():
     """``specnb bench --prompts mtbench2``: the budget check before the run does not need the answers yet."""
-    from specnb.bench import BenchConfig, run_bench
+    from specnb.eval.bench import BenchConfig, run_bench
 
     prompts = load_prompts("mtbench2", 2)
     rows = run_bench(tiny("llama"), prompts, BenchConfig(["ar", "pld"], max_new_tokens=4), progress=False)
@@ -97,7 +97,7 @@ def test_the_bench_runs_both_turns():
 def test_the_bench_warm_up_is_not_an_earlier_request(method):
     """The warm-up decodes the first prompt's first tokens: a drafter that remembers requests must forget them,
     or the first prompt is drafted from its own future (the bench's numbers once were)."""
-    from specnb.bench import BenchConfig, run_bench
+    from specnb.eval.bench import BenchConfig, run_bench
 
     target, prompts = tiny("llama"), load_prompts("humaneval", 2)
     calls = {}

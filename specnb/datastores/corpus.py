@@ -40,8 +40,8 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from ..atomic import atomic_folder, check_replaceable
-from ..model_names import ModelError, resolve_name
-from ..models import LoadedModel, byte_tokenizer, fetch
+from ..model.model_names import ModelError, resolve_name
+from ..model.models import LoadedModel, byte_tokenizer, fetch
 from ..paths import artifact_path, safe_name
 from . import CorpusError
 from .manifest import check_files, read_meta, write_meta

@@ -1,12 +1,12 @@
 """DReSD's datastore (Gritta et al., 2025): the target's hidden state at every position of a token corpus, turned
-into a 64-dim unit key (z-score -> PCA -> L2, :class:`specnb.embed.Projection`) and indexed with hnswlib; each
-key's value is the next tokens of its corpus position. Its builder and ``specnb datastore build dense`` are here;
-the drafter is :mod:`specnb.drafters.dense`.
+into a 64-dim unit key (z-score -> PCA -> L2, :class:`specnb.datastores.embed.Projection`) and indexed with
+hnswlib; each key's value is the next tokens of its corpus position. Its builder and ``specnb datastore build
+dense`` are here; the drafter is :mod:`specnb.drafters.dense`.
 
 A dense datastore is a folder:
 
     meta.json            written last: what built it (model, tokenizer, corpus, parameters, timings, sizes)
-    values.i32.npy       int32 [n, 1 + N]   (see :mod:`specnb.embed`)
+    values.i32.npy       int32 [n, 1 + N]   (see :mod:`specnb.datastores.embed`)
     keys.f32.npy         float32 [n, dims]  the transformed keys (exact search, MRR)
     projection.npz       the fitted z-score / PCA transform
     index.hnsw           hnswlib inner-product index over the keys
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from ..ann import AnnIndex, IndexParams
 from ..atomic import atomic_folder, check_replaceable
-from ..embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
-from ..models import LoadedModel, load_model
+from ..model.models import LoadedModel, load_model
 from ..paths import artifact_path, safe_name
+from .ann import AnnIndex, IndexParams
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
+from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from .manifest import check_files, read_meta, write_meta
 
 FORMAT_VERSION = 1
@@ -218,7 +218,7 @@ def subset_datastore(parent: DenseDatastore, docs: np.ndarray, out: str | Path, 
                      progress: bool = False) -> DenseDatastore:
     """A dense store over the documents ``docs`` (sorted int indices) of ``parent``'s corpus, without the model.
 
-    Extraction cuts every document on its own (:func:`specnb.embed.segments`), so the parent's rows of those
+    Extraction cuts every document on its own (:func:`specnb.datastores.embed.segments`), so the parent's rows of those
     documents are the hidden states a fresh extraction would give (up to the rounding of another batch
     layout); the store fits its own key transform and index on them, as a build does. Written atomically; an
     existing store at ``out`` is opened instead. Needs a parent built with its hidden states kept.
@@ -268,11 +268,12 @@ def open_dense(target: LoadedModel, store: str | Path) -> DenseDatastore:
 
 def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = None) -> TokenCorpus:
     """``code`` / ``chat`` (cached corpora of :mod:`specnb.datastores.corpus`), a responses ``*.jsonl`` (ID data from
-    :mod:`specnb.id_data`), a built corpus folder, or a source path for :func:`specnb.datastores.corpus.build_corpus`.
+    :mod:`specnb.datastores.id_data`), a built corpus folder, or a source path for
+    :func:`specnb.datastores.corpus.build_corpus`.
     ``max_tokens`` truncates (whole documents) for quick builds."""
     path = Path(source)
     if source.endswith(".jsonl"):
-        from ..id_data import id_corpus
+        from .id_data import id_corpus
 
         corpus = id_corpus(path)
     elif (path / "meta.json").exists():

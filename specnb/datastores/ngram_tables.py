@@ -32,8 +32,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_file
-from ..forward import forward
-from ..models import LoadedModel
+from ..model.forward import forward
+from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
 
 TABLE_VERSION = 1
@@ -271,7 +271,7 @@ def default_restriction(target: LoadedModel) -> tuple[np.ndarray | None, str]:
     tokens of the HumanEval and MT-Bench prompts (with their chain closure). Returns (tokens, description)."""
     if target.vocab_size <= 65_536:
         return None, "all tokens"
-    from ..datasets import humaneval, mtbench
+    from ..core.datasets import humaneval, mtbench
 
     texts = [p.text for p in humaneval() + mtbench() if p.text]
     return corpus_tokens(target, texts), "tokens of the HumanEval + MT-Bench prompts"
@@ -292,7 +292,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run_cli(args: argparse.Namespace) -> None:
-    from ..models import load_model
+    from ..model.models import load_model
 
     target = load_model(args.model, dtype=args.dtype)
     if args.tokens == "all":

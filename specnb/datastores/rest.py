@@ -70,7 +70,7 @@ DEFAULT_SEARCH = SearchConfig()
 
 def disk_bytes(path: str | Path) -> int:
     """Bytes on disk of a datastore: a file's size, or the sum over a folder's files (the same measure for
-    REST and CREST: *storage* in :mod:`specnb.metrics`)."""
+    REST and CREST: *storage* in :mod:`specnb.core.metrics`)."""
     path = Path(path)
     if path.is_file():
         return path.stat().st_size

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..draft import Draft
+from ..core.draft import Draft
 
 
 @dataclass(frozen=True)

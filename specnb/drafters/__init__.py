@@ -1,4 +1,4 @@
-"""Drafters: one module per speculation method, all behind :class:`~specnb.drafters.base.Drafter`.
+"""Drafters: one module per speculation method, all behind :class:`~specnb.core.drafter.Drafter`.
 
 Each module exports its options (a frozen :class:`specnb.options.Options` dataclass) and a factory
 ``make(target, options) -> Drafter``; :data:`DRAFTERS` finds them by method name. Modules are imported on
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..models import LoadedModel
-    from .base import Drafter
+    from ..core.drafter import Drafter
+    from ..model.models import LoadedModel
 
 
 @dataclass(frozen=True)

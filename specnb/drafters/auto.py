@@ -25,13 +25,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..draft import Draft
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter, Hindsight
+from ..core.report import Report
 from ..options import OptionError, at_least
 from ..options import Options as BaseOptions
 from . import DRAFTERS
-from .base import DecodeState, Drafter, Hindsight
 from .priced import PricedTreeDrafter, accepted_by_budget, cut
-from .report import Report
 
 NO_NODES = torch.empty(0, dtype=torch.long)
 
@@ -86,7 +86,7 @@ class Routed(Report):
 class AutoDrafter(Drafter):
     """Routes each step to the member whose priced tree has the best expected tokens/s (or to none).
 
-    members: {method name: drafter}; cost: a :class:`specnb.roofline.CostModel` of the target; window: steps
+    members: {method name: drafter}; cost: a :class:`specnb.core.roofline.CostModel` of the target; window: steps
     between two seat reviews (0: never retire a member); merge: whether the winner's and the runner-up's trees
     may be verified together; merge_z: standard errors below the mean that what a merge adds is taken at;
     shrink: weight of the all-pairs estimate of what a merge adds in each pair's.
@@ -259,7 +259,7 @@ MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}, "
 def make(target: Any, options: Options) -> AutoDrafter:
     """The ``auto`` router over ``members`` (default :func:`default_members`; a given ``crest`` / ``dense`` store
     makes its method a member), each with its method's default options but for :data:`MEMBER_OPTIONS`."""
-    from ..roofline import cost_model_for
+    from ..core.roofline import cost_model_for
 
     names = options.members.split(",") if options.members else default_members(target)
     stores = {"crest": options.crest, "dense": options.dense}

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..draft import Draft
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.report import Report
 from ..options import Options as BaseOptions
 from ..options import at_least, ordered
-from .base import DecodeState, Drafter
-from .report import Report
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.report import Matched
 from ..datastores.crest import CrestStore, open_crest
-from ..draft import Draft
 from ..options import Options as BaseOptions
 from ..options import at_least
-from .base import DecodeState, Drafter
-from .report import Matched
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """DReSD: dense retrieval for speculative decoding (Gritta et al., 2025).
 
 The target's last hidden state -- the one that produced the root token -- is turned into a 64-dim unit key
-(z-score -> PCA -> L2, :class:`specnb.embed.Projection`) and looked up in an hnswlib index over the keys of
+(z-score -> PCA -> L2, :class:`specnb.datastores.embed.Projection`) and looked up in an hnswlib index over the keys of
 every position of a token corpus. Each neighbour's value is the next tokens of its corpus position; only
 neighbours whose first value token equals the root (the token the target actually produced) are kept, and
 the tokens after it become up to ``k`` de-duplicated drafts of ``w`` tokens, best neighbour first.
@@ -18,15 +18,15 @@ from typing import Literal
 import numpy as np
 import torch
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.report import Report
 from ..datastores.dense import DenseDatastore, open_dense
 from ..datastores.retrieval_tree import build_tree, sort_rows
-from ..draft import Draft
 from ..draft_shapes import SAMPLING_SHAPE, retrieval_shape
-from ..models import LoadedModel
+from ..model.models import LoadedModel
 from ..options import OptionError, at_least
 from ..options import Options as BaseOptions
-from .base import DecodeState, Drafter
-from .report import Report
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class DenseDrafter(Drafter):
 
     def propose(self, state: DecodeState) -> Draft | None:
         if state.hidden is None:
-            raise ValueError("DenseDrafter needs the target's hidden state; run it through specnb.decode.generate")
+            raise ValueError("DenseDrafter needs the target's hidden state; run it through specnb.generate")
         w = min(self.w, state.max_depth)
         if w < 1:
             return None

@@ -11,7 +11,7 @@ Draft models: any model with the target's vocabulary (``qwen2.5-coder-0.5b-instr
 target), or ``self:L``, the target's own first L layers with its final norm and LM head (no extra
 weights). Temperature 0 drafting is deterministic (the top-k_l tokens, or the top-1 chain when drawing
 with replacement, as in the MCSD paper) and carries no q; temperature > 0 returns a
-:class:`~specnb.accept.CandidateDraft` whose ``q`` and ``scheme`` drive :func:`~specnb.accept.accept_mcss`.
+:class:`~specnb.core.accept.CandidateDraft` whose ``q`` and ``scheme`` drive :func:`~specnb.core.accept.accept_mcss`.
 """
 
 from __future__ import annotations
@@ -24,21 +24,21 @@ import torch
 from torch import Tensor
 from transformers import PreTrainedModel
 
-from ..accept import SCHEMES, CandidateDraft, Scheme
-from ..device import generator as make_generator
-from ..device import model_device
-from ..draft import Draft
+from ..core.accept import SCHEMES, CandidateDraft, Scheme
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.kv_cache import GrowingCache
+from ..core.report import Report
+from ..core.sampling import SamplingConfig, probabilities
 from ..draft_shapes import check_self_layers, self_layers, tree_shape
-from ..forward import forward
-from ..kernels import top_k
-from ..kv_cache import GrowingCache
-from ..masks import TreeMasks
-from ..model_names import check_installed, layer_count
-from ..models import LoadedModel, load_model
+from ..model.device import generator as make_generator
+from ..model.device import model_device
+from ..model.forward import forward
+from ..model.kernels import top_k
+from ..model.masks import TreeMasks
+from ..model.model_names import check_installed, layer_count
+from ..model.models import LoadedModel, load_model
 from ..options import OptionError, Options, at_least
-from ..sampling import SamplingConfig, probabilities
-from .base import DecodeState, Drafter
-from .report import Report
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ many rows each strategy got; :func:`accepted_strategy` says which strategy's row
 
     rate(k, w) = E[tokens per call | k, w, bucket] / (T(k, w, context length) + drafting time)
 
-T comes from a roofline table (:mod:`specnb.roofline`); E = 1 + sum_{j<=w} S(k, j) where S(k, j) is the
+T comes from a roofline table (:mod:`specnb.core.roofline`); E = 1 + sum_{j<=w} S(k, j) where S(k, j) is the
 probability that the best of the first k rows matches at least j tokens. S is learned online per
 *bucket* (the longest suffix of the context, up to 3 tokens, that occurred before: a long match predicts
 long acceptance) from counterfactuals: after a call with shape (k_o, w_o) the committed tokens tell
@@ -28,14 +28,14 @@ from typing import Any, Literal
 import numpy as np
 from torch import Tensor
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter, Hindsight
+from ..core.metrics import CallStats
+from ..core.report import Report
 from ..datastores.ngram_tables import BigramTable
-from ..draft import Draft
-from ..metrics import CallStats
 from ..options import Options, at_least, ordered
-from .base import DecodeState, Drafter, Hindsight
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import table_for
-from .report import Report
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,7 @@ class AdaptiveShapeDrafter(Drafter):
     """Wraps a :class:`MixedDrafter`, choosing (k, w) per step from a cost model and learned acceptance.
 
     cost: any object with ``shapes`` (int [S, 2] of (k, w)) and ``seconds(context_len) -> float [S]``
-    (e.g. :class:`specnb.roofline.CostModel`). Shapes with w = 0 mean "no draft".
+    (e.g. :class:`specnb.core.roofline.CostModel`). Shapes with w = 0 mean "no draft".
 
     Acceptance is learned *counterfactually*: at every step the drafter also builds the largest draft it
     could offer (a shadow, never verified) and, once the output has moved ``w_max`` tokens past that step,
@@ -296,7 +296,7 @@ def make_mixed(target: Any, options: MixedOptions) -> MixedDrafter:
 
 def make_adaptive(target: Any, options: AdaptiveOptions) -> AdaptiveShapeDrafter:
     """The ``mixed-adaptive`` drafter: the roofline table of this model/dtype drives the shape choice."""
-    from ..roofline import cost_model_for
+    from ..core.roofline import cost_model_for
 
     base = MixedDrafter(table_for(target, options.bigram_tokens), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)

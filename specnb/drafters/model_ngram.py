@@ -15,12 +15,12 @@ from typing import Literal
 
 import numpy as np
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.report import Report
 from ..datastores.ngram_tables import BigramTable, bigram_table, default_restriction, unigram_ranking
-from ..draft import Draft
-from ..models import LoadedModel
+from ..model.models import LoadedModel
 from ..options import Options, at_least
-from .base import DecodeState, Drafter
-from .report import Report
 
 
 @dataclass(frozen=True)

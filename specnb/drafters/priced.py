@@ -26,11 +26,11 @@ from typing import Any, Literal
 import numpy as np
 from torch import Tensor
 
-from ..accept import equals_output, passes_with_ancestors
-from ..draft import Draft
+from ..core.accept import equals_output, passes_with_ancestors
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter, Hindsight
+from ..core.report import NO_REPORT, Report
 from . import crest, dense, rest
-from .base import DecodeState, Drafter, Hindsight
-from .report import NO_REPORT, Report
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
@@ -67,7 +67,7 @@ class PricedTreeDrafter(Drafter):
     """Wraps a ranked-tree drafter (REST, CREST, vote-merged DReSD) and verifies the budget with the best
     expected tokens/s.
 
-    cost: a :class:`specnb.roofline.CostModel` (``chain_seconds(nodes, context_len)``) of this target.
+    cost: a :class:`specnb.core.roofline.CostModel` (``chain_seconds(nodes, context_len)``) of this target.
     shrink: weight of the pooled (all-bucket) estimate in each bucket's estimate.
     Steps are bucketed by the base drafter's report's ``confidence`` (clipped to MAX_BUCKET).
     """
@@ -173,7 +173,7 @@ class DensePricedOptions(dense.Options):
 
 
 def _priced(base: Drafter, target: Any, roofline: str) -> PricedTreeDrafter:
-    from ..roofline import cost_model_for
+    from ..core.roofline import cost_model_for
 
     return PricedTreeDrafter(base, cost_model_for(target, roofline))
 

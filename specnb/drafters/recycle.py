@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..draft import Draft
-from ..kernels import top_k
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..model.kernels import top_k
 from ..options import Options as BaseOptions
 from ..options import at_least
-from .base import DecodeState, Drafter
 
 # Candidates kept per node at each depth: wide near the root, where the table is least sure, then the top-1
 # chain (greedy output follows the target's own top-1, so the long paths that pay are chains).

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.report import Matched
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex, SearchConfig, open_rest
-from ..draft import Draft
 from ..options import Options as BaseOptions
 from ..options import at_least, ordered
-from .base import DecodeState, Drafter
-from .report import Matched
 
 
 @dataclass(frozen=True)

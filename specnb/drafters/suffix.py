@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.report import Report
 from ..datastores.history import OutputHistory, earlier_match, rows_after
 from ..datastores.retrieval_tree import build_tree, sort_rows
-from ..draft import Draft
 from ..options import OptionError, at_least, ordered
 from ..options import Options as BaseOptions
-from .base import DecodeState, Drafter
-from .report import Report
 
 
 @dataclass(frozen=True)

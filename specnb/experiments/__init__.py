@@ -1,9 +1,10 @@
-"""Experiments: one runner and one summary (:mod:`.runner`), and what only the notebooks' studies need: the
+"""Experiments: the runner and its summary (re-exported from :mod:`specnb.eval.runner`), and what only the
+notebooks' studies need: the
 cached greedy references (:mod:`.references`), replay grids (:mod:`.grids`), the DReSD studies (:mod:`.dresd`),
 the corpus-size sweep (:mod:`.corpus_sweep`), CREST's compaction (:mod:`.compaction`), the n-gram drafts
 (:mod:`.ngrams`), MCSD (:mod:`.mcsd`), draft shapes (:mod:`.shapes`), the study stores (:mod:`.stores`), the
 end-to-end table (:mod:`.endtoend`) and the draftretriever comparison."""
 
-from .runner import Runner, Variant, run, summarize
+from ..eval.runner import Runner, Variant, run, summarize
 
 __all__ = ["Runner", "Variant", "run", "summarize"]

@@ -18,17 +18,17 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..core.metrics import rate_ratio_interval
+from ..core.prompts import Prompt
+from ..core.roofline import cost_model_for
 from ..drafters import suffix
-from ..methods import make_drafter
-from ..metrics import rate_ratio_interval
-from ..models import LoadedModel
-from ..prompts import Prompt
-from ..replay import longest_retrieved, modelled_speed, retrieval_ceiling, router_ceiling
-from ..roofline import cost_model_for
-from ..verdicts import Expect
+from ..eval.methods import make_drafter
+from ..eval.replay import longest_retrieved, modelled_speed, retrieval_ceiling, router_ceiling
+from ..eval.runner import ratio_intervals, speedup_intervals, summarize
+from ..model.models import LoadedModel
+from ..study.verdicts import Expect
 from .endtoend import call_cost, per_call_cause, run_specs
 from .references import greedy_references
-from .runner import ratio_intervals, speedup_intervals, summarize
 
 METHODS = ("ar", "pld", "mixed-adaptive", "crest-priced", "suffix", "recycle", "auto")
 SINGLE = ("pld", "mixed-adaptive", "suffix", "recycle", "crest-priced")  # what the router must match
@@ -65,7 +65,7 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
     kept beyond the context, in bytes; ``retired``: the members a router had retired by the end of the set,
     comma-separated; ``vs_best_single_low`` / ``_high`` and ``vs_pld_low`` / ``_high``: the 90% interval of the
     method's speed over the best single method's (:data:`SINGLE`) and over pld's, resampling the set's prompts,
-    :func:`specnb.metrics.rate_ratio_interval`); ``tpc_vs_pld_low`` / ``_high``: the same for the method's tokens
+    :func:`specnb.core.metrics.rate_ratio_interval`); ``tpc_vs_pld_low`` / ``_high``: the same for the method's tokens
     per call over pld's; picks has one row per target call of ``auto`` (set, step from 0 over the whole set,
     the call's ``prompt_id``, ``picked`` member or ``-`` for no draft). ``progress``: a bar over the sets. ``ceiling``:
     :func:`ceiling_prompts`' rows for the same sets and budget, which add ``tpc_vs_ceiling`` with its ``_low`` /
@@ -126,7 +126,7 @@ def prompt_starts(picks: pd.DataFrame) -> dict[str, list[int]]:
 def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_tokens: int,
              depth: int = CEILING_DEPTH) -> dict[str, float]:
     """{set: the most tokens per call any drafter retrieving from text it has seen could reach}
-    (:func:`specnb.replay.retrieval_ceiling` over the target's greedy outputs, ``depth`` deep: suffix's
+    (:func:`specnb.eval.replay.retrieval_ceiling` over the target's greedy outputs, ``depth`` deep: suffix's
     depth cap by default), for the same prompts in the same order as :func:`beyond` runs them."""
     return {name: retrieval_ceiling(greedy_references(target, prompts, max_new_tokens), depth)
             for name, prompts in sets.items()}
@@ -137,7 +137,7 @@ def ceiling_prompts(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_n
     """The retrieval ceiling per prompt: one row per (set, prompt, in :func:`beyond`'s order) with ``produced``
     (new tokens after the prefill's) and ``calls`` (target calls the ceiling's drafter needs), so that a set's
     produced.sum() / calls.sum() is :func:`ceilings`' number and a method's tokens per call can be set against it
-    prompt by prompt. Each set's history of earlier outputs grows as :func:`specnb.replay.retrieval_ceiling`'s."""
+    prompt by prompt. Each set's history of earlier outputs grows as :func:`specnb.eval.replay.retrieval_ceiling`'s."""
     out = []
     for name, prompts in sets.items():
         history = np.empty(0, dtype=np.int64)  # earlier outputs, each followed by a -1 that matches no token
@@ -165,9 +165,9 @@ def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options:
     """How far the router's estimates leave it from a router that knew each step's outcome, per set.
 
     Replays the target's greedy outputs (the prompts in :func:`beyond`'s order) priced on this machine's cost
-    table (:func:`specnb.replay.modelled_speed`: no noise, no overheads) for ``auto`` (made with
+    table (:func:`specnb.eval.replay.modelled_speed`: no noise, no overheads) for ``auto`` (made with
     ``auto_options``) restricted to the members that replay without the target (all but those reading its
-    logits or hidden state: recycle, dense), and for :class:`specnb.replay.HindsightRouter` over the same
+    logits or hidden state: recycle, dense), and for :class:`specnb.eval.replay.HindsightRouter` over the same
     members. Returns ({set: {``auto_vs_pld``, ``hindsight_vs_pld``: each one's modelled tokens/s over pld's}},
     the members replayed).
     """
@@ -260,7 +260,7 @@ def compare_beyond(report: Any, summary: pd.DataFrame, ceiling: dict[str, float]
     pld's and under the retrieval ceiling; the published SuffixDecoding and Token Recycling speedups against ours,
     with :meth:`Results.setup` tables. router: :func:`router_gap`'s ratios (a cause when auto falls short); cost:
     notebook 05's cost model (what a call of a method's draft tokens costs here); setup: ours in
-    :data:`specnb.results.SETUP_FIELDS` words."""
+    :data:`specnb.study.results.SETUP_FIELDS` words."""
     found = verdicts(summary, ceiling)
     rows = summary.set_index(["set", "method"])
     for name, v in found.items():
@@ -284,7 +284,7 @@ def compare_beyond(report: Any, summary: pd.DataFrame, ceiling: dict[str, float]
         report.compare(f"suffix_ceiling_{name}", f"{name}: SuffixDecoding's tokens per call over the retrieval "
                        "ceiling's (it drafts a subtree of the ceiling's tree)", v["suffix_vs_ceiling"],
                        v["suffix_vs_ceiling_low"], v["suffix_vs_ceiling_high"], Expect.within(0.0, 1.0),
-                       "the retrieval ceiling (specnb.replay)",
+                       "the retrieval ceiling (specnb.eval.replay)",
                        cause="above the ceiling: suffix drafted what no earlier text holds (a bug)")
     for workload, ours in ARCTIC_SET.items():
         if (ours, "suffix") not in rows.index:

@@ -1,7 +1,7 @@
 """CREST's compaction analysis (notebook 04): corpora and their REST indexes, n-gram statistics (CREST Table 1,
 Fig. 4), accepted length by replay against storage for REST on corpus fractions and CREST top-t stores (Figs.
 6-9), tree sizes (Table 2), the replay checked by real decoding, lookup latency, and the comparisons of all of
-these with the paper (``judge_*``: verdicts through :meth:`specnb.results.Results.compare`).
+these with the paper (``judge_*``: verdicts through :meth:`specnb.study.results.Results.compare`).
 
 Every store lives under ``<cache>/nb04/<profile>`` and is built once: a rerun opens what is there (REST
 indexes, CREST stores, the precomputed n-gram trees, draftretriever indexes) and only replays.
@@ -23,21 +23,21 @@ import numpy as np
 import pandas as pd
 
 from ..atomic import atomic_file
-from ..datasets import load_prompts
+from ..core.datasets import load_prompts
+from ..core.drafter import Drafter
+from ..core.generate import generate
+from ..core.metrics import bootstrap_interval, ratio_interval
+from ..core.roofline import device_name
 from ..datastores.corpus import TokenCorpus, build_corpus
 from ..datastores.crest import CrestStore, NgramCounter, NgramTrees, ngram_trees, store_meta, write_store
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex, disk_bytes
-from ..decode import generate
-from ..drafters.base import Drafter
 from ..drafters.crest import CrestDrafter
 from ..drafters.rest import RestDrafter
-from ..metrics import bootstrap_interval, ratio_interval
-from ..models import LoadedModel
+from ..eval.replay import Reference, replay_greedy
+from ..model.models import LoadedModel
 from ..paths import artifact_path
-from ..profiles import CompactionSizes, get_profile
-from ..replay import Reference, replay_greedy
-from ..roofline import device_name
-from ..verdicts import Expect
+from ..study.profiles import CompactionSizes, get_profile
+from ..study.verdicts import Expect
 from .draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
 from .references import greedy_references
 from .study_folder import rest_store
@@ -97,7 +97,7 @@ def corpora_and_indexes(target: LoadedModel, sizes: CompactionSizes, work: Path
 
 def setup(report, target: LoadedModel, corpora: dict[str, TokenCorpus], sizes: CompactionSizes, n_prompts: int,
           max_new_tokens: int) -> None:
-    """Record this run's setup beside the CREST paper's (:meth:`specnb.results.Results.setup`)."""
+    """Record this run's setup beside the CREST paper's (:meth:`specnb.study.results.Results.setup`)."""
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     report.setup(PAPER, here={
         "model": f"{target.name} (base)", "hardware": device_name(next(target.model.parameters()).device),
@@ -325,7 +325,7 @@ def storage_table(per_prompt: pd.DataFrame) -> pd.DataFrame:
 
 
 def _compare(report, key: str, *args, **kwargs) -> str:
-    """:meth:`specnb.results.Results.compare`, the verdict also kept as ``ours["judged"][key]`` (one word for a
+    """:meth:`specnb.study.results.Results.compare`, the verdict also kept as ``ours["judged"][key]`` (one word for a
     sentence of the conclusions; the verdict table holds the whole comparison)."""
     verdict = report.compare(key, *args, **kwargs)
     report.ours.setdefault("judged", {})[key] = verdict
@@ -449,7 +449,7 @@ def judge_real_decoding(report, real: pd.DataFrame) -> None:
     runs = f"{len(real)} runs: {real.prompt.nunique()} prompts per task × REST, CREST"
     _compare(report, "real_equals_replay", f"calls of real decoding over the replay's ({runs}; deterministic: a point)",
                    calls / max(1, replayed), float("nan"), float("nan"), Expect.near(1.0, 0.0),
-                   "greedy replay (specnb.replay)", cause="a drafter that depends on more than the context, or a "
+                   "greedy replay (specnb.eval.replay)", cause="a drafter that depends on more than the context, or a "
                    "bf16 row whose argmax differs between a tree call and a one-token call")
     _compare(report, "real_identical", f"share of real outputs equal to the cached greedy reference ({runs})",
                    real.identical.mean(), float("nan"), float("nan"), Expect.near(1.0, 0.0), "lossless greedy decoding",

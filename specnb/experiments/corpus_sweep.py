@@ -8,7 +8,7 @@ being the store itself (a sample's dense store reuses the store's hidden states:
 which the dense store's documents are the first (DReSD there would need hours of extraction on a CPU). Every
 store is built once into the cache. Acceptance comes from greedy replay; the predicted speedup prices every
 replayed call with the roofline table (a tree-attention call of its drafted nodes:
-:func:`specnb.replay.priced_seconds`). Every comparison pairs the two methods reference by
+:func:`specnb.eval.replay.priced_seconds`). Every comparison pairs the two methods reference by
 reference (:func:`sweep_summary`), so a notebook judges "faster" or "a tie" from a 90% interval.
 """
 
@@ -21,20 +21,20 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
+from ..core.drafter import Drafter
+from ..core.metrics import ratio_interval
 from ..datastores.corpus import build_corpus
 from ..datastores.dense import DenseDatastore, subset_datastore
 from ..datastores.rest import RestIndex, disk_bytes
-from ..drafters.base import Drafter
 from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
-from ..metrics import ratio_interval
-from ..models import LoadedModel
-from ..profiles import get_profile
-from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
+from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
+from ..eval.runner import summarize
+from ..model.models import LoadedModel
+from ..study.profiles import get_profile
 from .dresd import build_config, datastores, store_corpus
 from .grids import replay_rows
 from .paired import versus
-from .runner import summarize
 from .study_folder import rest_store, study_folder
 
 DRESD_SHAPE = (10, 6)  # DReSD's controlled comparison with REST's trees (about as many nodes: notebook 03)
@@ -84,7 +84,7 @@ def corpus_sweep_rows(points: list[SweepPoint], references: list[Reference], hid
     :func:`specnb.experiments.grids.replay_rows` (method "REST" / "DReSD 10x6", prompt_id = the reference's
     index, calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...), corpus, corpus_tokens,
     storage_bytes (what drafting reads from disk), est_seconds (the replayed calls priced with the roofline
-    ``cost``: :func:`specnb.replay.priced_seconds`) and ar_seconds (the same reference decoded
+    ``cost``: :func:`specnb.eval.replay.priced_seconds`) and ar_seconds (the same reference decoded
     AR, priced alike)."""
     ar = [ar_priced_seconds([reference], cost) for reference in references]
     frames = []
@@ -160,10 +160,10 @@ def sweep_summary(rows: pd.DataFrame) -> dict[str, object]:
 
 
 def compare_speeds(report, summary: dict[str, object], tie: float = 0.02) -> None:
-    """One :meth:`specnb.results.Results.compare` per corpus of :func:`sweep_summary`: DReSD's predicted speed over
-    REST's, paired over the references, must exceed 1 + ``tie`` (a band of ``tie`` around 1 is a tie), as the
+    """One :meth:`specnb.study.results.Results.compare` per corpus of :func:`sweep_summary`: DReSD's predicted
+    speed over REST's, paired over the references, must exceed 1 + ``tie`` (a band of ``tie`` around 1 is a tie), as the
     paper's matched-shape comparison found. Keys ``speed_<i>`` in corpus order."""
-    from ..verdicts import Expect
+    from ..study.verdicts import Expect
 
     for i, tokens in enumerate(summary["tokens"]):
         report.compare(f"speed_{i}", f"DReSD {DRESD_SHAPE[0]}×{DRESD_SHAPE[1]} predicted speed over REST's, "

@@ -7,7 +7,7 @@ Datastores (cached under ``<cache>/datastores/dense``, built on first use):
 * ``code-OOD``: the CPython standard library (:func:`specnb.datastores.corpus.build_corpus` ``"code"``), truncated;
 * ``chat-OOD``: ShareGPT assistant turns (``"chat"``), truncated;
 * ``code-ID``: the target's own greedy responses to stdlib docstring stubs (``data/id_code_<model>.jsonl``,
-  made by :mod:`specnb.id_data`; for the tiny smoke model a few are generated on the fly).
+  made by :mod:`specnb.datastores.id_data`; for the tiny smoke model a few are generated on the fly).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..ann import (
+from ..core.metrics import mean_interval
+from ..core.prompts import Prompt
+from ..datastores.ann import (
     AnnIndex,
     ExactIndex,
     IndexParams,
@@ -40,18 +42,16 @@ from ..datastores.dense import (
     load_datastore,
     resolve_corpus,
 )
+from ..datastores.embed import Projection, fit_projection
 from ..datastores.rest import RestIndex, disk_bytes
 from ..drafters.dense import DenseDrafter
 from ..drafters.rest import RestDrafter
-from ..embed import Projection, fit_projection
-from ..metrics import mean_interval
-from ..models import LoadedModel
+from ..eval.replay import Reference, replay_many
+from ..eval.runner import summarize
+from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
-from ..profiles import get_profile
-from ..prompts import Prompt
-from ..replay import Reference, replay_many
+from ..study.profiles import get_profile
 from .grids import replay_rows
-from .runner import summarize
 from .study_folder import rest_store, study_folder
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -62,7 +62,7 @@ PAPER_SETUP = {"model": "CodeLlama / Llama-2-Chat 7B and 13B (hidden 4096 / 5120
                "datastore": "19-57 M tokens (Table 1)",
                "prompts × tokens": "100 CodeAlpaca × up to 128; 80 MT-Bench first turns",
                "task": "code assistant (CodeAlpaca), chat (MT-Bench)"}
-"""DReSD's side of the notebooks' setup tables (:meth:`specnb.results.Results.setup`): its models, GPU and
+"""DReSD's side of the notebooks' setup tables (:meth:`specnb.study.results.Results.setup`): its models, GPU and
 prompt sets (§4.1-4.3) and its datastore sizes (Table 1)."""
 
 TABLE2_MRR = {"32D": 0.855, "64D": 0.936, "96D": 0.942, "128D": 0.942}
@@ -80,9 +80,9 @@ def id_responses(target: LoadedModel, profile: str) -> Path:
     if shipped.exists():
         return shipped
     if not get_profile(profile).dresd.generate_id:
-        raise CorpusError(f"no ID responses for {target.name} in {DATA}; make them with `python -m specnb.id_data "
-                          f"code --model {target.name} --out {shipped}`")
-    from ..id_data import docstring_stubs, generate_responses
+        raise CorpusError(f"no ID responses for {target.name} in {DATA}; make them with "
+                          f"`python -m specnb.datastores.id_data code --model {target.name} --out {shipped}`")
+    from ..datastores.id_data import docstring_stubs, generate_responses
 
     out = artifact_path("id_data", safe_name(shipped.name))
     if not out.exists():
@@ -152,7 +152,7 @@ def storage_versus_rest(store: DenseDatastore) -> dict[str, float]:
 def self_ranks(index: AnnIndex | ExactIndex | None, keys: np.ndarray, rows: np.ndarray, k: int = 10) -> np.ndarray:
     """float [len(rows)]: the reciprocal rank of each stored key of ``rows`` among the top ``k`` results of
     querying ``index`` with that key (0 when it is not among them); ``index=None``: exact search. Their mean is
-    DReSD's MRR (Eq. 4; :func:`specnb.ann.self_mrr`)."""
+    DReSD's MRR (Eq. 4; :func:`specnb.datastores.ann.self_mrr`)."""
     queries = np.ascontiguousarray(keys[rows], dtype=np.float32)
     found = exact_search(queries, keys, k)[0] if index is None else \
         index.query(queries, k, threads=os.cpu_count() or 1)[0]
@@ -163,8 +163,8 @@ def prompt_state(target: LoadedModel, prompt: Prompt) -> tuple[np.ndarray, int]:
     """(hidden float32 [d], root token): the target's last hidden state after ``prompt`` and its greedy token."""
     import torch
 
-    from ..forward import forward
-    from ..prompts import encode_prompt
+    from ..core.prompts import encode_prompt
+    from ..model.forward import forward
 
     ids = encode_prompt(target, prompt)[None]
     with torch.inference_mode():
@@ -350,10 +350,10 @@ def projection_ablation(ood: DenseDatastore, ind: DenseDatastore, variants: dict
 
 
 def compare_table1(report, mrr: pd.DataFrame, tolerance: float = 0.03) -> None:
-    """One :meth:`specnb.results.Results.compare` per datastore of :func:`mrr_table` (index ``datastore``) that
+    """One :meth:`specnb.study.results.Results.compare` per datastore of :func:`mrr_table` (index ``datastore``) that
     :data:`TABLE1_MRR` has: its hnswlib MRR and interval against the range of the paper's models, widened by
     ``tolerance`` (another model, a store about a thousand times smaller). Keys ``mrr_<datastore>``."""
-    from ..verdicts import Expect
+    from ..study.verdicts import Expect
 
     for name, (low, high) in TABLE1_MRR.items():
         if name not in mrr.index:
@@ -367,13 +367,13 @@ def compare_table1(report, mrr: pd.DataFrame, tolerance: float = 0.03) -> None:
 
 
 def compare_fig4(report, rows: pd.DataFrame, shape: str = "10x6", tie: float = 0.02) -> None:
-    """DReSD Fig. 4 and §5.3 as :meth:`specnb.results.Results.compare` calls on :func:`dresd_vs_rest_rows`:
+    """DReSD Fig. 4 and §5.3 as :meth:`specnb.study.results.Results.compare` calls on :func:`dresd_vs_rest_rows`:
     DReSD (``shape``) over REST on each store, for MAR (mean over prompts, :func:`~specnb.experiments.paired.
     mean_versus`) and accepted length (ratio of totals, :func:`~specnb.experiments.paired.versus`), and DReSD's
     MAR on the ID store over the OOD store; each a ratio paired over prompts that must exceed 1 + ``tie`` (a
     band of ``tie`` around 1 is a tie). Keys ``mar_OOD``, ``length_OOD``, ``mar_ID``, ``length_ID``,
     ``mar_id_ood``."""
-    from ..verdicts import Expect
+    from ..study.verdicts import Expect
     from .paired import mean_versus, versus
 
     small = "a store of tens of thousands of tokens: few neighbours continue the way the target does"
@@ -398,7 +398,7 @@ def compare_fig4(report, rows: pd.DataFrame, shape: str = "10x6", tie: float = 0
 def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.DataFrame, ranks: pd.DataFrame,
                    rows: pd.DataFrame, keys: int, mrr_tolerance: float = 0.05, drop: float = 0.02,
                    mar_band: float = 0.1) -> None:
-    """DReSD Fig. 5, Table 2 and §5.2 as :meth:`specnb.results.Results.compare` calls on
+    """DReSD Fig. 5, Table 2 and §5.2 as :meth:`specnb.study.results.Results.compare` calls on
     :func:`projection_ablation`'s (table, ranks, rows):
 
     * ``variance_64`` / ``variance_share``: the variance held by 64 components and by ``same_share`` (64/4096 of
@@ -411,7 +411,7 @@ def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.Da
       exceed ``drop``;
     * ``mar_128_64`` (with 128 dimensions): MAR at 128 over MAR at 64, paired over prompts, within ``mar_band``
       of 1 (the paper's moves by 2%)."""
-    from ..verdicts import Expect
+    from ..study.verdicts import Expect
     from .paired import difference, mean_versus
 
     d = len(cumulative)

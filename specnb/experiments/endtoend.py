@@ -1,7 +1,7 @@
 """The end-to-end table (notebook 09; DReSD Table 3, Spec-Bench style): the seed papers' methods and the Hugging
 Face baselines on one prompt set, one temperature, in one process (:func:`specnb.experiments.run`), and the
 comparisons notebook 09 concludes from (:func:`compare_with_papers`), each a
-:meth:`specnb.results.Results.compare` whose verdict is computed from our number and its 90% interval.
+:meth:`specnb.study.results.Results.compare` whose verdict is computed from our number and its 90% interval.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..bench import BenchConfig, bench_runners
-from ..methods import options_for
-from ..models import LoadedModel
-from ..prompts import Prompt
-from ..roofline import device_name
-from ..verdicts import Expect
-from .runner import run, speedup_intervals, summarize
+from ..core.prompts import Prompt
+from ..core.roofline import device_name
+from ..eval.bench import BenchConfig, bench_runners
+from ..eval.methods import options_for
+from ..eval.runner import run, speedup_intervals, summarize
+from ..model.models import LoadedModel
+from ..study.verdicts import Expect
 
 METHODS = ("ar", "pld", "ngram-bigram", "mixed", "mixed-adaptive", "rest", "crest", "dense", "dense-id",
            "rest-priced", "crest-priced", "dense-priced", "sd", "mcsd", "hf", "hf-pld", "hf-assisted")
@@ -129,7 +129,7 @@ def hardware(target: LoadedModel) -> str:
     device = next(target.model.parameters()).device
     if device.type != "cpu":
         return device_name(device)
-    from ..kernels.cpu import cpu_class
+    from ..model.kernels.cpu import cpu_class
 
     return f"{device_name(device).split(',')[0]} ({cpu_class()}, {torch.get_num_threads()} threads)"
 
@@ -183,7 +183,7 @@ def identity_text(found: dict[str, Any]) -> str:
 
 def call_cost(cost: Any, nodes: float, context: int = 256) -> float:
     """What a call verifying ``nodes`` draft tokens in one row (a chain or a tree) costs over a one-token call,
-    at ``context`` tokens of context, on :func:`specnb.roofline.cost_model_for`'s table (notebook 05)."""
+    at ``context`` tokens of context, on :func:`specnb.core.roofline.cost_model_for`'s table (notebook 05)."""
     if not nodes or not math.isfinite(nodes):
         return 1.0
     return cost.seconds_at(1, int(round(nodes)), context) / cost.seconds_at(1, 0, context)

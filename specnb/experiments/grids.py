@@ -1,7 +1,7 @@
-"""Draft-shape grids by greedy replay (:mod:`specnb.replay`), priced with a roofline cost model.
+"""Draft-shape grids by greedy replay (:mod:`specnb.eval.replay`), priced with a roofline cost model.
 
 Greedy replay gives every call's accepted length from the target's greedy output alone, so a grid of draft
-shapes costs only the drafters' own proposals. With a :class:`specnb.roofline.CostModel` each replayed run
+shapes costs only the drafters' own proposals. With a :class:`specnb.core.roofline.CostModel` each replayed run
 is priced call by call at its context length, which estimates the speedup over AR (drafting and acceptance
 time excluded).
 """
@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 from torch import Tensor
 
-from ..drafters.base import Drafter
+from ..core.drafter import Drafter
+from ..core.metrics import RunStats, ratio_interval
 from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramTable
-from ..metrics import RunStats, ratio_interval
-from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
-from .runner import generation_row, summarize
+from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
+from ..eval.runner import generation_row, summarize
 
 
 def replay_rows(name: str, runs: list[RunStats]) -> pd.DataFrame:
@@ -42,7 +42,7 @@ def replay_summary(name: str, runs: list[RunStats], cost=None, ar_seconds: float
     gives (calls, tokens_per_call, accepted_length, acceptance_rate), nodes_per_call and, with a cost model and
     the references' priced AR time ``ar_seconds``, ``est_speedup`` (that time / the priced time of the replayed
     calls, each priced as a ``shape`` call or, without one, by its drafted nodes:
-    :func:`specnb.replay.priced_seconds`).
+    :func:`specnb.eval.replay.priced_seconds`).
     With ``ar_per_prompt`` (the priced AR time of each reference, in the order of ``runs``) the row also holds
     the 90% intervals over prompts of tokens per call and of the estimated speedup (``tokens_per_call_low`` /
     ``_high``, ``est_speedup_low`` / ``_high``)."""

@@ -40,19 +40,19 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..accept import Scheme
-from ..device import model_device, synchronize
+from ..core.accept import Scheme
+from ..core.kv_cache import GrowingCache
+from ..core.metrics import bootstrap_interval
+from ..core.prompts import Prompt, encode_prompt
+from ..core.verify import VerifyMode
 from ..drafters.draft_model import DraftModelDrafter
-from ..forward import forward, output_head
-from ..kv_cache import GrowingCache
-from ..metrics import bootstrap_interval
-from ..models import LoadedModel
-from ..profiles import Profile
-from ..prompts import Prompt, encode_prompt
-from ..verdicts import Expect
-from ..verify import VerifyMode
-from .checks import check_partial_acceptance
-from .runner import Variant, ratio_intervals, run, summarize
+from ..eval.checks import check_partial_acceptance
+from ..eval.runner import Variant, ratio_intervals, run, summarize
+from ..model.device import model_device, synchronize
+from ..model.forward import forward, output_head
+from ..model.models import LoadedModel
+from ..study.profiles import Profile
+from ..study.verdicts import Expect
 from .setups import weights_label
 
 SCHEMES = {"mcss-wor": "MCSS w/o replacement", "mcss": "MCSS w/ replacement", "mcns": "MCNS"}
@@ -105,10 +105,10 @@ def humaneval_solutions(target: LoadedModel, n: int, max_tokens: int, chat: bool
 
     chat=False (the default): a code completion, the function stub then the solution, as a base model (or a
     chat model used for completion) reads it. chat=True and a chat model: its chat template around the
-    instruction of :func:`specnb.datasets.humaneval`, then ```` ```python ````, the stub and the solution, as
+    instruction of :func:`specnb.core.datasets.humaneval`, then ```` ```python ````, the stub and the solution, as
     its answer would start; the stub is then read twice, which doubles the cost of every pass.
     The solution is tokenized together with what precedes it, so no token boundary is made up at the seam."""
-    from ..datasets import HUMANEVAL_INSTRUCTION
+    from ..core.datasets import HUMANEVAL_INSTRUCTION
 
     tok = target.tokenizer
     out = []
@@ -146,7 +146,7 @@ def forced_logits(model: LoadedModel, text: ForcedText, vocab: int) -> Tensor:
 
 
 def rank_of(logits: Tensor, token: Tensor) -> Tensor:
-    """int64 [n]: the rank of ``token[i]`` in row i of ``logits`` [n, V] as :func:`specnb.kernels.top_k` orders
+    """int64 [n]: the rank of ``token[i]`` in row i of ``logits`` [n, V] as :func:`specnb.model.kernels.top_k` orders
     it (largest first, ties to the lower id): 0 when it is the row's top-1."""
     value = logits.gather(1, token[:, None])
     ids = torch.arange(logits.shape[1])[None]
@@ -353,7 +353,7 @@ class Study:
     level_rates: {(scheme display name of :data:`SCHEMES`, k): the acceptance of one level of k candidates at
     the timed temperature > 0} (:func:`rate_rows` of the teacher-forced passes). With them, the check that a draft
     accepting every token it drafted at temperature > 0 must be the target
-    (:func:`specnb.experiments.checks.check_partial_acceptance`) is applied to the variants for which that
+    (:func:`specnb.eval.checks.check_partial_acceptance`) is applied to the variants for which that
     outcome is improbable (below 1%) for a draft with these per-level rates over the calls it ran; the others,
     with the probability of the outcome, are listed in :attr:`unjudged`. Without them every variant is checked
     (after 20 calls), as :func:`specnb.experiments.run` does.
@@ -418,7 +418,7 @@ class Study:
 
 def speed_ratio(rows: pd.DataFrame, method: str, baseline: str, temperature: float) -> tuple[float, float, float]:
     """(ratio, low, high): ``method``'s tokens/s over ``baseline``'s at ``temperature`` on the same prompts
-    (:func:`specnb.experiments.runner.ratio_intervals`, paired by prompt), from :meth:`Study.timed` rows."""
+    (:func:`specnb.eval.runner.ratio_intervals`, paired by prompt), from :meth:`Study.timed` rows."""
     part = rows[rows.temperature == temperature]
     low, high = ratio_intervals(part, baseline, "tokens_per_s")[method]
     tps = part.groupby("method").apply(lambda g: g.new_tokens.sum() / g.seconds.sum(), include_groups=False)
@@ -434,7 +434,7 @@ SETUP_CAUSE = ("another pair and task: a same-family draft a third of its target
 
 def compare_acceptance(report, rows: pd.DataFrame, rates: pd.DataFrame) -> None:
     """The comparisons of MCSD Fig. 3 / Tables 1, 4 and 5 on :func:`acceptance_vs_k`'s ``rows`` and
-    :func:`rate_rows`' ``rates``, recorded on ``report`` (a :class:`specnb.results.Results`):
+    :func:`rate_rows`' ``rates``, recorded on ``report`` (a :class:`specnb.study.results.Results`):
 
     * ``k1_t0`` / ``k1_t1``: the one-candidate rate at T = 0 / 1 near the paper's Table 1 (0.76 / 0.51) within
       0.1 (the paper's own rate for one pair moves by 0.1-0.2 between Alpaca and WMT);
@@ -513,7 +513,7 @@ def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: f
 def load_pair(profile) -> tuple[LoadedModel, LoadedModel]:
     """(target, draft) of ``profile.pair``, the draft in the target's dtype and checked to share its vocabulary."""
     from ..drafters.draft_model import load_draft
-    from ..models import load_model
+    from ..model.models import load_model
 
     target = load_model(profile.pair[0], dtype=profile.dtype, device=profile.device)
     return target, load_draft(target, profile.pair[1])

@@ -1,9 +1,9 @@
 """One method against another on the same prompts, as (value, 90% low, 90% high) ready for
-:meth:`specnb.results.Results.compare`.
+:meth:`specnb.study.results.Results.compare`.
 
 Both functions read :func:`specnb.experiments.run` rows (timed runs) or
 :func:`specnb.experiments.grids.replay_rows` (replayed runs): one row per (method, prompt). They pair the two
-methods prompt by prompt and resample prompts (:mod:`specnb.metrics`), so a difference shared by every prompt
+methods prompt by prompt and resample prompts (:mod:`specnb.core.metrics`), so a difference shared by every prompt
 shows even when the prompts themselves differ a lot.
 """
 
@@ -14,17 +14,17 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..metrics import bootstrap_interval
-from .runner import RATIOS, ratio_intervals
+from ..core.metrics import bootstrap_interval
+from ..eval.runner import RATIOS, ratio_intervals
 
 
 def versus(rows: pd.DataFrame, method: str, baseline: str, metric: str | tuple[str, str]) -> tuple[float, float, float]:
     """``method``'s ``metric`` over ``baseline``'s on the prompts both ran: (ratio, low, high).
 
-    metric: a name of :data:`specnb.experiments.runner.RATIOS` (``tokens_per_s``, ``tokens_per_call``,
+    metric: a name of :data:`specnb.eval.runner.RATIOS` (``tokens_per_s``, ``tokens_per_call``,
     ``accepted_length``: ratios of totals over prompts, as :func:`~specnb.experiments.summarize` computes them)
     or a (numerator, denominator) pair of columns; ``("one", "seconds")`` is the speedup (the baseline's seconds
-    over the method's). The interval is :func:`~specnb.experiments.runner.ratio_intervals`' (paired by prompt).
+    over the method's). The interval is :func:`~specnb.eval.runner.ratio_intervals`' (paired by prompt).
     NaN when the two share fewer than two prompts."""
     numerator, denominator = RATIOS[metric] if isinstance(metric, str) else metric
     runs = rows.assign(one=1.0, new_tokens_after_prefill=rows.new_tokens - 1)
@@ -44,7 +44,7 @@ def versus(rows: pd.DataFrame, method: str, baseline: str, metric: str | tuple[s
 def mean_versus(rows: pd.DataFrame, method: str, baseline: str, column: str) -> tuple[float, float, float]:
     """The mean over prompts of ``method``'s per-prompt ``column`` over the baseline's (e.g. MAR, which its
     definition averages per prompt): (ratio, low, high), on the prompts where both are finite, the 90% interval
-    resampling those prompts in pairs (:func:`specnb.metrics.bootstrap_interval`)."""
+    resampling those prompts in pairs (:func:`specnb.core.metrics.bootstrap_interval`)."""
     wide = rows.drop_duplicates(["method", "prompt_id"]).pivot(index="prompt_id", columns="method", values=column)
     pairs = wide[[method, baseline]].astype(float).replace([np.inf, -np.inf], np.nan).dropna()
     a, b = pairs[method].to_numpy(), pairs[baseline].to_numpy()
@@ -64,11 +64,11 @@ def difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
 
 FINDING_WORDS = {"higher": "higher", "lower": "lower", "tie": "within the tolerance band (a tie)",
                  "unclear": "unclear (the interval crosses an edge of the band)"}
-"""How a conclusion names a comparison's finding (:attr:`specnb.verdicts.Comparison.finding`)."""
+"""How a conclusion names a comparison's finding (:attr:`specnb.study.verdicts.Comparison.finding`)."""
 
 
 def findings(report) -> dict[str, str]:
-    """{key: words} for every comparison recorded so far in ``report`` (a :class:`specnb.results.Results`): where
+    """{key: words} for every comparison recorded so far in ``report`` (a :class:`specnb.study.results.Results`): where
     our interval sits against the reference, in :data:`FINDING_WORDS`; add it to the results
     (``report.add(finding=findings(report))``) so a template picks its words (``{ours[finding][key]}``) from
     the numbers."""

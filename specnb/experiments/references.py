@@ -1,7 +1,7 @@
-"""The target's greedy outputs: the references greedy replay scores drafters against (:mod:`specnb.replay`).
+"""The target's greedy outputs: the references greedy replay scores drafters against (:mod:`specnb.eval.replay`).
 
 Greedy decoding is deterministic for one model, dtype, device and forward path, so each prompt is decoded once
-and cached under ``cache_dir()/references/<machine key>/`` (:func:`specnb.roofline.machine_key`) with the token
+and cached under ``cache_dir()/references/<machine key>/`` (:func:`specnb.core.roofline.machine_key`) with the token
 budget it was decoded to: a shorter budget is the first tokens of a longer one, so the notebooks that replay the
 same prompts (02, 03, 04, 06, 07, 08, 10) share one decode per prompt, and a rerun decodes nothing.
 """
@@ -16,12 +16,12 @@ import numpy as np
 import torch
 
 from ..atomic import write_text
-from ..decode import generate
-from ..models import LoadedModel
+from ..core.generate import generate
+from ..core.prompts import Conversation, Prompt, check_follow_ups, encode_prompt
+from ..core.roofline import machine_key
+from ..eval.replay import Reference, teacher_forced_hidden
+from ..model.models import LoadedModel
 from ..paths import artifact_path
-from ..prompts import Conversation, Prompt, check_follow_ups, encode_prompt
-from ..replay import Reference, teacher_forced_hidden
-from ..roofline import machine_key
 
 
 def reference_path(target: LoadedModel, prompt_ids: torch.Tensor) -> Path:
@@ -44,7 +44,7 @@ def cached_output(path: Path, max_new_tokens: int) -> list[int] | None:
 
 def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens: int) -> list[Reference]:
     """(prompt ids int64 [L], greedy output int64 [T <= max_new_tokens]) per prompt, from the cache or decoded
-    (plain AR through :func:`specnb.decode.generate`) and cached; a cached longer output is cut (greedy decoding
+    (plain AR through :func:`specnb.core.generate.generate`) and cached; a cached longer output is cut (greedy decoding
     to a shorter budget gives its first tokens). A follow-up prompt (:attr:`Prompt.follows`)
     sees its earlier turn's reference as the answer, as in :func:`specnb.experiments.run`."""
     check_follow_ups(prompts)

@@ -2,8 +2,8 @@
 one row of 1..64 tokens on this machine, the steps of that curve computed from its numbers, and the comparisons
 with the paper's memory-bound assumption.
 
-Timing is :mod:`specnb.roofline`'s. A cell has no prompts to resample: its uncertainty is the spread of its paired
-ratio over the timed passes (``slowdown_low`` / ``slowdown_high`` of :func:`specnb.roofline.time_cells`), which is
+Timing is :mod:`specnb.core.roofline`'s. A cell has no prompts to resample: its uncertainty is the spread of its paired
+ratio over the timed passes (``slowdown_low`` / ``slowdown_high`` of :func:`specnb.core.roofline.time_cells`), which is
 what every comparison here uses as its interval.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..models import LoadedModel
-from ..profiles import get_profile
-from ..roofline import Grid, device_name, get_grid, measure, timing_label
-from ..verdicts import Expect
+from ..core.roofline import Grid, device_name, get_grid, measure, timing_label
+from ..model.models import LoadedModel
+from ..study.profiles import get_profile
+from ..study.verdicts import Expect
 
 PAPER = "N-Grammys"
 FREE_TOLERANCE = 0.10  # a call "costs about one (1, 0) call" within 10%
@@ -34,7 +34,7 @@ def grids_for(profile: str) -> tuple[Grid, Grid]:
 
 
 def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: LoadedModel) -> tuple[str, ...]:
-    """The labels (:func:`specnb.roofline.timing_label`) of ``models`` whose whole grid is timed: all in ``full``
+    """The labels (:func:`specnb.core.roofline.timing_label`) of ``models`` whose whole grid is timed: all in ``full``
     (``roofline.heatmap_all_dtypes``), else the ``default`` target's (loaded as the other notebooks load theirs);
     every model's cost curve is timed always."""
     if get_profile(profile).roofline.heatmap_all_dtypes:
@@ -45,7 +45,7 @@ def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: Loaded
 def measure_all(models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...] | None = None
                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the heatmap cells of the ``heatmap`` dtypes (default: every model's), the one-row cost curve of every
-    model): :func:`specnb.roofline.measure` rows, the curve's restricted to one row (k = 1). ``models``: one
+    model): :func:`specnb.core.roofline.measure` rows, the curve's restricted to one row (k = 1). ``models``: one
     target per dtype, keyed by the dtype's name."""
     frame = pd.concat([measure(m, grid, progress=False) for d, m in models.items() if heatmap is None or d in heatmap],
                       ignore_index=True)
@@ -54,7 +54,7 @@ def measure_all(models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, he
 
 
 def setup(report, models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...]) -> None:
-    """This run's setup beside N-Grammys Fig. 1's (:meth:`specnb.results.Results.setup`)."""
+    """This run's setup beside N-Grammys Fig. 1's (:meth:`specnb.study.results.Results.setup`)."""
     model = next(iter(models.values()))
     report.setup(PAPER, here={
         "model": model.name, "hardware": device_name(next(model.model.parameters()).device),

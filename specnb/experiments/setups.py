@@ -1,12 +1,12 @@
-"""The "here" side of a notebook's setup table (:meth:`specnb.results.Results.setup`), read from the run itself:
+"""The "here" side of a notebook's setup table (:meth:`specnb.study.results.Results.setup`), read from the run itself:
 the target's name and hidden size, the machine it ran on, the dtype its weights were loaded in (or its GGUF blocks).
 Nothing here is typed, so a rerun on another machine or dtype states its own setup."""
 
 from __future__ import annotations
 
-from ..kernels.cpu import cpu_class
-from ..models import LoadedModel
-from ..roofline import device_name
+from ..core.roofline import device_name
+from ..model.kernels.cpu import cpu_class
+from ..model.models import LoadedModel
 
 
 def hidden_size(target: LoadedModel) -> int:

@@ -25,28 +25,28 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..core.draft import Draft
+from ..core.drafter import DecodeState, Drafter
+from ..core.metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
+from ..core.prompts import Prompt
+from ..core.report import Report
 from ..datastores.crest import CrestStore
 from ..datastores.dense import load_datastore
 from ..datastores.ngram_tables import BigramTable
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex
-from ..draft import Draft
-from ..drafters.base import DecodeState, Drafter
 from ..drafters.context import ContextNgramDrafter
 from ..drafters.crest import CrestDrafter
 from ..drafters.dense import DenseDrafter
 from ..drafters.draft_model import DraftModelDrafter, DraftModelReport
 from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramDrafter
-from ..drafters.report import Report
 from ..drafters.rest import RestDrafter
-from ..forward import forward
-from ..metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
-from ..models import LoadedModel
-from ..prompts import Prompt
-from ..replay import Reference, ar_priced_seconds, priced_seconds, replay_many
-from ..verdicts import Expect
+from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
+from ..eval.runner import Variant, run
+from ..model.forward import forward
+from ..model.models import LoadedModel
+from ..study.verdicts import Expect
 from .grids import replay_rows
-from .runner import Variant, run
 from .setups import weights_label
 
 GRID_K = (1, 2, 4, 8, 16)
@@ -101,11 +101,11 @@ def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
 def draft_ranks(draft: LoadedModel, references: list[Reference], vocab: int, chunk: int = 64) -> list[np.ndarray]:
     """int64 [T] per reference (prompt ids [L], greedy output [T]): the rank of each output token among the
     draft's logits at the position that predicts it, from one teacher-forced pass of ``draft`` over prompt +
-    output, ranked as :func:`specnb.kernels.top_k` ranks (largest first, ties to the lower id; 0 = the draft's
+    output, ranked as :func:`specnb.model.kernels.top_k` ranks (largest first, ties to the lower id; 0 = the draft's
     top-1). The first entry (the prefill's token, never drafted) is included for alignment. ``vocab``: the
     target's LM-head rows (the draft's logits are cut or padded to them, as the drafter does)."""
-    from ..experiments.mcsd import rank_of
-    from ..forward import output_head
+    from ..model.forward import output_head
+    from .mcsd import rank_of
 
     head, out = output_head(draft.model), []
     for prompt, output in references:
@@ -131,7 +131,7 @@ def tree_nodes(shape: tuple[int, ...], depth: int) -> int:
 
 
 def draft_replay(shape: tuple[int, ...], references: list[Reference], ranks: list[np.ndarray]) -> list[RunStats]:
-    """:func:`specnb.replay.replay_greedy` of a greedy :class:`DraftModelDrafter` of ``shape`` (top-k
+    """:func:`specnb.eval.replay.replay_greedy` of a greedy :class:`DraftModelDrafter` of ``shape`` (top-k
     candidates per level) on each reference, from the draft's ranks of the output tokens (:func:`draft_ranks`)
     instead of running the draft at every call: the node on the accepted path at each level has the reference
     as its context, so it is accepted when the reference's next token ranks below that level's k. Equal to the
@@ -444,11 +444,11 @@ class ShapeStudy:
     def load(cls, profile: str, draft_name: str | None = None) -> ShapeStudy:
         """Load (or build once, into the cache) everything for ``profile``; ``draft_name``: the draft model
         (None: the profile's ``draft``)."""
-        from ..datasets import load_prompts
+        from ..core.datasets import load_prompts
+        from ..core.roofline import CostModel, cost_table
         from ..drafters.draft_model import load_draft
-        from ..models import load_model
-        from ..profiles import get_profile
-        from ..roofline import CostModel, cost_table
+        from ..model.models import load_model
+        from ..study.profiles import get_profile
         from .mcsd import call_costs
         from .ngrams import restricted_bigram_table
         from .references import references_and_states
@@ -494,7 +494,7 @@ class ShapeStudy:
         """:func:`timed_cells` of each family's best estimated HumanEval shape with at least two drafts in
         ``grids`` (a :func:`grid_summary` table; with one draft both verification modes make the same call) on
         the profile's timed prompts x tokens."""
-        from ..datasets import load_prompts
+        from ..core.datasets import load_prompts
         from .references import references_and_states
 
         code = grids[(grids.set == "HumanEval") & (grids.k >= 2)]

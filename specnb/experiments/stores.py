@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..datastores.crest import build_crest
-from ..models import LoadedModel
-from ..profiles import get_profile
+from ..model.models import LoadedModel
+from ..study.profiles import get_profile
 from .dresd import datastores, store_corpus
 from .study_folder import rest_store, study_folder
 

@@ -1,0 +1,206 @@
+"""In-distribution (ID) data: the target's own greedy responses, for DReSD's ID datastores (DReSD §4.2.1).
+
+The prompts are disjoint from the evaluation sets (HumanEval, MT-Bench):
+
+* ``code``: a stub of a top-level, public, documented function of the CPython standard library (its
+  ``def`` line and docstring, the body removed) -- the same shape as a HumanEval prompt, other functions;
+* ``chat``: the first user turn of ShareGPT conversations.
+
+Responses are greedy, decoded in small batches (see :func:`generate_responses`). The token ids are written
+to a JSONL file (one line per prompt: ``id``, ``prompt_ids``, ``response_ids``, ``stop_reason``) next to a
+``.meta.json`` sidecar saying what made them (model, dtype, tokenizer, max_new_tokens, prompt source, seed).
+Small files like this ship in ``data/``; :func:`id_corpus` turns one into a
+:class:`~specnb.datastores.corpus.TokenCorpus` (document = prompt + response) from which hidden states are
+recomputed.
+
+    python -m specnb.datastores.id_data code --model gemma-3-270m --n 150 --out data/id_code_gemma-3-270m.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sysconfig
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..atomic import write_text
+from ..core.prompts import Prompt, encode_prompt
+from ..model.models import LoadedModel, load_model
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
+
+# Stdlib folders whose functions are tests, demos or GUI code rather than library code.
+_SKIP_PARTS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "__pycache__"}
+CODE_INSTRUCTION = "Implement the following Python function.\n\n"
+
+
+def docstring_stubs(n: int, seed: int = 0, min_doc_chars: int = 60, max_files: int | None = None) -> list[Prompt]:
+    """``n`` random stubs (signature + docstring) of public top-level stdlib functions, in a seeded order.
+
+    Each prompt's text is the stub (for base models); its chat message asks to implement it. ``max_files``
+    limits the scan to the first files (parsing the whole library takes ~20 s).
+    """
+    stubs: list[Prompt] = []
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in stdlib_files(root)[:max_files]:
+        if _SKIP_PARTS.intersection(path.parts):
+            continue
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        lines = source.splitlines()
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node)
+            if not doc or len(doc) < min_doc_chars:
+                continue
+            # From the def line to the end of the docstring statement, as written in the file.
+            stub = textwrap.dedent("\n".join(lines[node.lineno - 1:node.body[0].end_lineno])) + "\n"
+            ident = ".".join((*path.relative_to(root).with_suffix("").parts, node.name))
+            stubs.append(Prompt(ident, text=stub, messages=({"role": "user", "content": CODE_INSTRUCTION + stub},)))
+    order = np.random.default_rng(seed).permutation(len(stubs))[:n]
+    return [stubs[i] for i in order]
+
+
+def sharegpt_first_turns(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[Prompt]:
+    """``n`` random first user turns (at most ``max_chars`` long) among the first ``scan`` ShareGPT records."""
+    turns: list[Prompt] = []
+    for number, record in enumerate(json_records(sharegpt_path(), progress=False)):
+        if number >= scan:
+            break
+        conv = record.get("conversations") or ()
+        if conv and conv[0].get("from") == "human" and 0 < len(conv[0].get("value", "")) <= max_chars:
+            text = conv[0]["value"]
+            turns.append(Prompt(f"sharegpt/{record.get('id', number)}", text=text,
+                                messages=({"role": "user", "content": text},)))
+    order = np.random.default_rng(seed).permutation(len(turns))[:n]
+    return [turns[i] for i in order]
+
+
+PROMPT_SOURCES = {"code": docstring_stubs, "chat": sharegpt_first_turns}
+
+
+def response_meta(target: LoadedModel, max_new_tokens: int, batch_size: int, source: str, seed: int) -> dict:
+    """The provenance sidecar of a responses file."""
+    info, _ = TokenizerInfo.of(target)
+    return {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+            "tokenizer": info.__dict__, "decoding": "greedy", "max_new_tokens": max_new_tokens,
+            "prompts": source, "seed": seed, "chat_template": target.chat,
+            "made_by": f"specnb.datastores.id_data.generate_responses (transformers generate, greedy, left-padded "
+                       f"batches of {batch_size})"}
+
+
+def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Path, *, max_new_tokens: int = 128,
+                       batch_size: int = 8, source: str = "", seed: int = 0) -> Path:
+    """Append the target's greedy response to each prompt to the JSONL file ``out`` (resumable).
+
+    Prompts are decoded ``batch_size`` at a time (similar lengths together, left-padded) with Hugging Face
+    ``generate``: on a CPU a batch costs little more than one sequence per step. Padding can move logits by
+    float rounding, so a batched response may rarely differ from the unbatched greedy one after a near tie;
+    for a datastore that is immaterial. Prompts whose id is already in ``out`` are skipped, so an
+    interrupted run continues where it stopped. The sidecar ``out.meta.json`` records what produced the file.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta_path = out.with_suffix(".meta.json")
+    meta = response_meta(target, max_new_tokens, batch_size, source, seed)
+    done: set[str] = set()
+    if out.exists():
+        old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        if {k: old.get(k) for k in ("model", "tokenizer", "max_new_tokens")} != \
+                {k: meta[k] for k in ("model", "tokenizer", "max_new_tokens")}:
+            raise ValueError(f"{out} was made with other settings ({old.get('model')}, "
+                             f"max_new_tokens={old.get('max_new_tokens')}); choose another --out")
+        done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
+    write_text(meta_path, json.dumps(meta, indent=1) + "\n")  # first, so a stopped run still has its provenance
+    todo = [(p.id, encode_prompt(target, p)) for p in prompts if p.id not in done]
+    todo.sort(key=lambda item: item[1].shape[0])
+    eos = sorted(target.eos_token_ids)
+    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
+    start = time.perf_counter()
+    with out.open("a") as f, tqdm(total=len(todo), desc=f"responses ({target.name})", unit="prompt") as bar:
+        for i in range(0, len(todo), batch_size):
+            batch = todo[i:i + batch_size]
+            width = max(ids.shape[0] for _, ids in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for b, (_, prompt_ids) in enumerate(batch):
+                ids[b, width - prompt_ids.shape[0]:] = prompt_ids
+                mask[b, width - prompt_ids.shape[0]:] = 1
+            with torch.inference_mode():
+                new = target.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                            max_new_tokens=max_new_tokens, eos_token_id=eos or None,
+                                            pad_token_id=pad)[:, width:]
+            for (ident, prompt_ids), row in zip(batch, new.tolist(), strict=True):
+                ends = [j for j, t in enumerate(row) if t in target.eos_token_ids]
+                response = row[:ends[0] + 1] if ends else row
+                f.write(json.dumps({"id": ident, "prompt_ids": prompt_ids.tolist(), "response_ids": response,
+                                    "stop_reason": "eos" if ends else "max_new_tokens"}) + "\n")
+            f.flush()
+            bar.update(len(batch))
+    meta["num_responses"] = len(done) + len(todo)
+    meta["seconds_last_run"] = round(time.perf_counter() - start, 1)
+    write_text(meta_path, json.dumps(meta, indent=1) + "\n")
+    return out
+
+
+def id_corpus(path: str | Path, responses_only: bool = False) -> TokenCorpus:
+    """The documents of a responses file as an in-memory corpus: prompt + response ids (or the response only).
+
+    The corpus carries the tokenizer recorded in the sidecar, so datastores built from it check the model.
+    """
+    path = Path(path)
+    meta_path = path.with_suffix(".meta.json")
+    if not path.exists() or not meta_path.exists():
+        raise CorpusError(f"no responses file {path} (with {meta_path.name}); make it with "
+                          "`python -m specnb.datastores.id_data`")
+    meta = json.loads(meta_path.read_text())
+    docs = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            ids = record["response_ids"] if responses_only else record["prompt_ids"] + record["response_ids"]
+            if ids:
+                docs.append(np.asarray(ids, dtype=np.int32))
+    if not docs:
+        raise CorpusError(f"{path} holds no responses")
+    lengths = np.array([d.shape[0] for d in docs], dtype=np.int64)
+    doc_starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    corpus_meta = {"format": 1, "name": f"id-{path.stem}", "kind": "id", "source": str(path),
+                   "tokenizer": meta["tokenizer"], "num_docs": len(docs), "num_tokens": int(doc_starts[-1]),
+                   "generated_by": meta["model"]}
+    return TokenCorpus(np.concatenate(docs), doc_starts, corpus_meta)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="generate the target's greedy responses (ID datastore data)")
+    parser.add_argument("source", choices=sorted(PROMPT_SOURCES), help="code: stdlib stubs; chat: ShareGPT turns")
+    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--n", type=int, default=150, help="number of prompts")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--out", required=True, help="JSONL file (appended to; resumable)")
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
+    prompts = PROMPT_SOURCES[args.source](args.n, seed=args.seed)
+    target = load_model(args.model, dtype=args.dtype)
+    source = f"{args.source}: {PROMPT_SOURCES[args.source].__name__}(n={args.n}, seed={args.seed})"
+    print(generate_responses(target, prompts, args.out, max_new_tokens=args.max_new_tokens, source=source,
+                             batch_size=args.batch_size,
+                             seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

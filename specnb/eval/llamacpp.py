@@ -1,0 +1,70 @@
+"""llama.cpp as a peer in the bench: plain decoding (``llamacpp``) and its prompt-lookup drafting
+(``llamacpp-pld``), through the maintained ``llama-cpp-python`` binding, on the embedded model's GGUF file.
+
+This is what a CPU user would most likely run instead of PyTorch. Its weights are the GGUF's (Gemma-3-270M:
+Q4_K_M, ~4.5 bits per weight), so its tokens are not ours and its tok/s is not comparable one to one: compare
+the fraction of the read bandwidth each reaches (``weight_bytes`` is the GGUF file's size for these rows).
+The prompt goes in as our token ids (same vocabulary), greedy (top-k 1). Optional: ``pip install
+llama-cpp-python`` builds llama.cpp from source (about ten minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..core.prompts import Prompt, encode_prompt
+from ..model.model_names import gguf_file
+from ..model.models import EMBEDDED, LoadedModel
+
+METHODS = ("llamacpp", "llamacpp-pld")
+
+
+def gguf_path(target: LoadedModel) -> Path:
+    """The GGUF file the embedded model was converted from (joined by ``specnb models fetch``)."""
+    path = gguf_file(target.name)
+    if target.name not in EMBEDDED or not path.exists():
+        raise ValueError(f"llamacpp methods need an embedded model's GGUF file ({', '.join(EMBEDDED)}, fetched "
+                         f"with `specnb models fetch`); {target.name!r} has none at {path}")
+    return path
+
+
+def check_available() -> None:
+    """Raise a one-line error when the binding is not installed."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ValueError("the llamacpp methods need llama-cpp-python: pip install llama-cpp-python "
+                         "(builds llama.cpp from source, ~10 min on 2 cores)")
+
+
+def runner(method: str, target: LoadedModel, max_context: int, draft_tokens: int = 10
+           ) -> Callable[[Prompt, int], dict]:
+    """A bench runner (prompt, max_new_tokens) -> result dict for ``llamacpp`` or ``llamacpp-pld``."""
+    check_available()
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    path = gguf_path(target)
+    draft = LlamaPromptLookupDecoding(num_pred_tokens=draft_tokens) if method == "llamacpp-pld" else None
+    llm = Llama(model_path=str(path), n_ctx=max_context, n_threads=torch.get_num_threads(),
+                n_threads_batch=torch.get_num_threads(), draft_model=draft, verbose=False)
+    eos = set(target.eos_token_ids) | {llm.token_eos()}
+
+    def run(prompt: Prompt, max_new_tokens: int) -> dict:
+        ids = encode_prompt(target, prompt).tolist()
+        tokens: list[int] = []
+        start = time.perf_counter()
+        for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
+            tokens.append(int(token))
+            if token in eos or len(tokens) >= max_new_tokens:
+                break
+        seconds = time.perf_counter() - start
+        return {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds,
+                # one call per token for plain decoding; llama.cpp does not report its speculative calls
+                "calls": len(tokens) - 1 if draft is None else float("nan"),
+                "weight_bytes": path.stat().st_size, "tokens": tokens}
+
+    return run

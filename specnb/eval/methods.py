@@ -1,0 +1,216 @@
+"""Named speculation methods for the bench and the notebooks: the name table and the command line's coercion.
+
+A method is a line of help and either a drafter (:data:`specnb.drafters.DRAFTERS`: its options dataclass and
+factory live in its drafter's module, imported on first use) or a baseline the bench runs itself (Hugging
+Face's ``hf``, ``hf-pld``, ``hf-assisted``; llama.cpp's ``llamacpp``, ``llamacpp-pld``), whose options are in
+:class:`LookupOptions`, :class:`HfAssistedOptions`. ``ar`` is plain AR through our loop.
+
+Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
+``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
+(a wrong type names the option). :func:`options_for` does it for several methods at once and refuses a value
+that none of them reads; :func:`check_before_loading` runs each options' ``check`` before the model loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..drafters import DRAFTERS, Entry
+from ..options import OptionError, Options, at_least
+
+if TYPE_CHECKING:
+    from ..core.drafter import Drafter
+    from ..model.models import LoadedModel
+
+
+@dataclass(frozen=True)
+class LookupOptions(Options):
+    """The baselines' prompt lookup (Hugging Face, llama.cpp) with ``w`` draft tokens."""
+
+    w: int = 10
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "w")
+
+
+@dataclass(frozen=True)
+class HfAssistedOptions(Options):
+    """Hugging Face assisted generation with the draft model ``draft`` (same tokenizer as the target)."""
+
+    draft: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.draft or self.draft.startswith("self:"):
+            raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
+        from ..model.model_names import check_installed
+
+        check_installed(self.draft)
+
+
+# Command-line spelling of the options that have their own flag (the rest are ``-o KEY=VALUE``).
+FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
+
+
+@dataclass(frozen=True)
+class Method:
+    """A named method: one line of help, its drafter (None for the Hugging Face and llama.cpp baselines, which
+    the bench runs itself) and, for a baseline, its options class."""
+
+    help: str
+    drafter: Entry | None = None
+    baseline_options: type = Options
+
+    @property
+    def options(self) -> type:
+        """The method's options dataclass (imports its drafter's module)."""
+        return self.drafter.options_class() if self.drafter is not None else self.baseline_options
+
+
+METHODS: dict[str, Method] = {
+    "ar": Method("autoregressive decoding through our loop (the reference; always runs)"),
+    **{name: Method(entry.help, entry) for name, entry in DRAFTERS.items()},
+    "hf": Method("Hugging Face generate (plain)"),
+    "hf-pld": Method("Hugging Face prompt lookup", baseline_options=LookupOptions),
+    "hf-assisted": Method("Hugging Face assisted generation with --draft", baseline_options=HfAssistedOptions),
+    "llamacpp": Method("llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy"),
+    "llamacpp-pld": Method("llama.cpp with its prompt-lookup drafting", baseline_options=LookupOptions),
+}
+
+HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
+LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.eval.llamacpp
+
+
+def method(name: str) -> Method:
+    """The method called ``name``; OptionError naming the known ones otherwise."""
+    if name not in METHODS:
+        raise OptionError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def option_names(name: str) -> list[str]:
+    """The options method ``name`` reads, in declaration order."""
+    return [f.name for f in dataclasses.fields(method(name).options)]
+
+
+def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
+    """Method ``name``'s options dataclass from ``values`` (strings from the command line, or typed values).
+
+    Raises OptionError naming the option for an unknown key, a value of the wrong type or out of range.
+    """
+    cls = method(name).options
+    hints = typing.get_type_hints(cls)
+    known = option_names(name)
+    values = values or {}
+    for key in values:
+        if key not in known:
+            raise OptionError(f"method {name} has no option {key!r}; it reads {', '.join(known) or 'none'}")
+    try:
+        return cls(**{key: _convert(key, value, hints[key]) for key, value in values.items()})
+    except OptionError as exc:
+        raise OptionError(f"method {name}: {exc}") from None
+
+
+def _convert(key: str, value: Any, hint: Any) -> Any:
+    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, or one of them | None)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        if value is None or (isinstance(value, str) and value.lower() in ("", "none")):
+            return None
+        hint = next(a for a in args if a is not type(None))
+        args = typing.get_args(hint)
+    if typing.get_origin(hint) is Literal:
+        if value not in args:
+            raise OptionError(f"option {key} must be one of {', '.join(map(str, args))}, got {value!r}")
+        return value
+    if hint is bool and isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return value.lower() in ("true", "1", "yes")
+    expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[hint]
+    if isinstance(value, str) and hint in (int, float):
+        try:
+            return hint(value)
+        except ValueError:
+            raise OptionError(f"option {key} must be {expected}, got {value!r}") from None
+    if isinstance(value, hint) and not (isinstance(value, bool) and hint is not bool):
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    raise OptionError(f"option {key} must be {expected}, got {value!r}")
+
+
+def split_datastores(values: Sequence[str]) -> tuple[str | None, dict[str, str]]:
+    """``--datastore`` values -> (the path for every method, {method: path}) from ``PATH`` / ``METHOD=PATH``."""
+    shared, per_method = None, {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if sep and name in METHODS:
+            per_method[name] = path
+        elif shared is None:
+            shared = value
+        else:
+            raise OptionError(f"two datastores for every method ({shared!r}, {value!r}); use METHOD=PATH")
+    return shared, per_method
+
+
+def check_before_loading(model: str, options: Mapping[str, Any]) -> None:
+    """Raise (one line) for what the chosen methods would find wrong only after ``model`` loads, judged from its
+    name alone: each options' :meth:`~specnb.options.Options.check` (a store or roofline table that is not there,
+    naming the command that builds it; a ``self:L`` draft at least as deep as the model)."""
+    for opts in options.values():
+        opts.check(model)
+
+
+def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Sequence[str] = (),
+                run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Typed options of every method in ``methods``: {method: options dataclass}.
+
+    given: option values from the command line (None = not given); datastores: ``--datastore`` values
+    (``PATH`` for every method, ``METHOD=PATH`` for one; a ``-priced`` method uses its base method's);
+    run: run-wide values (temperature, top_p, seed) for the methods that have such fields. Raises OptionError
+    for an unknown method, or a value that none of ``methods`` reads (naming what each one reads).
+    """
+    for name in methods:
+        method(name)
+    shared, per_method = split_datastores(datastores)
+    unused = [f"--datastore {name}=..." for name in per_method
+              if not any(m in (name, f"{name}-priced") for m in methods)]
+    given = {key: value for key, value in given.items() if value is not None}
+    if shared is not None:
+        given["datastore"] = shared
+    read: set[str] = set()
+    result = {}
+    for name in methods:
+        names = option_names(name)
+        values = {key: value for key, value in (run or {}).items() if key in names}
+        values.update({key: value for key, value in given.items() if key in names})
+        path = per_method.get(name) or per_method.get(name.removesuffix("-priced"))
+        if path is not None and "datastore" in names:
+            values["datastore"] = path
+            read.add("datastore")
+        read.update(key for key in given if key in names)
+        result[name] = parse_options(name, values)
+    unused += [FLAGS.get(key, f"-o {key}") for key in given if key not in read]
+    if unused:
+        accepts = "; ".join(f"{name} reads {', '.join(option_names(name)) or 'nothing'}" for name in methods)
+        raise OptionError(f"{', '.join(unused)}: read by none of the methods run ({accepts})")
+    return result
+
+
+def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter | None:
+    """The drafter of method ``name`` (None for ``ar``).
+
+    options: the method's options dataclass, a mapping of option values (parsed by :func:`parse_options`),
+    or None for the defaults. Raises OptionError for an unknown method or bad options.
+    """
+    spec = method(name)
+    if name != "ar" and spec.drafter is None:
+        raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.eval.bench")
+    if options is None or isinstance(options, Mapping):
+        options = parse_options(name, options)
+    elif not isinstance(options, spec.options):
+        raise OptionError(f"method {name} takes {spec.options.__name__}, got {type(options).__name__}")
+    return spec.drafter.drafter(target, options) if spec.drafter is not None else None

@@ -1,0 +1,79 @@
+"""The machine's limits a decoding call is measured against: read bandwidth, GEMM throughput, bytes per call.
+
+One target call must at least stream the model's weights once (:func:`streamed_bytes` / :func:`read_bandwidth`
+seconds: the *bandwidth floor*) and do 2 x parameters x tokens floating-point operations (over
+:func:`gemm_flops`: the *compute floor*). A call's cost sits above the larger of the two; how far above is the
+loop's inefficiency. These are what ``specnb bench`` and ``specnb roofline`` report beside every time.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import torch
+
+from .kernels import memory
+
+
+@functools.cache
+def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """The machine's read bandwidth in GB/s, measured once per process (:func:`sample_read_bandwidth`)."""
+    return sample_read_bandwidth(megabytes, repeats)
+
+
+def sample_read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """The machine's read bandwidth now, in GB/s (1e9 bytes): median of ``repeats`` sums over ``megabytes`` of
+    float32 on all of torch's threads, after one untimed pass (a stream-like read). The buffer sits in 2 MB
+    pages where the OS offers them, as the kernels' weights do (:mod:`specnb.model.kernels.memory`): on the
+    development VM that reads ~10-60% faster than 4 KB pages, so it is the honest ceiling. A VM's bandwidth
+    drifts (30-62 GB/s between minutes on the development machine), so long runs sample it more than once."""
+    shape = (megabytes << 18,)  # 4 bytes each
+    data = memory.empty(shape, torch.float32).fill_(1.0) if memory.available() else torch.ones(shape)
+    data.sum()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        data.sum()
+        times.append(time.perf_counter() - start)
+    return data.numel() * 4 / statistics.median(times) / 1e9
+
+
+@functools.cache
+def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of PyTorch's CPU GEMM on a large square product in ``dtype`` (oneDNN / MKL at their best):
+    the practical compute ceiling of a many-token call. Median of ``repeats`` after one untimed call."""
+    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * size**3 / statistics.median(times)
+
+
+def streamed_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights one target call reads: every parameter once (a tied head counted once), less an input
+    embedding that is not also the output head (a call reads only the rows of its tokens); for a model that
+    runs over a GGUF file (:mod:`specnb.model.gguf_weights`), the bytes the file's blocks hold."""
+    from .decoder import body
+    from .gguf_weights import uses_gguf
+
+    if uses_gguf(model) and (lean := body(model)) is not None:
+        return lean.weight_bytes()
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if embedding is not None and head is not None and embedding.weight is not head.weight:
+        total -= embedding.weight.numel() * embedding.weight.element_size()
+    return total
+
+
+def matmul_parameters(model: torch.nn.Module) -> int:
+    """Parameters that multiply every token of a call (the weights :func:`streamed_bytes` counts)."""
+    total = sum(p.numel() for p in model.parameters())
+    embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if embedding is not None and head is not None and embedding.weight is not head.weight:
+        total -= embedding.weight.numel()
+    return total

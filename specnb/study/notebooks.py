@@ -1,0 +1,249 @@
+"""Run the numbered notebooks with papermill under a profile.
+
+Executed copies go to ``notebooks/executed/<profile>/`` (git-ignored). Figures go to ``figures/`` for the
+default ``quick`` profile and to ``figures/<profile>/`` otherwise, so a smoke run never overwrites them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .plots import figures_for
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def find_notebooks(names: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
+    """``NN_*.ipynb`` in ``folder``, sorted; ``names`` filters by prefix or stem (``00``, ``00_quickstart``)."""
+    found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
+    if not names:
+        return found
+    chosen = [p for p in found if any(p.stem == n or p.stem.startswith(n) or p.name == n for n in names)]
+    missing = [n for n in names if not any(p.stem == n or p.stem.startswith(n) or p.name == n for p in found)]
+    if missing:
+        raise ValueError(f"no notebook matches {', '.join(missing)}; have: {', '.join(p.stem for p in found)}")
+    return chosen
+
+
+
+
+@dataclass
+class NotebookRun:
+    """One executed notebook: its executed copy, wall seconds, and the error that stopped it (None if it ran)."""
+
+    source: Path
+    executed: Path
+    seconds: float
+    error: str | None = None
+    read_gb_per_s: float | None = None  # the machine's read bandwidth just before it ran (a VM's drifts)
+
+
+def run_notebooks(profile: str = "quick", names: list[str] | None = None, parameters: dict | None = None,
+                  output_dir: Path | None = None) -> list[NotebookRun]:
+    """Execute notebooks in order, each to the end or to its first failing cell; a failure does not stop the
+    others. Figures are saved strictly (:func:`specnb.study.plots.save_figure` refuses overlapping text, legends over
+    data and single-value panels). Prints each notebook's wall time as it finishes; returns one
+    :class:`NotebookRun` per notebook."""
+    import papermill
+
+    from ..model.ceilings import sample_read_bandwidth
+
+    output_dir = output_dir or NOTEBOOKS / "executed" / profile
+    output_dir.mkdir(parents=True, exist_ok=True)
+    os.environ["SPECNB_FIGURES"] = str(figures_for(profile))
+    os.environ["SPECNB_STRICT_FIGURES"] = "1"  # the kernels inherit it: a figure a reader would trip over fails
+    done = []
+    paths = find_notebooks(names)
+    for path in paths:
+        bandwidth = sample_read_bandwidth(256, 3)  # ~0.5 s: what the notebook's timings ran against
+        start = time.perf_counter()
+        out = output_dir / path.name
+        error = None
+        try:
+            papermill.execute_notebook(str(path), str(out), parameters={"profile": profile, **(parameters or {})},
+                                       kernel_name="python3", cwd=str(path.parent), progress_bar=False)
+        except Exception as exc:  # any failure of one notebook is reported; the others still run
+            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        done.append(NotebookRun(path, out, time.perf_counter() - start, error, bandwidth))
+        status = "FAILED" if error else "ok"
+        print(f"{path.name}: {status} in {done[-1].seconds:.0f} s (read bandwidth before it {bandwidth:.1f} GB/s) "
+              f"-> {out}", flush=True)
+    if len(paths) == len(find_notebooks()):  # a whole run: stamp the figures it wrote with the machine and commit
+        from .reference_run import stamp_run
+
+        stamp_run(figures_for(profile), profile, {r.source.stem: r.seconds for r in done},
+                  [r.source.name for r in done if r.error], {r.source.stem: r.read_gb_per_s for r in done})
+    return done
+
+
+# ------------------------------------------------------------------------------------ what a reader sees
+
+PROGRESS_MARKS = ("%|", "it/s]", "s/it]")
+MAX_PROGRESS_LINES = 2  # per output: a finished bar, perhaps its first state
+
+
+def output_problems(notebook: dict) -> list[str]:
+    """What a reader should not meet in an executed notebook's outputs: an error or a traceback, a line that
+    reports a warning, or a progress bar that left more than :data:`MAX_PROGRESS_LINES` lines (text-mode
+    tqdm writes one per update). One line per problem, with the cell's index."""
+    problems = []
+    for i, cell in enumerate(notebook["cells"]):
+        for output in cell.get("outputs", []):
+            if output["output_type"] == "error":
+                problems.append(f"cell {i}: {output.get('ename')}: {output.get('evalue', '')[:120]}")
+                continue
+            text = output.get("text") or output.get("data", {}).get("text/plain", "")
+            text = "".join(text) if isinstance(text, list) else text
+            lines = [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
+            if any("Traceback (most recent call last)" in line for line in lines):
+                problems.append(f"cell {i}: a traceback in its output")
+            problems += [f"cell {i}: {line.strip()[:160]}" for line in lines if "Warning" in line]
+            progress = [line for line in lines if any(mark in line for mark in PROGRESS_MARKS)]
+            if len(progress) > MAX_PROGRESS_LINES:
+                problems.append(f"cell {i}: a progress bar left {len(progress)} lines ({progress[0].strip()[:60]})")
+    return problems
+
+
+def run_edited(path: Path, profile: str, cwd: Path, timeout: int = 900) -> dict:
+    """Execute ``path`` top to bottom in a fresh kernel as a reader would after editing its ``parameters`` cell to
+    ``profile`` (no papermill: its ``profile = ...`` line is rewritten in place); returns the executed notebook
+    (nbformat), or raises ``nbclient``'s CellExecutionError at the first failing cell."""
+    import re
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    cell = next(c for c in notebook.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source, count = re.subn(r'^profile\s*=\s*["\'][a-z]+["\']', f'profile = "{profile}"', cell.source,
+                                 flags=re.MULTILINE)
+    if count != 1:
+        raise ValueError(f"{path.name}: its parameters cell has no single `profile = \"...\"` line")
+    NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return notebook
+
+
+# ------------------------------------------------------------------------------------ thin notebooks
+
+PLOT_MODULES = ("matplotlib", "seaborn", "specnb.study.plots")
+PLOT_NAMES = frozenset({"plt", "sns", "fig", "ax", "axes"})  # the usual figure handles
+
+
+def _span(node: ast.AST) -> set[int]:
+    return set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    """Names ``node`` reads, less those its comprehensions bind."""
+    local = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
+             if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - local
+
+
+def _bound(stmt: ast.stmt) -> set[str]:
+    """Names a statement binds itself: assignment and ``for`` targets, a ``def``'s name, imported names."""
+    if isinstance(stmt, ast.FunctionDef):
+        return {stmt.name}
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else \
+        [stmt.target] if isinstance(stmt, ast.AugAssign | ast.AnnAssign | ast.For) else []
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _is_plot_import(stmt: ast.Import | ast.ImportFrom) -> bool:
+    modules = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else [a.name for a in stmt.names]
+    return all(any(m == p or m.startswith(p + ".") for p in PLOT_MODULES) for m in modules)
+
+
+def _classify(body: list[ast.stmt], plot: set[str]) -> tuple[set[int], set[int]]:
+    """(code lines, plotting lines) of the statements ``body``; ``plot`` holds the plotting names and grows.
+
+    An import from :data:`PLOT_MODULES` is plotting. A simple statement is plotting when it reads a plotting
+    name; the names it binds become plotting names (``fig, ax = plt.subplots()``). A compound statement
+    (``for``, ``if``, ``with``, ``def``) is plotting when everything inside it is (a ``for`` over a plotting
+    name binds plotting names inside it; a plotting ``def`` makes its name one); otherwise its header lines are
+    code and its inner statements count one by one. Code that rebinds a name makes it a plain name again.
+    """
+    code: set[int] = set()
+    plotting: set[int] = set()
+    for stmt in body:
+        blocks = [b for b in (getattr(stmt, "body", None), getattr(stmt, "orelse", None),
+                              getattr(stmt, "finalbody", None)) if isinstance(b, list) and b]
+        blocks += [h.body for h in getattr(stmt, "handlers", [])]
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            is_plot = _is_plot_import(stmt)
+        elif not blocks:
+            is_plot = bool(_loaded(stmt) & plot)
+        else:
+            if isinstance(stmt, ast.For):
+                plot -= _bound(stmt)
+                plot |= _plot_targets(stmt, plot)
+            inner_code, inner_plot = set(), set()
+            for block in blocks:
+                block_code, block_plot = _classify(block, plot)
+                inner_code, inner_plot = inner_code | block_code, inner_plot | block_plot
+            is_plot = not inner_code
+            if not is_plot:
+                header = _span(stmt) - set().union(*(_span(s) for block in blocks for s in block))
+                code |= header | inner_code
+                plotting |= inner_plot
+                continue
+        if is_plot:
+            plot |= _bound(stmt) if not blocks or isinstance(stmt, ast.FunctionDef) else set()
+            plotting |= _span(stmt)
+        else:
+            plot -= _bound(stmt)  # rebound by code
+            code |= _span(stmt)
+    return code, plotting
+
+
+def _plot_targets(loop: ast.For, plot: set[str]) -> set[str]:
+    """The names a ``for`` loop binds to plotting values: all of them when it iterates over a plotting name,
+    and in ``for a, b in zip(x, y)`` those taken from the plotting arguments only."""
+    it, target = loop.iter, loop.target
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "zip" \
+            and isinstance(target, ast.Tuple) and len(target.elts) == len(it.args):
+        return {n.id for elt, arg in zip(target.elts, it.args, strict=True) if _loaded(arg) & plot
+                for n in ast.walk(elt) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if _loaded(it) & plot else set()
+
+
+def _string_lines(tree: ast.AST, source: list[str]) -> set[int]:
+    """Lines that hold nothing but the inside of a multi-line string (Markdown templates, docstrings): every line
+    after a string's first, except a last line with code after the string's end."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant | ast.JoinedStr) and node.end_lineno and node.end_lineno > node.lineno:
+            lines |= set(range(node.lineno + 1, node.end_lineno))
+            rest = source[node.end_lineno - 1][node.end_col_offset or 0:]
+            if not rest.strip(" ),;"):
+                lines.add(node.end_lineno)
+    return lines
+
+
+def code_lines(path: Path) -> dict[str, int]:
+    """Lines of a notebook's code cells, the ``parameters`` cell left out: ``code`` (non-plotting) and ``plotting``
+    (matplotlib / seaborn / ``specnb.study.plots`` calls and figure layout, see :func:`_classify`). Blank lines,
+    comments and the inside of multi-line strings (conclusion templates) are not counted."""
+    counts = {"code": 0, "plotting": 0}
+    plot = set(PLOT_NAMES)
+    for cell in json.loads(Path(path).read_text())["cells"]:
+        if cell["cell_type"] != "code" or "parameters" in cell.get("metadata", {}).get("tags", []):
+            continue
+        text = "".join(cell["source"])
+        source = text.splitlines()
+        tree = ast.parse(text)
+        code, plotting = _classify(tree.body, plot)
+        blank = {i for i, line in enumerate(source, 1) if not line.strip() or line.strip().startswith("#")}
+        strings = _string_lines(tree, source)
+        counts["code"] += len(code - blank - strings)
+        counts["plotting"] += len(plotting - blank - strings)
+    return counts

@@ -1,0 +1,165 @@
+"""The notebooks' ``profile`` parameter: how big a run is.
+
+* ``smoke``: tiny random models, a handful of prompts and tokens: seconds (the test suite runs it).
+* ``quick``: Gemma-3-270M (the default; notebook 07's draft-model study: the Qwen2.5-Coder 0.5B -> 1.5B pair):
+  minutes on 2 CPU cores.
+* ``full``: Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft: hours.
+
+Two sizes per profile: ``n_prompts`` x ``max_new_tokens`` for what is computed from the target's cached greedy
+outputs (replay, reference-token analyses), ``timed_prompts`` x ``timed_tokens`` for what is timed by decoding
+(10 prompts give a speedup to about ±10%, so fewer cannot show the differences the notebooks discuss).
+
+Every other size a notebook's study depends on is in one record per study module, a field of :class:`Profile`:
+
+* :class:`DresdSizes` (``dresd``, notebooks 01-03): the dense datastores, their extraction, notebook 03's scale test;
+* :class:`CorpusSweepSizes` (``corpus_sweep``, notebook 03): the corpora of DReSD vs REST over corpus size;
+* :class:`CompactionSizes` (``compaction``, notebook 04): CREST's corpora, top-t grid and real-decoding check;
+* :class:`RooflineSizes` (``roofline``, notebook 05): the roofline grids timed and the dtypes of the heatmap;
+* :class:`McsdSizes` (``mcsd``, notebook 07): the timed runs of SD and MCSD;
+* :class:`StudyStoreSizes` (``study_stores``, notebooks 08-10): the retrieval stores of the study notebooks;
+* ``cost_grid`` (notebooks 06, 08): the roofline grid a target's cost table is measured on.
+
+Every profile runs on ``device``: CUDA when the machine has it, else the CPU (the notebooks pass it to
+``load_model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..model.device import default_device
+
+
+@dataclass(frozen=True)
+class DresdSizes:
+    """:mod:`specnb.experiments.dresd`'s sizes (notebooks 01-03)."""
+
+    store_tokens: Mapping[str, int]  # corpus tokens per OOD datastore domain ("code", "chat")
+    build: Mapping[str, int]  # the BuildConfig fields extraction / indexing sets away from their defaults
+    generate_id: bool  # the ID responses may be generated on the fly when none are shipped (tiny models)
+    random_vectors: int  # random vectors of notebook 03's hnswlib scale test (target: <= 1 ms per query at 1 M)
+
+
+@dataclass(frozen=True)
+class CorpusSweepSizes:
+    """:mod:`specnb.experiments.corpus_sweep`'s sizes (notebook 03)."""
+
+    fractions: tuple[float, ...]  # nested document samples of the dense store's corpus (1.0: the store itself)
+    whole_stdlib: bool  # add REST on the whole stdlib (notebook 04's code corpus)
+
+
+@dataclass(frozen=True)
+class CompactionSizes:
+    """:mod:`specnb.experiments.compaction`'s sizes (notebook 04)."""
+
+    code_files: int | None  # the code corpus: the stdlib's first ``code_files`` files (None: the whole stdlib)
+    chat_tokens: int | None  # chat corpus tokens (None: all of ShareGPT)
+    t_grid: tuple[int, ...]  # CREST's top-t n-grams per n
+    m: int  # CREST's largest n
+    checked: Mapping[str, int]  # prompts per task decoded for real to check the replay
+    checked_tokens: int  # their new tokens
+
+    @property
+    def code(self) -> str | list[Path]:
+        """The code corpus' source as :func:`specnb.datastores.corpus.build_corpus` takes it."""
+        if self.code_files is None:
+            return "code"
+        from ..datastores.corpus import stdlib_files
+
+        return stdlib_files()[:self.code_files]
+
+
+@dataclass(frozen=True)
+class RooflineSizes:
+    """:mod:`specnb.experiments.roofline_study`'s sizes (notebook 05): :func:`specnb.core.roofline.get_grid` names."""
+
+    grid: str  # the heatmap's grid
+    curve_grid: str  # the cost curve's grid
+    curve_repeats: int | None  # timed calls per cell of the cost curve (None: the grid's own)
+    heatmap_all_dtypes: bool  # time the heatmap for every dtype (else for the default target's alone)
+
+
+@dataclass(frozen=True)
+class McsdSizes:
+    """:mod:`specnb.experiments.mcsd`'s sizes (notebook 07)."""
+
+    timed_prompts: int  # prompts per method of the timed runs
+    timed_tokens: int  # new tokens per prompt of the timed runs
+    temperatures: tuple[float, ...]  # temperatures of the timed runs
+
+
+@dataclass(frozen=True)
+class StudyStoreSizes:
+    """:mod:`specnb.experiments.stores`'s sizes (notebooks 08-10)."""
+
+    crest_t: int  # CREST's top-t n-grams per n
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    target: str  # model name for specnb.load_model
+    draft: str | None  # draft model name (or "self:L") for draft-model methods
+    n_prompts: int  # prompts per prompt set, for replay and reference-token analyses
+    max_new_tokens: int  # the greedy references' length
+    timed_prompts: int  # prompts per set of a timed run
+    timed_tokens: int  # new tokens per prompt of a timed run
+    pair: tuple[str, str]  # (target, draft) of the draft-model study (notebook 07)
+    cost_grid: str  # roofline grid of the cost tables of notebooks 06 and 08
+    dresd: DresdSizes
+    corpus_sweep: CorpusSweepSizes
+    compaction: CompactionSizes
+    roofline: RooflineSizes
+    mcsd: McsdSizes
+    study_stores: StudyStoreSizes
+    dtype: str = "auto"
+    device: str = field(default_factory=default_device)  # cuda when available, else cpu
+
+
+# Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores. quick code: the stdlib corpus's first
+# 12 files (27k tokens); the next file alone is 64k tokens, and the store it would add cost more than a minute of
+# `make figures`' 30. quick MCSD: the Qwen2.5-Coder pair decodes at a few tokens per second on a CPU, so the
+# profile's timed size (10 x 64 per method) would take minutes per method, and T = 0 is left out (greedy identity
+# with AR is tested in tests/test_families_lossless.py).
+PROFILES = {
+    "smoke": Profile(
+        "smoke", target="tiny-gemma3", draft="self:2", n_prompts=2, max_new_tokens=16,
+        timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", "self:2"), cost_grid="smoke",
+        dresd=DresdSizes({"code": 2_000, "chat": 1_000},
+                         {"dims": 16, "n_components": 64, "seq_len": 128, "overlap": 16, "batch_tokens": 2048},
+                         generate_id=True, random_vectors=5_000),
+        corpus_sweep=CorpusSweepSizes((0.5, 1.0), whole_stdlib=False),
+        compaction=CompactionSizes(6, 30_000, (10, 40, 160), 4, {"code": 1, "chat": 1}, 12),
+        roofline=RooflineSizes("smoke", "smoke", None, heatmap_all_dtypes=False),
+        mcsd=McsdSizes(2, 12, (0.0, 1.0)),
+        study_stores=StudyStoreSizes(crest_t=200)),
+    "quick": Profile(
+        "quick", target="gemma-3-270m", draft="self:12", n_prompts=10, max_new_tokens=128,
+        timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
+        cost_grid="adaptive",
+        dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, generate_id=False, random_vectors=200_000),
+        corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
+        compaction=CompactionSizes(None, 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5,
+                                   {"code": 2, "chat": 2}, 32),
+        roofline=RooflineSizes("paper-quick", "curve", 3, heatmap_all_dtypes=False),
+        mcsd=McsdSizes(4, 24, (1.0,)),
+        study_stores=StudyStoreSizes(crest_t=10_000)),
+    "full": Profile(
+        "full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
+        n_prompts=80, max_new_tokens=256, timed_prompts=40, timed_tokens=128,
+        pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"), cost_grid="adaptive",
+        dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, generate_id=False, random_vectors=1_000_000),
+        corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
+        compaction=CompactionSizes(None, None, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 5}, 128),
+        roofline=RooflineSizes("paper", "curve", None, heatmap_all_dtypes=True),
+        mcsd=McsdSizes(40, 128, (0.0, 1.0)),
+        study_stores=StudyStoreSizes(crest_t=10_000)),
+}
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; use one of {', '.join(PROFILES)}")
+    return PROFILES[name]
