@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import pytest
 import torch
 
@@ -189,3 +190,11 @@ def source(tmp_path):
         (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
     return src
 
+
+def clustered_unit_vectors(n: int, dims: int, centres: int, spread: float, seed: int = 0) -> np.ndarray:
+    """float32 [n, dims] unit vectors around ``centres`` random centres, Gaussian noise of std ``spread`` added
+    before normalising: data an ANN index should search well."""
+    rng = np.random.default_rng(seed)
+    middle = rng.standard_normal((centres, dims))
+    x = middle[rng.integers(0, centres, n)] + spread * rng.standard_normal((n, dims))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)

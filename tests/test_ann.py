@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import clustered_unit_vectors
 
 from specnb.datastores.ann import (
     AnnIndex,
@@ -21,10 +22,7 @@ from specnb.datastores.ann import (
 @pytest.fixture(scope="module")
 def clustered() -> np.ndarray:
     """Easy data: 2000 unit vectors in 16 dims around 40 well-separated centres."""
-    rng = np.random.default_rng(0)
-    centres = rng.standard_normal((40, 16))
-    x = centres[rng.integers(0, 40, 2000)] + 0.3 * rng.standard_normal((2000, 16))
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return clustered_unit_vectors(2000, 16, centres=40, spread=0.3)
 
 
 def test_exact_search_is_a_sorted_inner_product_top_k(clustered):

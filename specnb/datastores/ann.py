@@ -1,7 +1,10 @@
-"""Approximate nearest-neighbour search over unit-length keys: an hnswlib inner-product index, the exact
-(brute-force) search it is judged against, and the retrieval measures of the notebooks.
+"""Approximate nearest-neighbour search over unit-length keys: an hnswlib inner-product index, a FAISS IVF-PQ
+index for stores past what memory holds as float vectors and a graph, the exact (brute-force) search both are
+judged against, and the retrieval measures of the notebooks.
 
-DReSD used ScaNN; hnswlib (HNSW graphs) is used here. Its build parameters:
+DReSD used ScaNN (quantised keys); here hnswlib (HNSW graphs) up to :data:`IVFPQ_FROM` keys and FAISS IVF-PQ
+(:class:`IvfPqIndex`: inverted lists over product-quantised codes, ``m`` bytes a key) beyond. hnswlib's build
+parameters:
 
 * ``M``: graph degree (links per node; memory grows ~ 2 M x 4 bytes per vector on the base layer);
 * ``ef_construction``: candidate list size while inserting (build time vs graph quality);
@@ -21,6 +24,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import faiss
 import hnswlib
 import numpy as np
 import torch
@@ -101,6 +105,113 @@ class AnnIndex:
 
     def describe(self) -> dict[str, float | int]:
         return {**asdict(self.params), "n": len(self), "dim": self.dim, "build_seconds": self.build_seconds}
+
+
+# ------------------------------------------------------------------------------------------- IVF-PQ
+
+IVFPQ_FROM = 10_000_000  # keys from which ``--index auto`` builds IVF-PQ: hnswlib's vectors + graph pass ~4 GB
+PQ_BITS = 8  # bits of a sub-quantiser's code: 256 centroids each, one byte
+
+
+@dataclass(frozen=True)
+class IvfPqParams:
+    """FAISS IVF-PQ build / query parameters: ``nlist`` inverted lists (0: 4 sqrt(n), from 16 to 65536), ``m``
+    sub-quantisers of :data:`PQ_BITS` bits (a key's code is m bytes), trained on ``train_size`` sampled keys;
+    ``nprobe`` lists scanned per query."""
+
+    nlist: int = 0
+    m: int = 32
+    nprobe: int = 32
+    train_size: int = 200_000
+    seed: int = 0
+
+    def lists_for(self, n: int) -> int:
+        return self.nlist or int(np.clip(4 * np.sqrt(max(n, 1)), 16, 65_536))
+
+
+class IvfPqIndex:
+    """A FAISS IVF-PQ inner-product index over float32 [n, dim] keys, row i labelled i; :class:`AnnIndex`'s query
+    interface (``ef`` is the lists probed, ``nprobe``)."""
+
+    def __init__(self, index: faiss.Index, params: IvfPqParams, build_seconds: float = 0.0):
+        self.index, self.params, self.build_seconds = index, params, build_seconds
+
+    @classmethod
+    def trained(cls, sample: np.ndarray, n: int, params: IvfPqParams = IvfPqParams()) -> IvfPqIndex:
+        """An empty index trained on ``sample`` [s, dim] for a store of ``n`` keys (its lists and codebooks)."""
+        dim = sample.shape[1]
+        if dim % params.m:
+            raise ValueError(f"IVF-PQ needs m ({params.m}) to divide the key dimension ({dim})")
+        nlist = min(params.lists_for(n), max(1, sample.shape[0] // 39))  # FAISS wants >= 39 points per list
+        nbits = min(PQ_BITS, int(np.log2(sample.shape[0])))  # a codebook of at most as many codes as points
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(quantizer, dim, nlist, params.m, nbits, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = params.seed
+        index.pq.cp.seed = params.seed
+        start = time.perf_counter()
+        index.train(np.ascontiguousarray(sample, dtype=np.float32))
+        index.nprobe = params.nprobe
+        return cls(index, params, time.perf_counter() - start)
+
+    @classmethod
+    def build(cls, keys: np.ndarray, params: IvfPqParams = IvfPqParams(), chunk: int = 262_144,
+              progress: bool = True) -> IvfPqIndex:
+        """Train on a sample of ``keys`` (:func:`specnb.datastores.embed.sample_rows`' rule), then add every key."""
+        rng = np.random.default_rng(params.seed)
+        n = keys.shape[0]
+        rows = np.sort(rng.choice(n, size=min(n, params.train_size), replace=False))
+        out = cls.trained(np.asarray(keys[rows], dtype=np.float32), n, params)
+        start = time.perf_counter()
+        for i in tqdm(range(0, n, chunk), desc="ivfpq build", disable=not progress or n <= chunk):
+            out.add(keys[i:i + chunk], i)
+        out.build_seconds += time.perf_counter() - start
+        return out
+
+    def add(self, keys: np.ndarray, first: int) -> None:
+        """Add keys [b, dim] labelled ``first`` .. ``first + b - 1``."""
+        block = np.ascontiguousarray(keys, dtype=np.float32)
+        self.index.add_with_ids(block, np.arange(first, first + block.shape[0], dtype=np.int64))
+
+    def merge(self, other: IvfPqIndex) -> None:
+        """Move every key of ``other`` (trained alike: same lists and codebooks) into this index."""
+        self.index.merge_from(other.index, 0)
+
+    def __len__(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    def query(self, queries: np.ndarray, k: int, threads: int = 1,
+              ef: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids int64 [m, k], approximate similarities float32 [m, k]) best first; -1 ids where fewer than k keys
+        lie in the probed lists. ef: lists probed for this query (default ``params.nprobe``)."""
+        k = min(k, len(self))
+        queries = np.ascontiguousarray(queries, dtype=np.float32).reshape(-1, self.dim)
+        previous = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(threads)
+        try:
+            sims, ids = self.index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=ef or self.params.nprobe))
+        finally:
+            faiss.omp_set_num_threads(previous)
+        return ids.astype(np.int64), sims.astype(np.float32)
+
+    def save(self, path: str | Path) -> None:
+        faiss.write_index(self.index, str(path))
+
+    @classmethod
+    def load(cls, path: str | Path, params: IvfPqParams) -> IvfPqIndex:
+        """Open a saved index memory-mapped: its lists are read from disk as queries need them."""
+        return cls(faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY), params)
+
+    def nbytes(self) -> int:
+        """Bytes the index holds: its serialised size (codes, ids, centroids and codebooks)."""
+        return int(faiss.serialize_index(self.index).nbytes)
+
+    def describe(self) -> dict[str, float | int]:
+        return {**asdict(self.params), "nlist": int(self.index.nlist), "nbits": int(self.index.pq.nbits),
+                "n": len(self), "dim": self.dim, "build_seconds": self.build_seconds}
 
 
 # ------------------------------------------------------------------------------------- exact search

@@ -1,7 +1,7 @@
 """DReSD's datastore (Gritta et al., 2025): the target's hidden state at every position of a token corpus, turned
 into a 64-dim unit key (z-score -> PCA -> L2, :class:`specnb.datastores.embed.Projection`) and indexed with
-hnswlib; each key's value is the next tokens of its corpus position. Its builder and ``specnb datastore build
-dense`` are here; the drafter is :mod:`specnb.drafters.dense`.
+hnswlib (or FAISS IVF-PQ past memory); each key's value is the next tokens of its corpus position. Its builder
+and ``specnb datastore build dense`` are here; the drafter is :mod:`specnb.drafters.dense`.
 
 A dense datastore is a folder:
 
@@ -9,11 +9,12 @@ A dense datastore is a folder:
     values.i32.npy       int32 [n, 1 + N]   (see :mod:`specnb.datastores.embed`)
     keys.f32.npy         float32 [n, dims]  the transformed keys (exact search, MRR)
     projection.npz       the fitted z-score / PCA transform
-    index.hnsw           hnswlib inner-product index over the keys
+    index.hnsw | index.ivfpq   the inner-product index over the keys (hnswlib, or FAISS IVF-PQ: meta's index.kind)
     hidden.f16.npy, positions.i64.npy, corpus_tokens.i32.npy, doc_starts.i64.npy   analysis only
 
 It is built in ``<out>.partial`` and renamed into place at the end, so an interrupted build never loads
-(and rerunning the build resumes the hidden-state extraction). meta.json records every other file's checksums,
+(and rerunning the build resumes the hidden-state extraction: batch by batch in one process, shard by shard on
+Ray, :mod:`specnb.datastores.shards`). meta.json records every other file's checksums,
 checked (sizes and a sampled hash) whenever the store is opened. A build never replaces a folder that is not
 a dense store, and replaces a store only with ``overwrite``, once the new one is complete.
 """
@@ -32,13 +33,15 @@ import numpy as np
 from ..atomic import atomic_folder, check_replaceable
 from ..model.models import LoadedModel, load_model
 from ..paths import artifact_path, safe_name
-from .ann import AnnIndex, IndexParams
+from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
 from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from .manifest import check_files, read_meta, write_meta
+from .shards import Cluster, extract_on_ray
 
 FORMAT_VERSION = 1
-RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz", "index.hnsw")
+RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz")  # and the index file
+INDEX_FILES = {"hnsw": "index.hnsw", "ivfpq": "index.ivfpq"}
 
 
 @dataclass
@@ -55,6 +58,8 @@ class BuildConfig:
     overlap: int = 64
     batch_tokens: int = 4096
     index: IndexParams = field(default_factory=IndexParams)
+    index_kind: str = "auto"  # hnsw | ivfpq | auto (IVF-PQ from ann.IVFPQ_FROM keys)
+    ivfpq: IvfPqParams = field(default_factory=IvfPqParams)
     keep_hidden: bool = True  # keep hidden.f16.npy for analyses (PCA ablations); not needed to draft
 
 
@@ -67,7 +72,7 @@ class DenseDatastore:
     values: np.ndarray
     keys: np.ndarray
     projection: Projection
-    index: AnnIndex
+    index: AnnIndex | IvfPqIndex
 
     @property
     def rows(self) -> int:
@@ -101,7 +106,8 @@ class DenseDatastore:
 
     def storage_bytes(self) -> int:
         """Bytes on disk of what drafting needs (values, projection, index, meta)."""
-        return sum((self.path / name).stat().st_size for name in RUNTIME_FILES)
+        files = (*RUNTIME_FILES, INDEX_FILES[index_kind(self.meta)])
+        return sum((self.path / name).stat().st_size for name in files)
 
     def check(self, target: LoadedModel) -> None:
         """Raise CorpusError unless ``target`` is the model (and tokenizer) the hidden states came from."""
@@ -133,8 +139,9 @@ def load_datastore(path: str | Path) -> DenseDatastore:
         values = np.load(path / "values.i32.npy", mmap_mode="r")
         keys = np.load(path / "keys.f32.npy", mmap_mode="r")
         projection = Projection.load(path / "projection.npz")
-        params = IndexParams(**meta["index"])
-        index = AnnIndex.load(path / "index.hnsw", projection.dims, params)
+        kind, params = index_kind(meta), {k: v for k, v in meta["index"].items() if k != "kind"}
+        index = AnnIndex.load(path / INDEX_FILES["hnsw"], projection.dims, IndexParams(**params)) \
+            if kind == "hnsw" else IvfPqIndex.load(path / INDEX_FILES["ivfpq"], IvfPqParams(**params))
         rows = meta["rows"]
         if values.shape[0] != rows or keys.shape != (rows, projection.dims) or len(index) != rows:
             raise ValueError(f"sizes disagree: meta {rows} rows, values {values.shape}, keys {keys.shape}, "
@@ -148,8 +155,10 @@ def load_datastore(path: str | Path) -> DenseDatastore:
 
 
 def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, config: BuildConfig | None = None,
-                    progress: bool = True, overwrite: bool = False) -> DenseDatastore:
+                    progress: bool = True, overwrite: bool = False, cluster: Cluster | None = None) -> DenseDatastore:
     """Extract hidden states of ``corpus``, fit the key transform, index the keys, and save atomically.
+
+    cluster: extract shard by shard on Ray actors (:mod:`specnb.datastores.shards`); None: in this process.
 
     An existing complete datastore at ``out`` is returned as is unless ``overwrite``; then it is replaced once
     the new one is complete. A folder at ``out`` that is not a dense store is never replaced (ExistsError).
@@ -163,8 +172,13 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
         return store
     corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
     with atomic_folder(out, replace=replace, keep_partial=True) as tmp:
-        _build_into(tmp, target, corpus, config, progress)
+        _build_into(tmp, target, corpus, config, progress, cluster)
     return load_datastore(out)
+
+
+def index_kind(meta: dict[str, Any]) -> str:
+    """``"hnsw"`` or ``"ivfpq"``: the index a store's meta.json records (stores from before IVF-PQ: hnsw)."""
+    return meta["index"].get("kind", "hnsw")
 
 
 def is_dense_store(path: Path) -> bool:
@@ -173,11 +187,14 @@ def is_dense_store(path: Path) -> bool:
     return meta is not None and meta.get("kind") == "dense"
 
 
-def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: BuildConfig, progress: bool) -> None:
+def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: BuildConfig, progress: bool,
+                cluster: Cluster | None = None) -> None:
     """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there)."""
     t0 = time.perf_counter()
-    extracted = extract(target, corpus, tmp, n_next=config.n_next, seq_len=config.seq_len, overlap=config.overlap,
-                        batch_tokens=config.batch_tokens, progress=progress)
+    sizes = {"n_next": config.n_next, "seq_len": config.seq_len, "overlap": config.overlap,
+             "batch_tokens": config.batch_tokens, "progress": progress}
+    extracted = extract(target, corpus, tmp, **sizes) if cluster is None else \
+        extract_on_ray(target, corpus, tmp, cluster, **sizes)
     info, _ = TokenizerInfo.of(target)
     _index_into(tmp, extracted, info.__dict__, corpus.meta, config, {"extract_seconds": time.perf_counter() - t0},
                 progress)
@@ -195,8 +212,11 @@ def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any],
     np.save(tmp / "keys.f32.npy", keys)
     times["projection_seconds"] = time.perf_counter() - t0
 
-    index = AnnIndex.build(keys, config.index, progress=progress)
-    index.save(tmp / "index.hnsw")
+    kind = config.index_kind if config.index_kind != "auto" else "ivfpq" if len(keys) >= IVFPQ_FROM else "hnsw"
+    params = config.index if kind == "hnsw" else config.ivfpq
+    index = AnnIndex.build(keys, config.index, progress=progress) if kind == "hnsw" else \
+        IvfPqIndex.build(keys, config.ivfpq, progress=progress)
+    index.save(tmp / INDEX_FILES[kind])
     times["index_seconds"] = index.build_seconds
     del hidden
     if not config.keep_hidden:
@@ -209,7 +229,7 @@ def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any],
             "projection": {**projection.meta, "dims": projection.dims, "l2": projection.l2,
                            "explained_variance_at_dims": float(projection.explained_variance_ratio[
                                :projection.dims].sum())},
-            "index": asdict(config.index), "timings": {k: round(v, 2) for k, v in times.items()},
+            "index": {"kind": kind, **asdict(params)}, "timings": {k: round(v, 2) for k, v in times.items()},
             "built": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_meta(tmp, meta)  # last: marks completion
 
@@ -290,7 +310,7 @@ def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = No
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``specnb datastore build dense SOURCE --model M [--out DIR] ...`` (to hang under `datastore build`)."""
     defaults = BuildConfig()
-    parser = subparsers.add_parser("dense", help="DReSD datastore: hidden states -> PCA keys -> hnswlib index")
+    parser = subparsers.add_parser("dense", help="DReSD datastore: hidden states -> PCA keys -> hnswlib or IVF-PQ")
     parser.add_argument("source", help="code | chat | responses .jsonl (ID data) | corpus folder | path")
     parser.add_argument("--model", required=True, help="target model whose hidden states are stored")
     parser.add_argument("--dtype", default="auto", help="model dtype for extraction (auto: bf16 where fast)")
@@ -307,6 +327,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         help="hnswlib build-time candidate list")
     parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search,
                         help="hnswlib query-time candidate list")
+    parser.add_argument("--index", choices=("auto", "hnsw", "ivfpq"), default=defaults.index_kind,
+                        help=f"the key index (auto: FAISS IVF-PQ from {IVFPQ_FROM:,} keys, else hnswlib)")
+    parser.add_argument("--nlist", type=int, default=defaults.ivfpq.nlist, help="IVF-PQ lists (0: 4 sqrt(n))")
+    parser.add_argument("--pq-m", type=int, default=defaults.ivfpq.m, help="IVF-PQ code bytes per key")
+    parser.add_argument("--nprobe", type=int, default=defaults.ivfpq.nprobe, help="IVF-PQ lists scanned per query")
+    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="extract shard by shard on a Ray cluster (no address: a local Ray on this machine)")
+    parser.add_argument("--workers", type=int, default=2, help="Ray actors (each loads the model once)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per Ray actor")
+    parser.add_argument("--shards", type=int, default=0, help="pieces of work (0: 4 per worker)")
     parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
                         "the new one is complete; never a folder that is not one)")
@@ -319,13 +349,21 @@ def _cli_build(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else datastore_path(name, args.model)
     check_source(args.source)  # before the model loads
     check_replaceable(out, is_dense_store, True, "dense datastore")
+    for flag in ("workers", "threads", "pq_m", "nprobe"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.dims % args.pq_m and args.index != "hnsw":
+        raise ValueError(f"--pq-m ({args.pq_m}) must divide --dims ({args.dims}) for an IVF-PQ index")
+    cluster = None if args.ray is None else Cluster(None if args.ray == "local" else args.ray, args.workers,
+                                                      args.threads, args.shards)
     target = load_model(args.model, dtype=args.dtype)
     corpus = resolve_corpus(args.source, target, args.max_tokens)
     config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
                          sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
-                         index=IndexParams(args.M, args.ef_construction, args.ef_search),
+                         index=IndexParams(args.M, args.ef_construction, args.ef_search), index_kind=args.index,
+                         ivfpq=IvfPqParams(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe),
                          keep_hidden=not args.no_hidden)
-    store = build_datastore(target, corpus, out, config, overwrite=args.overwrite)
+    store = build_datastore(target, corpus, out, config, overwrite=args.overwrite, cluster=cluster)
     print(f"{store.path}: {store.rows:,} keys of {store.projection.dims} dims, "
           f"{store.storage_bytes() / 2**20:.1f} MiB to draft, timings {store.meta['timings']}")
     return 0

@@ -119,19 +119,24 @@ def last_hidden_states(target: LoadedModel, ids: torch.Tensor, attention_mask: t
     return target.model.get_decoder()(input_ids=ids, attention_mask=attention_mask).last_hidden_state
 
 
-def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next: int = N_NEXT,
-            seq_len: int = 512, overlap: int = 64, batch_tokens: int = 4096, progress: bool = True) -> dict[str, Any]:
-    """Write hidden.f16, values.i32 and positions.i64 for ``corpus`` into folder ``out`` (resumable).
+@dataclass(frozen=True)
+class Plan:
+    """An extraction's layout: its ``params`` (recorded in extract.json), every row's corpus ``positions`` and
+    document ends, the batches of segments in the order they run, and the corpus's sha256."""
 
-    Returns the extraction's parameters and counts (also written to ``out/extract.json`` when complete).
-    The folder is a work area: the caller renames it into place once everything else is built.
-    """
+    params: dict[str, Any]
+    positions: np.ndarray
+    doc_ends: np.ndarray
+    work: list[list[Segment]]
+    corpus_sha256: str
+
+
+def plan(target: LoadedModel, corpus: TokenCorpus, *, n_next: int = N_NEXT, seq_len: int = 512, overlap: int = 64,
+         batch_tokens: int = 4096) -> Plan:
+    """The layout of extracting ``corpus`` with ``target`` (ValueError for impossible sizes or an empty corpus)."""
     if seq_len < 1 or overlap < 0 or batch_tokens < seq_len + overlap:
         raise ValueError(f"need seq_len >= 1, overlap >= 0, batch_tokens >= seq_len + overlap; got {seq_len}, "
                          f"{overlap}, {batch_tokens}")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tokens = np.asarray(corpus.tokens)
     d = target.model.config.get_text_config().hidden_size
     pad_id = min(target.eos_token_ids) if target.eos_token_ids else -1
     positions, doc_ends = row_layout(corpus.doc_starts)
@@ -143,47 +148,79 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
               "overlap": overlap, "batch_tokens": batch_tokens, "corpus": corpus.meta.get("name"),
               "corpus_tokens": corpus.num_tokens, "corpus_docs": corpus.num_docs}
     work = batches(segments(corpus.doc_starts, seq_len, overlap), batch_tokens)
+    return Plan(params, positions, doc_ends, work, corpus_digest(corpus))
+
+
+def write_layout(out: Path, corpus: TokenCorpus, layout: Plan) -> None:
+    """Every file of the extraction but the hidden states: values, positions, corpus tokens, document starts."""
+    tokens = np.asarray(corpus.tokens)
+    p = layout.params
+    np.save(out / "values.i32.npy", next_tokens(tokens, layout.positions, layout.doc_ends, p["n_next"], p["pad_id"]))
+    np.save(out / "positions.i64.npy", layout.positions)
+    np.save(out / "corpus_tokens.i32.npy", tokens)
+    np.save(out / "doc_starts.i64.npy", corpus.doc_starts)
+
+
+def run_batch(target: LoadedModel, tokens: np.ndarray, batch: list[Segment]) -> list[tuple[int, np.ndarray]]:
+    """One forward pass over a batch of segments: (first row, float16 states [rows, d]) of each segment."""
+    device = next(target.model.parameters()).device
+    width = batch[0].length
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    mask = torch.zeros(len(batch), width, dtype=torch.long)
+    for b, seg in enumerate(batch):
+        ids[b, :seg.length] = torch.from_numpy(tokens[seg.context:seg.end].astype(np.int64))
+        mask[b, :seg.length] = 1
+    states = last_hidden_states(target, ids.to(device), mask.to(device)).float().cpu().numpy()
+    return [(seg.row, states[b, seg.keep - seg.context:seg.length].astype(np.float16)) for b, seg in enumerate(batch)]
+
+
+def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next: int = N_NEXT,
+            seq_len: int = 512, overlap: int = 64, batch_tokens: int = 4096, progress: bool = True) -> dict[str, Any]:
+    """Write hidden.f16, values.i32 and positions.i64 for ``corpus`` into folder ``out`` (resumable).
+
+    Returns the extraction's parameters and counts (also written to ``out/extract.json`` when complete).
+    The folder is a work area: the caller renames it into place once everything else is built.
+    """
+    layout = plan(target, corpus, n_next=n_next, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokens = np.asarray(corpus.tokens)
+    n, d, work = layout.params["rows"], layout.params["hidden_size"], layout.work
     progress_file = out / "progress.json"
-    state = {"params": params, "corpus_sha256": corpus_digest(corpus)}  # what the files in ``out`` hold
+    state = {"params": layout.params, "corpus_sha256": layout.corpus_sha256}  # what the files in ``out`` hold
     done = _batches_done(progress_file, state)
     if not done:  # starting over: a record of another run's batches must not outlive the files it describes
         progress_file.unlink(missing_ok=True)
-    mode = "r+" if done else "w+"
-    hidden = np.lib.format.open_memmap(out / "hidden.f16.npy", mode=mode, dtype=np.float16, shape=(n, d))
+    hidden = np.lib.format.open_memmap(out / "hidden.f16.npy", mode="r+" if done else "w+", dtype=np.float16,
+                                       shape=(n, d))
     if not done:
-        np.save(out / "values.i32.npy", next_tokens(tokens, positions, doc_ends, n_next, pad_id))
-        np.save(out / "positions.i64.npy", positions)
-        np.save(out / "corpus_tokens.i32.npy", tokens)
-        np.save(out / "doc_starts.i64.npy", corpus.doc_starts)
-    device = next(target.model.parameters()).device
+        write_layout(out, corpus, layout)
     bar = tqdm(total=n, initial=sum(s.end - s.keep for b in work[:done] for s in b), unit="tok",
                desc=f"hidden states ({target.name})", disable=not progress, smoothing=0.1)
     for i in range(done, len(work)):
-        batch = work[i]
-        width = batch[0].length
-        ids = torch.zeros(len(batch), width, dtype=torch.long)
-        mask = torch.zeros(len(batch), width, dtype=torch.long)
-        for b, seg in enumerate(batch):
-            ids[b, :seg.length] = torch.from_numpy(tokens[seg.context:seg.end].astype(np.int64))
-            mask[b, :seg.length] = 1
-        states = last_hidden_states(target, ids.to(device), mask.to(device)).float().cpu().numpy()
-        for b, seg in enumerate(batch):
-            first = seg.keep - seg.context
-            hidden[seg.row:seg.row + seg.end - seg.keep] = states[b, first:seg.length]
-            bar.update(seg.end - seg.keep)
+        for row, states in run_batch(target, tokens, work[i]):
+            hidden[row:row + states.shape[0]] = states
+            bar.update(states.shape[0])
         if i % 8 == 7 or i == len(work) - 1:  # flush, then record progress: never ahead of the data
             hidden.flush()
             write_text(progress_file, json.dumps({**state, "batches_done": i + 1}))  # atomic: never half
     bar.close()
     hidden.flush()
     del hidden
+    params = finish(out, layout)
+    progress_file.unlink(missing_ok=True)
+    return params
+
+
+def finish(out: Path, layout: Plan) -> dict[str, Any]:
+    """Check the hidden states in ``out`` and write extract.json (the mark of a complete extraction)."""
+    n = layout.params["rows"]
     if not np.isfinite(np.load(out / "hidden.f16.npy", mmap_mode="r")[:: max(1, n // 4096)]).all():
         raise ValueError("hidden states overflow float16; extract in a smaller-range dtype is not supported")
-    write_text(out / "extract.json", json.dumps(params, indent=1))
-    progress_file.unlink(missing_ok=True)
-    for stale in out.glob(".*.partial-*.json"):  # a progress or extract.json write killed half-way
+    write_text(out / "extract.json", json.dumps(layout.params, indent=1))
+    for stale in out.glob(".*.partial-*"):  # a progress, extract.json or shard write killed half-way
         stale.unlink(missing_ok=True)
-    return params
+    return layout.params
 
 
 def corpus_digest(corpus: TokenCorpus) -> str:

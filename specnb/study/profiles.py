@@ -40,6 +40,7 @@ class DresdSizes:
     build: Mapping[str, int]  # the BuildConfig fields extraction / indexing sets away from their defaults
     generate_id: bool  # the ID responses may be generated on the fly when none are shipped (tiny models)
     random_vectors: int  # random vectors of notebook 03's hnswlib scale test (target: <= 1 ms per query at 1 M)
+    index_scale: tuple[int, ...]  # random keys at which notebook 03 sets hnswlib beside FAISS IVF-PQ
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ PROFILES = {
         timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", "self:2"), cost_grid="smoke",
         dresd=DresdSizes({"code": 2_000, "chat": 1_000},
                          {"dims": 16, "n_components": 64, "seq_len": 128, "overlap": 16, "batch_tokens": 2048},
-                         generate_id=True, random_vectors=5_000),
+                         generate_id=True, random_vectors=5_000, index_scale=(2_000, 5_000)),
         corpus_sweep=CorpusSweepSizes((0.5, 1.0), whole_stdlib=False),
         compaction=CompactionSizes(6, 30_000, (10, 40, 160), 4, {"code": 1, "chat": 1}, 12),
         roofline=RooflineSizes("smoke", "smoke", None, heatmap_all_dtypes=False),
@@ -139,7 +140,8 @@ PROFILES = {
         "quick", target="gemma-3-270m", draft="self:12", n_prompts=10, max_new_tokens=128,
         timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
         cost_grid="adaptive",
-        dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, generate_id=False, random_vectors=200_000),
+        dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, generate_id=False, random_vectors=200_000,
+                         index_scale=(100_000, 1_000_000)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5,
                                    {"code": 2, "chat": 2}, 32),
@@ -150,7 +152,8 @@ PROFILES = {
         "full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
         n_prompts=80, max_new_tokens=256, timed_prompts=40, timed_tokens=128,
         pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"), cost_grid="adaptive",
-        dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, generate_id=False, random_vectors=1_000_000),
+        dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, generate_id=False, random_vectors=1_000_000,
+                         index_scale=(100_000, 1_000_000, 10_000_000)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, None, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 5}, 128),
         roofline=RooflineSizes("paper", "curve", None, heatmap_all_dtypes=True),

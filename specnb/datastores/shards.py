@@ -1,0 +1,168 @@
+"""Sharded, resumable extraction of a dense store's hidden states on a Ray cluster (``--ray [ADDRESS]``).
+
+The extraction's batches (:func:`specnb.datastores.embed.plan`: the very batches a single process runs) are cut
+into ``shards`` contiguous groups. A Ray Data pipeline maps the shards on actors that each load the target once
+(one GPU each where the cluster has GPUs, else CPU actors of ``threads`` threads) and write a shard's rows
+atomically to ``<work>/shards/NNNNN.npz``. ``<work>/plan.json`` records what every shard is made with (the
+extraction's parameters, the corpus's sha256, the shard count): a build killed as a whole resumes from the shards
+on disk, and a folder planned with other parameters is refused, never mixed. A worker that dies costs its shard,
+which Ray runs again on a new actor. The shards are then gathered into the hidden.f16.npy a single-process
+extraction writes, row for row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..atomic import atomic_file, write_text
+from ..model.models import LoadedModel
+from .corpus import TokenCorpus
+from .embed import Plan, finish, plan, run_batch, write_layout
+
+PLAN_FORMAT = 1
+
+
+class PlanMismatch(ValueError):
+    """A work folder whose shards were planned with other parameters or another corpus."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where and how wide to run: a Ray ``address`` (None: a local Ray on this machine), ``workers`` actors of
+    ``threads`` CPU threads each (one GPU each where the cluster has them), ``shards`` pieces of work."""
+
+    address: str | None = None
+    workers: int = 2
+    threads: int = 1
+    shards: int = 0  # 0: 4 per worker
+
+    def shard_count(self, batches: int) -> int:
+        return max(1, min(batches, self.shards or 4 * self.workers))
+
+
+def shard_path(work: Path, shard: int) -> Path:
+    return work / "shards" / f"{shard:05d}.npz"
+
+
+def finished(work: Path, count: int) -> list[int]:
+    """The shards of ``work`` already on disk (each was written whole, atomically)."""
+    return [s for s in range(count) if shard_path(work, s).exists()]
+
+
+def check_plan(work: Path, record: dict[str, Any]) -> None:
+    """Record ``record`` as ``work``'s plan, or raise PlanMismatch when the folder holds another one."""
+    path = work / "plan.json"
+    if path.exists():
+        held = json.loads(path.read_text())
+        if held != record:
+            changed = sorted(k for k in {**held.get("params", {}), **record["params"]}
+                             if held.get("params", {}).get(k) != record["params"].get(k))
+            what = ", ".join(changed) or ("the corpus" if held.get("corpus_sha256") != record["corpus_sha256"]
+                                          else "the shard count")
+            raise PlanMismatch(f"{work} holds an interrupted build made with other parameters ({what}); rerun with "
+                               "the same ones to resume it, or remove that folder")
+        return
+    (work / "shards").mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=1))
+
+
+def shard_bounds(batches: int, count: int) -> np.ndarray:
+    """int [count + 1]: shard s runs batches ``bounds[s]:bounds[s + 1]``."""
+    return np.linspace(0, batches, count + 1).round().astype(np.int64)
+
+
+def run_shard(target: LoadedModel, layout: Plan, tokens: np.ndarray, work: Path, shard: int,
+              bounds: np.ndarray) -> int:
+    """Compute shard ``shard``'s rows and write them atomically; returns its row count."""
+    rows, states = [], []
+    for batch in layout.work[bounds[shard]:bounds[shard + 1]]:
+        for row, state in run_batch(target, tokens, batch):
+            rows.append(np.arange(row, row + state.shape[0]))
+            states.append(state)
+    rows_a = np.concatenate(rows) if rows else np.empty(0, np.int64)
+    states_a = np.concatenate(states) if states else np.empty((0, layout.params["hidden_size"]), np.float16)
+    with atomic_file(shard_path(work, shard)) as tmp, tmp.open("wb") as f:
+        np.savez(f, rows=rows_a, hidden=states_a)
+    return int(rows_a.shape[0])
+
+
+class _ShardActor:
+    """A Ray Data actor: loads the target once, then computes the shards it is handed."""
+
+    def __init__(self, model: dict[str, str], threads: int, work: str, corpus: TokenCorpus, layout: Plan,
+                 bounds: np.ndarray):
+        import torch
+
+        from ..model.models import load_model
+
+        torch.set_num_threads(threads)
+        self.target = load_model(model["name"], dtype=model["dtype"], weights=model["weights"])
+        self.work, self.layout, self.bounds = Path(work), layout, bounds
+        self.tokens = np.asarray(corpus.tokens)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = []
+        for shard in batch["shard"].tolist():
+            marker = self.work / f"kill-worker-at-{shard}"
+            if marker.exists():  # how a test kills a worker mid-build: the first actor to reach the shard dies
+                marker.unlink()
+                os._exit(1)
+            rows.append(run_shard(self.target, self.layout, self.tokens, self.work, shard, self.bounds))
+        return {"shard": batch["shard"], "rows": np.asarray(rows, dtype=np.int64)}
+
+
+def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cluster: Cluster, *,
+                   n_next: int, seq_len: int, overlap: int, batch_tokens: int,
+                   progress: bool = True) -> dict[str, Any]:
+    """:func:`specnb.datastores.embed.extract`'s files in folder ``out``, computed shard by shard on Ray.
+
+    ``target`` names the model the actors load (its name, dtype and weights); the driver runs no forward pass.
+    Returns the extraction's parameters, as ``extract`` does.
+    """
+    import ray
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    layout = plan(target, corpus, n_next=n_next, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
+    count = cluster.shard_count(len(layout.work))
+    check_plan(out, {"format": PLAN_FORMAT, "params": layout.params, "corpus_sha256": layout.corpus_sha256,
+                     "shards": count})
+    bounds = shard_bounds(len(layout.work), count)
+    if not (out / "values.i32.npy").exists():
+        write_layout(out, corpus, layout)
+    todo = [s for s in range(count) if s not in set(finished(out, count))]
+    if progress:
+        print(f"{out}: {count - len(todo)} of {count} shards done, {len(todo)} to run on Ray")
+    if todo:
+        if not ray.is_initialized():
+            ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        model = {"name": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+                 "weights": target.weights}
+        shards = ray.data.from_items([{"shard": s} for s in todo], override_num_blocks=len(todo))
+        done = shards.map_batches(
+            _ShardActor, batch_size=1, concurrency=cluster.workers, num_cpus=cluster.threads, num_gpus=gpus,
+            fn_constructor_kwargs={"model": model, "threads": cluster.threads, "work": str(out), "corpus": corpus,
+                                   "layout": layout, "bounds": bounds})
+        with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
+            for _ in done.iter_rows():
+                bar.update(1)
+    hidden = np.lib.format.open_memmap(out / "hidden.f16.npy", mode="w+", dtype=np.float16,
+                                       shape=(layout.params["rows"], layout.params["hidden_size"]))
+    for s in range(count):
+        with np.load(shard_path(out, s)) as shard:
+            hidden[shard["rows"]] = shard["hidden"]
+    hidden.flush()
+    del hidden
+    params = finish(out, layout)
+    shutil.rmtree(out / "shards")  # ours: the shards, and any half-written one a killed worker left
+    (out / "plan.json").unlink()
+    return params
