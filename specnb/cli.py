@@ -296,7 +296,7 @@ def _datastore_verify(args: argparse.Namespace) -> int:
     """0 when the store checks out; 1 with one line saying what is wrong when a store there is damaged; a path
     with nothing at it is a user error (2, from :func:`main`)."""
     from .datastores import CorpusError
-    from .datastores.verify import verify_store
+    from .datastores.manifest import verify_store
 
     if not Path(args.path).exists():
         raise FileNotFoundError(f"no datastore at {args.path}")

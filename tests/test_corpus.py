@@ -17,7 +17,7 @@ from specnb.datastores.corpus import (
     load_corpus,
     stdlib_files,
 )
-from specnb.datastores.verify import verify_store
+from specnb.datastores.manifest import verify_store
 from specnb.model.models import byte_tokenizer
 
 

@@ -15,7 +15,7 @@ from specnb.datastores import dense as dense_store
 from specnb.datastores.ann import AnnIndex, IndexParams
 from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
 from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore, subset_datastore
-from specnb.datastores.verify import verify_store
+from specnb.datastores.manifest import verify_store
 from specnb.draft_shapes import retrieval_shape
 from specnb.drafters.dense import DenseDrafter
 from specnb.eval.methods import make_drafter

@@ -27,8 +27,7 @@ from specnb.datastores.ann import IndexParams
 from specnb.datastores.corpus import build_corpus, load_corpus
 from specnb.datastores.crest import CrestStore
 from specnb.datastores.dense import BuildConfig, build_datastore, load_datastore
-from specnb.datastores.manifest import CHUNK, SAMPLES
-from specnb.datastores.verify import verify_store
+from specnb.datastores.manifest import CHUNK, SAMPLES, verify_store
 from specnb.paths import cache_dir
 from tests.conftest import tiny
 from tests.interrupting import interrupted

@@ -4,7 +4,7 @@ A folder store (corpus, REST, dense) records in its ``meta.json`` (written last,
 complete build) ``"files": {name: {"bytes", "sha256", "sample_sha256"}}`` for every other file. Opening a
 store checks every file's size and its *sampled* hash (16 chunks of 4 KiB at fixed offsets: milliseconds
 even for gigabytes, and it catches a file overwritten or truncated); ``specnb datastore verify PATH`` checks
-the full hashes (:mod:`specnb.datastores.verify`). A CREST store is one SQLite file and records the same two
+the full hashes (:func:`verify_store`). A CREST store is one SQLite file and records the same two
 hashes over its trees table (see :mod:`specnb.datastores.crest`). Stores built before checksums existed carry
 no ``files`` and are not checked.
 """
@@ -12,7 +12,9 @@ no ``files`` and are not checked.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,10 @@ from . import CorpusError
 SAMPLES = 16
 CHUNK = 4096
 META = "meta.json"
+# How each kind of store is opened: "module:attribute" under specnb.datastores, imported only when a store of that
+# kind is verified. Every kind imports this module to record its files, so the table names them, never imports.
+OPENERS = {"rest": "rest:RestIndex.load", "dense": "dense:load_datastore", "corpus": "corpus:load_corpus",
+           "crest": "crest:CrestStore"}
 
 
 def full_hash(path: Path) -> str:
@@ -84,3 +90,31 @@ def read_meta(path: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return meta if isinstance(meta, dict) else None
+
+
+def opener(kind: str) -> Callable[[Path], Any]:
+    """The function that opens (and checks) a store of ``kind`` from its path."""
+    module, attribute = OPENERS[kind].split(":")
+    found: Any = importlib.import_module(f"{__package__}.{module}")
+    for name in attribute.split("."):
+        found = getattr(found, name)
+    return found
+
+
+def verify_store(path: str | Path) -> str:
+    """``specnb datastore verify``: check every byte of the store at ``path`` (any kind) against its recorded
+    checksums, then open it. Returns a one-line report; raises CorpusError when anything is wrong."""
+    path = Path(path)
+    if path.is_file():
+        store = opener("crest")(path)
+        store.verify()
+        return f"ok: CREST store {path}, {len(store):,} n-grams, {store.storage_bytes:,} bytes checked"
+    meta = read_meta(path)
+    if meta is None:
+        raise CorpusError(f"{path} is not a datastore (no readable meta.json)")
+    if "files" not in meta:
+        raise CorpusError(f"{path} records no checksums (built by an older specnb); build it again to verify it")
+    checked = check_files(path, meta, full=True)
+    kind = meta.get("kind") if meta.get("kind") in ("rest", "dense") else "corpus"
+    opener(kind)(path)
+    return f"ok: {kind} store {path}, {len(meta['files'])} files, {checked:,} bytes checked"
