@@ -127,3 +127,18 @@ def test_an_ivfpq_store_drafts_losslessly(single, tmp_path):
     out = generate(target, prompt, DenseDrafter(store, 4, 8), max_new_tokens=24)
     assert out.tokens == ar.tokens
     assert sum(c.accepted for c in out.stats.calls) > 0
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--ray", "--workers", "0"], "--workers must be >= 1, got 0"),
+    (["--index", "ivfpq", "--dims", "8", "--pq-m", "32"], "--pq-m (32) must divide --dims (8)"),
+])
+def test_bad_cluster_or_index_flags_are_one_line_errors(tmp_path, capsys, flags, message):
+    from specnb.cli import main
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    argv = ["datastore", "build", "dense", str(tmp_path / "src"), "--model", "tiny-llama", "--out"]
+    assert main([*argv, str(tmp_path / "ds"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and not (tmp_path / "ds").exists()

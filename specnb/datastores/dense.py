@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,8 @@ def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any],
     times["projection_seconds"] = time.perf_counter() - t0
 
     kind = config.index_kind if config.index_kind != "auto" else "ivfpq" if len(keys) >= IVFPQ_FROM else "hnsw"
+    if kind == "ivfpq" and config.index_kind == "auto":  # chosen here: codes that split the keys evenly
+        config = replace(config, ivfpq=replace(config.ivfpq, m=math.gcd(config.ivfpq.m, keys.shape[1])))
     params = config.index if kind == "hnsw" else config.ivfpq
     index = AnnIndex.build(keys, config.index, progress=progress) if kind == "hnsw" else \
         IvfPqIndex.build(keys, config.ivfpq, progress=progress)
@@ -352,7 +355,7 @@ def _cli_build(args: argparse.Namespace) -> int:
     for flag in ("workers", "threads", "pq_m", "nprobe"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.dims % args.pq_m and args.index != "hnsw":
+    if args.dims % args.pq_m and args.index == "ivfpq":
         raise ValueError(f"--pq-m ({args.pq_m}) must divide --dims ({args.dims}) for an IVF-PQ index")
     cluster = None if args.ray is None else Cluster(None if args.ray == "local" else args.ray, args.workers,
                                                       args.threads, args.shards)
