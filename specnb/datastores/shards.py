@@ -57,8 +57,9 @@ def finished(work: Path, count: int) -> list[int]:
     return [s for s in range(count) if shard_path(work, s).exists()]
 
 
-def check_plan(work: Path, record: dict[str, Any]) -> None:
-    """Record ``record`` as ``work``'s plan, or raise PlanMismatch when the folder holds another one."""
+def check_plan(work: Path, record: dict[str, Any]) -> bool:
+    """Record ``record`` as ``work``'s plan (True: a new plan, nothing of it on disk yet), or find it there (False);
+    raise PlanMismatch when the folder holds another one."""
     path = work / "plan.json"
     if path.exists():
         held = json.loads(path.read_text())
@@ -69,9 +70,10 @@ def check_plan(work: Path, record: dict[str, Any]) -> None:
                                           else "the shard count")
             raise PlanMismatch(f"{work} holds an interrupted build made with other parameters ({what}); rerun with "
                                "the same ones to resume it, or remove that folder")
-        return
+        return False
     (work / "shards").mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(record, indent=1))
+    return True
 
 
 def shard_bounds(batches: int, count: int) -> np.ndarray:
@@ -104,7 +106,7 @@ class _ShardActor:
         from ..model.models import load_model
 
         torch.set_num_threads(threads)
-        self.target = load_model(model["name"], dtype=model["dtype"], weights=model["weights"])
+        self.target = load_model(model["name"], dtype=model["dtype"], device=model["device"], weights=model["weights"])
         self.work, self.layout, self.bounds = Path(work), layout, bounds
         self.tokens = np.asarray(corpus.tokens)
 
@@ -133,12 +135,12 @@ def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cl
     out.mkdir(parents=True, exist_ok=True)
     layout = plan(target, corpus, n_next=n_next, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
     count = cluster.shard_count(len(layout.work))
-    check_plan(out, {"format": PLAN_FORMAT, "params": layout.params, "corpus_sha256": layout.corpus_sha256,
-                     "shards": count})
+    if check_plan(out, {"format": PLAN_FORMAT, "params": layout.params, "corpus_sha256": layout.corpus_sha256,
+                        "shards": count}):
+        write_layout(out, corpus, layout)  # a new plan: whatever else the folder holds is not this build's
     bounds = shard_bounds(len(layout.work), count)
-    if not (out / "values.i32.npy").exists():
-        write_layout(out, corpus, layout)
-    todo = [s for s in range(count) if s not in set(finished(out, count))]
+    done = set(finished(out, count))
+    todo = [s for s in range(count) if s not in done]
     if progress:
         print(f"{out}: {count - len(todo)} of {count} shards done, {len(todo)} to run on Ray")
     if todo:
@@ -146,14 +148,14 @@ def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cl
             ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         model = {"name": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-                 "weights": target.weights}
+                 "weights": target.weights, "device": "cuda" if gpus else "cpu"}
         shards = ray.data.from_items([{"shard": s} for s in todo], override_num_blocks=len(todo))
-        done = shards.map_batches(
+        results = shards.map_batches(
             _ShardActor, batch_size=1, concurrency=cluster.workers, num_cpus=cluster.threads, num_gpus=gpus,
             fn_constructor_kwargs={"model": model, "threads": cluster.threads, "work": str(out), "corpus": corpus,
                                    "layout": layout, "bounds": bounds})
         with tqdm(total=len(todo), desc="shards", unit="shard", disable=not progress) as bar:
-            for _ in done.iter_rows():
+            for _ in results.iter_rows():
                 bar.update(1)
     hidden = np.lib.format.open_memmap(out / "hidden.f16.npy", mode="w+", dtype=np.float16,
                                        shape=(layout.params["rows"], layout.params["hidden_size"]))
