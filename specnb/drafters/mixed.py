@@ -33,25 +33,20 @@ from ..core.drafter import DecodeState, Drafter, Hindsight
 from ..core.metrics import CallStats
 from ..core.report import Report
 from ..datastores.ngram_tables import BigramTable
-from ..options import Options, at_least, ordered
+from ..options import Options, ordered
+from . import context
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import table_for
 
 
 @dataclass(frozen=True)
-class MixedOptions(Options):
-    """Context n-grams first, model bigrams fill the remaining rows of a k x w batch (k = w = 10: the paper's
-    reference shape)."""
+class MixedOptions(context.Options):
+    """Context n-grams (queries of max_ngram..min_ngram tokens) first, model bigrams fill the remaining rows of a
+    k x w batch (k = w = 10, q = 1: the paper's reference shape)."""
 
     k: int = 10
-    w: int = 10
     max_ngram: int = 1
-    min_ngram: int = 1
     bigram_tokens: Literal["default", "all"] = "default"
-
-    def __post_init__(self) -> None:
-        at_least(self, 1, "k", "w")
-        ordered(self, "min_ngram", "max_ngram")
 
 
 @dataclass(frozen=True)
