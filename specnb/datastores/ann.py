@@ -156,11 +156,11 @@ class IvfPqIndex:
     @classmethod
     def build(cls, keys: np.ndarray, params: IvfPqParams = IvfPqParams(), chunk: int = 262_144,
               progress: bool = True) -> IvfPqIndex:
-        """Train on a sample of ``keys`` (:func:`specnb.datastores.embed.sample_rows`' rule), then add every key."""
-        rng = np.random.default_rng(params.seed)
+        """Train on a sample of ``keys`` (:func:`specnb.datastores.embed.sample_rows`), then add every key."""
+        from .embed import sample_rows
+
         n = keys.shape[0]
-        rows = np.sort(rng.choice(n, size=min(n, params.train_size), replace=False))
-        out = cls.trained(np.asarray(keys[rows], dtype=np.float32), n, params)
+        out = cls.trained(sample_rows(keys, params.train_size, params.seed), n, params)
         start = time.perf_counter()
         for i in tqdm(range(0, n, chunk), desc="ivfpq build", disable=not progress or n <= chunk):
             out.add(keys[i:i + chunk], i)

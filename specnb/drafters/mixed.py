@@ -265,8 +265,8 @@ class AdaptiveShapeDrafter(Drafter):
         draft = self.base.propose_shape(state, k, w) if w > 0 else None
         if draft is not None:
             self.draft_seconds = 0.9 * self.draft_seconds + 0.1 * (time.perf_counter() - start)
-        self._report = AdaptiveReport(**{**dataclasses.asdict(self.base.report), "k": k, "w": w}, bucket=bucket,
-                                      expected_rate=rate)
+        base = self.base.report
+        self._report = AdaptiveReport(k, w, base.context_rows, base.bigram_rows, bucket, rate)
         return draft
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
