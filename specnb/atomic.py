@@ -111,6 +111,20 @@ def atomic_folder(path: str | Path, replace: bool = False, keep_partial: bool = 
 
 
 @contextmanager
+def work_folder(path: str | Path) -> Iterator[Path]:
+    """Yield ``<path>.partial``, the folder a resumable build of the file ``path`` keeps its finished pieces in:
+    held by one build at a time, kept when the block fails (a rerun resumes from it), removed when it succeeds
+    (the block has then written ``path``)."""
+    path = Path(path)
+    work = path.with_name(f"{path.name}.partial")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(work):
+        work.mkdir(exist_ok=True)
+        yield work
+        shutil.rmtree(work)
+
+
+@contextmanager
 def _exclusive(partial: Path) -> Iterator[None]:
     """Hold ``<partial>.lock`` while a resumable build fills ``partial`` (a name shared by every build of one
     store, so that a killed build resumes): a second process building the same store at the same time gets

@@ -25,7 +25,7 @@ PLUGIN_COMMANDS = {
     "roofline": ("specnb.core.roofline", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.model.kernels.bench", "the few-row CPU kernels"),
 }
-DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest", "specnb.datastores.dense"]
+DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest_build", "specnb.datastores.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]
 
 

@@ -70,7 +70,23 @@ POSITIONS = "tests/test_sampling_positions.py"
 KERNELS = "tests/test_kernels.py"
 DECODER = "tests/test_decoder.py"
 
+REST = "tests/test_rest.py"
+CREST_COUNTS = "tests/test_crest.py::test_ngram_counts_match_brute_force"
+
 MUTANTS: list[Mutant] = [
+    # ------------------------------------------------------------------ datastores: sharded REST, CREST counts
+    Mutant("rest-shards-concatenated", "datastores/rest.py",
+           "return rows[np.lexsort(ended_last.T[::-1])[:max_matches]]",
+           "return rows[:max_matches]",
+           "a sharded store's continuations taken shard after shard, not in one suffix array's order", (REST,)),
+    Mutant("rest-shard-end-is-a-token", "datastores/rest.py",
+           "ended_last = np.where(rows < 0, np.iinfo(np.int64).max, rows)",
+           "ended_last = rows",
+           "over shards, a document's end sorts before every token (one suffix array sorts it after)", (REST,)),
+    Mutant("crest-shard-counts-not-summed", "datastores/crest.py",
+           "return keys[starts], np.add.reduceat(counts, starts)",
+           "return keys[starts], counts[starts]",
+           "an n-gram's count over shards is its first shard's, not the sum", (CREST_COUNTS,)),
     # ------------------------------------------------------------------ accept.py
     Mutant("greedy-bonus-from-parent-row", "core/accept.py",
            "last = int(nodes[-1]) + 1 if nodes.numel() else 0",

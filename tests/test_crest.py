@@ -25,13 +25,19 @@ def docs():
     return [rng.integers(0, 4, int(rng.integers(5, 80))).tolist() for _ in range(30)]
 
 
-def test_ngram_counts_match_brute_force(docs):
-    counter = NgramCounter(RestIndex.build(make_corpus(docs), progress=False))
+@pytest.mark.parametrize("shards", [1, 3])
+def test_ngram_counts_match_brute_force(docs, shards):
+    """Counted per suffix-array shard and summed: every count, the top n-grams (ties in token order) and each
+    one's ranges, which hold its occurrences."""
+    counter = NgramCounter(RestIndex.build(make_corpus(docs), progress=False, shards=shards))
+    assert len(counter.shards) == shards
     for n in (1, 2, 3, 5):
         expected = Counter(tuple(d[i:i + n]) for d in docs for i in range(len(d) - n + 1))
         assert counter.counts(n).tolist() == sorted(expected.values(), reverse=True)
-        starts, sizes = counter.top(n, 4)
-        assert sizes.tolist() == sorted(expected.values(), reverse=True)[:4]
+        keys, counts, ranges = counter.top(n, 4)
+        best = sorted(expected.items(), key=lambda item: (-item[1], item[0]))[:4]
+        assert [tuple(np.frombuffer(key.tobytes(), ">i4").tolist()) for key in keys] == [k for k, _ in best]
+        assert counts.tolist() == [c for _, c in best] == (ranges[:, :, 1] - ranges[:, :, 0]).sum(1).tolist()
 
 
 def test_lookup_returns_exactly_the_stored_tree(docs, tmp_path):
@@ -41,13 +47,13 @@ def test_lookup_returns_exactly_the_stored_tree(docs, tmp_path):
     assert store.storage_bytes == (tmp_path / "c.sqlite").stat().st_size
     counter = NgramCounter(index)
     for n in (1, 2, 3):
-        for start in counter.top(n, 5)[0]:
-            ngram = np.asarray(index.text[int(index.sa[start]):int(index.sa[start]) + n], dtype=np.int64)
+        for key in counter.top(n, 5)[0]:
+            ngram = np.frombuffer(key.tobytes(), ">i4").astype(np.int64)
             tokens, parents = store.get(ngram)
             tree = index.tree_of(ngram)
             assert tokens.tolist() == tree.tokens.tolist() and parents.tolist() == tree.parents.tolist()
     # The longest stored suffix wins.
-    top3 = np.asarray(index.text[int(index.sa[counter.top(3, 1)[0][0]]):][:3], dtype=np.int64)
+    top3 = np.frombuffer(counter.top(3, 1)[0][0].tobytes(), ">i4").astype(np.int64)
     tokens, _, n = store.lookup(np.concatenate([[9, 9], top3]))
     assert n == 3 and tokens.tolist() == index.tree_of(top3).tokens.tolist()
     assert store.lookup(np.array([9, 9]))[2] == 0
@@ -154,7 +160,7 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     """`specnb datastore build rest|crest` (default paths under the cache) then the bench factories."""
     import argparse
 
-    from specnb.datastores import rest
+    from specnb.datastores import crest_build, rest
     from specnb.eval.methods import make_drafter
 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
@@ -165,7 +171,7 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     parser = argparse.ArgumentParser()
     kinds = parser.add_subparsers(dest="kind")
     rest.add_parser(kinds)
-    crest.add_parser(kinds)
+    crest_build.add_parser(kinds)
     for argv in (["rest"], ["crest", "--t", "50"]):
         args = parser.parse_args([*argv, str(src), "--model", "tiny-llama"])
         assert args.func(args) == 0

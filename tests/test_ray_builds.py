@@ -1,6 +1,8 @@
-"""Dense stores built shard by shard on Ray (a two-node cluster simulated on this machine): two workers give the
+"""Stores built shard by shard on Ray (a two-node cluster simulated on this machine). Dense: two workers give the
 single-process store's files, a killed worker costs only its shard, a stopped build resumes from its finished
-shards, a folder planned with other parameters is refused; IVF-PQ stores draft losslessly."""
+shards, a folder planned with other parameters is refused; IVF-PQ stores draft losslessly. REST and CREST: the
+Ray build's files equal the in-process build's with the same shards, its drafts and CREST trees equal one suffix
+array's, and a killed worker or a stopped driver costs only unfinished pieces."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from conftest import tiny
 from ray.cluster_utils import Cluster as RayCluster
 
 from specnb.core.generate import generate
-from specnb.datastores import shards
+from specnb.datastores import cluster as cluster_module
+from specnb.datastores import crest_build, shards
 from specnb.datastores.ann import IndexParams, IvfPqIndex, IvfPqParams, exact_search
+from specnb.datastores.cluster import Cluster, PlanMismatch, check_plan
 from specnb.datastores.corpus import TokenCorpus, TokenizerInfo
+from specnb.datastores.crest import build_crest
+from specnb.datastores.crest_build import build_crest_on_ray
 from specnb.datastores.dense import BuildConfig, build_datastore, load_datastore
-from specnb.datastores.shards import Cluster, PlanMismatch, check_plan
+from specnb.datastores.rest import RestIndex
 from specnb.drafters.dense import DenseDrafter
 
 CONFIG = BuildConfig(n_next=8, dims=16, seq_len=24, overlap=4, batch_tokens=64, sample_size=5000,
@@ -129,16 +135,131 @@ def test_an_ivfpq_store_drafts_losslessly(single, tmp_path):
     assert sum(c.accepted for c in out.stats.calls) > 0
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--ray", "--workers", "0"], "--workers must be >= 1, got 0"),
-    (["--index", "ivfpq", "--dims", "8", "--pq-m", "32"], "--pq-m (32) must divide --dims (8)"),
+@pytest.mark.parametrize(("kind", "flags", "message"), [
+    ("dense", ["--ray", "--workers", "0"], "--workers must be >= 1, got 0"),
+    ("dense", ["--index", "ivfpq", "--dims", "8", "--pq-m", "32"], "--pq-m (32) must divide --dims (8)"),
+    ("rest", ["--shards", "-1"], "--shards must be >= 0, got -1"),
+    ("crest", ["--ray", "--threads", "0"], "--threads must be >= 1, got 0"),
 ])
-def test_bad_cluster_or_index_flags_are_one_line_errors(tmp_path, capsys, flags, message):
+def test_bad_cluster_or_index_flags_are_one_line_errors(tmp_path, capsys, kind, flags, message):
     from specnb.cli import main
 
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("x = 1\n")
-    argv = ["datastore", "build", "dense", str(tmp_path / "src"), "--model", "tiny-llama", "--out"]
+    argv = ["datastore", "build", kind, str(tmp_path / "src"), "--model", "tiny-llama", "--out"]
     assert main([*argv, str(tmp_path / "ds"), *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "ds").exists()
+
+
+# ------------------------------------------------------------------------------------------ REST and CREST
+
+NS, T = (1, 2, 3), 40
+
+
+@pytest.fixture(scope="module")
+def rest_in_process(tmp_path_factory):
+    """The same corpus in one suffix array, and in four shards sorted in this process."""
+    root = tmp_path_factory.mktemp("rest")
+    return (RestIndex.build(corpus(), root / "one", progress=False),
+            RestIndex.build(corpus(), root / "four", progress=False, shards=4))
+
+
+def same_files(a: dict, b: dict) -> None:
+    assert {k: v["sha256"] for k, v in a["files"].items()} == {k: v["sha256"] for k, v in b["files"].items()}
+
+
+def test_rest_on_two_nodes_equals_the_in_process_shards(cluster, rest_in_process, tmp_path):
+    one, four = rest_in_process
+    index = RestIndex.build(corpus(), tmp_path / "rest", progress=False, cluster=cluster)
+    same_files(index.meta, four.meta)
+    assert index.bounds.tolist() == four.bounds.tolist() and len(index.bounds) == 5
+    assert index.meta["files"]["text.npy"] == one.meta["files"]["text.npy"]  # the suffix array is cut, the text not
+    tokens = np.asarray(corpus().tokens)
+    for start in range(0, tokens.shape[0] - 16, 37):  # contexts from the corpus: long matches, long ranges
+        a, b = one.search(tokens[start:start + 16])[0], index.search(tokens[start:start + 16])[0]
+        assert (a.tokens.tolist(), a.parents.tolist()) == (b.tokens.tolist(), b.parents.tolist())
+    assert not (tmp_path / "rest.partial").exists() and sorted(p.name for p in (tmp_path / "rest").iterdir()) == \
+        ["meta.json", "sa.npy", "text.npy"]
+
+
+def test_crest_on_ray_equals_the_in_process_store(cluster, rest_in_process, tmp_path, monkeypatch):
+    one, four = rest_in_process
+    monkeypatch.setattr(crest_build, "TREES_PER_TASK", 7)  # several tree tasks per n
+    reference = build_crest(one, tmp_path / "one.sqlite", ns=NS, t=T, progress=False)
+    store = build_crest_on_ray(four, tmp_path / "four.sqlite", cluster, ns=NS, t=T, progress=False)
+    assert store.meta["trees_sha256"] == reference.meta["trees_sha256"] and len(store) == len(reference) > 2 * T
+    assert not (tmp_path / "four.sqlite.partial").exists()
+
+
+def test_killed_rest_and_crest_workers_cost_only_their_pieces(cluster, rest_in_process, tmp_path, monkeypatch):
+    one, four = rest_in_process
+    read_trees, left = crest_build._read_trees, []
+
+    def markers_left(work, *args):  # the driver's last step before the work folder goes
+        left.extend(p.name for p in work.glob("kill-worker-at-*"))
+        return read_trees(work, *args)
+
+    monkeypatch.setattr(crest_build, "_read_trees", markers_left)
+    reference = build_crest(one, tmp_path / "one.sqlite", ns=NS, t=T, progress=False)
+    (tmp_path / "rest.partial").mkdir()
+    (tmp_path / "rest.partial" / "kill-worker-at-sort-1").touch()
+    index = RestIndex.build(corpus(), tmp_path / "rest", progress=False, cluster=cluster)
+    same_files(index.meta, four.meta)
+    work = tmp_path / "c.sqlite.partial"
+    work.mkdir()
+    for piece in ("count-2", "merge-2-1", "trees-3-0"):
+        (work / f"kill-worker-at-{piece}").touch()
+    store = build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=False)
+    assert store.meta["trees_sha256"] == reference.meta["trees_sha256"] and not work.exists()
+    assert left == []  # every marked piece was reached: its worker died and Ray ran the piece again
+
+
+def test_stopped_rest_and_crest_builds_resume_from_their_pieces(cluster, rest_in_process, tmp_path, monkeypatch,
+                                                               capsys):
+    one, four = rest_in_process
+    calls = []
+
+    def stop_after_two(self, n=1):  # the driver stops (Ctrl-C) once two pieces are reported done
+        calls.append(n)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cluster_module.tqdm, "update", stop_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        RestIndex.build(corpus(), tmp_path / "rest", progress=True, cluster=cluster)
+    assert 2 <= len(list((tmp_path / "rest.partial" / "shards").iterdir())) <= 4
+    monkeypatch.undo()
+    index = RestIndex.build(corpus(), tmp_path / "rest", progress=True, cluster=cluster)
+    assert " of 4 shards sorted, " in capsys.readouterr().out and not (tmp_path / "rest.partial").exists()
+    same_files(index.meta, four.meta)
+
+    calls.clear()
+    monkeypatch.setattr(cluster_module.tqdm, "update", stop_after_two)
+    with pytest.raises(KeyboardInterrupt):  # stops in the first step: counting
+        build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=True)
+    monkeypatch.undo()
+    counted = len(list((tmp_path / "c.sqlite.partial" / "counts").iterdir()))
+    assert 2 <= counted <= 4 and not (tmp_path / "c.sqlite").exists()
+    store = build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=True)
+    assert f"count: {counted} of 4 done, {4 - counted} to run on Ray" in capsys.readouterr().out
+    assert store.meta["trees_sha256"] == build_crest(one, tmp_path / "one.sqlite", ns=NS, t=T,
+                                                     progress=False).meta["trees_sha256"]
+    with pytest.raises(PlanMismatch, match="t"):  # a work folder left with other parameters is refused
+        (tmp_path / "d.sqlite.partial").mkdir()
+        check_plan(tmp_path / "d.sqlite.partial", {"format": 1, "corpus_sha256": "x", "params": {"t": 1}})
+        build_crest_on_ray(index, tmp_path / "d.sqlite", cluster, ns=NS, t=T, progress=False)
+
+
+def test_the_command_line_builds_rest_and_crest_on_ray(cluster, rest_in_process, tmp_path, capsys):
+    from specnb.cli import main
+
+    (tmp_path / "src").mkdir()
+    for i in range(6):
+        (tmp_path / "src" / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * (i + 2))
+    argv = ["datastore", "build", "crest", str(tmp_path / "src"), "--model", "tiny-llama", "--rest",
+            str(tmp_path / "rest"), "--out", str(tmp_path / "c.sqlite"), "--m", "2", "--t", "10",
+            "--ray", cluster.address, "--shards", "3"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "CREST " in out and RestIndex.load(tmp_path / "rest").bounds.shape[0] == 4

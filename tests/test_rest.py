@@ -6,12 +6,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from specnb.core.generate import generate
 from specnb.datastores.corpus import CorpusError, TokenCorpus
-from specnb.datastores.rest import RestIndex, SearchConfig, disk_bytes
+from specnb.datastores.rest import SEPARATOR, RestIndex, SearchConfig, disk_bytes
 from specnb.datastores.retrieval_tree import build_tree, sort_rows
 from specnb.drafters.rest import RestDrafter
 from tests.conftest import tiny
@@ -38,24 +38,49 @@ def brute_continuations(docs: list[list[int]], query: list[int], length: int) ->
 docs_strategy = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=30), min_size=1, max_size=8)
 
 
-@settings(max_examples=40, deadline=None)
-@given(docs=docs_strategy, context=st.lists(st.integers(0, 3), min_size=1, max_size=6), length=st.integers(1, 5))
-def test_search_equals_brute_force(docs, context, length):
-    index = RestIndex.build(make_corpus(docs), progress=False)
+@settings(max_examples=60, deadline=None)
+@given(docs=docs_strategy, context=st.lists(st.integers(0, 3), min_size=1, max_size=6), length=st.integers(1, 5),
+       shards=st.integers(1, 4))
+def test_search_equals_brute_force(docs, context, length, shards):
+    index = RestIndex.build(make_corpus(docs), progress=False, shards=shards)
+    assert 2 <= index.bounds.shape[0] <= shards + 1 and (index.text[index.bounds[1:] - 1] == SEPARATOR).all()
     context_np = np.asarray(context)
-    q, lo, hi = index.longest_match(context_np, max_query=6, min_query=1)
+    q, ranges = index.longest_match(context_np, max_query=6, min_query=1)
     expected_q = max((n for n in range(1, len(context) + 1) if brute_continuations(docs, context[-n:], 1)),
                      default=0)
     assert q == expected_q
     if q == 0:
         return
-    rows = index.continuations(lo, hi, q, max_matches=10_000, length=length)
+    rows = index.continuations(ranges, q, max_matches=10_000, length=length)
     got = Counter(tuple(int(t) for t in row if t >= 0) for row in rows)
     assert got == brute_continuations(docs, context[-q:], length)
     # Every n-gram (not only the longest) agrees too, including those that would cross a boundary.
     for n in range(1, len(context) + 1):
-        lo_n, hi_n = index.find(context_np[-n:])
-        assert hi_n - lo_n == sum(brute_continuations(docs, context[-n:], 0).values())
+        found = index.find(context_np[-n:])
+        assert (found[:, 1] - found[:, 0]).sum() == sum(brute_continuations(docs, context[-n:], 0).values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(docs=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=2, max_size=10),
+       shards=st.integers(2, 5), max_matches=st.integers(1, 12), seed=st.integers(0, 99))
+def test_shards_draft_what_one_suffix_array_drafts(docs, shards, max_matches, seed):
+    """The first max_matches continuations over shards are one suffix array's, row for row, so every tree is
+    the same (a three-token alphabet makes long ranges, cut by max_matches, and documents ending mid-row)."""
+    corpus = make_corpus(docs)
+    one, many = RestIndex.build(corpus, progress=False), RestIndex.build(corpus, progress=False, shards=shards)
+    assume(many.bounds.shape[0] > 2)  # cut at the document start nearest each target: two may meet
+    assert np.array_equal(many.text, one.text)
+    config = SearchConfig(max_query=4, min_query=1, max_matches=max_matches, length=4, max_nodes=6)
+    rng = np.random.default_rng(seed)
+    for context in [rng.integers(0, 3, rng.integers(1, 6)) for _ in range(8)]:
+        (q1, r1), (q2, r2) = one.longest_match(context, 4, 1), many.longest_match(context, 4, 1)
+        assert q1 == q2
+        if q1:
+            assert one.continuations(r1, q1, max_matches, 4).tolist() == many.continuations(r2, q2, max_matches,
+                                                                                               4).tolist()
+        a, b = one.search(context, config)[0], many.search(context, config)[0]
+        assert [x.tolist() for x in (a.tokens, a.parents, a.counts)] == [x.tolist() for x in (b.tokens, b.parents,
+                                                                                               b.counts)]
 
 
 def all_prefix_counts(rows: np.ndarray) -> Counter:

@@ -43,12 +43,12 @@ def test_history_is_bounded_and_matches_do_not_cross_outputs():
     history = OutputHistory(max_tokens=10)
     history.add(np.array([1, 2, 3, 4]))
     history.add(np.array([5, 6, 7]))
-    q, lo, hi = history.match(np.array([9, 4, 5]), max_query=4)
+    q, ranges = history.match(np.array([9, 4, 5]), max_query=4)
     assert q == 1  # "4 5" spans two outputs: only "5" matches
-    assert history.continuations(lo, hi, q, 10, 3).tolist() == [[6, 7, -1]]
+    assert history.continuations(ranges, q, 10, 3).tolist() == [[6, 7, -1]]
     history.add(np.array([8, 9, 10, 11]))  # 11 tokens: the oldest output goes
     assert history.num_tokens == 7 and [o.tolist() for o in history.outputs] == [[5, 6, 7], [8, 9, 10, 11]]
-    assert history.match(np.array([2, 3]), max_query=4) == (0, 0, 0)
+    assert history.match(np.array([2, 3]), max_query=4)[0] == 0
     assert history.nbytes == 2 * 4 * (7 + 2)  # int32 text with a separator per output, and its suffix array
 
 

@@ -193,6 +193,18 @@ class TokenCorpus:
         return self.select(np.sort(order[holdout_docs:])), self.select(np.sort(order[:holdout_docs]))
 
 
+def corpus_digest(corpus: TokenCorpus) -> str:
+    """sha256 of a corpus's tokens and document boundaries: a corpus rebuilt from edited sources under the same
+    name and size is another corpus (a resumed build must not mix the two)."""
+    digest = hashlib.sha256()
+    for array, dtype in ((corpus.tokens, np.int32), (corpus.doc_starts, np.int64)):
+        array = np.asarray(array, dtype=dtype)
+        for start in range(0, array.shape[0], 1 << 24):
+            digest.update(np.ascontiguousarray(array[start:start + (1 << 24)]).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
 def load_corpus(path: str | Path) -> TokenCorpus:
     """Open a built corpus folder (tokens memory-mapped). Raises CorpusError if missing or corrupt."""
     path = Path(path)

@@ -2,8 +2,9 @@
 with its builder and ``specnb datastore build crest``. The drafter is :mod:`specnb.drafters.crest`.
 
 Build: count every n-gram (n = 1..m, never across a document boundary) with the REST suffix array (an n-gram's
-occurrences are one suffix-array range; ranges are cut where the LCP drops below n), keep the ``t`` most
-frequent n-grams of each n (or of a single n), compute each one's REST tree with exactly that n-gram as the
+occurrences are one suffix-array range; ranges are cut where the LCP drops below n), shard by shard for a
+sharded REST store, and sum the counts of each n-gram over shards; keep the ``t`` most frequent n-grams of
+each n (or of a single n; ties in token order), compute each one's REST tree with exactly that n-gram as the
 query, and store them in SQLite:
 
     CREATE TABLE trees (ngram BLOB PRIMARY KEY, tree BLOB NOT NULL) WITHOUT ROWID
@@ -22,7 +23,6 @@ every tree's bytes.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sqlite3
@@ -43,12 +43,8 @@ from .rest import (
     SEPARATOR,
     RestIndex,
     SearchConfig,
-    add_source_arguments,
-    default_store,
     disk_bytes,
-    ensure_rest,
     require_store,
-    source_tag,
     store_path,
 )
 from .retrieval_tree import RetrievalTree, build_tree
@@ -59,37 +55,105 @@ FORMAT_VERSION = 1
 # ------------------------------------------------------------------------------------ n-gram counting
 
 
-class NgramCounter:
-    """Distinct n-grams of a REST datastore and their counts, from its suffix array and LCP array."""
+@dataclass(frozen=True)
+class NgramTable:
+    """One shard's distinct n-grams of one n, in key order.
 
-    def __init__(self, index: RestIndex):
+    keys: void [g] of 4n bytes, the tokens as big-endian int32 (the store's key; byte order = token order);
+    counts: int64 [g] occurrences; first: int64 [g] suffix-array row of the first occurrence (the occurrences
+    are ``sa[first:first + count]``).
+    """
+
+    keys: np.ndarray
+    counts: np.ndarray
+    first: np.ndarray
+
+
+class ShardCounter:
+    """The distinct n-grams of one suffix-array shard of a REST store, from the shard's LCP array."""
+
+    def __init__(self, index: RestIndex, shard: int = 0):
         from pydivsufsort import kasai
 
-        self.index = index
-        text = np.asarray(index.text, dtype=np.int32)
-        sa = np.array(index.sa)  # kasai needs a writable array
-        self.lcp = kasai(text, sa)  # lcp[i] = common prefix of suffixes sa[i] and sa[i + 1]
+        lo, hi = (int(b) for b in index.bounds[shard:shard + 2])
+        self.offset = lo
+        self.text = np.asarray(index.text[lo:hi], dtype=np.int32)
+        self.sa = np.array(index.sa[lo:hi])  # kasai needs a writable array
+        self.sa -= self.sa.dtype.type(lo)
+        self.lcp = kasai(self.text, self.sa)  # lcp[i] = common prefix of suffixes sa[i] and sa[i + 1]
         # Tokens before the next separator, for each suffix in suffix-array order.
-        separators = np.flatnonzero(text == SEPARATOR)
-        self.room = separators[np.searchsorted(separators, sa)] - sa
+        separators = np.flatnonzero(self.text == SEPARATOR)
+        self.room = separators[np.searchsorted(separators, self.sa)] - self.sa
 
     def groups(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(first suffix-array row, count) of every distinct n-gram that lies inside one document."""
+        """(first suffix-array row in the shard, count) of every distinct n-gram inside one document."""
         cut = np.flatnonzero(self.lcp[:-1] < n) + 1  # row i starts a new n-gram when lcp(i-1, i) < n
         starts = np.concatenate([[0], cut])
         sizes = np.diff(np.concatenate([starts, [self.lcp.shape[0]]]))
         valid = self.room[starts] >= n
         return starts[valid], sizes[valid]
 
+    def table(self, n: int) -> NgramTable:
+        """This shard's n-grams in suffix-array order, which is key order."""
+        starts, sizes = self.groups(n)
+        at = self.sa[starts].astype(np.int64)[:, None] + np.arange(n)
+        keys = np.ascontiguousarray(self.text[at], dtype=">i4").view(f"V{4 * n}").ravel()
+        return NgramTable(keys, sizes.astype(np.int64), starts.astype(np.int64) + self.offset)
+
+
+def merge_tables(tables: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, counts): the distinct n-grams of all (keys, counts) ``tables`` (each in key order) in key order, and
+    their summed counts."""
+    if len(tables) == 1:
+        return tables[0]
+    keys = np.concatenate([keys for keys, _ in tables])
+    counts = np.concatenate([counts for _, counts in tables])
+    if keys.shape[0] == 0:
+        return keys, counts
+    order = np.argsort(keys, kind="stable")
+    keys, counts = keys[order], counts[order]
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    return keys[starts], np.add.reduceat(counts, starts)
+
+
+def most_frequent(keys: np.ndarray, counts: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``t`` most frequent of ``keys`` (in key order) and their counts; ties in key order."""
+    order = np.argsort(-counts, kind="stable")[:t]
+    return keys[order], counts[order]
+
+
+def ranges_of(keys: np.ndarray, tables: Sequence[NgramTable]) -> np.ndarray:
+    """int64 [len(keys), S, 2]: each key's suffix-array range in each shard's table (empty where it is not)."""
+    ranges = np.zeros((keys.shape[0], len(tables), 2), dtype=np.int64)
+    for s, table in enumerate(tables):
+        if table.keys.shape[0] == 0:
+            continue
+        at = np.minimum(np.searchsorted(table.keys, keys), table.keys.shape[0] - 1)
+        hit = table.keys[at] == keys
+        ranges[hit, s, 0] = table.first[at[hit]]
+        ranges[hit, s, 1] = table.first[at[hit]] + table.counts[at[hit]]
+    return ranges
+
+
+class NgramCounter:
+    """Distinct n-grams of a REST datastore and their counts: counted per suffix-array shard, then merged."""
+
+    def __init__(self, index: RestIndex):
+        self.shards = [ShardCounter(index, s) for s in range(index.bounds.shape[0] - 1)]
+
+    def tables(self, n: int) -> list[NgramTable]:
+        return [shard.table(n) for shard in self.shards]
+
     def counts(self, n: int) -> np.ndarray:
         """int64 [distinct n-grams]: occurrence counts, most frequent first (Table 1 is its length)."""
-        return -np.sort(-self.groups(n)[1])
+        return -np.sort(-merge_tables([(table.keys, table.counts) for table in self.tables(n)])[1])
 
-    def top(self, n: int, t: int) -> tuple[np.ndarray, np.ndarray]:
-        """(first row, count) of the ``t`` most frequent n-grams, ties in suffix-array (lexicographic) order."""
-        starts, sizes = self.groups(n)
-        order = np.lexsort((starts, -sizes))[:t]
-        return starts[order], sizes[order]
+    def top(self, n: int, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys, counts, ranges) of the ``t`` most frequent n-grams, ties in key order; ranges as
+        :func:`ranges_of`, what :meth:`RestIndex.continuations` takes."""
+        tables = self.tables(n)
+        keys, counts = most_frequent(*merge_tables([(table.keys, table.counts) for table in tables]), t)
+        return keys, counts, ranges_of(keys, tables)
 
 
 # ----------------------------------------------------------------------------------------- encoding
@@ -130,18 +194,20 @@ class NgramTrees:
 def ngram_trees(index: RestIndex, counter: NgramCounter, n: int, t: int, config: SearchConfig = DEFAULT_SEARCH,
                 progress: bool = True) -> NgramTrees:
     """REST's tree for each of the ``t`` most frequent n-grams (query = exactly the n-gram)."""
-    starts, sizes = counter.top(n, t)
-    sa = index.sa
-    keys, blobs, nodes = [], [], np.zeros(starts.shape[0], dtype=np.int64)
-    for i, (start, size) in enumerate(tqdm(zip(starts.tolist(), sizes.tolist(), strict=True), total=starts.shape[0],
-                                           desc=f"trees n={n}", disable=not progress, mininterval=2)):
-        position = int(sa[start])
-        tree = build_tree(index.continuations(start, start + size, n, config.max_matches, config.length),
-                          config.max_nodes)
-        keys.append(index.text[position:position + n].tobytes())  # text is big-endian int32: already the key
+    keys, counts, ranges = counter.top(n, t)
+    return trees_of(index, n, keys, counts, ranges, config, progress)
+
+
+def trees_of(index: RestIndex, n: int, keys: np.ndarray, counts: np.ndarray, ranges: np.ndarray,
+             config: SearchConfig = DEFAULT_SEARCH, progress: bool = True) -> NgramTrees:
+    """The encoded REST tree of each n-gram ``keys[i]`` (void, 4n bytes), whose suffix-array ranges are
+    ``ranges[i]`` (int64 [S, 2])."""
+    blobs, nodes = [], np.zeros(keys.shape[0], dtype=np.int64)
+    for i, found in enumerate(tqdm(ranges, desc=f"trees n={n}", disable=not progress, mininterval=2)):
+        tree = build_tree(index.continuations(found, n, config.max_matches, config.length), config.max_nodes)
         blobs.append(encode_tree(tree))
         nodes[i] = tree.num_nodes
-    return NgramTrees(n, keys, blobs, nodes, sizes)
+    return NgramTrees(n, [key.tobytes() for key in keys], blobs, nodes, counts)
 
 
 # -------------------------------------------------------------------------------------------- store
@@ -203,8 +269,9 @@ def is_crest_store(path: Path) -> bool:
 
 def build_crest(index: RestIndex, path: str | Path, ns: Sequence[int] = (1, 2, 3, 4, 5), t: int = 10_000,
                 config: SearchConfig = DEFAULT_SEARCH, progress: bool = True, overwrite: bool = True) -> CrestStore:
-    """Build a CREST store with the top ``t`` n-grams for every n in ``ns`` (one n = the single-n variant);
-    ``overwrite`` as in :func:`write_store` (checked before the trees are computed)."""
+    """Build a CREST store with the top ``t`` n-grams for every n in ``ns`` (one n = the single-n variant), in this
+    process (on Ray: :func:`specnb.datastores.crest_build.build_crest_on_ray`); ``overwrite`` as in
+    :func:`write_store` (checked before the trees are computed)."""
     check_replaceable(path, is_crest_store, overwrite, "CREST store")
     start = time.perf_counter()
     counter = NgramCounter(index)
@@ -305,34 +372,3 @@ def open_crest(target: Any, path: str | Path | None) -> CrestStore:
     store = CrestStore(path)
     store.tokenizer.check(target, f"CREST store {path}")
     return store
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb datastore build crest [code|chat|PATH] --model NAME [--m 5 | --single-n N] [--t T]`` (hangs under
-    ``datastore build``). Uses (or first builds) the REST store of the same corpus."""
-    parser = subparsers.add_parser("crest", help="CREST store: top-t n-grams -> precomputed REST trees, SQLite")
-    add_source_arguments(parser)
-    parser.add_argument("--rest", default=None, help="REST store to compute the trees from (default: the "
-                        "default REST store of this corpus and model, built if missing); must match --model's "
-                        "tokenizer")
-    parser.add_argument("--m", type=int, default=5, help="keep n-grams of n = 1..m")
-    parser.add_argument("--single-n", type=int, default=None, help="keep only n-grams of this n")
-    parser.add_argument("--t", type=int, default=10_000, help="n-grams kept per n (the most frequent)")
-    parser.set_defaults(func=_cli_build)
-    return parser
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
-    check_replaceable(out, is_crest_store, args.overwrite, "CREST store")  # before any work
-    if args.m < 1 or args.t < 1 or (args.single_n is not None and args.single_n < 1):
-        raise ValueError(f"--m, --t and --single-n must be >= 1, got {args.m}, {args.t}, {args.single_n}")
-    index = ensure_rest(args.source, args.model, args.max_tokens, args.rest)
-    ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
-    store = build_crest(index, out, ns=ns, t=args.t, overwrite=True)
-    print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes "
-          f"(REST: {index.storage_bytes:,})")
-    return 0

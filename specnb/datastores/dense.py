@@ -35,10 +35,11 @@ from ..atomic import atomic_folder, check_replaceable
 from ..model.models import LoadedModel, load_model
 from ..paths import artifact_path, safe_name
 from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams
+from .cluster import Cluster, add_cluster_arguments, cluster_from_arguments
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
 from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from .manifest import check_files, read_meta, write_meta
-from .shards import Cluster, extract_on_ray
+from .shards import extract_on_ray
 
 FORMAT_VERSION = 1
 RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz")  # and the index file
@@ -335,11 +336,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--nlist", type=int, default=defaults.ivfpq.nlist, help="IVF-PQ lists (0: 4 sqrt(n))")
     parser.add_argument("--pq-m", type=int, default=defaults.ivfpq.m, help="IVF-PQ code bytes per key")
     parser.add_argument("--nprobe", type=int, default=defaults.ivfpq.nprobe, help="IVF-PQ lists scanned per query")
-    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                        help="extract shard by shard on a Ray cluster (no address: a local Ray on this machine)")
-    parser.add_argument("--workers", type=int, default=2, help="Ray actors (each loads the model once)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads per Ray actor")
-    parser.add_argument("--shards", type=int, default=0, help="pieces of work (0: 4 per worker)")
+    add_cluster_arguments(parser, "pieces of the extraction (0: 4 per worker; each Ray actor loads the model "
+                          "once)")
     parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
                         "the new one is complete; never a folder that is not one)")
@@ -352,13 +350,12 @@ def _cli_build(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else datastore_path(name, args.model)
     check_source(args.source)  # before the model loads
     check_replaceable(out, is_dense_store, True, "dense datastore")
-    for flag in ("workers", "threads", "pq_m", "nprobe"):
+    for flag in ("pq_m", "nprobe"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.dims % args.pq_m and args.index == "ivfpq":
         raise ValueError(f"--pq-m ({args.pq_m}) must divide --dims ({args.dims}) for an IVF-PQ index")
-    cluster = None if args.ray is None else Cluster(None if args.ray == "local" else args.ray, args.workers,
-                                                      args.threads, args.shards)
+    cluster = cluster_from_arguments(args)
     target = load_model(args.model, dtype=args.dtype)
     corpus = resolve_corpus(args.source, target, args.max_tokens)
     config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,

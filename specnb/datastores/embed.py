@@ -24,7 +24,6 @@ and scales to unit length (Eq. 2), so inner product = cosine similarity (Eq. 3).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from tqdm.auto import tqdm
 from ..atomic import write_text
 from ..model.decoder import body
 from ..model.models import LoadedModel
-from .corpus import TokenCorpus
+from .corpus import TokenCorpus, corpus_digest
 
 N_NEXT = 20  # tokens per value after the predicted one (DReSD stores the next N tokens of each key)
 
@@ -221,18 +220,6 @@ def finish(out: Path, layout: Plan) -> dict[str, Any]:
     for stale in out.glob(".*.partial-*"):  # a progress, extract.json or shard write killed half-way
         stale.unlink(missing_ok=True)
     return layout.params
-
-
-def corpus_digest(corpus: TokenCorpus) -> str:
-    """sha256 of a corpus's tokens and document boundaries: a corpus rebuilt from edited sources under the same
-    name and size is another corpus (a resumed extraction must not mix the two)."""
-    digest = hashlib.sha256()
-    for array, dtype in ((corpus.tokens, np.int32), (corpus.doc_starts, np.int64)):
-        array = np.asarray(array, dtype=dtype)
-        for start in range(0, array.shape[0], 1 << 24):
-            digest.update(np.ascontiguousarray(array[start:start + (1 << 24)]).tobytes())
-        digest.update(b"|")
-    return digest.hexdigest()
 
 
 def _batches_done(progress_file: Path, state: dict[str, Any]) -> int:

@@ -87,14 +87,14 @@ class OutputHistory:
         self.outputs.clear()
         self.index = None
 
-    def match(self, context: np.ndarray, max_query: int, min_query: int = 1) -> tuple[int, int, int]:
-        """(q, lo, hi): the longest suffix of ``context`` (q tokens, in [min_query, max_query]) found in the
-        history and its suffix-array range; (0, 0, 0) when none is."""
+    def match(self, context: np.ndarray, max_query: int, min_query: int = 1) -> tuple[int, np.ndarray]:
+        """(q, ranges): the longest suffix of ``context`` (q tokens, in [min_query, max_query]) found in the
+        history and its suffix-array ranges (:meth:`RestIndex.find`); q = 0 when none is."""
         if self.index is None:
-            return 0, 0, 0
+            return 0, np.empty((0, 2), dtype=np.int64)
         return self.index.longest_match(context, max_query, min_query)
 
-    def continuations(self, lo: int, hi: int, q: int, max_matches: int, length: int) -> np.ndarray:
+    def continuations(self, ranges: np.ndarray, q: int, max_matches: int, length: int) -> np.ndarray:
         """int64 [m, length]: the tokens after up to ``max_matches`` occurrences, -1 past an output's end."""
         assert self.index is not None
-        return self.index.continuations(lo, hi, q, max_matches, length)
+        return self.index.continuations(ranges, q, max_matches, length)

@@ -10,6 +10,11 @@ memory-mapped:
     <folder>/meta.json  tokenizer (name, vocab size, fingerprint), corpus and builder parameters, counts, and
                         the checksums of the other files (:mod:`specnb.datastores.manifest`)
 
+A store may be cut into shards of whole documents (format 2, meta ``shards``: the text offsets b_0 = 0 < ... <
+b_S = N + D): ``sa[b_s:b_s+1]`` is then the suffix array of ``text[b_s:b_s+1]`` alone, so each shard is sorted
+on its own (on a Ray cluster, as tasks of :func:`sort_on_ray`) and searched on its own. A one-shard store
+is format 1, the layout every earlier specnb reads.
+
 A build writes a temporary sibling folder and renames it into place when complete; it never replaces a
 folder that is not a REST store, and replaces a store only when told to (``--overwrite``).
 
@@ -23,6 +28,11 @@ The text is stored big-endian so that comparing raw bytes orders suffixes like c
 search is ``bisect`` over the suffix array with a bytes key (no Python loop over tokens). Since every
 occurrence of a longer query contains one of each shorter suffix, "has a match" is monotone in the query
 length, so the longest matching length is itself found by binary search (4 lookups for 16..2).
+
+Shards give the same drafts as one suffix array. Within a query's range, suffix-array order sorts the
+continuations lexicographically (a document's end after every token) and orders only identical ones by what
+follows; so the first ``max_matches`` of the whole range are, as a multiset, the ``max_matches`` smallest of the
+shards' first ``max_matches`` each, and sorting those gives the rows one suffix array gives, in its order.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +49,17 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..atomic import atomic_folder, check_replaceable
+from ..atomic import atomic_file, atomic_folder, check_replaceable
 from ..paths import artifact_path, safe_name
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus
+from .cluster import Cluster, add_cluster_arguments, check_plan, cluster_from_arguments, die_if_marked, run_tasks
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, corpus_digest
 from .manifest import check_files, read_meta, write_meta
 from .retrieval_tree import RetrievalTree, build_tree
 
 SEPARATOR = np.iinfo(np.int32).max  # after every document; above every token id, never in a query
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # one suffix array
+SHARDED_FORMAT = 2  # one suffix array per shard of documents (meta "shards")
+RAY_PLAN_FORMAT = 1  # of a Ray build's plan.json
 
 
 @dataclass(frozen=True)
@@ -84,39 +98,44 @@ class RestIndex:
         if text.dtype != np.dtype(">i4") or sa.shape != text.shape:
             raise CorpusError("REST datastore arrays are inconsistent (text must be big-endian int32, sa as long)")
         self.text, self.sa, self.meta, self.path = text, sa, meta, path
+        self.bounds = np.asarray(meta.get("shards", [0, text.shape[0]]), dtype=np.int64)  # [S + 1]
         self._bytes = memoryview(np.ascontiguousarray(text).view(np.uint8))
 
     # ------------------------------------------------------------------ build / load
 
     @classmethod
     def build(cls, corpus: TokenCorpus, path: str | Path | None = None, progress: bool = True,
-              overwrite: bool = True) -> RestIndex:
-        """Index ``corpus``; with ``path``, write the datastore there atomically and return it memory-mapped.
+              overwrite: bool = True, shards: int = 1, cluster: Cluster | None = None) -> RestIndex:
+        """Index ``corpus`` in ``shards`` suffix arrays (on Ray with ``cluster``: ``cluster.shard_count`` of them,
+        sorted by its workers); with ``path``, write the datastore there atomically and return it memory-mapped.
 
         An existing REST store at ``path`` is replaced (once the new one is complete) only with ``overwrite``;
-        anything else there is never replaced (ExistsError).
+        anything else there is never replaced (ExistsError). A Ray build needs ``path``: its finished shards are
+        kept in ``<path>.partial`` until the store is whole, and a rerun resumes from them.
         """
         replace = path is not None and check_replaceable(path, is_rest_store, overwrite, "REST datastore")
         start = time.perf_counter()
-        bar = tqdm(total=2, desc="rest index", disable=not progress)
-        lengths = np.diff(corpus.doc_starts)
-        text = np.empty(corpus.num_tokens + corpus.num_docs, dtype=">i4")
-        # Document i moves right by i slots (the separators before it); separators fill the gaps.
-        sep_at = corpus.doc_starts[1:] + np.arange(corpus.num_docs)
-        text[sep_at] = SEPARATOR
-        text[np.arange(corpus.num_tokens) + np.repeat(np.arange(corpus.num_docs), lengths)] = corpus.tokens
-        bar.update(1)
-        from pydivsufsort import divsufsort
-
-        sa = divsufsort(text.astype(np.int32))
-        bar.update(1)
-        bar.close()
-        meta = {"format": FORMAT_VERSION, "kind": "rest", "tokenizer": corpus.meta["tokenizer"],
-                "corpus": corpus.meta.get("name"), "fraction": corpus.meta.get("fraction", 1.0),
+        text = layout_text(corpus)
+        bounds = shard_bounds(corpus, cluster.shard_count(corpus.num_docs) if cluster else shards)
+        meta = {"format": FORMAT_VERSION if bounds.shape[0] == 2 else SHARDED_FORMAT, "kind": "rest",
+                "tokenizer": corpus.meta["tokenizer"], "corpus": corpus.meta.get("name"),
+                "fraction": corpus.meta.get("fraction", 1.0),
                 "builder": {"source": corpus.meta.get("source"), "max_tokens": corpus.meta.get("max_tokens"),
                             "max_docs": corpus.meta.get("max_docs"), "suffix_array": "pydivsufsort"},
-                "num_docs": corpus.num_docs, "num_tokens": corpus.num_tokens,
-                "build_seconds": round(time.perf_counter() - start, 2)}
+                "num_docs": corpus.num_docs, "num_tokens": corpus.num_tokens}
+        if bounds.shape[0] > 2:
+            meta["shards"] = bounds.tolist()
+        if cluster is not None:
+            if path is None:
+                raise ValueError("a REST build on Ray writes a store: give it a path")
+            with atomic_folder(path, replace=replace, keep_partial=True) as tmp:
+                sort_on_ray(text, bounds, corpus_digest(corpus), tmp, cluster, progress)
+                write_meta(tmp, {**meta, "build_seconds": round(time.perf_counter() - start, 2)})
+            return cls.load(path)
+        pieces = tqdm(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True), total=bounds.shape[0] - 1,
+                      desc="rest index", unit="shard", disable=not progress)
+        sa = np.concatenate([sort_shard(text, lo, hi) for lo, hi in pieces])
+        meta["build_seconds"] = round(time.perf_counter() - start, 2)
         if path is None:
             return cls(text, sa, meta)
         with atomic_folder(path, replace=replace) as tmp:
@@ -132,8 +151,9 @@ class RestIndex:
         require_store(path, "rest")
         try:
             meta = json.loads((path / "meta.json").read_text())
-            if meta.get("kind") != "rest" or meta.get("format") != FORMAT_VERSION:
-                raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION}; build it again")
+            if meta.get("kind") != "rest" or meta.get("format") not in (FORMAT_VERSION, SHARDED_FORMAT):
+                raise CorpusError(f"{path} is not a REST datastore of format {FORMAT_VERSION} or {SHARDED_FORMAT}; "
+                                  "build it again")
             check_files(path, meta)
             text = np.load(path / "text.npy", mmap_mode="r")
             sa = np.load(path / "sa.npy", mmap_mode="r")
@@ -161,8 +181,9 @@ class RestIndex:
 
     # ------------------------------------------------------------------ search
 
-    def find(self, query: np.ndarray) -> tuple[int, int]:
-        """Suffix-array range [lo, hi) of the suffixes that start with ``query`` (int [q], q >= 1)."""
+    def find(self, query: np.ndarray) -> np.ndarray:
+        """int64 [S, 2]: per shard, the suffix-array range [lo, hi) of the suffixes that start with ``query``
+        (int [q], q >= 1)."""
         width = 4 * query.shape[0]
         needle = np.asarray(query, dtype=">i4").tobytes()
         data = self._bytes
@@ -171,29 +192,39 @@ class RestIndex:
             offset = 4 * int(start)
             return data[offset:offset + width].tobytes()
 
-        lo = bisect.bisect_left(self.sa, needle, key=key)
-        hi = bisect.bisect_right(self.sa, needle, lo=lo, key=key)
-        return lo, hi
+        ranges = np.empty((self.bounds.shape[0] - 1, 2), dtype=np.int64)
+        for s, (first, end) in enumerate(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist(), strict=True)):
+            lo = bisect.bisect_left(self.sa, needle, lo=first, hi=end, key=key)
+            ranges[s] = lo, bisect.bisect_right(self.sa, needle, lo=lo, hi=end, key=key)
+        return ranges
 
-    def longest_match(self, context: np.ndarray, max_query: int = 16, min_query: int = 2) -> tuple[int, int, int]:
-        """(q, lo, hi): the longest q in [min_query, max_query] whose last-q-token query occurs, and its range.
-
-        Returns (0, 0, 0) when even ``min_query`` tokens do not occur.
-        """
+    def longest_match(self, context: np.ndarray, max_query: int = 16, min_query: int = 2) -> tuple[int, np.ndarray]:
+        """(q, ranges): the longest q in [min_query, max_query] whose last-q-token query occurs, and its ranges
+        (:meth:`find`). Returns (0, an empty [0, 2]) when even ``min_query`` tokens do not occur."""
         low, high = min_query, min(max_query, context.shape[0])
-        best = (0, 0, 0)
+        best = 0, np.empty((0, 2), dtype=np.int64)
         while low <= high:  # "occurs" is monotone in q: binary search for the largest q that occurs
             q = (low + high) // 2
-            lo, hi = self.find(context[-q:])
-            if hi > lo:
-                best, low = (q, lo, hi), q + 1
+            ranges = self.find(context[-q:])
+            if (ranges[:, 1] > ranges[:, 0]).any():
+                best, low = (q, ranges), q + 1
             else:
                 high = q - 1
         return best
 
-    def continuations(self, lo: int, hi: int, q: int, max_matches: int = 5000, length: int = 10) -> np.ndarray:
-        """int64 [m, length]: the tokens after the first ``max_matches`` occurrences in [lo, hi) of a q-token
-        query, in suffix-array order; -1 after a document's end. Rows sharing a prefix are contiguous."""
+    def continuations(self, ranges: np.ndarray, q: int, max_matches: int = 5000, length: int = 10) -> np.ndarray:
+        """int64 [m, length]: the tokens after the first ``max_matches`` occurrences of a q-token query whose
+        ranges (:meth:`find`) are ``ranges``, in suffix-array order (over shards: the order one suffix array
+        gives; module docstring); -1 after a document's end. Rows sharing a prefix are contiguous."""
+        parts = [self._after(lo, hi, q, max_matches, length) for lo, hi in np.asarray(ranges).tolist() if hi > lo]
+        if len(parts) <= 1:
+            return parts[0] if parts else np.empty((0, length), dtype=np.int64)
+        rows = np.concatenate(parts)
+        ended_last = np.where(rows < 0, np.iinfo(np.int64).max, rows)  # a document's end sorts after every token
+        return rows[np.lexsort(ended_last.T[::-1])[:max_matches]]
+
+    def _after(self, lo: int, hi: int, q: int, max_matches: int, length: int) -> np.ndarray:
+        """The continuations of the first ``max_matches`` suffixes of ``sa[lo:hi]`` (one shard's range)."""
         starts = np.asarray(self.sa[lo:min(hi, lo + max_matches)], dtype=np.int64) + q
         index = starts[:, None] + np.arange(length)
         outside = index >= len(self)
@@ -204,17 +235,98 @@ class RestIndex:
 
     def search(self, context: np.ndarray, config: SearchConfig = DEFAULT_SEARCH) -> tuple[RetrievalTree, int]:
         """REST's draft for ``context`` (int [L], last token = the root): (tree, matched query length or 0)."""
-        q, lo, hi = self.longest_match(context, config.max_query, config.min_query)
+        q, ranges = self.longest_match(context, config.max_query, config.min_query)
         if q == 0:
             return RetrievalTree.empty(), 0
-        rows = self.continuations(lo, hi, q, config.max_matches, config.length)
+        rows = self.continuations(ranges, q, config.max_matches, config.length)
         return build_tree(rows, config.max_nodes), q
 
     def tree_of(self, ngram: np.ndarray, config: SearchConfig = DEFAULT_SEARCH) -> RetrievalTree:
         """The tree for exactly ``ngram`` (no shorter fallback): what CREST stores for that n-gram."""
-        lo, hi = self.find(ngram)
-        return build_tree(self.continuations(lo, hi, ngram.shape[0], config.max_matches, config.length),
+        return build_tree(self.continuations(self.find(ngram), ngram.shape[0], config.max_matches, config.length),
                           config.max_nodes)
+
+
+def layout_text(corpus: TokenCorpus) -> np.ndarray:
+    """Big-endian int32 [N + D]: the corpus's documents back to back, SEPARATOR after each."""
+    lengths = np.diff(corpus.doc_starts)
+    text = np.empty(corpus.num_tokens + corpus.num_docs, dtype=">i4")
+    # Document i moves right by i slots (the separators before it); separators fill the gaps.
+    text[corpus.doc_starts[1:] + np.arange(corpus.num_docs)] = SEPARATOR
+    text[np.arange(corpus.num_tokens) + np.repeat(np.arange(corpus.num_docs), lengths)] = corpus.tokens
+    return text
+
+
+def shard_bounds(corpus: TokenCorpus, count: int) -> np.ndarray:
+    """int64 [S + 1]: text offsets cutting the corpus into S <= ``count`` shards of whole documents, of about
+    equal tokens (fewer where documents are fewer or long)."""
+    if count < 1:
+        raise ValueError(f"shards must be >= 1, got {count}")
+    doc_starts = np.asarray(corpus.doc_starts, dtype=np.int64)
+    targets = np.linspace(0, corpus.num_tokens, count + 1)[1:-1]
+    after = np.searchsorted(doc_starts, targets)  # the first document starting at or after each target
+    nearer = np.where(doc_starts[after] - targets <= targets - doc_starts[np.maximum(after - 1, 0)], after, after - 1)
+    docs = np.unique(np.concatenate([[0], nearer, [corpus.num_docs]]))
+    return doc_starts[docs] + docs  # document d starts at its tokens' offset plus the d separators before it
+
+
+def sort_shard(text: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """The suffix array of ``text[lo:hi]`` as offsets into ``text``: int32, int64 past 2^31 tokens."""
+    from pydivsufsort import divsufsort
+
+    sa = divsufsort(np.asarray(text[lo:hi], dtype=np.int32))
+    dtype = np.dtype(np.int64) if text.shape[0] >= 2**31 else sa.dtype
+    return sa.astype(dtype, copy=False) + dtype.type(lo)
+
+
+# ------------------------------------------------------------------------------------------- on Ray
+
+
+@dataclass(frozen=True)
+class _Sort:
+    work: str
+    shard: int
+    lo: int
+    hi: int
+
+
+def _sort(job: _Sort) -> int:
+    """Sort one shard's suffixes (a Ray task); returns the shard."""
+    work = Path(job.work)
+    die_if_marked(work, f"sort-{job.shard}")
+    sa = sort_shard(np.load(work / "text.npy", mmap_mode="r"), job.lo, job.hi)
+    with atomic_file(_sorted(work, job.shard)) as tmp:
+        np.save(tmp, sa)
+    return job.shard
+
+
+def _sorted(work: Path, shard: int) -> Path:
+    return work / "shards" / f"{shard:05d}.npy"
+
+
+def sort_on_ray(text: np.ndarray, bounds: np.ndarray, corpus_sha256: str, work: Path, cluster: Cluster,
+                progress: bool = True) -> None:
+    """Write ``work/text.npy`` (``text``) and ``work/sa.npy``, the suffix arrays of the shards ``bounds`` (int64
+    [S + 1] text offsets) end to end, sorting the shards not yet on disk as Ray tasks."""
+    record = {"format": RAY_PLAN_FORMAT, "params": {"kind": "rest", "shards": bounds.tolist()},
+              "corpus_sha256": corpus_sha256}
+    if check_plan(work, record) or not (work / "text.npy").exists():
+        with atomic_file(work / "text.npy") as tmp:
+            np.save(tmp, text)
+    count = bounds.shape[0] - 1
+    todo = [_Sort(str(work), s, int(bounds[s]), int(bounds[s + 1])) for s in range(count)
+            if not _sorted(work, s).exists()]
+    if progress:
+        print(f"{work}: {count - len(todo)} of {count} shards sorted, {len(todo)} to run on Ray")
+    run_tasks(cluster, _sort, todo, desc="suffix arrays", progress=progress)
+    first = np.load(_sorted(work, 0), mmap_mode="r")
+    sa = np.lib.format.open_memmap(work / "sa.npy", mode="w+", dtype=first.dtype, shape=text.shape)
+    for s in range(count):
+        sa[bounds[s]:bounds[s + 1]] = np.load(_sorted(work, s), mmap_mode="r")
+    sa.flush()
+    del sa, first
+    shutil.rmtree(work / "shards")  # ours: the sorted shards
+    (work / "plan.json").unlink()
 
 
 def default_store(model_name: str, kind: str = "rest", source: str = "code") -> Path:
@@ -266,6 +378,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
                         "not a store of this kind")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (once the "
                         "new one is complete)")
+    add_cluster_arguments(parser, "suffix-array shards, each sorted on its own (without --ray: 1; with it, 0 is 4 per "
+                          "worker); for crest also the ranges of first tokens its counts are merged in")
 
 
 def source_tag(source: str) -> str:
@@ -274,16 +388,18 @@ def source_tag(source: str) -> str:
 
 
 def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str | Path | None = None,
-                overwrite: bool = False) -> RestIndex:
+                overwrite: bool = False, shards: int = 1, cluster: Cluster | None = None) -> RestIndex:
     """The REST store for (source, model): loaded if it exists at ``out`` (default path) and not
-    ``overwrite``, else built. A loaded store must match ``model``'s tokenizer (CorpusError otherwise)."""
+    ``overwrite``, else built (``shards`` and ``cluster`` as in :meth:`RestIndex.build`). A loaded store must
+    match ``model``'s tokenizer (CorpusError otherwise)."""
     path = Path(out) if out else default_store(model, "rest", source_tag(source))
     if path.exists() and not overwrite:
         index = RestIndex.load(path)
         index.tokenizer.check(model, f"REST datastore {path}")
         return index
     check_replaceable(path, is_rest_store, overwrite, "REST datastore")  # before the corpus is tokenised
-    return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path, overwrite=overwrite)
+    return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path, overwrite=overwrite,
+                           shards=shards, cluster=cluster)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -298,6 +414,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def _cli_build(args: argparse.Namespace) -> int:
     path = Path(args.out) if args.out else default_store(args.model, "rest", source_tag(args.source))
     check_replaceable(path, is_rest_store, args.overwrite, "REST datastore")  # an explicit build builds
-    index = ensure_rest(args.source, args.model, args.max_tokens, path, overwrite=True)
-    print(f"REST {index.path}: {index.meta['num_tokens']:,} tokens, {disk_bytes(index.path):,} bytes")
+    cluster = cluster_from_arguments(args)
+    index = ensure_rest(args.source, args.model, args.max_tokens, path, overwrite=True, shards=args.shards or 1,
+                        cluster=cluster)
+    print(f"REST {index.path}: {index.meta['num_tokens']:,} tokens in {index.bounds.shape[0] - 1} suffix-array "
+          f"shard(s), {disk_bytes(index.path):,} bytes")
     return 0

@@ -12,40 +12,20 @@ extraction writes, row for row.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..atomic import atomic_file, write_text
+from ..atomic import atomic_file
 from ..model.models import LoadedModel
+from .cluster import Cluster, check_plan, connect, die_if_marked
 from .corpus import TokenCorpus
 from .embed import Plan, finish, plan, run_batch, write_layout
 
 PLAN_FORMAT = 1
-
-
-class PlanMismatch(ValueError):
-    """A work folder whose shards were planned with other parameters or another corpus."""
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Where and how wide to run: a Ray ``address`` (None: a local Ray on this machine), ``workers`` actors of
-    ``threads`` CPU threads each (one GPU each where the cluster has them), ``shards`` pieces of work."""
-
-    address: str | None = None
-    workers: int = 2
-    threads: int = 1
-    shards: int = 0  # 0: 4 per worker
-
-    def shard_count(self, batches: int) -> int:
-        return max(1, min(batches, self.shards or 4 * self.workers))
 
 
 def shard_path(work: Path, shard: int) -> Path:
@@ -55,25 +35,6 @@ def shard_path(work: Path, shard: int) -> Path:
 def finished(work: Path, count: int) -> list[int]:
     """The shards of ``work`` already on disk (each was written whole, atomically)."""
     return [s for s in range(count) if shard_path(work, s).exists()]
-
-
-def check_plan(work: Path, record: dict[str, Any]) -> bool:
-    """Record ``record`` as ``work``'s plan (True: a new plan, nothing of it on disk yet), or find it there (False);
-    raise PlanMismatch when the folder holds another one."""
-    path = work / "plan.json"
-    if path.exists():
-        held = json.loads(path.read_text())
-        if held != record:
-            changed = sorted(k for k in {**held.get("params", {}), **record["params"]}
-                             if held.get("params", {}).get(k) != record["params"].get(k))
-            what = ", ".join(changed) or ("the corpus" if held.get("corpus_sha256") != record["corpus_sha256"]
-                                          else "the shard count")
-            raise PlanMismatch(f"{work} holds an interrupted build made with other parameters ({what}); rerun with "
-                               "the same ones to resume it, or remove that folder")
-        return False
-    (work / "shards").mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps(record, indent=1))
-    return True
 
 
 def shard_bounds(batches: int, count: int) -> np.ndarray:
@@ -113,10 +74,7 @@ class _ShardActor:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = []
         for shard in batch["shard"].tolist():
-            marker = self.work / f"kill-worker-at-{shard}"
-            if marker.exists():  # how a test kills a worker mid-build: the first actor to reach the shard dies
-                marker.unlink()
-                os._exit(1)
+            die_if_marked(self.work, str(shard))
             rows.append(run_shard(self.target, self.layout, self.tokens, self.work, shard, self.bounds))
         return {"shard": batch["shard"], "rows": np.asarray(rows, dtype=np.int64)}
 
@@ -144,8 +102,7 @@ def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cl
     if progress:
         print(f"{out}: {count - len(todo)} of {count} shards done, {len(todo)} to run on Ray")
     if todo:
-        if not ray.is_initialized():
-            ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        connect(cluster)
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         model = {"name": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
                  "weights": target.weights, "device": "cuda" if gpus else "cpu"}

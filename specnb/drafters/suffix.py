@@ -110,7 +110,7 @@ class SuffixDrafter(Drafter):
         if not self.output:  # the first step of a request: its first token came from the prefill, not update()
             self.output = context[state.prompt_len:].tolist()
         q_request, starts = earlier_match(context, self.max_query, self.min_query)
-        q_history, lo, hi = self.history.match(context, self.max_query, self.min_query)
+        q_history, ranges = self.history.match(context, self.max_query, self.min_query)
         q = max(q_request, q_history)
         depth = min(self.max_depth, state.max_depth, math.ceil(self.alpha * q))
         self._report = SuffixReport(q)
@@ -120,7 +120,7 @@ class SuffixDrafter(Drafter):
         if q_request == q:  # the most recent occurrences when there are too many
             parts.append(rows_after(context, starts[-self.max_matches:], depth))
         if q_history == q:
-            parts.append(self.history.continuations(lo, hi, q, self.max_matches, depth))
+            parts.append(self.history.continuations(ranges, q, self.max_matches, depth))
         rows = np.concatenate(parts)
         rows = rows[rows[:, 0] >= 0]  # an occurrence at the very end of an output has no continuation
         if rows.shape[0] == 0:

@@ -67,10 +67,10 @@ def _their_nodes(paths: list[list[int]]) -> set[tuple[int, ...]]:
 
 
 def _our_nodes(index: RestIndex, context: np.ndarray, config: SearchConfig) -> tuple[set[tuple[int, ...]], int]:
-    q, lo, hi = index.longest_match(context, config.max_query, config.min_query)
+    q, ranges = index.longest_match(context, config.max_query, config.min_query)
     if q == 0:
         return set(), 0
-    return build_tree(index.continuations(lo, hi, q, config.max_matches, config.length),
+    return build_tree(index.continuations(ranges, q, config.max_matches, config.length),
                       config.max_nodes).sequences(), q
 
 

@@ -1,0 +1,128 @@
+"""Where and how wide a sharded build runs, and what makes it resumable: the part the Ray builds of dense stores
+(:mod:`specnb.datastores.shards`), REST stores (:func:`specnb.datastores.rest.sort_on_ray`) and CREST stores
+(:mod:`specnb.datastores.crest_build`) share.
+
+A build's work folder holds ``plan.json`` (what every piece of work is made with: parameters and the input's
+sha256) and one file or folder per finished piece, each written atomically. A build killed as a whole resumes
+from the pieces on disk; a folder planned with other parameters is refused, never mixed. Ray reruns the task of
+a worker that dies, so a killed worker costs only its piece.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+
+from ..atomic import write_text
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where and how wide to run: a Ray ``address`` (None: a local Ray on this machine), ``workers`` actors or
+    tasks at a time of ``threads`` CPU threads each (one GPU each where the cluster has them, for model work),
+    ``shards`` pieces of work (0: 4 per worker)."""
+
+    address: str | None = None
+    workers: int = 2
+    threads: int = 1
+    shards: int = 0
+
+    def shard_count(self, pieces: int) -> int:
+        """Shards for work that splits into at most ``pieces`` pieces."""
+        return max(1, min(pieces, self.shards or 4 * self.workers))
+
+
+class PlanMismatch(ValueError):
+    """A work folder whose pieces were planned with other parameters or another input."""
+
+
+def check_plan(work: Path, record: dict[str, Any]) -> bool:
+    """Record ``record`` (``params``, ``corpus_sha256``, ...) as ``work``'s plan (True: a new plan, nothing of it
+    on disk yet), or find it there (False); raise PlanMismatch when the folder holds another one."""
+    path = work / "plan.json"
+    if path.exists():
+        held = json.loads(path.read_text())
+        if held != record:
+            changed = sorted(k for k in {**held.get("params", {}), **record["params"]}
+                             if held.get("params", {}).get(k) != record["params"].get(k))
+            what = ", ".join(changed) or ("the corpus" if held.get("corpus_sha256") != record["corpus_sha256"]
+                                          else "the shard count")
+            raise PlanMismatch(f"{work} holds an interrupted build made with other parameters ({what}); rerun with "
+                               "the same ones to resume it, or remove that folder")
+        return False
+    work.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(record, indent=1))
+    return True
+
+
+def die_if_marked(work: Path, piece: str) -> None:
+    """How a test kills a worker mid-build: the first worker to reach a piece whose ``kill-worker-at-<piece>``
+    marker is in ``work`` removes it and dies."""
+    marker = work / f"kill-worker-at-{piece}"
+    if marker.exists():
+        marker.unlink()
+        os._exit(1)
+
+
+def connect(cluster: Cluster) -> None:
+    """Join the cluster at ``cluster.address`` (or start a local Ray) unless this process already has."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+
+
+def run_tasks(cluster: Cluster, fn: Callable[[T], R], items: Sequence[T], *, desc: str,
+              progress: bool = True) -> list[R]:
+    """``fn(item)`` for every item as Ray tasks, at most ``cluster.workers`` at a time of ``cluster.threads`` CPUs
+    each (a task whose worker dies is run again); results in ``items``' order. ``fn`` writes its piece of work
+    atomically, so an interrupted call loses only the pieces in flight."""
+    import ray
+
+    if not items:
+        return []
+    connect(cluster)
+    remote = ray.remote(num_cpus=cluster.threads, max_retries=3)(fn)
+    results: dict[int, R] = {}
+    running: dict[Any, int] = {}
+    queue = list(enumerate(items))
+    with tqdm(total=len(items), desc=desc, unit="piece", disable=not progress) as bar:
+        while queue or running:
+            while queue and len(running) < cluster.workers:
+                i, item = queue.pop(0)
+                running[remote.remote(item)] = i
+            done, _ = ray.wait(list(running), num_returns=1)
+            for ref in done:
+                results[running.pop(ref)] = ray.get(ref)
+                bar.update(1)
+    return [results[i] for i in range(len(items))]
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, shards_help: str) -> None:
+    """``--ray [ADDRESS] --workers N --threads T --shards S`` of the ``datastore build`` commands."""
+    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="build shard by shard on a Ray cluster (no address: a local Ray on this machine)")
+    parser.add_argument("--workers", type=int, default=2, help="Ray workers running at a time")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads per Ray worker")
+    parser.add_argument("--shards", type=int, default=0, help=shards_help)
+
+
+def cluster_from_arguments(args: argparse.Namespace) -> Cluster | None:
+    """The Cluster the flags of :func:`add_cluster_arguments` ask for (None without ``--ray``); ValueError (one
+    line) for a count below its least."""
+    for flag, least in (("workers", 1), ("threads", 1), ("shards", 0)):
+        if getattr(args, flag) < least:
+            raise ValueError(f"--{flag} must be >= {least}, got {getattr(args, flag)}")
+    if args.ray is None:
+        return None
+    return Cluster(None if args.ray == "local" else args.ray, args.workers, args.threads, args.shards)
