@@ -135,6 +135,19 @@ def test_an_ivfpq_store_drafts_losslessly(single, tmp_path):
     assert sum(c.accepted for c in out.stats.calls) > 0
 
 
+def test_an_ivfpq_index_filled_on_ray_is_the_in_process_one(cluster, tmp_path):
+    """Trained on the driver, filled shard by shard by tasks (one killed), merged in order: the same file."""
+    target = tiny("llama")
+    config = BuildConfig(**{**CONFIG.__dict__, "index_kind": "ivfpq", "ivfpq": IvfPqParams(m=8, nprobe=8)})
+    one = build_datastore(target, corpus(), tmp_path / "one", config, progress=False)
+    (tmp_path / "ray.partial").mkdir()
+    (tmp_path / "ray.partial" / "kill-worker-at-ivfpq-1").touch()
+    store = build_datastore(target, corpus(), tmp_path / "ray", config, progress=False,
+                            cluster=Cluster(cluster.address, workers=2, threads=1, shards=3))
+    assert store.meta["files"]["index.ivfpq"]["sha256"] == one.meta["files"]["index.ivfpq"]["sha256"]
+    assert not [p.name for p in (tmp_path / "ray").iterdir() if p.name.startswith(("ivfpq-", "kill-"))]
+
+
 @pytest.mark.parametrize(("kind", "flags", "message"), [
     ("dense", ["--ray", "--workers", "0"], "--workers must be >= 1, got 0"),
     ("dense", ["--index", "ivfpq", "--dims", "8", "--pq-m", "32"], "--pq-m (32) must divide --dims (8)"),
@@ -251,7 +264,7 @@ def test_stopped_rest_and_crest_builds_resume_from_their_pieces(cluster, rest_in
         build_crest_on_ray(index, tmp_path / "d.sqlite", cluster, ns=NS, t=T, progress=False)
 
 
-def test_the_command_line_builds_rest_and_crest_on_ray(cluster, rest_in_process, tmp_path, capsys):
+def test_the_command_line_builds_rest_and_crest_on_ray(cluster, isolated_cache, tmp_path, capsys):
     from specnb.cli import main
 
     (tmp_path / "src").mkdir()

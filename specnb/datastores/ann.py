@@ -201,9 +201,11 @@ class IvfPqIndex:
         faiss.write_index(self.index, str(path))
 
     @classmethod
-    def load(cls, path: str | Path, params: IvfPqParams) -> IvfPqIndex:
-        """Open a saved index memory-mapped: its lists are read from disk as queries need them."""
-        return cls(faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY), params)
+    def load(cls, path: str | Path, params: IvfPqParams, mmap: bool = True) -> IvfPqIndex:
+        """Open a saved index memory-mapped (its lists read from disk as queries need them), or with ``mmap``
+        False into memory, to add keys to it."""
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        return cls(faiss.read_index(str(path), flags), params)
 
     def nbytes(self) -> int:
         """Bytes the index holds: its serialised size (codes, ids, centroids and codebooks)."""

@@ -39,7 +39,7 @@ from .cluster import Cluster, add_cluster_arguments, cluster_from_arguments
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
 from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from .manifest import check_files, read_meta, write_meta
-from .shards import extract_on_ray
+from .shards import extract_on_ray, ivfpq_on_ray
 
 FORMAT_VERSION = 1
 RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz")  # and the index file
@@ -199,12 +199,13 @@ def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: Bui
         extract_on_ray(target, corpus, tmp, cluster, **sizes)
     info, _ = TokenizerInfo.of(target)
     _index_into(tmp, extracted, info.__dict__, corpus.meta, config, {"extract_seconds": time.perf_counter() - t0},
-                progress)
+                progress, cluster)
 
 
 def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any], corpus_meta: dict[str, Any],
-                config: BuildConfig, times: dict[str, float], progress: bool) -> None:
-    """Fit the key transform on the hidden states in ``tmp``, write the keys and the index, then meta.json."""
+                config: BuildConfig, times: dict[str, float], progress: bool, cluster: Cluster | None = None) -> None:
+    """Fit the key transform on the hidden states in ``tmp``, write the keys and the index (an IVF-PQ index
+    filled on ``cluster`` when given), then meta.json."""
     t0 = time.perf_counter()
     hidden = np.load(tmp / "hidden.f16.npy", mmap_mode="r")
     sample = sample_rows(hidden, config.sample_size)
@@ -218,8 +219,13 @@ def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any],
     if kind == "ivfpq" and config.index_kind == "auto":  # chosen here: codes that split the keys evenly
         config = replace(config, ivfpq=replace(config.ivfpq, m=math.gcd(config.ivfpq.m, keys.shape[1])))
     params = config.index if kind == "hnsw" else config.ivfpq
-    index = AnnIndex.build(keys, config.index, progress=progress) if kind == "hnsw" else \
-        IvfPqIndex.build(keys, config.ivfpq, progress=progress)
+    if kind == "hnsw":
+        index = AnnIndex.build(keys, config.index, progress=progress)
+    elif cluster is None:
+        index = IvfPqIndex.build(keys, config.ivfpq, progress=progress)
+    else:  # trained here, filled shard by shard on the cluster
+        index = ivfpq_on_ray(tmp, IvfPqIndex.trained(sample_rows(keys, config.ivfpq.train_size, config.ivfpq.seed),
+                                                     len(keys), config.ivfpq), cluster, progress)
     index.save(tmp / INDEX_FILES[kind])
     times["index_seconds"] = index.build_seconds
     del hidden
