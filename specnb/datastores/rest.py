@@ -181,9 +181,9 @@ class RestIndex:
 
     # ------------------------------------------------------------------ search
 
-    def find(self, query: np.ndarray) -> np.ndarray:
+    def find(self, query: np.ndarray, shards: list[int] | None = None) -> np.ndarray:
         """int64 [S, 2]: per shard, the suffix-array range [lo, hi) of the suffixes that start with ``query``
-        (int [q], q >= 1)."""
+        (int [q], q >= 1); only ``shards`` are searched when given (the others' ranges are empty)."""
         width = 4 * query.shape[0]
         needle = np.asarray(query, dtype=">i4").tobytes()
         data = self._bytes
@@ -192,8 +192,9 @@ class RestIndex:
             offset = 4 * int(start)
             return data[offset:offset + width].tobytes()
 
-        ranges = np.empty((self.bounds.shape[0] - 1, 2), dtype=np.int64)
-        for s, (first, end) in enumerate(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist(), strict=True)):
+        ranges = np.zeros((self.bounds.shape[0] - 1, 2), dtype=np.int64)
+        for s in range(ranges.shape[0]) if shards is None else shards:
+            first, end = int(self.bounds[s]), int(self.bounds[s + 1])
             lo = bisect.bisect_left(self.sa, needle, lo=first, hi=end, key=key)
             ranges[s] = lo, bisect.bisect_right(self.sa, needle, lo=lo, hi=end, key=key)
         return ranges
@@ -203,11 +204,13 @@ class RestIndex:
         (:meth:`find`). Returns (0, an empty [0, 2]) when even ``min_query`` tokens do not occur."""
         low, high = min_query, min(max_query, context.shape[0])
         best = 0, np.empty((0, 2), dtype=np.int64)
+        shards = None  # those that may hold a longer query: the shards holding the longest found so far
         while low <= high:  # "occurs" is monotone in q: binary search for the largest q that occurs
             q = (low + high) // 2
-            ranges = self.find(context[-q:])
-            if (ranges[:, 1] > ranges[:, 0]).any():
-                best, low = (q, ranges), q + 1
+            ranges = self.find(context[-q:], shards)
+            holding = np.flatnonzero(ranges[:, 1] > ranges[:, 0])
+            if holding.size:
+                best, low, shards = (q, ranges), q + 1, holding.tolist()
             else:
                 high = q - 1
         return best
