@@ -6,6 +6,7 @@ array's, and a killed worker or a stopped driver costs only unfinished pieces.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -51,6 +52,22 @@ def corpus(arch: str = "llama") -> TokenCorpus:
     return TokenCorpus(np.concatenate(docs), starts, {"name": "random", "tokenizer": info.__dict__})
 
 
+@contextlib.contextmanager
+def stopped_after_two_pieces(monkeypatch, module):
+    """The driver stops (Ctrl-C) once ``module``'s progress bar reports two pieces done."""
+    calls = []
+
+    def stop_after_two(self, n=1):
+        calls.append(n)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(module.tqdm, "update", stop_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        yield
+    monkeypatch.undo()
+
+
 @pytest.fixture(scope="module")
 def cluster():
     nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -94,17 +111,8 @@ def test_a_killed_worker_costs_only_its_shard(cluster, single, tmp_path):
 
 def test_a_stopped_build_resumes_from_its_finished_shards(cluster, single, tmp_path, monkeypatch, capsys):
     target = tiny("llama")
-    calls = []
-
-    def stop_after_two(self, n=1):  # the driver stops (Ctrl-C) once two shards are reported done
-        calls.append(n)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(shards.tqdm, "update", stop_after_two)
-    with pytest.raises(KeyboardInterrupt):
+    with stopped_after_two_pieces(monkeypatch, shards):
         build_datastore(target, corpus(), tmp_path / "store", CONFIG, progress=True, cluster=cluster)
-    monkeypatch.undo()
     done = shards.finished(tmp_path / "store.partial", 4)
     assert 2 <= len(done) <= 4
     store = build_datastore(target, corpus(), tmp_path / "store", CONFIG, progress=True, cluster=cluster)
@@ -231,27 +239,15 @@ def test_killed_rest_and_crest_workers_cost_only_their_pieces(cluster, rest_in_p
 def test_stopped_rest_and_crest_builds_resume_from_their_pieces(cluster, rest_in_process, tmp_path, monkeypatch,
                                                                capsys):
     one, four = rest_in_process
-    calls = []
-
-    def stop_after_two(self, n=1):  # the driver stops (Ctrl-C) once two pieces are reported done
-        calls.append(n)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(cluster_module.tqdm, "update", stop_after_two)
-    with pytest.raises(KeyboardInterrupt):
+    with stopped_after_two_pieces(monkeypatch, cluster_module):
         RestIndex.build(corpus(), tmp_path / "rest", progress=True, cluster=cluster)
     assert 2 <= len(list((tmp_path / "rest.partial" / "shards").iterdir())) <= 4
-    monkeypatch.undo()
     index = RestIndex.build(corpus(), tmp_path / "rest", progress=True, cluster=cluster)
     assert " of 4 shards sorted, " in capsys.readouterr().out and not (tmp_path / "rest.partial").exists()
     same_files(index.meta, four.meta)
 
-    calls.clear()
-    monkeypatch.setattr(cluster_module.tqdm, "update", stop_after_two)
-    with pytest.raises(KeyboardInterrupt):  # stops in the first step: counting
+    with stopped_after_two_pieces(monkeypatch, cluster_module):  # stops in the first step: counting
         build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=True)
-    monkeypatch.undo()
     counted = len(list((tmp_path / "c.sqlite.partial" / "counts").iterdir()))
     assert 2 <= counted <= 4 and not (tmp_path / "c.sqlite").exists()
     store = build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=True)
