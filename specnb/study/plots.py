@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,12 +147,16 @@ def label(name: str) -> str:
 # ------------------------------------------------------------------------------------------------ bars
 
 
+_BAR_PANELS: weakref.WeakSet[plt.Axes] = weakref.WeakSet()  # the axes hbars has drawn on
+
+
 def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
           colors: Sequence[str] | None = None, xlabel: str = "") -> plt.Axes:
     """Horizontal bars sorted by value (largest on top), each value printed past its bar (and past its interval),
     the 90% interval [low, high] drawn as an error bar; ``reference`` draws a thin vertical line (1 for speedups),
-    always in view. Negative values extend left of 0 (a difference, a gain).
+    always in view. Negative values extend left of 0 (a difference, a gain). On a panel sharing its x axis with
+    one drawn before, the axis only grows, so every panel's labels stay in view.
     Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names."""
     from ..eval.checks import check_varies
 
@@ -183,7 +188,12 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     ax.set_yticks(y, [label(x) for x in frame.label])
-    ax.set_xlim(lo - (0.18 * span if lo < 0 else 0), hi + (0.18 * span if hi > 0 else 0))
+    left, right = lo - (0.18 * span if lo < 0 else 0), hi + (0.18 * span if hi > 0 else 0)
+    if any(other in _BAR_PANELS for other in ax.get_shared_x_axes().get_siblings(ax) if other is not ax):
+        shown = ax.get_xlim()  # a panel sharing this x axis was drawn: keep what it shows in view
+        left, right = min(left, shown[0]), max(right, shown[1])
+    _BAR_PANELS.add(ax)
+    ax.set_xlim(left, right)
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
