@@ -114,11 +114,14 @@ def atomic_folder(path: str | Path, replace: bool = False, keep_partial: bool = 
 def work_folder(path: str | Path) -> Iterator[Path]:
     """Yield ``<path>.partial``, the folder a resumable build of the file ``path`` keeps its finished pieces in:
     held by one build at a time, kept when the block fails (a rerun resumes from it), removed when it succeeds
-    (the block has then written ``path``)."""
+    (the block has then written ``path``). A folder of that name that holds files but no build's ``plan.json``
+    is not ours: ExistsError, never touched."""
     path = Path(path)
     work = path.with_name(f"{path.name}.partial")
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(work):
+        if work.is_dir() and any(work.iterdir()) and not (work / "plan.json").is_file():
+            raise ExistsError(f"{work} holds files but no build's plan.json; move it away to build {path}")
         work.mkdir(exist_ok=True)
         yield work
         shutil.rmtree(work)

@@ -15,6 +15,7 @@ import ray
 from conftest import tiny
 from ray.cluster_utils import Cluster as RayCluster
 
+from specnb.atomic import ExistsError
 from specnb.core.generate import generate
 from specnb.datastores import cluster as cluster_module
 from specnb.datastores import crest_build, shards
@@ -228,9 +229,15 @@ def test_killed_rest_and_crest_workers_cost_only_their_pieces(cluster, rest_in_p
     index = RestIndex.build(corpus(), tmp_path / "rest", progress=False, cluster=cluster)
     same_files(index.meta, four.meta)
     work = tmp_path / "c.sqlite.partial"
-    work.mkdir()
-    for piece in ("count-2", "merge-2-1", "trees-3-0"):
-        (work / f"kill-worker-at-{piece}").touch()
+    check_plan_of_crest = crest_build.check_plan
+
+    def plan_then_mark(folder, record):  # markers go in once the build has made its work folder
+        made = check_plan_of_crest(folder, record)
+        for piece in ("count-2", "merge-2-1", "trees-3-0"):
+            (folder / f"kill-worker-at-{piece}").touch()
+        return made
+
+    monkeypatch.setattr(crest_build, "check_plan", plan_then_mark)
     store = build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=False)
     assert store.meta["trees_sha256"] == reference.meta["trees_sha256"] and not work.exists()
     assert left == []  # every marked piece was reached: its worker died and Ray ran the piece again
@@ -258,6 +265,15 @@ def test_stopped_rest_and_crest_builds_resume_from_their_pieces(cluster, rest_in
         (tmp_path / "d.sqlite.partial").mkdir()
         check_plan(tmp_path / "d.sqlite.partial", {"format": 1, "corpus_sha256": "x", "params": {"t": 1}})
         build_crest_on_ray(index, tmp_path / "d.sqlite", cluster, ns=NS, t=T, progress=False)
+
+
+def test_a_folder_not_made_by_a_build_is_never_used_as_crest_work(rest_in_process, tmp_path):
+    (tmp_path / "c.sqlite.partial").mkdir()
+    (tmp_path / "c.sqlite.partial" / "notes.txt").write_text("mine")
+    with pytest.raises(ExistsError, match="no build's plan.json"):
+        build_crest_on_ray(rest_in_process[1], tmp_path / "c.sqlite", Cluster(), ns=NS, t=T, progress=False)
+    assert (tmp_path / "c.sqlite.partial" / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "c.sqlite").exists()
 
 
 def test_the_command_line_builds_rest_and_crest_on_ray(cluster, isolated_cache, tmp_path, capsys):

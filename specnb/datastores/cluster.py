@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,11 +96,11 @@ def run_tasks(cluster: Cluster, fn: Callable[[T], R], items: Sequence[T], *, des
     remote = ray.remote(num_cpus=cluster.threads, max_retries=3)(fn)
     results: dict[int, R] = {}
     running: dict[Any, int] = {}
-    queue = list(enumerate(items))
+    queue = deque(enumerate(items))
     with tqdm(total=len(items), desc=desc, unit="piece", disable=not progress) as bar:
         while queue or running:
             while queue and len(running) < cluster.workers:
-                i, item = queue.pop(0)
+                i, item = queue.popleft()
                 running[remote.remote(item)] = i
             done, _ = ray.wait(list(running), num_returns=1)
             for ref in done:
