@@ -35,7 +35,8 @@ def test_bandwidth_columns_follow_their_definition(monkeypatch):
         else:  # decoding calls over decoding seconds: prefills left out
             decode = weight_bytes * group.calls.sum() / group.decode_seconds.sum() / 1e9 / 10.0
             assert summary.loc[method, "decode_bandwidth_fraction"] == pytest.approx(decode)
-            assert decode > summary.loc[method, "bandwidth_fraction"]
+            assert (group.decode_seconds < group.seconds).all()  # not: decode fraction > whole (a prefill of 6
+            # tokens on a tiny model may take less than a decoding call, so that order is timing, not definition)
     assert summary.loc["ar", "identical_to_ar"] == 1.0 and summary.loc["pld", "identical_to_ar"] == 1.0
 
 
