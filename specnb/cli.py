@@ -24,6 +24,7 @@ PLUGIN_COMMANDS = {
     "ngram-table": ("specnb.datastores.ngram_tables", "build the model-derived unigram/bigram tables (cached)"),
     "roofline": ("specnb.core.roofline", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.model.kernels.bench", "the few-row CPU kernels"),
+    "extract-rate": ("specnb.datastores.extract_rate", "time a dense store's hidden-state extraction (rows/s)"),
 }
 DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest_build", "specnb.datastores.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 
 from ..atomic import write_csv
 from ..model.ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
@@ -352,12 +352,15 @@ def cost_model_for(target: LoadedModel, path: str | Path = "") -> CostModel:
 # --------------------------------------------------------------------------- GPU: random real shapes
 
 
-def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> PreTrainedModel:
-    """A randomly initialised model with a real architecture's shapes (``mistral-7b``, ``llama-2-7b``,
-    ``qwen2.5-1.5b``), for timing on an accelerator without downloading weights."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+def random_config(shape: str) -> PretrainedConfig:
+    """The configuration of a real architecture's shapes: ``gemma-3-270m``, ``mistral-7b``, ``llama-2-7b`` or
+    ``qwen2.5-1.5b`` (ValueError for another)."""
+    from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config
 
     configs = {
+        "gemma-3-270m": lambda: Gemma3TextConfig(vocab_size=262144, hidden_size=640, intermediate_size=2048,
+                                                 num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1,
+                                                 head_dim=256, query_pre_attn_scalar=256, sliding_window=512),
         "mistral-7b": lambda: MistralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
                                             num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                                             sliding_window=None),
@@ -368,10 +371,19 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> P
     }
     if shape not in configs:
         raise ValueError(f"unknown model shape {shape!r}; use one of {', '.join(configs)}")
+    return configs[shape]()
+
+
+def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> PreTrainedModel:
+    """A randomly initialised model of :func:`random_config`'s shapes, for timing on an accelerator without
+    downloading weights."""
+    from transformers import AutoModelForCausalLM
+
+    config = random_config(shape)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device.type)
     with device:
-        model = AutoModelForCausalLM.from_config(configs[shape](), dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     return model.eval()
 
 
@@ -388,7 +400,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """``specnb roofline``: time the (k, w, context) grid for a model and write a CSV."""
     parser = subparsers.add_parser("roofline", help="time one target call over a (k, w, context) grid")
     parser.add_argument("--model", default="gemma-3-270m",
-                        help="model name/path, or random:SHAPE (mistral-7b, llama-2-7b, qwen2.5-1.5b)")
+                        help="model name/path, or random:SHAPE (gemma-3-270m, mistral-7b, llama-2-7b, qwen2.5-1.5b)")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
     parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))

@@ -1,0 +1,126 @@
+"""How fast a target extracts a dense store's hidden states: rows (corpus positions) per second.
+
+A dense store's extraction (:mod:`specnb.datastores.embed`) dominates its cost, so a paper-scale store's
+worker-hours are its rows over this rate (docs/datastores.md). The rate is timed on a synthetic corpus of random
+tokens through the extraction's own path (its layout of segments and batches, :func:`embed.run_batch`: the
+decoder's forward pass, the copies to and from the device, float16 rows), so it counts everything but writing
+the rows. ``random:SHAPE`` models have a real architecture's shapes and random weights: a machine that cannot read
+the embedded weights (the GPU machines this project is lent) still gives the rate of that shape::
+
+    specnb extract-rate --model random:gemma-3-270m --model random:qwen2.5-1.5b --device cuda \\
+        --batch-tokens 4096 32768 --out data/extract_rate_gpu.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from ..atomic import write_csv
+from ..core.roofline import device_name, random_config, random_model
+from ..model.device import default_device, synchronize
+from ..model.model_names import WEIGHTS
+from ..model.models import LoadedModel, byte_tokenizer, load_model
+from .corpus import TokenCorpus
+from .embed import plan, run_batch
+
+COLUMNS = ["model", "dtype", "weights", "device", "device_name", "torch", "seq_len", "overlap", "batch_tokens",
+           "batches", "rows", "seconds", "rows_per_s", "padded_tokens_per_s"]
+
+
+def synthetic_corpus(tokens: int, doc_tokens: int, vocab_size: int, seed: int = 0) -> TokenCorpus:
+    """``tokens`` random token ids in [0, vocab_size) as documents of ``doc_tokens`` (the last one shorter)."""
+    if tokens < 2 or doc_tokens < 2:
+        raise ValueError(f"need at least 2 tokens and 2 tokens a document; got {tokens} and {doc_tokens}")
+    ids = np.random.default_rng(seed).integers(0, vocab_size, tokens, dtype=np.int32)
+    starts = np.unique(np.append(np.arange(0, tokens, doc_tokens), tokens)).astype(np.int64)
+    return TokenCorpus(ids, starts, {"name": f"random-{tokens}"})
+
+
+def measure(target: LoadedModel, corpus: TokenCorpus, *, seq_len: int = 512, overlap: int = 64,
+            batch_tokens: int = 4096, progress: bool = True) -> dict[str, object]:
+    """One row of :data:`COLUMNS`: ``corpus``'s extraction by ``target`` timed batch after batch, after one
+    untimed batch (kernel choice and allocation on the first call of a shape); the device is synchronised before
+    the clock starts and stops. ``rows_per_s`` counts the rows a store keeps; ``padded_tokens_per_s`` every token
+    the model ran (overlap context and padding included)."""
+    layout = plan(target, corpus, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
+    if len(layout.work) < 2:
+        raise ValueError(f"the corpus fills {len(layout.work)} batch of {batch_tokens} tokens: need at least 2")
+    device = next(target.model.parameters()).device
+    tokens = np.asarray(corpus.tokens)
+    run_batch(target, tokens, layout.work[0])
+    synchronize(device)
+    rows = padded = 0
+    start = time.perf_counter()
+    for batch in tqdm(layout.work[1:], desc=f"{target.name}, {batch_tokens} tokens a batch", unit="batch",
+                      disable=not progress):
+        rows += sum(states.shape[0] for _, states in run_batch(target, tokens, batch))
+        padded += len(batch) * batch[0].length
+    synchronize(device)
+    seconds = time.perf_counter() - start
+    return {"model": target.name, "dtype": layout.params["dtype"], "weights": target.weights, "device": device.type,
+            "device_name": device_name(device), "torch": torch.__version__, "seq_len": seq_len, "overlap": overlap,
+            "batch_tokens": batch_tokens, "batches": len(layout.work) - 1, "rows": rows, "seconds": seconds,
+            "rows_per_s": rows / seconds, "padded_tokens_per_s": padded / seconds}
+
+
+def load_target(name: str, dtype: str, device: str, weights: str = "auto") -> LoadedModel:
+    """An installed model, or ``random:SHAPE`` (:func:`specnb.core.roofline.random_model`: dense weights) with a
+    byte tokenizer."""
+    if name.startswith("random:"):
+        model = random_model(name.removeprefix("random:"), dtype, device)
+        return LoadedModel(model, byte_tokenizer(), name)
+    return load_model(name, dtype=dtype, device=device, weights=weights)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb extract-rate``: time the hidden-state extraction of models on a device, one CSV row each."""
+    parser = subparsers.add_parser("extract-rate", help="time a dense store's hidden-state extraction (rows/s)",
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", required=True,
+                        help="an installed model or random:SHAPE (gemma-3-270m, qwen2.5-1.5b, mistral-7b, "
+                             "llama-2-7b); repeat for several")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N")
+    parser.add_argument("--weights", default="auto", choices=WEIGHTS,
+                        help="what an installed model computes over (random:SHAPE models: dense)")
+    parser.add_argument("--tokens", type=int, default=200_000, help="corpus tokens to extract per model and batch size")
+    parser.add_argument("--doc-tokens", type=int, default=2048, help="tokens per synthetic document")
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--overlap", type=int, default=64)
+    parser.add_argument("--batch-tokens", type=int, nargs="+", default=[4096], help="padded tokens per forward pass")
+    parser.add_argument("--out", required=True, help="CSV to write")
+    parser.set_defaults(func=run_cli)
+    return parser
+
+
+def run_cli(args: argparse.Namespace) -> None:
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a folder; give a CSV file's path")
+    if args.tokens < 2 or args.doc_tokens < 2:
+        raise ValueError(f"need --tokens >= 2 and --doc-tokens >= 2; got {args.tokens} and {args.doc_tokens}")
+    for batch_tokens in args.batch_tokens:
+        if args.seq_len < 1 or args.overlap < 0 or batch_tokens < args.seq_len + args.overlap:
+            raise ValueError(f"need --seq-len >= 1, --overlap >= 0, --batch-tokens >= seq-len + overlap; got "
+                             f"{args.seq_len}, {args.overlap}, {batch_tokens}")
+    for name in args.model:
+        if name.startswith("random:"):
+            random_config(name.removeprefix("random:"))
+    rows = []
+    for name in args.model:
+        target = load_target(name, args.dtype, args.device, args.weights)
+        corpus = synthetic_corpus(args.tokens, args.doc_tokens, target.model.config.get_text_config().vocab_size)
+        for batch_tokens in args.batch_tokens:
+            row = measure(target, corpus, seq_len=args.seq_len, overlap=args.overlap, batch_tokens=batch_tokens)
+            print(f"{name} {row['dtype']} ({target.weights}) on {row['device_name']}, {batch_tokens} tokens a batch: "
+                  f"{row['rows_per_s']:,.0f} rows/s")
+            rows.append(row)
+        del target
+    write_csv(args.out, pd.DataFrame(rows, columns=COLUMNS))
+    print(f"wrote {len(rows)} rows to {args.out}")
