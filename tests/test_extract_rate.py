@@ -60,8 +60,8 @@ def test_command_writes_a_row_per_model_and_batch_size(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--batch-tokens", "100"], "--batch-tokens >= seq-len + overlap"),
-    (["--tokens", "1"], "--tokens >= 2"),
+    (["--batch-tokens", "100"], "batch_tokens >= seq_len + overlap"),
+    (["--tokens", "1"], "need at least 2 tokens"),
     (["--model", "random:gpt-9"], "unknown model shape 'gpt-9'"),
 ])
 def test_bad_arguments_are_one_line_before_any_model_loads(tmp_path, capsys, monkeypatch, argv, message):

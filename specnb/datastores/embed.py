@@ -130,12 +130,18 @@ class Plan:
     corpus_sha256: str
 
 
-def plan(target: LoadedModel, corpus: TokenCorpus, *, n_next: int = N_NEXT, seq_len: int = 512, overlap: int = 64,
-         batch_tokens: int = 4096) -> Plan:
-    """The layout of extracting ``corpus`` with ``target`` (ValueError for impossible sizes or an empty corpus)."""
+def check_sizes(seq_len: int, overlap: int, batch_tokens: int) -> None:
+    """ValueError unless segments of ``seq_len`` after ``overlap`` tokens of context fit batches of
+    ``batch_tokens``."""
     if seq_len < 1 or overlap < 0 or batch_tokens < seq_len + overlap:
         raise ValueError(f"need seq_len >= 1, overlap >= 0, batch_tokens >= seq_len + overlap; got {seq_len}, "
                          f"{overlap}, {batch_tokens}")
+
+
+def plan(target: LoadedModel, corpus: TokenCorpus, *, n_next: int = N_NEXT, seq_len: int = 512, overlap: int = 64,
+         batch_tokens: int = 4096) -> Plan:
+    """The layout of extracting ``corpus`` with ``target`` (ValueError for impossible sizes or an empty corpus)."""
+    check_sizes(seq_len, overlap, batch_tokens)
     d = target.model.config.get_text_config().hidden_size
     pad_id = min(target.eos_token_ids) if target.eos_token_ids else -1
     positions, doc_ends = row_layout(corpus.doc_starts)

@@ -28,7 +28,7 @@ from ..model.device import default_device, synchronize
 from ..model.model_names import WEIGHTS
 from ..model.models import LoadedModel, byte_tokenizer, load_model
 from .corpus import TokenCorpus
-from .embed import plan, run_batch
+from .embed import check_sizes, plan, run_batch
 
 COLUMNS = ["model", "dtype", "weights", "device", "device_name", "torch", "seq_len", "overlap", "batch_tokens",
            "batches", "rows", "seconds", "rows_per_s", "padded_tokens_per_s"]
@@ -103,12 +103,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 def run_cli(args: argparse.Namespace) -> None:
     if Path(args.out).is_dir():
         raise ValueError(f"--out {args.out} is a folder; give a CSV file's path")
-    if args.tokens < 2 or args.doc_tokens < 2:
-        raise ValueError(f"need --tokens >= 2 and --doc-tokens >= 2; got {args.tokens} and {args.doc_tokens}")
+    synthetic_corpus(args.tokens, args.doc_tokens, vocab_size=2)  # every size checked before a model loads
     for batch_tokens in args.batch_tokens:
-        if args.seq_len < 1 or args.overlap < 0 or batch_tokens < args.seq_len + args.overlap:
-            raise ValueError(f"need --seq-len >= 1, --overlap >= 0, --batch-tokens >= seq-len + overlap; got "
-                             f"{args.seq_len}, {args.overlap}, {batch_tokens}")
+        check_sizes(args.seq_len, args.overlap, batch_tokens)
     for name in args.model:
         if name.startswith("random:"):
             random_config(name.removeprefix("random:"))
