@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -255,10 +256,14 @@ def test_stopped_rest_and_crest_builds_resume_from_their_pieces(cluster, rest_in
 
     with stopped_after_two_pieces(monkeypatch, cluster_module):  # stops in the first step: counting
         build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=True)
-    counted = len(list((tmp_path / "c.sqlite.partial" / "counts").iterdir()))
-    assert 2 <= counted <= 4 and not (tmp_path / "c.sqlite").exists()
+    assert len(list((tmp_path / "c.sqlite.partial" / "counts").iterdir())) >= 2
+    assert not (tmp_path / "c.sqlite").exists()
+    capsys.readouterr()
     store = build_crest_on_ray(index, tmp_path / "c.sqlite", cluster, ns=NS, t=T, progress=True)
-    assert f"count: {counted} of 4 done, {4 - counted} to run on Ray" in capsys.readouterr().out
+    # At least the two pieces finished before the stop are reused. Not an exact count: a task of the stopped
+    # driver may still finish on the cluster (and its temporary file sit in the folder) before the rerun looks.
+    found = re.search(r"count: (\d) of 4 done, (\d) to run on Ray", capsys.readouterr().out)
+    assert found and int(found[1]) >= 2 and int(found[1]) + int(found[2]) == 4
     assert store.meta["trees_sha256"] == build_crest(one, tmp_path / "one.sqlite", ns=NS, t=T,
                                                      progress=False).meta["trees_sha256"]
     with pytest.raises(PlanMismatch, match="t"):  # a work folder left with other parameters is refused
