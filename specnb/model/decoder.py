@@ -326,7 +326,8 @@ class Layer:
         if self.blocks:  # one Blocks per projection
             def blocks(weight: QuantizedWeight, bias: Tensor | None) -> Any:
                 out = ext.Blocks()
-                out.blocks, out.type, out.bias, out.int8 = weight.blocks, FORMATS[weight.format][0], bias, weight.int8
+                out.blocks = weight.packed if weight.int8 else weight.blocks
+                out.type, out.bias, out.int8 = FORMATS[weight.format][0], bias, weight.int8
                 return out
 
             spec.qkv_blocks = [blocks(*wb) for wb in self.qkv]

@@ -4,9 +4,8 @@ The embedded models ship as GGUF files. With ``load_model(..., weights="gguf")``
 (:meth:`specnb.model.decoder.Body.from_gguf`) runs the model the file holds: every projection and the output head
 multiply the file's quantized blocks (:func:`specnb.model.kernels.quant.linear`: ``d * q`` in fp32, not their bf16
 rounding), norms and biases are the file's fp32 values, the input embedding decodes the rows of a call's
-tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (those of
-:data:`~specnb.model.kernels.quant.INT8_FORMATS`) with input rows rounded to int8: another model, with its own greedy
-references. The Hugging Face model loaded beside it keeps its dense weights and runs only as the stock
+tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (repacked once for that route)
+with input rows rounded to int8 per block: another model, with its own greedy references. The Hugging Face model loaded beside it keeps its dense weights and runs only as the stock
 baseline (and the fallback where specnb's kernels do not run): nothing of it is patched.
 """
 
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .kernels.quant import FORMATS, INT8_FORMATS, QuantizedWeight
+from .kernels.quant import FORMATS, QuantizedWeight
 
 # GGUF architecture -> Hugging Face model_type. Architectures whose GGUF rows are in Hugging Face's order
 # (llama.cpp permutes Llama's q / k rows for its rotary layout).
@@ -116,7 +115,7 @@ _OPEN: weakref.WeakValueDictionary[tuple[str, bool], GGUFWeights] = weakref.Weak
 
 
 def read(path: str, int8: bool = False) -> GGUFWeights:
-    """The file at ``path`` (``int8``: block weights of :data:`INT8_FORMATS` take int8 activations), read once
+    """The file at ``path`` (``int8``: block weights take int8 activations, :meth:`QuantizedWeight.from_gguf`), read once
     while anything holds the result: a self-draft and its target share the blocks, and they are freed with the
     last model that uses them. Raises ValueError for an unsupported architecture or setting."""
     import gguf
@@ -131,7 +130,7 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
     for t in reader.tensors:
         kind = t.tensor_type.name
         if kind in FORMATS:
-            tensors[t.name] = QuantizedWeight.from_gguf(t, int8 and kind in INT8_FORMATS)
+            tensors[t.name] = QuantizedWeight.from_gguf(t, int8)
         elif kind in ("F32", "F16", "BF16"):
             data = gguf.quants.dequantize(t.data, t.tensor_type)
             tensors[t.name] = torch.from_numpy(np.array(data, dtype=np.float32, copy=True))

@@ -166,7 +166,7 @@ def _median_call_s(calls: list[Callable[[], Tensor]], repeats: int) -> float:
 def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple[int, ...] = (1, 4, 16, 64),
                 repeats: int = 5, bandwidth: float | None = None, progress: bool = True) -> pd.DataFrame:
     """One row per (tensor, backend, rows), backends ``quant`` (the stored blocks), ``int8`` (the same with int8
-    activations, where :func:`specnb.model.kernels.quant.int8_supported` and the format has that route) and ``bf16``
+    activations, where :func:`specnb.model.kernels.quant.int8_supported`) and ``bf16``
     (the few-row kernel on the same weights dequantized to bf16): ``ms`` (median per call), ``bytes`` read per
     call, ``gb_per_s``, ``bandwidth_fraction``, ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16
     kernel's)."""
@@ -178,7 +178,7 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
         weight = quant.QuantizedWeight.from_gguf(tensor)
         n, k = weight.shape
         dense = weight.dequantize().bfloat16()
-        blocks, int8 = _copies(weight.blocks), quant.int8_supported() and weight.format in quant.INT8_FORMATS
+        blocks, int8 = _copies(weight.blocks), quant.int8_supported() and n % quant.INT8_LANES == 0
         backends = {"quant": [quant.QuantizedWeight(b, weight.format) for b in blocks],
                     **({"int8": [quant.QuantizedWeight(b, weight.format, int8=True) for b in blocks]} if int8 else {}),
                     "bf16": _copies(dense)}

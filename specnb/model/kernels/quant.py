@@ -6,9 +6,10 @@ Q6_K). A decoding call is bound by reading its weights, so a call that streams t
 group of 32 weights is decoded in registers with the fp32 operations of the ``gguf`` package's dequantization
 (the same values) and multiplied with a few input rows at once in fp32, in a fixed order, so rows are
 bit-independent (a verified draft gets the bits of decoding its tokens one at a time). Activations are not
-quantized, unless a weight asks for int8 activations (``QuantizedWeight.int8``, ``csrc/quant_int8.h``: Q5_0, Q4_K
-and Q6_K times each row rounded to int8 per 64 values, VNNI dot products; another model, still with
-bit-independent rows).
+quantized, unless a weight asks for int8 activations (``QuantizedWeight.int8``, ``csrc/quant_int8.h``): then the
+blocks are repacked once, 16 weight rows interleaved, and their integer codes multiply each row rounded to int8 per
+block (VNNI dot products, every code decoded once per call for all its rows): another model, still with
+bit-independent rows, whose 16-row calls cost little more than one-row calls.
 ``specnb kernels quant`` times it against the bf16 kernel on the shipped tensors.
 """
 
@@ -33,11 +34,13 @@ FORMATS: dict[str, tuple[int, int, int]] = {"Q8_0": (8, 32, 34), "Q5_0": (6, 32,
 class QuantizedWeight:
     """A weight [N, K] as GGUF stores it: ``blocks`` uint8 [N, K / block weights * block bytes], row n holding
     output n's K weights; ``format``: one of :data:`FORMATS`; ``int8``: multiply it with the input rows rounded to
-    int8 (:data:`INT8_FORMATS`, :func:`int8_supported` CPUs, K a multiple of :data:`INT8_CHUNK`)."""
+    int8 (:func:`int8_supported` CPUs, N a multiple of :data:`INT8_LANES`), over ``packed``, the blocks repacked
+    for that route (uint8 [N / 16, tile bytes]: 16 rows interleaved, built from ``blocks`` when not given)."""
 
     blocks: Tensor
     format: str
     int8: bool = False
+    packed: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -46,10 +49,12 @@ class QuantizedWeight:
         if self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or self.blocks.shape[1] % nbytes:
             raise ValueError(f"{self.format} blocks must be uint8 [N, a multiple of {nbytes} bytes], "
                              f"got {self.blocks.dtype} {tuple(self.blocks.shape)}")
-        if self.int8 and self.format not in INT8_FORMATS:
-            raise ValueError(f"{self.format} has no int8-activation route; it has for {', '.join(INT8_FORMATS)}")
-        if self.int8 and self.shape[1] % INT8_CHUNK:
-            raise ValueError(f"int8 activations need K a multiple of {INT8_CHUNK}, got {self.shape[1]}")
+        if self.int8 and self.shape[0] % INT8_LANES:
+            raise ValueError(f"int8 activations need N a multiple of {INT8_LANES}, got {self.shape[0]}")
+        if not self.int8:
+            object.__setattr__(self, "packed", None)
+        elif self.packed is None:
+            object.__setattr__(self, "packed", _extension().block_repack(self.blocks, FORMATS[self.format][0]))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -64,10 +69,11 @@ class QuantizedWeight:
 
     @classmethod
     def from_gguf(cls, tensor, int8: bool = False) -> QuantizedWeight:
-        """The weight of a ``gguf.GGUFReader`` tensor (its ``data``: uint8 [N, row bytes], memory-mapped)."""
+        """The weight of a ``gguf.GGUFReader`` tensor (its ``data``: uint8 [N, row bytes], memory-mapped); ``int8``:
+        with int8 activations where its rows make whole tiles (N a multiple of :data:`INT8_LANES`)."""
         name = tensor.tensor_type.name
         data = np.array(tensor.data, copy=True)  # out of the read-only memory map
-        return cls(torch.from_numpy(data.reshape(data.shape[0], -1)), name, int8)
+        return cls(torch.from_numpy(data.reshape(data.shape[0], -1)), name, int8 and data.shape[0] % INT8_LANES == 0)
 
     def dequantize(self) -> Tensor:
         """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
@@ -75,8 +81,7 @@ class QuantizedWeight:
 
 
 INT8_PATH = 2  # quant.h's ISA_INT8: the int8-activation route, whatever the CPU class's path
-INT8_CHUNK = 64  # activation values per int8 scale (quant_int8.h's CHUNK)
-INT8_FORMATS = ("Q5_0", "Q4_K", "Q6_K")  # Q8_0 keeps the exact path: faster for it (docs/forward_pass.md)
+INT8_LANES = 16  # weight rows interleaved per tile of the int8 route (quant_int8.h's LANES)
 
 
 def int8_supported() -> bool:
@@ -99,7 +104,8 @@ def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: 
     bit-identical to the same row computed alone. ``isa``: the path (:data:`specnb.model.kernels.cpu.ISAS` index;
     default this CPU's). Both paths multiply the blocks' fp32 weights (:meth:`QuantizedWeight.dequantize`'s values)
     with fp32 FMAs, bf16 rows widened exactly; the AVX512 path sums in zmm, the AVX2 path in ymm (another fixed
-    order, so the two paths' bits differ). A weight with ``int8`` set takes the int8-activation route instead
+    order, so the two paths' bits differ). A weight with ``int8`` set takes the int8-activation route instead:
+    each row rounded to int8 per block of the format, times the blocks' integer codes, scaled per block in fp32
     (ValueError where :func:`int8_supported` is false)."""
     n, k = weight.shape
     if x.shape[-1] != k:
@@ -108,5 +114,6 @@ def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: 
         raise ValueError("int8 activations need an AVX512 CPU with VNNI (avx512_vnni)")
     flat = x.reshape(-1, k).contiguous()
     path = INT8_PATH if weight.int8 else isa_code() if isa is None else isa
-    out = _extension().block_linear(flat, weight.blocks, FORMATS[weight.format][0], bias, path)
+    blocks = weight.packed if weight.int8 else weight.blocks
+    out = _extension().block_linear(flat, blocks, FORMATS[weight.format][0], bias, path)
     return out.reshape(*x.shape[:-1], n)

@@ -16,6 +16,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
       .def_readwrite("eps", &Norm::eps)
       .def_readwrite("round_first", &Norm::round_first);
   module.def("block_linear", &quant::linear, "few-row linear layer over GGUF blocks, rows bit-independent");
+  module.def("block_repack", &quant::repack, "GGUF blocks to the int8 route's layout, 16 rows interleaved");
   module.def("block_dequantize", &quant::dequantize, "GGUF blocks to float32 rows, as block_linear decodes them");
   pybind11::class_<Blocks>(module, "Blocks", pybind11::module_local())
       .def(pybind11::init<>())

@@ -30,6 +30,7 @@ namespace quant {
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
                      const c10::optional<torch::Tensor>& bias, int64_t isa);
 torch::Tensor dequantize(const torch::Tensor& blocks, int64_t type);
+torch::Tensor repack(const torch::Tensor& blocks, int64_t type);
 }  // namespace quant
 
 // layers.cpp: the decoder layers in one call, over these specs.
@@ -39,8 +40,8 @@ struct Norm {
   bool round_first = false;
 };
 
-// One projection's weight as GGUF blocks (quant::linear): uint8 [N, row bytes] of ggml type `type`; int8: with
-// int8 activations (quant_int8.h) whatever the call's path.
+// One projection's weight as GGUF blocks (quant::linear): uint8 [N, row bytes] of ggml type `type`; int8: with int8
+// activations (quant_int8.h) whatever the call's path, the blocks repacked (quant::repack: [N / 16, tile bytes]).
 struct Blocks {
   torch::Tensor blocks;
   int64_t type = 0;

@@ -13,9 +13,12 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_
                      const c10::optional<torch::Tensor>& bias, int64_t isa) {
   const Format f = checked_format(int(type));
   TORCH_CHECK(x.dim() == 2 && blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8, "quant.linear: shapes");
-  const int64_t M = x.size(0), N = blocks.size(0), K = x.size(1);
-  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * f.bytes,
-              "quant.linear: x has ", K, " columns, the blocks hold rows of ", blocks.size(1), " bytes");
+  // the int8 route's weights are repacked (repack()): [N / 16, K / block weights * tile block bytes]
+  const bool int8 = isa == ISA_INT8;
+  const int64_t M = x.size(0), N = blocks.size(0) * (int8 ? LANES : 1), K = x.size(1);
+  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * (int8 ? tile_block_bytes(int(type)) : f.bytes),
+              "quant.linear: x has ", K, " columns, the blocks do not hold rows of that length (", blocks.size(1),
+              int8 ? " bytes a tile of 16 rows)" : " bytes a row)");
   TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16,
               "quant.linear: x must be float32 or bfloat16");
   const auto w = blocks.contiguous();
@@ -42,6 +45,17 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_
     qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
   else
     qgemm_any(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
+  return out;
+}
+
+// blocks uint8 [N, row bytes], N a multiple of 16 -> the int8 route's layout, uint8 [N / 16, tile bytes]
+torch::Tensor repack(const torch::Tensor& blocks, int64_t type) {
+  const Format f = checked_format(int(type));
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8 && blocks.size(1) % f.bytes == 0 &&
+              blocks.size(0) % LANES == 0, "quant.repack: uint8 [N, row bytes], N a multiple of ", LANES);
+  const auto w = blocks.contiguous();
+  auto out = torch::empty({w.size(0) / LANES, w.size(1) / f.bytes * tile_block_bytes(int(type))}, torch::kUInt8);
+  repack_any(int(type), w.data_ptr<uint8_t>(), w.size(1), out.data_ptr<uint8_t>(), out.size(0));
   return out;
 }
 

@@ -1,16 +1,27 @@
-// Few-row linear layers over GGUF blocks with int8 activations: an option beside quant.h's exact path
-// (load_model(..., weights="gguf-int8")), for AVX512 CPUs with VNNI, on Q5_0, Q4_K and Q6_K blocks (Q8_0 keeps the
-// exact path: its codes are int8 already, and it was faster there; docs/forward_pass.md).
+// Linear layers over GGUF blocks with int8 activations (load_model(..., weights="gguf-int8")): the route that
+// brings a call of several rows to the machine's floor, on AVX512 CPUs with VNNI, for Q8_0, Q5_0, Q4_K and Q6_K.
 //
-// quant.h converts every weight to fp32 and multiplies in fp32. Here each input row is rounded to int8 with one
-// fp32 scale per 64 values (as llama.cpp rounds its activations), and a weight's small unsigned integer code
-// multiplies them directly: vpdpbusd sums four code x activation products per int32 lane, 64 weights per
-// instruction. Per chunk of 64 weights and input row:
-//   y += dx * sum_lanes(scale_lane * dot_lane) - sum_16(offset_16 * xs_16)
-// where a format writes each weight as scale * code - offset (offset shared by 16 weights), dx is the chunk's
-// activation scale and xs_16 dx times the sum of the row's 16 int8 values there. Rounding the activations changes
-// the model, so this route has its own greedy references; every output element still depends only on its own
-// row, in one fixed order, so rows stay bit-independent and speculation over it equals its own AR.
+// quant.h converts every weight to fp32 and runs one fp32 FMA per weight and input row: 16 rows cost ~16x the
+// FMAs of one, several times the time of reading the blocks. Here a weight's small integer code multiplies the
+// input rows rounded to int8 directly, with vpdpbusd (64 multiply-adds an instruction), and each code is decoded
+// once per call for every row of the call:
+//
+//   * Repacked once at load (repack()): 16 weight rows interleaved, one per int32 lane of a zmm register, so one
+//     64-byte load holds 4 consecutive codes of 16 rows, as unsigned bytes; the bit planes stay as packed as in
+//     the file (the repacked tensor has the file's size). Each output is a lane: no horizontal sums.
+//   * Activations rounded to int8 per block of the weight format (32 values for Q8_0 / Q5_0, 256 for the
+//     K-quants, as llama.cpp's Q8_0 / Q8_K), one fp32 scale dx each; every 4 of a row's int8 values are
+//     broadcast to the 16 lanes, so a row costs one vpdpbusd per 64 weights.
+//   * Per block and input row, the integer dot of the codes is exact in int32; the format's offset
+//     (weight = scale * (code - offset), or Q4_K's scale * code - min) is the row's sum of int8 values times the
+//     offset, subtracted in int32 (or, for Q4_K's mins, added in fp32 at the block's end); the block's result is
+//     scaled once in fp32: acc = fma(float(dot), d * dx, acc).
+//
+// Rows are bit-independent: an output element takes the same operations, in the same order, whatever the number of
+// rows in the call and wherever its row sits (int32 sums are exact; the fp32 steps run per block in order, bias
+// added last, one rounding to the output dtype). Rounding the activations changes the model, so this route has its
+// own greedy references; speculation over it equals its own AR token for token.
+// Threads: ATen's intra-op pool, tiles of 16 weight rows handed out in runs (quant.h's for_each_row_run).
 
 #pragma once
 
@@ -18,205 +29,348 @@
 
 namespace quant {
 
-constexpr int64_t CHUNK = 64;     // weights per vpdpbusd, and activation values per scale
-constexpr int MAX_ROWS_INT8 = 8;  // input rows per pass over the weights: 8 zmm + 8 xmm accumulators
+constexpr int64_t LANES = 16;    // weight rows per tile: one per int32 lane
+constexpr int MAX_ROWS_INT8 = 16;  // input rows per pass over a tile: each code decoded once for all of them
 
 #define QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
 
-// Q4_K's 64-byte load of a half block gives its codes as [weights 0-31, 64-95] (low nibbles), then [32-63, 96-127]
-// (high nibbles): its activations are stored in that order, each chunk of 64 with its own scale.
-inline int64_t stored_q4k(int64_t i) {  // position in the stored order of the value at natural index i
-  const int64_t half = i / 128, sub = i % 128 / 32, lane = i % 32;
-  return half * 128 + (sub % 2) * 64 + (sub / 2) * 32 + lane;
-}
-
-// Input rows [M, K] rounded to int8, in the weight format's stored order: q [M, K], dx [M, K / CHUNK] each
-// chunk's scale (max |x| / 127), xs [M, K / 16] dx times the sum of each 16 stored values.
-struct QRows {
-  std::vector<int8_t> q;
-  std::vector<float> dx, xs;
+// A tile's layout per block of the format (16 weight rows x the block's weights), byte offsets:
+//   Q8_0  d fp16[16] @0 | codes @32: step s (k = 4s..4s+3) at 32 + 64s, lane r = row r's 4 codes (q + 128)
+//   Q5_0  d fp16[16] @0 | high bits @32: lane r dword, bit 8b + s = fifth bit of k = 4s + b
+//         | nibbles @96: zmm z (k = 8z..8z+7), lane r byte b: low nibble k = 8z + b, high nibble k = 8z + 4 + b
+//   Q4_K  d fp16[16] @0 | dmin fp16[16] @32 | sc [8][16] u8 @64 | m [4 pairs][16][2] u8 @192 | nibbles @320
+//   Q6_K  d fp16[16] @0 | sc [16][16] i8 @32 | nibbles @288 | high pairs @2336: zmm t (k = 16t..16t+15),
+//         lane r byte b, bits 2u..2u+1 = high 2 bits of k = 16t + 4u + b
+// Each is 16x the file's block but Q4_K's (its 6-bit scales and mins as bytes: 148 bytes a row's block, not 144).
+template <int type>
+struct Tile {
+  static constexpr int64_t weights = format(type).weights, bytes = type == Q4_K ? 2368 : LANES * format(type).bytes;
+  static constexpr int64_t sub = type == Q6_K ? 16 : 32;  // weights per scale (and per int32 dot)
+  static constexpr int32_t offset = type == Q8_0 ? 128 : type == Q5_0 ? 16 : type == Q6_K ? 32 : 0;
+  static constexpr int64_t nibbles = type == Q5_0 ? 96 : type == Q4_K ? 320 : 288, high = type == Q5_0 ? 32 : 2336;
 };
 
-QUANT_VNNI inline QRows quantize_rows(const float* x, int64_t M, int64_t K, bool q4k_order) {
-  QRows r{std::vector<int8_t>(M * K), std::vector<float>(M * K / CHUNK), std::vector<float>(M * K / 16)};
-  std::vector<float> stored(K);
-  for (int64_t m = 0; m < M; m++) {
-    const float* v = x + m * K;
-    if (q4k_order) {
-      for (int64_t i = 0; i < K; i += 32) std::memcpy(stored.data() + stored_q4k(i), v + i, 32 * sizeof(float));
-      v = stored.data();
+// ----------------------------------------------------------------------------------------------- repacking
+
+// The unsigned codes of one block (code k of the block's weights) and its scales, as the file stores them.
+struct BlockCodes {
+  uint8_t code[256];
+  uint16_t d = 0, dmin = 0;  // fp16 bits
+  uint8_t sc[16] = {}, m[8] = {};  // Q4_K: 6-bit scales and mins of 8 groups; Q6_K: int8 scales of 16
+};
+
+template <int type>
+void unpack_block(const uint8_t* p, BlockCodes& b) {
+  std::memcpy(&b.d, type == Q6_K ? p + 208 : p, 2);
+  if constexpr (type == Q8_0) {
+    for (int k = 0; k < 32; k++) b.code[k] = uint8_t(int(int8_t(p[2 + k])) + 128);
+  } else if constexpr (type == Q5_0) {
+    uint32_t high;
+    std::memcpy(&high, p + 2, 4);
+    for (int k = 0; k < 32; k++)
+      b.code[k] = uint8_t(((k < 16 ? p[6 + k] : p[6 + k - 16] >> 4) & 0x0f) | (((high >> k) & 1) << 4));
+  } else if constexpr (type == Q4_K) {  // ggml's get_scale_min_k4
+    std::memcpy(&b.dmin, p + 2, 2);
+    const uint8_t* s = p + 4;
+    for (int j = 0; j < 8; j++) {
+      b.sc[j] = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+      b.m[j] = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
-    for (int64_t c = 0; c < K / CHUNK; c++) {
-      const float* chunk = v + c * CHUNK;
-      __m512 amax = _mm512_setzero_ps();
-      for (int j = 0; j < CHUNK; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(chunk + j)));
-      const float top = _mm512_reduce_max_ps(amax);
-      const float d = top / 127.0f, id = top > 0.0f ? 127.0f / top : 0.0f;
-      r.dx[m * (K / CHUNK) + c] = d;
-      for (int j = 0; j < CHUNK; j += 16) {  // round to nearest even, as the default MXCSR does
-        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(chunk + j), _mm512_set1_ps(id)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q.data() + m * K + c * CHUNK + j), _mm512_cvtsepi32_epi8(q));
-        r.xs[m * (K / 16) + (c * CHUNK + j) / 16] = d * float(_mm512_reduce_add_epi32(q));
+    for (int c = 0; c < 4; c++)
+      for (int l = 0; l < 32; l++) {
+        b.code[64 * c + l] = p[16 + 32 * c + l] & 0x0f;
+        b.code[64 * c + 32 + l] = p[16 + 32 * c + l] >> 4;
       }
+  } else {  // Q6_K: ql[128], qh[64], scales[16], d
+    std::memcpy(b.sc, p + 192, 16);
+    for (int n = 0; n < 2; n++)
+      for (int l = 0; l < 32; l++) {
+        const uint8_t* ql = p + 64 * n;
+        const uint8_t qh = p[128 + 32 * n + l];
+        b.code[128 * n + l] = (ql[l] & 0x0f) | ((qh & 3) << 4);
+        b.code[128 * n + l + 32] = (ql[l + 32] & 0x0f) | (((qh >> 2) & 3) << 4);
+        b.code[128 * n + l + 64] = (ql[l] >> 4) | (((qh >> 4) & 3) << 4);
+        b.code[128 * n + l + 96] = (ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4);
+      }
+  }
+}
+
+// Lane r's codes of one block into the tile block at t (the layout above).
+template <int type>
+void pack_lane(const BlockCodes& b, int r, uint8_t* t) {
+  using T = Tile<type>;
+  std::memcpy(t + 2 * r, &b.d, 2);
+  if constexpr (type == Q8_0) {
+    for (int k = 0; k < 32; k++) t[32 + 64 * (k / 4) + 4 * r + k % 4] = b.code[k];
+    return;
+  }
+  if constexpr (type == Q5_0) {
+    uint32_t high = 0;
+    for (int k = 0; k < 32; k++) high |= uint32_t(b.code[k] >> 4) << (8 * (k % 4) + k / 4);
+    std::memcpy(t + T::high + 4 * r, &high, 4);
+  }
+  if constexpr (type == Q4_K) {
+    std::memcpy(t + 32 + 2 * r, &b.dmin, 2);
+    for (int j = 0; j < 8; j++) t[64 + 16 * j + r] = b.sc[j];
+    for (int j = 0; j < 8; j++) t[192 + 32 * (j / 2) + 2 * r + j % 2] = b.m[j];
+  }
+  if constexpr (type == Q6_K) {
+    for (int j = 0; j < 16; j++) t[32 + 16 * j + r] = b.sc[j];
+    for (int k = 0; k < 256; k++) {
+      const int tt = k / 16, u = k % 16 / 4, byte = k % 4;
+      t[T::high + 64 * tt + 4 * r + byte] |= uint8_t((b.code[k] >> 4) << (2 * u));
+    }
+  }
+  for (int k = 0; k < T::weights; k++) {  // nibbles: zmm z = k / 8, byte b = k % 4, high nibble for k % 8 >= 4
+    uint8_t& byte = t[T::nibbles + 64 * (k / 8) + 4 * r + k % 4];
+    byte |= uint8_t((b.code[k] & 0x0f) << (k % 8 >= 4 ? 4 : 0));
+  }
+}
+
+template <int type>
+void repack_rows(const uint8_t* w, int64_t row_bytes, uint8_t* out, int64_t tiles) {
+  constexpr Format f = format(type);
+  const int64_t blocks = row_bytes / f.bytes;
+  static_assert(Tile<type>::nibbles + Tile<type>::weights * LANES / 2 <= Tile<type>::bytes);
+  at::parallel_for(0, tiles, 16, [&](int64_t t0, int64_t t1) {
+    BlockCodes b;
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t blk = 0; blk < blocks; blk++) {
+        uint8_t* tile = out + (t * blocks + blk) * Tile<type>::bytes;
+        std::memset(tile, 0, Tile<type>::bytes);
+        for (int r = 0; r < LANES; r++) {
+          unpack_block<type>(w + (t * LANES + r) * row_bytes + blk * f.bytes, b);
+          pack_lane<type>(b, r, tile);
+        }
+      }
+  });
+}
+
+// ----------------------------------------------------------------------------------------------- activations
+
+// Input rows [M, K] rounded to int8 per block of the format (B values): q [M, K] in natural order, dx [M, K / B]
+// each block's scale (max |x| / 127, round to nearest even), and per group of `sub` values `sums`: for formats
+// with an offset, -offset times the group's int8 sum (a dot's starting value); for Q4_K, the sums of two
+// consecutive groups of 32 as int16 pairs (the mins' multipliers).
+struct QRows {
+  std::vector<int8_t> q;
+  std::vector<float> dx;
+  std::vector<int32_t> sums;
+};
+
+template <int type>
+QUANT_VNNI QRows quantize_rows(const float* x, int64_t M, int64_t K) {
+  using T = Tile<type>;
+  const int64_t B = T::weights, groups = K / T::sub;
+  QRows r{std::vector<int8_t>(M * K), std::vector<float>(M * K / B),
+          std::vector<int32_t>(type == Q4_K ? M * groups / 2 : M * groups)};
+  std::vector<int32_t> group(groups);
+  for (int64_t m = 0; m < M; m++) {
+    for (int64_t c = 0; c < K / B; c++) {
+      const float* v = x + m * K + c * B;
+      __m512 amax = _mm512_setzero_ps();
+      for (int64_t j = 0; j < B; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(v + j)));
+      const float top = _mm512_reduce_max_ps(amax);
+      const float id = top > 0.0f ? 127.0f / top : 0.0f;
+      r.dx[m * (K / B) + c] = top / 127.0f;
+      for (int64_t j = 0; j < B; j += 16) {  // round to nearest even, as the default MXCSR does
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), _mm512_set1_ps(id)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q.data() + m * K + c * B + j), _mm512_cvtsepi32_epi8(q));
+        const int64_t g = (c * B + j) / T::sub;
+        group[g] = (j % T::sub ? group[g] : 0) + _mm512_reduce_add_epi32(q);
+      }
+    }
+    if constexpr (type == Q4_K) {
+      for (int64_t g = 0; g < groups; g += 2)
+        r.sums[m * groups / 2 + g / 2] = int32_t(uint32_t(uint16_t(group[g])) | (uint32_t(group[g + 1]) << 16));
+    } else {
+      for (int64_t g = 0; g < groups; g++) r.sums[m * groups + g] = -T::offset * group[g];
     }
   }
   return r;
 }
 
-// One chunk of 64 weights of a row: their unsigned codes, the fp32 scale of each int32 lane (4 weights), and the
-// offsets of its 4 groups of 16 (weight = scale * code - offset), all in the stored order.
-struct Chunk {
-  __m512i codes;
-  __m512 scale;
-  __m128 offset;
-};
+// ----------------------------------------------------------------------------------------------- the kernel
 
-// A K-quant block's scales as vectors, from which each chunk's lane scales and offsets are one permute each:
-// Q4_K's 8 group scales and offsets (lanes 0-7), Q6_K's 16 scales (one per 16 weights) and their offsets.
-struct BlockScales {
-  __m512 scale, offset;
-};
+inline __attribute__((always_inline)) QUANT_VNNI __m512i low_nibbles(__m512i z) {
+  return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+inline __attribute__((always_inline)) QUANT_VNNI __m512i high_nibbles(__m512i z) {
+  return _mm512_and_si512(_mm512_srli_epi16(z, 4), _mm512_set1_epi8(0x0f));
+}
 
+// Step s (k = 4s..4s+3 of the block, s < 8 for Q8_0 / Q5_0; of the group for K-quants) of the tile block at p:
+// 16 lanes of 4 unsigned codes.
 template <int type>
-QUANT_VNNI inline __attribute__((always_inline)) BlockScales block_vectors(const uint8_t* p) {
-  if constexpr (type == Q4_K) {
-    Scales s;
-    block_scales<Q4_K>(p, s);
-    return {_mm512_castps256_ps512(_mm256_loadu_ps(s.lo)), _mm512_castps256_ps512(_mm256_loadu_ps(s.off))};
-  } else {  // Q6_K: d * sc, the gguf package's product, in natural order; offset 32 * d * sc
-    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(half(p + 208)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)))));
-    return {scale, _mm512_mul_ps(_mm512_set1_ps(32.0f), scale)};
-  }
-}
-
-// Chunk cb (0-3) of the K-quant block at p, whose scales are v.
-template <int type>
-QUANT_VNNI inline __attribute__((always_inline)) void decode_chunk(const uint8_t* p, int cb, const BlockScales& v,
-                                                                 Chunk& out) {
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const int h = cb / 2, high = cb % 2;
-  if constexpr (type == Q4_K) {  // groups 4h, 4h + 2 (low nibbles) or 4h + 1, 4h + 3 (high): lo[g] * u - off[g]
-    const int g = 4 * h + high;
-    prefetch(p + 16 + 64 * h);
-    const __m512i raw = _mm512_loadu_si512(p + 16 + 64 * h);
-    out.codes = _mm512_and_si512(high ? _mm512_srli_epi16(raw, 4) : raw, nibble);
-    const __m512i lanes = _mm512_setr_epi32(g, g, g, g, g, g, g, g, g + 2, g + 2, g + 2, g + 2, g + 2, g + 2, g + 2,
-                                            g + 2);
-    out.scale = _mm512_permutexvar_ps(lanes, v.scale);
-    out.offset = _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_setr_epi32(g, g, g + 2, g + 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v.offset));
-  } else {  // Q6_K: weights 128h + 64 high .. + 63 of the block, scales 4cb .. 4cb + 3: d * sc * (u - 32)
-    prefetch(p + 64 * h);
-    const __m512i raw = _mm512_loadu_si512(p + 64 * h);  // low nibbles: weights 0-63 of the half, high: 64-127
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * h));
-    // 2-bit pairs of qh byte l: weights l, 32 + l, 64 + l, 96 + l of the half, moved to bits 4-5
-    const __m512i bits = high ? _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1)
-                              : _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(qh, 4)),
-                                                   _mm256_slli_epi16(qh, 2), 1);
-    out.codes = _mm512_or_si512(_mm512_and_si512(high ? _mm512_srli_epi16(raw, 4) : raw, nibble),
-                                _mm512_and_si512(bits, _mm512_set1_epi8(0x30)));
-    const int f = 4 * cb;
-    out.scale = _mm512_permutexvar_ps(_mm512_setr_epi32(f, f, f, f, f + 1, f + 1, f + 1, f + 1, f + 2, f + 2, f + 2,
-                                                        f + 2, f + 3, f + 3, f + 3, f + 3), v.scale);
-    out.offset = _mm512_castps512_ps128(_mm512_permutexvar_ps(
-        _mm512_setr_epi32(f, f + 1, f + 2, f + 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v.offset));
-  }
-}
-
-// Chunk c of a Q5_0 row: blocks 2c and 2c + 1, weight = d * (u - 16).
-QUANT_VNNI inline __attribute__((always_inline)) void decode_pair(const uint8_t* row, int64_t c, Chunk& out) {
-  constexpr Format f = format(Q5_0);
-  const uint8_t* p = row + 2 * c * f.bytes;
-  prefetch(p);
-  uint16_t h0, h1;
-  std::memcpy(&h0, p, 2);
-  std::memcpy(&h1, p + f.bytes, 2);
-  const __m128 d = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(h0), h1, 1));  // d0, d1
-  // decode_group gives the signed q; the unsigned code is q + 16
-  const __m256i shift = _mm256_set1_epi8(16);
-  out.codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_add_epi8(decode_group<Q5_0>(p, 0), shift)),
-                                 _mm256_add_epi8(decode_group<Q5_0>(p + f.bytes, 0), shift), 1);
-  out.scale = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                    _mm512_castps128_ps512(d));
-  out.offset = _mm_mul_ps(_mm_set1_ps(16.0f), _mm_permute_ps(d, 0x50));  // d0 d0 d1 d1
-}
-
-// acc += dx * sum(scale * dot) and offs += offset * xs for chunk c of mb quantized rows (q, dx, xs: first row).
-template <int mb>
-QUANT_VNNI inline __attribute__((always_inline)) void accumulate_int8(const Chunk& w, const int8_t* q, const float* dx,
-                                                                    const float* xs, int64_t c, int64_t K,
-                                                                    __m512* acc, __m128* offs) {
-  for (int m = 0; m < mb; m++) {
-    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.codes, _mm512_loadu_si512(q + m * K + c * CHUNK));
-    acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), w.scale), _mm512_set1_ps(dx[m * (K / CHUNK) + c]),
-                             acc[m]);
-    offs[m] = _mm_fmadd_ps(w.offset, _mm_loadu_ps(xs + m * (K / 16) + 4 * c), offs[m]);
-  }
-}
-
-// y[m] for m < mb: one weight row times the quantized rows (q, dx, xs offset to the first of them).
-template <int type, int mb, typename Out>
-QUANT_VNNI void dot_rows_int8(const int8_t* q, const float* dx, const float* xs, const uint8_t* row, float bias,
-                              Out* y, int64_t ldy, int64_t K) {
-  __m512 acc[mb];
-  __m128 offs[mb];
-  for (int m = 0; m < mb; m++) acc[m] = _mm512_setzero_ps(), offs[m] = _mm_setzero_ps();
-  if constexpr (type == Q5_0) {
-    for (int64_t c = 0; c < K / CHUNK; c++) {
-      Chunk w;
-      decode_pair(row, c, w);
-      accumulate_int8<mb>(w, q, dx, xs, c, K, acc, offs);
-    }
+QUANT_VNNI inline __attribute__((always_inline)) __m512i step_codes(const uint8_t* p, int s) {
+  using T = Tile<type>;
+  if constexpr (type == Q8_0) {
+    return _mm512_loadu_si512(p + 32 + 64 * s);
   } else {
-    constexpr Format f = format(type);
-    for (int64_t b = 0; b < K / f.weights; b++) {
-      const BlockScales v = block_vectors<type>(row + b * f.bytes);
-#pragma GCC unroll 4
-      for (int cb = 0; cb < 4; cb++) {
-        Chunk w;
-        decode_chunk<type>(row + b * f.bytes, cb, v, w);
-        accumulate_int8<mb>(w, q, dx, xs, 4 * b + cb, K, acc, offs);
+    const __m512i z = _mm512_loadu_si512(p + T::nibbles + 64 * (s / 2));
+    const __m512i nib = s % 2 ? high_nibbles(z) : low_nibbles(z);
+    if constexpr (type == Q4_K) return nib;
+    if constexpr (type == Q5_0) {
+      const __m512i h = _mm512_loadu_si512(p + T::high);
+      const __m512i moved = s <= 4 ? _mm512_slli_epi32(h, 4 - s) : _mm512_srli_epi32(h, s - 4);
+      return _mm512_or_si512(nib, _mm512_and_si512(moved, _mm512_set1_epi8(0x10)));
+    } else {  // Q6_K
+      const __m512i h = _mm512_loadu_si512(p + T::high + 64 * (s / 4));
+      const int u = s % 4;
+      const __m512i moved = u < 2 ? _mm512_slli_epi32(h, 4 - 2 * u) : u == 2 ? h : _mm512_srli_epi32(h, 2);
+      return _mm512_or_si512(nib, _mm512_and_si512(moved, _mm512_set1_epi8(0x30)));
+    }
+  }
+}
+
+inline __attribute__((always_inline)) QUANT_VNNI __m512i bcast4(const int8_t* q) {
+  int32_t v;
+  std::memcpy(&v, q, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// 16 fp32 outputs to y (float or bf16, at::BFloat16's rounding: nearest even, every NaN 0x7fc0)
+QUANT_VNNI inline void store16(float* y, __m512 v) { _mm512_storeu_ps(y, v); }
+QUANT_VNNI inline void store16(at::BFloat16* y, __m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i half = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)),
+                                        _mm512_set1_epi32(0x7fff));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, half), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(r));
+}
+
+// dot[m] += the codes of steps first..first + S - 1 of the tile block at p times row m's int8 values there (qm:
+// row 0's, rows K apart): the rows side by side, each step's codes decoded once for all of them.
+template <int type, int mb, int S>
+QUANT_VNNI inline __attribute__((always_inline)) void dots(const uint8_t* p, int first, const int8_t* qm, int64_t K,
+                                                          __m512i* dot) {
+#pragma GCC unroll 16
+  for (int s = 0; s < S; s++) {
+    const __m512i w = step_codes<type>(p, first + s);
+#pragma GCC unroll 16
+    for (int m = 0; m < mb; m++) dot[m] = _mm512_dpbusd_epi32(dot[m], w, bcast4(qm + m * K + 4 * s));
+  }
+}
+
+// y[m, 0..15] for m < mb: one tile (16 weight rows, all K) times mb quantized rows (q, dx, sums of row 0). Per
+// block and row, acc = fma(float(dot), d * dx, acc), dot exact in int32.
+template <int type, int mb, typename Out>
+QUANT_VNNI void tile_rows(const int8_t* q, const float* dx, const int32_t* sums, const uint8_t* tile,
+                          const float* bias, Out* y, int64_t ldy, int64_t K) {
+  using T = Tile<type>;
+  const int64_t blocks = K / T::weights, groups = K / T::sub, sum_stride = type == Q4_K ? groups / 2 : groups;
+  __m512 acc[mb];
+  __m512i dot[mb];
+#pragma GCC unroll 16
+  for (int m = 0; m < mb; m++) acc[m] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; b++) {
+    const uint8_t* p = tile + b * T::bytes;
+    for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    if constexpr (type == Q8_0 || type == Q5_0) {  // one group: dot from -offset * sum
+#pragma GCC unroll 16
+      for (int m = 0; m < mb; m++) dot[m] = _mm512_set1_epi32(sums[m * sum_stride + b]);
+      dots<type, mb, 8>(p, 0, q + b * 32, K, dot);
+#pragma GCC unroll 16
+      for (int m = 0; m < mb; m++)
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]), _mm512_mul_ps(d, _mm512_set1_ps(dx[m * blocks + b])),
+                                 acc[m]);
+    } else {  // K-quants: the groups' dots times their integer scales, summed in int32 over the block
+      constexpr int G = 256 / T::sub, S = T::sub / 4;  // groups per block, steps per group
+      __m512i isum[mb];
+#pragma GCC unroll 16
+      for (int m = 0; m < mb; m++) isum[m] = _mm512_setzero_si512();
+      for (int g = 0; g < G; g++) {
+#pragma GCC unroll 16
+        for (int m = 0; m < mb; m++)
+          dot[m] = type == Q4_K ? _mm512_setzero_si512() : _mm512_set1_epi32(sums[m * sum_stride + b * G + g]);
+        dots<type, mb, S>(p, g * S, q + b * 256 + g * T::sub, K, dot);
+        const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (type == Q4_K ? 64 : 32) + 16 * g));
+        const __m512i sc = type == Q4_K ? _mm512_cvtepu8_epi32(sc8) : _mm512_cvtepi8_epi32(sc8);
+#pragma GCC unroll 16
+        for (int m = 0; m < mb; m++) isum[m] = _mm512_add_epi32(isum[m], _mm512_mullo_epi32(dot[m], sc));
+      }
+      if constexpr (type == Q4_K) {  // minus dmin * dx * the sum over groups of m * (the group's int8 sum)
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+#pragma GCC unroll 16
+        for (int m = 0; m < mb; m++) {
+          const int32_t* pairs = sums + m * sum_stride + b * 4;
+          __m512i msum = _mm512_setzero_si512();
+          for (int i = 0; i < 4; i++) {
+            const __m512i mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 192 + 32 * i)));
+            msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins, _mm512_set1_epi32(pairs[i])));
+          }
+          const __m512 dxm = _mm512_set1_ps(dx[m * blocks + b]);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, dxm), acc[m]);
+          acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dxm), acc[m]);
+        }
+      } else {
+#pragma GCC unroll 16
+        for (int m = 0; m < mb; m++)
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, _mm512_set1_ps(dx[m * blocks + b])),
+                                   acc[m]);
       }
     }
   }
-  for (int m = 0; m < mb; m++) {
-    __m128 o = _mm_add_ps(offs[m], _mm_movehl_ps(offs[m], offs[m]));
-    o = _mm_add_ss(o, _mm_movehdup_ps(o));
-    store(y + m * ldy, (_mm512_reduce_add_ps(acc[m]) - _mm_cvtss_f32(o)) + bias);
-  }
+  const __m512 bv = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int m = 0; m < mb; m++) store16(y + m * ldy, _mm512_add_ps(acc[m], bv));
 }
 
 template <int type, typename Out, int mb = 1>
-QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_t* w, int64_t row_bytes,
-                          const float* bias, Out* y, int64_t N, int64_t K, int64_t first, int64_t last) {
+QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_t* tile, const float* bias, Out* y,
+                          int64_t N, int64_t K) {
   if constexpr (mb <= MAX_ROWS_INT8) {
-    if (rows != mb) return rows_int8<type, Out, mb + 1>(rows, r, m0, w, row_bytes, bias, y, N, K, first, last);
-    for (int64_t n = first; n < last; n++)
-      dot_rows_int8<type, mb>(r.q.data() + m0 * K, r.dx.data() + m0 * (K / CHUNK), r.xs.data() + m0 * (K / 16),
-                              w + n * row_bytes, bias ? bias[n] : 0.0f, y + m0 * N + n, N, K);
+    if (rows != mb) return rows_int8<type, Out, mb + 1>(rows, r, m0, tile, bias, y, N, K);
+    using T = Tile<type>;
+    const int64_t groups = K / T::sub, sum_stride = type == Q4_K ? groups / 2 : groups;
+    tile_rows<type, mb>(r.q.data() + m0 * K, r.dx.data() + m0 * (K / T::weights), r.sums.data() + m0 * sum_stride,
+                        tile, bias, y + m0 * N, N, K);
   }
 }
 
+// x [M, K] fp32 times the repacked weight w [N / 16 tiles, tile bytes] -> y [M, N].
 template <int type, typename Out>
-QUANT_VNNI void qgemm_int8(const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y, int64_t M,
+QUANT_VNNI void qgemm_int8(const float* x, const uint8_t* w, int64_t tile_bytes, const float* bias, Out* y, int64_t M,
                            int64_t N, int64_t K) {
-  const QRows r = quantize_rows(x, M, K, type == Q4_K);
-  for_each_row_run(N, row_bytes, [&](int64_t first, int64_t last) {
-    for (int64_t m = 0; m < M; m += MAX_ROWS_INT8)
-      rows_int8<type, Out>(std::min<int64_t>(MAX_ROWS_INT8, M - m), r, m, w, row_bytes, bias, y, N, K, first, last);
+  const QRows r = quantize_rows<type>(x, M, K);
+  for_each_row_run(N / LANES, tile_bytes, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; t++)
+      for (int64_t m = 0; m < M; m += MAX_ROWS_INT8)
+        rows_int8<type, Out>(std::min<int64_t>(MAX_ROWS_INT8, M - m), r, m, w + t * tile_bytes,
+                             bias ? bias + t * LANES : nullptr, y + t * LANES, N, K);
   });
 }
 
 template <typename Out>
-void qgemm_any_int8(int type, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y,
+void qgemm_any_int8(int type, const float* x, const uint8_t* w, int64_t tile_bytes, const float* bias, Out* y,
                     int64_t M, int64_t N, int64_t K) {
-  TORCH_CHECK(K % CHUNK == 0, "quant.linear (int8 activations): K = ", K, " is not a multiple of ", CHUNK);
-  TORCH_CHECK(type != Q8_0, "quant.linear: Q8_0 has no int8-activation route");
   switch (type) {
-    case Q5_0: qgemm_int8<Q5_0>(x, w, row_bytes, bias, y, M, N, K); break;
-    case Q4_K: qgemm_int8<Q4_K>(x, w, row_bytes, bias, y, M, N, K); break;
-    default: qgemm_int8<Q6_K>(x, w, row_bytes, bias, y, M, N, K); break;
+    case Q8_0: qgemm_int8<Q8_0>(x, w, tile_bytes, bias, y, M, N, K); break;
+    case Q5_0: qgemm_int8<Q5_0>(x, w, tile_bytes, bias, y, M, N, K); break;
+    case Q4_K: qgemm_int8<Q4_K>(x, w, tile_bytes, bias, y, M, N, K); break;
+    default: qgemm_int8<Q6_K>(x, w, tile_bytes, bias, y, M, N, K); break;
+  }
+}
+
+// Bytes of a tile's block (16 weight rows x one block's weights) in the int8 route's layout.
+inline int64_t tile_block_bytes(int type) {
+  switch (type) {
+    case Q8_0: return Tile<Q8_0>::bytes;
+    case Q5_0: return Tile<Q5_0>::bytes;
+    case Q4_K: return Tile<Q4_K>::bytes;
+    default: return Tile<Q6_K>::bytes;
+  }
+}
+
+// blocks uint8 [N, row bytes] (N a multiple of 16) -> the int8 route's layout, uint8 [N / 16, tile bytes].
+inline void repack_any(int type, const uint8_t* w, int64_t row_bytes, uint8_t* out, int64_t tiles) {
+  switch (type) {
+    case Q8_0: repack_rows<Q8_0>(w, row_bytes, out, tiles); break;
+    case Q5_0: repack_rows<Q5_0>(w, row_bytes, out, tiles); break;
+    case Q4_K: repack_rows<Q4_K>(w, row_bytes, out, tiles); break;
+    default: repack_rows<Q6_K>(w, row_bytes, out, tiles); break;
   }
 }
 
