@@ -5,8 +5,9 @@ The embedded models ship as GGUF files. With ``load_model(..., weights="gguf")``
 multiply the file's quantized blocks (:func:`specnb.model.kernels.quant.linear`: ``d * q`` in fp32, not their bf16
 rounding), norms and biases are the file's fp32 values, the input embedding decodes the rows of a call's
 tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (repacked once for that route)
-with input rows rounded to int8 per block: another model, with its own greedy references. The Hugging Face model loaded beside it keeps its dense weights and runs only as the stock
-baseline (and the fallback where specnb's kernels do not run): nothing of it is patched.
+with input rows rounded to int8 per block: another model, with its own greedy references. The Hugging Face
+model loaded beside it keeps its dense weights and runs only as the stock baseline (and the fallback where
+specnb's kernels do not run): nothing of it is patched.
 """
 
 from __future__ import annotations
@@ -115,8 +116,8 @@ _OPEN: weakref.WeakValueDictionary[tuple[str, bool], GGUFWeights] = weakref.Weak
 
 
 def read(path: str, int8: bool = False) -> GGUFWeights:
-    """The file at ``path`` (``int8``: block weights take int8 activations, :meth:`QuantizedWeight.from_gguf`), read once
-    while anything holds the result: a self-draft and its target share the blocks, and they are freed with the
+    """The file at ``path`` (``int8``: block weights take int8 activations, :meth:`QuantizedWeight.from_gguf`), read
+    once while anything holds the result: a self-draft and its target share the blocks, and they are freed with the
     last model that uses them. Raises ValueError for an unsupported architecture or setting."""
     import gguf
     import numpy as np
