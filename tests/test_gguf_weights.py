@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import pandas as pd
 import pytest
 import torch
 from conftest import GGUF_ARCHS, kernel_path_exists, tiny, tiny_gguf
@@ -14,11 +15,11 @@ from test_lossless import OracleDrafter
 from specnb import generate, load_model
 from specnb.core.datasets import humaneval
 from specnb.drafters.context import ContextNgramDrafter
+from specnb.model import weights_choice
 from specnb.model.ceilings import streamed_bytes
 from specnb.model.decoder import Body, body, call_path, stock
 from specnb.model.forward import forward
 from specnb.model.gguf_weights import read
-from specnb.model.kernels.cpu import kernel_isa
 from specnb.model.kernels.quant import QuantizedWeight, int8_supported
 from specnb.model.model_names import ModelError, gguf_file
 from specnb.model.models import resolve_weights
@@ -51,19 +52,46 @@ def test_a_file_the_decoder_cannot_run_is_refused(tmp_path):
 needs_kernels = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
 
 
+def weights_table(blocks: str, ms: dict[int, tuple[float, float]]) -> pd.DataFrame:
+    """A fake weights table: tokens -> (bf16 ms, blocks ms)."""
+    return pd.DataFrame([{"weights": w, "tokens": t, "seconds": pair[i] / 1e3}
+                         for t, pair in ms.items() for i, w in enumerate(("bf16", blocks))])
+
+
+def test_the_blocks_are_chosen_only_where_no_call_of_speculation_is_slower():
+    for blocks in ("gguf", "gguf-int8"):
+        assert weights_choice.choose(weights_table(blocks, {1: (20, 10), 4: (21, 11), 16: (30, 20)}), blocks) == blocks
+        assert weights_choice.choose(weights_table(blocks, {1: (20, 20), 4: (21, 21), 16: (30, 30)}), blocks) == blocks
+        # faster at one token, slower at the 16-token verification call: speculation would slow down
+        assert weights_choice.choose(weights_table(blocks, {1: (20, 10), 4: (21, 11), 16: (30, 31)}), blocks) == "bf16"
+        assert weights_choice.choose(weights_table(blocks, {1: (20, 21), 4: (21, 11), 16: (30, 20)}), blocks) == "bf16"
+    with pytest.raises(ValueError, match="no complete timings"):
+        weights_choice.choose(weights_table("gguf", {1: (20, 10)}), "gguf-int8")
+
+
 @needs_kernels
-def test_auto_weights_are_the_blocks_only_for_embedded_models_on_the_avx512_path(monkeypatch):
+def test_auto_weights_follow_the_machines_table_for_embedded_models(monkeypatch, tmp_path):
     cpu, bf16 = torch.device("cpu"), torch.bfloat16
     assert resolve_weights("tiny-llama", "auto", cpu, bf16) == "bf16"  # no GGUF file
     assert resolve_weights("gemma-3-270m", "auto", torch.device("cuda"), bf16) == "bf16"  # no block kernels there
     assert resolve_weights("gemma-3-270m", "auto", cpu, torch.float16) == "bf16"
     assert resolve_weights("gemma-3-270m", "bf16", cpu, bf16) == "bf16"  # asked for: kept
-    monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")  # blocks cost more than they save in verification calls there
-    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == "bf16"
-    monkeypatch.delenv("SPECNB_CPU_ISA")
-    on_avx512 = "gguf" if kernel_isa() == "avx512bf16" else "bf16"
-    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == on_avx512
-    assert resolve_weights("qwen2.5-coder-1.5b-instruct", "auto", cpu, torch.float32) == on_avx512
+    blocks = weights_choice.blocks_route()
+    measured = []
+
+    def fake_measure(name, dtype, route):
+        measured.append((name, dtype, route))
+        return weights_table(route, {1: (20, 10), 4: (21, 11), 16: (30, 40 if name.startswith("qwen") else 20)})
+
+    monkeypatch.setattr(weights_choice, "measure", fake_measure)
+    monkeypatch.setattr(weights_choice, "table_path", lambda name, dtype, route: tmp_path / f"{name}-{dtype}.csv")
+    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == blocks
+    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == blocks  # cached: measured once
+    assert resolve_weights("qwen2.5-coder-1.5b-instruct", "auto", cpu, torch.float32) == "bf16"
+    assert measured == [("gemma-3-270m", bf16, blocks), ("qwen2.5-coder-1.5b-instruct", torch.float32, blocks)]
+    assert (tmp_path / "gemma-3-270m-torch.bfloat16.csv").exists()
+    monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")  # the int8 route needs the AVX512 path: the exact blocks there
+    assert weights_choice.blocks_route() == "gguf"
     assert tiny("llama").weights == "bf16"
 
 

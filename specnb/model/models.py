@@ -97,19 +97,24 @@ def resolve_dtype(dtype: str | torch.dtype, device: str = "cpu") -> torch.dtype:
 
 def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.dtype) -> str:
     """What ``weights`` (one of :data:`specnb.model.model_names.WEIGHTS`) means here: itself, or for ``auto``
-    ``"gguf"`` / ``"bf16"``.
+    ``"gguf-int8"`` / ``"gguf"`` / ``"bf16"``.
 
-    ``auto`` is ``gguf`` for an embedded model on a CPU whose kernels take the AVX512 path (``kernel_isa()``
-    ``avx512bf16``, AMX CPUs included), in fp32 or bf16: there the blocks' kernels beat the dense bf16 ones at one
-    row and at the 16-row verification calls (docs/forward_pass.md). Elsewhere ``bf16``: on the AVX2 path a
-    decoded block costs more than the bytes it saves once a call has several rows, so speculation slows; GPUs
-    and other dtypes have no block kernels.
+    ``auto`` is, for an embedded model on a CPU where specnb's kernels run (fp32 or bf16), the GGUF route this CPU
+    runs (:func:`specnb.model.weights_choice.blocks_route`) where this machine's measured table shows it no slower
+    than bf16 at one token and at the 4- and 16-token calls speculation makes
+    (:func:`specnb.model.weights_choice.choose`; timed once and cached), else ``bf16``. GPUs and other dtypes
+    have no block kernels: ``bf16``.
     """
     if weights != "auto":
         return weights
     usable = name in EMBEDDED and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
-        and kernel_isa() == "avx512bf16" and kernels.extension() is not None
-    return "gguf" if usable else "bf16"
+        and kernel_isa() is not None and kernels.extension() is not None
+    if not usable:
+        return "bf16"
+    from . import weights_choice
+
+    blocks = weights_choice.blocks_route()
+    return weights_choice.choose(weights_choice.cost_table(name, dtype, blocks), blocks)
 
 
 # ------------------------------------------------------------------------------------ embedded models
@@ -251,7 +256,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     specnb's decoder runs the GGUF file (:mod:`specnb.model.gguf_weights`): its projections and output head over
     the file's quantized blocks, activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
     activations rounded to int8 (AVX512 CPUs with VNNI); ``"bf16"``: over the dense checkpoint;
-    ``"auto"``: see :func:`resolve_weights`. The result's ``weights`` says which ran.
+    ``"auto"``: the fastest of these on this machine, measured once (:func:`resolve_weights`). The result's
+    ``weights`` says which ran.
     """
     check_weights(name, weights)
     where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
