@@ -30,7 +30,6 @@
 namespace quant {
 
 constexpr int64_t LANES = 16;    // weight rows per tile: one per int32 lane
-constexpr int MAX_ROWS_INT8 = 16;  // input rows per pass over a tile: each code decoded once for all of them
 
 #define QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
 
@@ -48,6 +47,9 @@ struct Tile {
   static constexpr int64_t sub = type == Q6_K ? 16 : 32;  // weights per scale (and per int32 dot)
   static constexpr int32_t offset = type == Q8_0 ? 128 : type == Q5_0 ? 16 : type == Q6_K ? 32 : 0;
   static constexpr int64_t nibbles = type == Q5_0 ? 96 : type == Q4_K ? 320 : 288, high = type == Q5_0 ? 32 : 2336;
+  // input rows per pass over a tile, each code decoded once for all of them: as many as keep their accumulators in
+  // the 32 zmm registers (the K-quants hold one more per row, the block's integer sum)
+  static constexpr int rows = type == Q8_0 || type == Q5_0 ? 16 : 8;
 };
 
 // ----------------------------------------------------------------------------------------------- repacking
@@ -148,12 +150,14 @@ void repack_rows(const uint8_t* w, int64_t row_bytes, uint8_t* out, int64_t tile
 
 // ----------------------------------------------------------------------------------------------- activations
 
-// Input rows [M, K] rounded to int8 per block of the format (B values): q [M, K] in natural order, dx [M, K / B]
-// each block's scale (max |x| / 127, round to nearest even), and per group of `sub` values `sums`: for formats
-// with an offset, -offset times the group's int8 sum (a dot's starting value); for Q4_K, the sums of two
-// consecutive groups of 32 as int16 pairs (the mins' multipliers).
+// Input rows [M, K] rounded to int8 per block of the format (B values): each block's scale dx (max |x| / 127, values
+// rounded to nearest even), and per group of `sub` values `sums`: for formats with an offset, -offset times the
+// group's int8 sum (a dot's starting value); for Q4_K, the sums of two consecutive groups of 32 as int16 pairs (the
+// mins' multipliers). Stored chunk by chunk of Tile::rows rows, each chunk's rows interleaved (rows = the chunk's
+// row count): q as int32 [K / 4][rows] (4 int8 values each), dx [K / B][rows], sums [K / sub (/ 2)][rows], so that a
+// kernel reads every row's operands at constant offsets from one pointer.
 struct QRows {
-  std::vector<int8_t> q;
+  std::vector<int32_t> q;
   std::vector<float> dx;
   std::vector<int32_t> sums;
 };
@@ -161,30 +165,34 @@ struct QRows {
 template <int type>
 QUANT_VNNI QRows quantize_rows(const float* x, int64_t M, int64_t K) {
   using T = Tile<type>;
-  const int64_t B = T::weights, groups = K / T::sub;
-  QRows r{std::vector<int8_t>(M * K), std::vector<float>(M * K / B),
-          std::vector<int32_t>(type == Q4_K ? M * groups / 2 : M * groups)};
+  const int64_t B = T::weights, groups = K / T::sub, slots = type == Q4_K ? groups / 2 : groups;
+  QRows r{std::vector<int32_t>(M * K / 4), std::vector<float>(M * K / B), std::vector<int32_t>(M * slots)};
   std::vector<int32_t> group(groups);
+  alignas(64) int8_t q[16];
   for (int64_t m = 0; m < M; m++) {
+    const int64_t c0 = m / T::rows * T::rows, rows = std::min<int64_t>(T::rows, M - c0), i = m - c0;
+    int32_t* qc = r.q.data() + c0 * K / 4;
     for (int64_t c = 0; c < K / B; c++) {
       const float* v = x + m * K + c * B;
       __m512 amax = _mm512_setzero_ps();
       for (int64_t j = 0; j < B; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(v + j)));
       const float top = _mm512_reduce_max_ps(amax);
       const float id = top > 0.0f ? 127.0f / top : 0.0f;
-      r.dx[m * (K / B) + c] = top / 127.0f;
+      r.dx[c0 * (K / B) + c * rows + i] = top / 127.0f;
       for (int64_t j = 0; j < B; j += 16) {  // round to nearest even, as the default MXCSR does
-        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), _mm512_set1_ps(id)));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(r.q.data() + m * K + c * B + j), _mm512_cvtsepi32_epi8(q));
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), _mm512_set1_ps(id)));
+        _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(qi));
+        for (int u = 0; u < 4; u++) std::memcpy(qc + ((c * B + j) / 4 + u) * rows + i, q + 4 * u, 4);
         const int64_t g = (c * B + j) / T::sub;
-        group[g] = (j % T::sub ? group[g] : 0) + _mm512_reduce_add_epi32(q);
+        group[g] = (j % T::sub ? group[g] : 0) + _mm512_reduce_add_epi32(qi);
       }
     }
+    int32_t* sc = r.sums.data() + c0 * slots;
     if constexpr (type == Q4_K) {
       for (int64_t g = 0; g < groups; g += 2)
-        r.sums[m * groups / 2 + g / 2] = int32_t(uint32_t(uint16_t(group[g])) | (uint32_t(group[g + 1]) << 16));
+        sc[g / 2 * rows + i] = int32_t(uint32_t(uint16_t(group[g])) | (uint32_t(group[g + 1]) << 16));
     } else {
-      for (int64_t g = 0; g < groups; g++) r.sums[m * groups + g] = -T::offset * group[g];
+      for (int64_t g = 0; g < groups; g++) sc[g * rows + i] = -T::offset * group[g];
     }
   }
   return r;
@@ -223,10 +231,11 @@ QUANT_VNNI inline __attribute__((always_inline)) __m512i step_codes(const uint8_
   }
 }
 
-inline __attribute__((always_inline)) QUANT_VNNI __m512i bcast4(const int8_t* q) {
-  int32_t v;
-  std::memcpy(&v, q, 4);
-  return _mm512_set1_epi32(v);
+// dot + the 16 lanes of w times the 4 int8 values at q broadcast to every lane: vpdpbusd with the broadcast folded
+// into its memory operand (compilers load it into a register first, one more instruction a step)
+QUANT_VNNI inline __attribute__((always_inline)) __m512i dpbusd_bcast(__m512i dot, __m512i w, const int32_t* q) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(dot) : "v"(w), "m"(*q));
+  return dot;
 }
 
 // 16 fp32 outputs to y (float or bf16, at::BFloat16's rounding: nearest even, every NaN 0x7fc0)
@@ -240,42 +249,42 @@ QUANT_VNNI inline void store16(at::BFloat16* y, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm512_cvtepi32_epi16(r));
 }
 
-// dot[m] += the codes of steps first..first + S - 1 of the tile block at p times row m's int8 values there (qm:
-// row 0's, rows K apart): the rows side by side, each step's codes decoded once for all of them.
+// dot[m] += the codes of steps first..first + S - 1 of the tile block at p times row m's int8 values there (q: the
+// chunk's interleaved values at the first step): the rows side by side, each step's codes decoded once for all.
 template <int type, int mb, int S>
-QUANT_VNNI inline __attribute__((always_inline)) void dots(const uint8_t* p, int first, const int8_t* qm, int64_t K,
-                                                          __m512i* dot) {
+QUANT_VNNI inline __attribute__((always_inline)) void dots(const uint8_t* p, int first, const int32_t* q, __m512i* dot) {
 #pragma GCC unroll 16
   for (int s = 0; s < S; s++) {
     const __m512i w = step_codes<type>(p, first + s);
 #pragma GCC unroll 16
-    for (int m = 0; m < mb; m++) dot[m] = _mm512_dpbusd_epi32(dot[m], w, bcast4(qm + m * K + 4 * s));
+    for (int m = 0; m < mb; m++) dot[m] = dpbusd_bcast(dot[m], w, q + s * mb + m);
   }
 }
 
-// y[m, 0..15] for m < mb: one tile (16 weight rows, all K) times mb quantized rows (q, dx, sums of row 0). Per
-// block and row, acc = fma(float(dot), d * dx, acc), dot exact in int32.
+// y[m, 0..15] for m < mb: one tile (16 weight rows, all K) times a chunk of mb quantized rows (q, dx, sums: the
+// chunk's, QRows' layout). Per block and row, acc = fma(float(dot), d * dx, acc), dot exact in int32.
 template <int type, int mb, typename Out>
-QUANT_VNNI void tile_rows(const int8_t* q, const float* dx, const int32_t* sums, const uint8_t* tile,
+QUANT_VNNI void tile_rows(const int32_t* q, const float* dx, const int32_t* sums, const uint8_t* tile,
                           const float* bias, Out* y, int64_t ldy, int64_t K) {
   using T = Tile<type>;
-  const int64_t blocks = K / T::weights, groups = K / T::sub, sum_stride = type == Q4_K ? groups / 2 : groups;
+  const int64_t blocks = K / T::weights;
   __m512 acc[mb];
   __m512i dot[mb];
 #pragma GCC unroll 16
   for (int m = 0; m < mb; m++) acc[m] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; b++) {
     const uint8_t* p = tile + b * T::bytes;
+    const int32_t* qb = q + b * (T::weights / 4) * mb;
+    const float* dxb = dx + b * mb;
     for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     if constexpr (type == Q8_0 || type == Q5_0) {  // one group: dot from -offset * sum
 #pragma GCC unroll 16
-      for (int m = 0; m < mb; m++) dot[m] = _mm512_set1_epi32(sums[m * sum_stride + b]);
-      dots<type, mb, 8>(p, 0, q + b * 32, K, dot);
+      for (int m = 0; m < mb; m++) dot[m] = _mm512_set1_epi32(sums[b * mb + m]);
+      dots<type, mb, 8>(p, 0, qb, dot);
 #pragma GCC unroll 16
       for (int m = 0; m < mb; m++)
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]), _mm512_mul_ps(d, _mm512_set1_ps(dx[m * blocks + b])),
-                                 acc[m]);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[m]), _mm512_mul_ps(d, _mm512_set1_ps(dxb[m])), acc[m]);
     } else {  // K-quants: the groups' dots times their integer scales, summed in int32 over the block
       constexpr int G = 256 / T::sub, S = T::sub / 4;  // groups per block, steps per group
       __m512i isum[mb];
@@ -284,8 +293,8 @@ QUANT_VNNI void tile_rows(const int8_t* q, const float* dx, const int32_t* sums,
       for (int g = 0; g < G; g++) {
 #pragma GCC unroll 16
         for (int m = 0; m < mb; m++)
-          dot[m] = type == Q4_K ? _mm512_setzero_si512() : _mm512_set1_epi32(sums[m * sum_stride + b * G + g]);
-        dots<type, mb, S>(p, g * S, q + b * 256 + g * T::sub, K, dot);
+          dot[m] = type == Q4_K ? _mm512_setzero_si512() : _mm512_set1_epi32(sums[(b * G + g) * mb + m]);
+        dots<type, mb, S>(p, g * S, qb + g * S * mb, dot);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (type == Q4_K ? 64 : 32) + 16 * g));
         const __m512i sc = type == Q4_K ? _mm512_cvtepu8_epi32(sc8) : _mm512_cvtepi8_epi32(sc8);
 #pragma GCC unroll 16
@@ -293,23 +302,22 @@ QUANT_VNNI void tile_rows(const int8_t* q, const float* dx, const int32_t* sums,
       }
       if constexpr (type == Q4_K) {  // minus dmin * dx * the sum over groups of m * (the group's int8 sum)
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+        __m512i mins[4];
+        for (int i = 0; i < 4; i++)
+          mins[i] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 192 + 32 * i)));
 #pragma GCC unroll 16
         for (int m = 0; m < mb; m++) {
-          const int32_t* pairs = sums + m * sum_stride + b * 4;
-          __m512i msum = _mm512_setzero_si512();
-          for (int i = 0; i < 4; i++) {
-            const __m512i mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 192 + 32 * i)));
-            msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins, _mm512_set1_epi32(pairs[i])));
-          }
-          const __m512 dxm = _mm512_set1_ps(dx[m * blocks + b]);
+          __m512i msum = _mm512_madd_epi16(mins[0], _mm512_set1_epi32(sums[(b * 4) * mb + m]));
+          for (int i = 1; i < 4; i++)
+            msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[i], _mm512_set1_epi32(sums[(b * 4 + i) * mb + m])));
+          const __m512 dxm = _mm512_set1_ps(dxb[m]);
           acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, dxm), acc[m]);
           acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dxm), acc[m]);
         }
       } else {
 #pragma GCC unroll 16
         for (int m = 0; m < mb; m++)
-          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, _mm512_set1_ps(dx[m * blocks + b])),
-                                   acc[m]);
+          acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[m]), _mm512_mul_ps(d, _mm512_set1_ps(dxb[m])), acc[m]);
       }
     }
   }
@@ -321,11 +329,11 @@ QUANT_VNNI void tile_rows(const int8_t* q, const float* dx, const int32_t* sums,
 template <int type, typename Out, int mb = 1>
 QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_t* tile, const float* bias, Out* y,
                           int64_t N, int64_t K) {
-  if constexpr (mb <= MAX_ROWS_INT8) {
+  if constexpr (mb <= Tile<type>::rows) {
     if (rows != mb) return rows_int8<type, Out, mb + 1>(rows, r, m0, tile, bias, y, N, K);
     using T = Tile<type>;
-    const int64_t groups = K / T::sub, sum_stride = type == Q4_K ? groups / 2 : groups;
-    tile_rows<type, mb>(r.q.data() + m0 * K, r.dx.data() + m0 * (K / T::weights), r.sums.data() + m0 * sum_stride,
+    const int64_t slots = type == Q4_K ? K / T::sub / 2 : K / T::sub;
+    tile_rows<type, mb>(r.q.data() + m0 * K / 4, r.dx.data() + m0 * (K / T::weights), r.sums.data() + m0 * slots,
                         tile, bias, y + m0 * N, N, K);
   }
 }
@@ -337,8 +345,8 @@ QUANT_VNNI void qgemm_int8(const float* x, const uint8_t* w, int64_t tile_bytes,
   const QRows r = quantize_rows<type>(x, M, K);
   for_each_row_run(N / LANES, tile_bytes, [&](int64_t first, int64_t last) {
     for (int64_t t = first; t < last; t++)
-      for (int64_t m = 0; m < M; m += MAX_ROWS_INT8)
-        rows_int8<type, Out>(std::min<int64_t>(MAX_ROWS_INT8, M - m), r, m, w + t * tile_bytes,
+      for (int64_t m = 0; m < M; m += Tile<type>::rows)
+        rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, w + t * tile_bytes,
                              bias ? bias + t * LANES : nullptr, y + t * LANES, N, K);
   });
 }
