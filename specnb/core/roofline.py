@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ..atomic import write_csv
-from ..model.ceilings import gemm_flops, matmul_parameters, read_bandwidth, streamed_bytes
+from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
 from ..model.decoder import call_path
 from ..model.device import default_device, model_device, resolve_device, synchronize
 from ..model.forward import forward
@@ -186,8 +186,9 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
             progress: bool = True) -> pd.DataFrame:
     """:func:`time_cells` plus provenance columns (model, dtype (:func:`timing_label`), device, torch version,
     date, repeats, CPU class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
-    measured read bandwidth) and ``compute_floor_s`` (2 x parameters x tokens over PyTorch's best GEMM FLOP/s
-    here)."""
+    measured read bandwidth) and ``compute_floor_s`` (parameters x tokens multiply-adds at the peak of the
+    instruction the path uses, ``compute_instruction``: :func:`specnb.model.ceilings.path_instruction`; PyTorch's
+    best GEMM FLOP/s where specnb's kernels do not run the model)."""
     model = target.model if isinstance(target, LoadedModel) else target
     name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
     param = next(model.parameters())
@@ -205,7 +206,11 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
         frame["read_gb_per_s"] = read_bandwidth()
         frame["gemm_gflops"] = gemm_flops(param.dtype) / 1e9
         frame["bandwidth_floor_s"] = streamed_bytes(model) / (frame.read_gb_per_s * 1e9)
-        frame["compute_floor_s"] = 2 * matmul_parameters(model) * frame.tokens / (frame.gemm_gflops * 1e9)
+        instruction = path_instruction(model)
+        macs = peak_macs(instruction) if instruction else None
+        frame["compute_instruction"] = instruction or "torch-gemm"
+        frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2
+        frame["compute_floor_s"] = matmul_parameters(model) * frame.tokens / (frame.peak_gmacs * 1e9)
     return frame
 
 

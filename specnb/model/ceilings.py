@@ -1,8 +1,9 @@
-"""The machine's limits a decoding call is measured against: read bandwidth, GEMM throughput, bytes per call.
+"""The machine's limits a decoding call is measured against: read bandwidth, compute roofs, bytes per call.
 
 One target call must at least stream the model's weights once (:func:`streamed_bytes` / :func:`read_bandwidth`
-seconds: the *bandwidth floor*) and do 2 x parameters x tokens floating-point operations (over
-:func:`gemm_flops`: the *compute floor*). A call's cost sits above the larger of the two; how far above is the
+seconds: the *bandwidth floor*) and do parameters x tokens multiply-adds with the instruction its path uses
+(:func:`path_instruction`, at :func:`peak_macs`: the *compute floor*; :func:`gemm_flops` is PyTorch's GEMM at its
+best, the practical ceiling of a prefill). A call's cost sits above the larger of the two; how far above is the
 loop's inefficiency. These are what ``specnb bench`` and ``specnb roofline`` report beside every time.
 """
 
@@ -52,6 +53,41 @@ def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: i
         torch.mm(a, b)
         times.append(time.perf_counter() - start)
     return 2 * size**3 / statistics.median(times)
+
+
+INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2}
+"""The multiply-add instructions of the kernels' paths: fp32 FMAs (the exact GGUF path, fp32 weights, the AVX2
+path), ``vdpbf16ps`` (the bf16 kernel on the AVX512 path), ``vpdpbusd`` (the int8 route over GGUF blocks)."""
+
+
+@functools.cache
+def peak_macs(instruction: str) -> float | None:
+    """Multiply-adds per second that ``instruction`` (one of :data:`INSTRUCTIONS`) reaches on all of torch's
+    threads here, from registers alone (the extension's ``peak_rate``: 12 independent chains a thread, ~0.2 s),
+    or None where this CPU or build lacks it."""
+    from .kernels import extension
+    from .kernels.cpu import cpu_flags, kernel_isa
+
+    flags, ext = cpu_flags(), extension()
+    needs = {"fp32-fma": {"avx2", "fma"}, "bf16-dot": {"avx512_bf16"}, "int8-vnni": {"avx512_vnni"}}[instruction]
+    if ext is None or not needs <= flags:
+        return None
+    return ext.peak_rate(INSTRUCTIONS[instruction], kernel_isa() == "avx512bf16", 0.2)
+
+
+def path_instruction(model: torch.nn.Module) -> str | None:
+    """The instruction ``model``'s projections multiply with (one of :data:`INSTRUCTIONS`), or None where
+    specnb's kernels do not run it (PyTorch's GEMMs: :func:`gemm_flops` is their roof)."""
+    from .gguf_weights import uses_gguf, uses_int8
+    from .kernels import routed
+    from .kernels.cpu import kernel_isa
+
+    if uses_gguf(model):
+        return "int8-vnni" if uses_int8(model) else "fp32-fma"
+    if not routed(model):
+        return None
+    bf16 = next(model.parameters()).dtype == torch.bfloat16
+    return "bf16-dot" if bf16 and kernel_isa() == "avx512bf16" else "fp32-fma"
 
 
 def streamed_bytes(model: torch.nn.Module) -> int:

@@ -33,11 +33,11 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ...atomic import write_csv
-from ..ceilings import read_bandwidth
+from ..ceilings import peak_macs, read_bandwidth
 from . import linear as fewrow_linear
 from . import memory, quant
 from . import top_k as fewrow_top_k
-from .cpu import cpu_class
+from .cpu import cpu_class, kernel_isa
 
 # (name, N, K): the linear layers that dominate Gemma-3-270M and Qwen2.5-Coder-1.5B
 SHAPES = {
@@ -168,8 +168,10 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
     """One row per (tensor, backend, rows), backends ``quant`` (the stored blocks), ``int8`` (the same with int8
     activations, where :func:`specnb.model.kernels.quant.int8_supported`) and ``bf16``
     (the few-row kernel on the same weights dequantized to bf16): ``ms`` (median per call), ``bytes`` read per
-    call, ``gb_per_s``, ``bandwidth_fraction``, ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16
-    kernel's)."""
+    call, ``gb_per_s``, ``bandwidth_fraction``, ``instruction`` (the multiply-add instruction of that path) with
+    ``compute_fraction`` (its multiply-adds at that instruction's peak here, :func:`specnb.model.ceilings.peak_macs`,
+    over the time), ``roof_fraction`` (the larger of the two floors over the time), ``vs_one_row`` and ``vs_bf16``
+    (this call's time over the bf16 kernel's)."""
     bandwidth = bandwidth or read_bandwidth()
     out = []
     bar = tqdm(total=len(tensors) * 3 * len(rows), desc="quantized kernels", disable=not progress)
@@ -185,6 +187,9 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
         del dense
         bf16_ms = {}
         for backend, weights in backends.items():
+            instruction = {"int8": "int8-vnni", "quant": "fp32-fma"}.get(
+                backend, "bf16-dot" if kernel_isa() == "avx512bf16" else "fp32-fma")
+            peak = peak_macs(instruction) or float("nan")
             nbytes = n * k * 2 if backend == "bf16" else weight.nbytes
             one = None
             for m in rows:
@@ -200,7 +205,10 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
                 out.append({"tensor": label, "format": "bf16" if backend == "bf16" else weight.format, "n": n,
                             "k": k, "backend": backend, "rows": m, "ms": seconds * 1e3, "bytes": nbytes,
                             "gb_per_s": nbytes / seconds / 1e9,
-                            "bandwidth_fraction": nbytes / seconds / 1e9 / bandwidth, "vs_one_row": seconds / one,
+                            "bandwidth_fraction": nbytes / seconds / 1e9 / bandwidth, "instruction": instruction,
+                            "compute_fraction": n * k * m / peak / seconds,
+                            "roof_fraction": max(nbytes / (bandwidth * 1e9), n * k * m / peak) / seconds,
+                            "vs_one_row": seconds / one,
                             "cpu_class": cpu_class(),
                             "threads": torch.get_num_threads(), "read_gb_per_s": bandwidth})
                 bar.update()
@@ -308,11 +316,13 @@ def _run_quant(args) -> int:
     for model, name in tensors.values():
         _gguf_tensor(model, name)  # every file present before the first timing
     bandwidth = read_bandwidth()
-    print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
+    peaks = {i: peak_macs(i) for i in ("fp32-fma", "bf16-dot", "int8-vnni")}
+    print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads | "
+          f"peak GMAC/s " + ", ".join(f"{i} {p / 1e9:.0f}" for i, p in peaks.items() if p))
     table = bench_quant(tensors, rows, args.repeats, bandwidth)
     if args.out:
         write_csv(args.out, table)
-    wide = table.pivot_table(index=["tensor", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
+    wide = table.pivot_table(index=["tensor", "rows"], columns="backend", values=["ms", "roof_fraction"],
                              sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
     return 0

@@ -8,6 +8,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("linear", &linear, "few-row linear layer, rows bit-independent");
   module.def("attention", &attention, "decoding attention over the visible keys only, rows bit-independent");
   module.def("rms_norm", &rms_norm, "RMS norm per row, fp32 reduction in order");
+  module.def("peak_rate", &peak_rate, "multiply-adds per second of one instruction, from registers, every thread");
   module.def("top_k", &top_k, "indices of the k largest entries of each row, ties to the lower index");
   module.def("heads", &heads, "split into heads [B, H, S, D], with optional per-head norm and rotary embedding");
   pybind11::class_<Norm>(module, "Norm", pybind11::module_local())

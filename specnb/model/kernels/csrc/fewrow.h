@@ -25,6 +25,9 @@ torch::Tensor heads(const torch::Tensor& x, int64_t H, const c10::optional<torch
 // top_k.cpp: x [R, V] -> (indices int64 [R, k], nan bool [R]).
 std::tuple<torch::Tensor, torch::Tensor> top_k(const torch::Tensor& x, int64_t k);
 
+// peak.cpp: multiply-adds per second of one instruction (0: fp32 FMA, 1: vdpbf16ps, 2: vpdpbusd) on every thread.
+double peak_rate(int64_t kind, bool avx512, double seconds);
+
 // quant.cpp: linear layers over GGUF blocks (quant.h, quant_int8.h) and the blocks' fp32 values.
 namespace quant {
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
@@ -48,6 +51,11 @@ struct Blocks {
   c10::optional<torch::Tensor> bias;
   bool int8 = false;
 };
+
+namespace quant {
+// x [M, K] times each int8 weight (repacked blocks) -> their outputs side by side: one call over all their tiles.
+torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& weights);
+}  // namespace quant
 
 struct LayerSpec {
   torch::Tensor qkv, o, gate_up, down;  // dense weights [N, K], q/k/v and gate/up stacked

@@ -4,6 +4,8 @@
 
 #include "fewrow.h"
 
+#include <algorithm>
+
 namespace {
 
 torch::Tensor normed(const torch::Tensor& x, const Norm& n) {  // x [R, d]
@@ -14,6 +16,8 @@ torch::Tensor normed(const torch::Tensor& x, const Norm& n) {  // x [R, d]
 torch::Tensor project(const torch::Tensor& x, const torch::Tensor& dense, const c10::optional<torch::Tensor>& bias,
                       const std::vector<Blocks>& blocks, int64_t isa) {
   if (blocks.empty()) return linear(x, dense, bias, isa);
+  if (std::all_of(blocks.begin(), blocks.end(), [](const Blocks& b) { return b.int8; }))
+    return quant::linear_int8(x, blocks);  // siblings in one call
   std::vector<torch::Tensor> outs;
   for (const Blocks& b : blocks) outs.push_back(quant::linear(x, b.blocks, b.type, b.bias, b.int8 ? ISA_INT8 : isa));
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);

@@ -7,37 +7,73 @@
 
 namespace quant {
 
-// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type`, bias [N]
-// or None. Returns [M, N] in x's dtype.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
-                     const c10::optional<torch::Tensor>& bias, int64_t isa) {
-  const Format f = checked_format(int(type));
-  TORCH_CHECK(x.dim() == 2 && blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8, "quant.linear: shapes");
-  // the int8 route's weights are repacked (repack()): [N / 16, K / block weights * tile block bytes]
-  const bool int8 = isa == ISA_INT8;
-  const int64_t M = x.size(0), N = blocks.size(0) * (int8 ? LANES : 1), K = x.size(1);
-  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * (int8 ? tile_block_bytes(int(type)) : f.bytes),
-              "quant.linear: x has ", K, " columns, the blocks do not hold rows of that length (", blocks.size(1),
-              int8 ? " bytes a tile of 16 rows)" : " bytes a row)");
+namespace {
+
+const float* bias_data(const c10::optional<torch::Tensor>& bias, std::vector<torch::Tensor>& keep) {
+  if (!bias.has_value() || !bias->defined()) return nullptr;
+  keep.push_back(bias->to(torch::kFloat32).contiguous());
+  return keep.back().data_ptr<float>();
+}
+
+void check_input(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, "quant.linear: x [M, K]");
   TORCH_CHECK(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16,
               "quant.linear: x must be float32 or bfloat16");
-  const auto w = blocks.contiguous();
-  torch::Tensor bias32;
-  const float* b = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bias32 = bias->to(torch::kFloat32).contiguous();
-    b = bias32.data_ptr<float>();
+}
+
+}  // namespace
+
+// x [M, K] float32 or bfloat16, each of `weights` repacked blocks (repack(): [N_i / 16, tile bytes], int8 set) ->
+// [M, sum N_i] in x's dtype: every weight's outputs side by side, as one call over all their tiles.
+torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& weights) {
+  check_input(x);
+  const int64_t M = x.size(0), K = x.size(1);
+  std::vector<torch::Tensor> keep;
+  std::vector<Part> parts;
+  int64_t N = 0;
+  for (const Blocks& b : weights) {
+    const Format f = checked_format(int(b.type));
+    const torch::Tensor w = b.blocks.contiguous();
+    keep.push_back(w);
+    TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kUInt8, "quant.linear: repacked blocks uint8 [tiles, bytes]");
+    TORCH_CHECK(K % f.weights == 0 && w.size(1) == K / f.weights * tile_block_bytes(int(b.type)),
+                "quant.linear: x has ", K, " columns, the repacked blocks hold tiles of ", w.size(1), " bytes");
+    parts.push_back({w.data_ptr<uint8_t>(), w.size(1), w.size(0), N, bias_data(b.bias, keep), int(b.type)});
+    N += w.size(0) * LANES;
   }
+  auto out = torch::empty({M, N}, x.options());
+  const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
+  if (x.scalar_type() == torch::kFloat32)
+    qgemm_int8(x32.data_ptr<float>(), parts, out.data_ptr<float>(), M, N, K);
+  else
+    qgemm_int8(x32.data_ptr<float>(), parts, out.data_ptr<at::BFloat16>(), M, N, K);
+  return out;
+}
+
+// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type` (isa ISA_INT8:
+// repacked, linear_int8), bias [N] or None. Returns [M, N] in x's dtype.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
+                     const c10::optional<torch::Tensor>& bias, int64_t isa) {
+  if (isa == ISA_INT8) {
+    Blocks b;
+    b.blocks = blocks, b.type = type, b.bias = bias, b.int8 = true;
+    return linear_int8(x, {b});
+  }
+  const Format f = checked_format(int(type));
+  check_input(x);
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == torch::kUInt8, "quant.linear: blocks uint8 [N, bytes]");
+  const int64_t M = x.size(0), N = blocks.size(0), K = x.size(1);
+  TORCH_CHECK(K % f.weights == 0 && blocks.size(1) == K / f.weights * f.bytes,
+              "quant.linear: x has ", K, " columns, the blocks hold rows of ", blocks.size(1), " bytes");
+  const auto w = blocks.contiguous();
+  std::vector<torch::Tensor> keep;
+  const float* b = bias_data(bias, keep);
   auto out = torch::empty({M, N}, x.options());
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t row_bytes = w.size(1);
   const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
   const float* xp = x32.data_ptr<float>();
-  if (isa == ISA_INT8 && x.scalar_type() == torch::kFloat32)
-    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
-  else if (isa == ISA_INT8)
-    qgemm_any_int8(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);
-  else if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
+  if (isa == ISA_AVX512BF16 && x.scalar_type() == torch::kFloat32)
     qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<float>(), M, N, K);
   else if (isa == ISA_AVX512BF16)
     qgemm_any_512(int(type), xp, wp, row_bytes, b, out.data_ptr<at::BFloat16>(), M, N, K);

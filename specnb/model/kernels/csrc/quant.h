@@ -432,9 +432,4 @@ void qgemm_any_512(int type, const float* x, const uint8_t* w, int64_t row_bytes
   }
 }
 
-// Int8 activations (quant_int8.h): isa ISA_INT8 picks that route.
-template <typename Out>
-void qgemm_any_int8(int type, const float* x, const uint8_t* w, int64_t row_bytes, const float* bias, Out* y,
-                    int64_t M, int64_t N, int64_t K);
-
 }  // namespace quant

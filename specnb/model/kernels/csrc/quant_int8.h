@@ -338,28 +338,61 @@ QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_
   }
 }
 
-// x [M, K] fp32 times the repacked weight w [N / 16 tiles, tile bytes] -> y [M, N].
-template <int type, typename Out>
-QUANT_VNNI void qgemm_int8(const float* x, const uint8_t* w, int64_t tile_bytes, const float* bias, Out* y, int64_t M,
-                           int64_t N, int64_t K) {
-  const QRows r = quantize_rows<type>(x, M, K);
-  for_each_row_run(N / LANES, tile_bytes, [&](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; t++)
-      for (int64_t m = 0; m < M; m += Tile<type>::rows)
-        rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, w + t * tile_bytes,
-                             bias ? bias + t * LANES : nullptr, y + t * LANES, N, K);
-  });
+// One weight of a call: its repacked blocks w [tiles, tile bytes] of ggml type `type`, bias [16 * tiles] or null,
+// its outputs at columns col .. col + 16 * tiles - 1 of the call's output. A call takes siblings that read the same
+// input rows (q, k, v; gate, up) together: the rows rounded once per format, one pass of the threads over all tiles.
+struct Part {
+  const uint8_t* w;
+  int64_t tile_bytes, tiles, col;
+  const float* bias;
+  int type;
+};
+
+inline int type_slot(int type) { return type == Q8_0 ? 0 : type == Q5_0 ? 1 : type == Q4_K ? 2 : 3; }
+
+inline QRows quantize_any(int type, const float* x, int64_t M, int64_t K) {
+  switch (type) {
+    case Q8_0: return quantize_rows<Q8_0>(x, M, K);
+    case Q5_0: return quantize_rows<Q5_0>(x, M, K);
+    case Q4_K: return quantize_rows<Q4_K>(x, M, K);
+    default: return quantize_rows<Q6_K>(x, M, K);
+  }
 }
 
+// Every chunk of rows times tile t of part p.
+template <int type, typename Out>
+QUANT_VNNI void tile_all_rows(const Part& p, const QRows& r, int64_t t, Out* y, int64_t M, int64_t N, int64_t K) {
+  for (int64_t m = 0; m < M; m += Tile<type>::rows)
+    rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, p.w + t * p.tile_bytes,
+                         p.bias ? p.bias + t * LANES : nullptr, y + p.col + t * LANES, N, K);
+}
+
+// x [M, K] fp32 times every part -> y [M, N] (N: the parts' outputs side by side).
 template <typename Out>
-void qgemm_any_int8(int type, const float* x, const uint8_t* w, int64_t tile_bytes, const float* bias, Out* y,
-                    int64_t M, int64_t N, int64_t K) {
-  switch (type) {
-    case Q8_0: qgemm_int8<Q8_0>(x, w, tile_bytes, bias, y, M, N, K); break;
-    case Q5_0: qgemm_int8<Q5_0>(x, w, tile_bytes, bias, y, M, N, K); break;
-    case Q4_K: qgemm_int8<Q4_K>(x, w, tile_bytes, bias, y, M, N, K); break;
-    default: qgemm_int8<Q6_K>(x, w, tile_bytes, bias, y, M, N, K); break;
+void qgemm_int8(const float* x, const std::vector<Part>& parts, Out* y, int64_t M, int64_t N, int64_t K) {
+  QRows rows[4];
+  bool rounded[4] = {};
+  int64_t tiles = 0, bytes = 0;
+  for (const Part& p : parts) {
+    const int slot = type_slot(p.type);
+    if (!rounded[slot]) rows[slot] = quantize_any(p.type, x, M, K), rounded[slot] = true;
+    tiles += p.tiles, bytes += p.tiles * p.tile_bytes;
   }
+  for_each_row_run(tiles, bytes / std::max<int64_t>(tiles, 1), [&](int64_t first, int64_t last) {
+    size_t j = 0;
+    int64_t base = 0;  // tiles of the parts before part j
+    for (int64_t t = first; t < last; t++) {
+      while (t >= base + parts[j].tiles) base += parts[j++].tiles;
+      const Part& p = parts[j];
+      const QRows& r = rows[type_slot(p.type)];
+      switch (p.type) {
+        case Q8_0: tile_all_rows<Q8_0>(p, r, t - base, y, M, N, K); break;
+        case Q5_0: tile_all_rows<Q5_0>(p, r, t - base, y, M, N, K); break;
+        case Q4_K: tile_all_rows<Q4_K>(p, r, t - base, y, M, N, K); break;
+        default: tile_all_rows<Q6_K>(p, r, t - base, y, M, N, K); break;
+      }
+    }
+  });
 }
 
 // Bytes of a tile's block (16 weight rows x one block's weights) in the int8 route's layout.
