@@ -19,10 +19,10 @@ from conftest import (
 )
 
 from specnb.core.draft import Draft
-from specnb.core.kv_cache import GrowingCache
 from specnb.model import kernels
 from specnb.model.decoder import Body, body, stacked, stock
 from specnb.model.forward import forward
+from specnb.model.kv_cache import GrowingCache
 from specnb.model.masks import TreeMasks
 from specnb.model.models import tiny_model
 

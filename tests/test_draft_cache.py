@@ -19,10 +19,10 @@ from conftest import tiny
 from specnb.core.draft import Draft
 from specnb.core.drafter import DecodeState
 from specnb.core.generate import generate
-from specnb.core.kv_cache import GrowingCache
 from specnb.drafters.draft_model import DraftModelDrafter, self_draft
 from specnb.model import kernels
 from specnb.model.forward import forward
+from specnb.model.kv_cache import GrowingCache
 
 PROMPT = [ord(c) for c in "def fib(n):\n    return"]  # 23 tokens: past the tiny Gemma's window
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

@@ -152,8 +152,8 @@ def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype
     within fp32 summation order."""
     from transformers import DynamicCache
 
-    from specnb.core.kv_cache import GrowingCache
     from specnb.model.forward import forward
+    from specnb.model.kv_cache import GrowingCache
 
     target = tiny(arch, dtype)
     ids = torch.randint(0, 256, (1, 44), generator=torch.Generator().manual_seed(0))

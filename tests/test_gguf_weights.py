@@ -77,19 +77,22 @@ def test_auto_weights_follow_the_machines_table_for_embedded_models(monkeypatch,
     assert resolve_weights("gemma-3-270m", "auto", cpu, torch.float16) == "bf16"
     assert resolve_weights("gemma-3-270m", "bf16", cpu, bf16) == "bf16"  # asked for: kept
     blocks = weights_choice.blocks_route()
-    measured = []
+    monkeypatch.setattr(weights_choice, "table_path", lambda name, dtype, route: tmp_path / f"{name}.csv")
+    timed = []
 
-    def fake_measure(name, dtype, route):
-        measured.append((name, dtype, route))
-        return weights_table(route, {1: (20, 10), 4: (21, 11), 16: (30, 40 if name.startswith("qwen") else 20)})
+    def fake_measure(load, route):
+        timed.append(route)
+        return weights_table(route, {1: (20, 10), 4: (21, 11), 16: (30, 20)})
 
     monkeypatch.setattr(weights_choice, "measure", fake_measure)
-    monkeypatch.setattr(weights_choice, "table_path", lambda name, dtype, route: tmp_path / f"{name}-{dtype}.csv")
     assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == blocks
-    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == blocks  # cached: measured once
+    assert resolve_weights("gemma-3-270m", "auto", cpu, bf16) == blocks
+    assert timed == [blocks] and (tmp_path / "gemma-3-270m.csv").exists()  # timed once, then read
+    # a table timed before, where the blocks lose at 16 tokens per call
+    weights_table(blocks, {1: (20, 10), 4: (21, 11), 16: (30, 40)}).to_csv(
+        tmp_path / "qwen2.5-coder-1.5b-instruct.csv", index=False)
     assert resolve_weights("qwen2.5-coder-1.5b-instruct", "auto", cpu, torch.float32) == "bf16"
-    assert measured == [("gemma-3-270m", bf16, blocks), ("qwen2.5-coder-1.5b-instruct", torch.float32, blocks)]
-    assert (tmp_path / "gemma-3-270m-torch.bfloat16.csv").exists()
+    assert timed == [blocks]
     monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")  # the int8 route needs the AVX512 path: the exact blocks there
     assert weights_choice.blocks_route() == "gguf"
     assert tiny("llama").weights == "bf16"

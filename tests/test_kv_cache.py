@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specnb.core.kv_cache import GrowingCache
+from specnb.model.kv_cache import GrowingCache
 
 
 def test_appends_crops_and_compactions_match_concatenation():

@@ -10,10 +10,10 @@ from conftest import tiny
 from specnb.core.accept import accept_greedy, longest_path, path_accepted
 from specnb.core.draft import Draft
 from specnb.core.drafter import DecodeState
-from specnb.core.kv_cache import GrowingCache
 from specnb.core.verify import Verifier
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.model.forward import forward
+from specnb.model.kv_cache import GrowingCache
 from specnb.model.masks import TreeMasks
 
 # 24 prompt tokens: longer than the tiny Gemma3's sliding window (16), so its local-layer masks matter.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import datetime
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -35,10 +34,10 @@ from ..model.decoder import call_path
 from ..model.device import default_device, model_device, resolve_device, synchronize
 from ..model.forward import forward
 from ..model.gguf_weights import uses_gguf, uses_int8
-from ..model.kernels.cpu import cpu_class
+from ..model.kernels.cpu import cpu_class, cpu_model
+from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel, load_model, resolve_dtype
 from ..paths import artifact_path, safe_name
-from .kv_cache import GrowingCache
 
 
 @dataclass(frozen=True)
@@ -99,15 +98,7 @@ def device_name(device: torch.device | str) -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    name = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {torch.get_num_threads()} torch threads"
+    return f"{cpu_model()}, {torch.get_num_threads()} torch threads"
 
 
 @torch.inference_mode()
@@ -119,7 +110,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
 
     Each context length's cache is filled once with random tokens (batch 1); before every call the cache is
     cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
-    :mod:`specnb.core.kv_cache`), so each call appends the same (k, w + 1) block to the same cache.
+    :mod:`specnb.model.kv_cache`), so each call appends the same (k, w + 1) block to the same cache.
 
     A VM's memory bandwidth drifts by 2x within minutes, so a cell's seconds are not its calls' median alone:
     every call of a cell is paired with a one-token call at the same context just before it, and the cell

@@ -8,11 +8,11 @@ Two executions of the same tree give the same logits (up to floating-point round
 * ``batch``: one row per root-to-leaf path, the KV cache broadcast to that many rows, plain causal
   attention. Works with any attention kernel; costs k times the cache reads, and each layer's attention
   input is one transient ``[P, H, past + D + 1, head_dim]`` concatenation (the cache buffer itself stays
-  one row; see :mod:`specnb.core.kv_cache`).
+  one row; see :mod:`specnb.model.kv_cache`).
 
 A chain (one path) needs no mask at all, so both modes run it as a plain causal call.
 
-The KV cache (:class:`~specnb.core.kv_cache.GrowingCache`: a config-less ``DynamicCache`` that appends in
+The KV cache (:class:`~specnb.model.kv_cache.GrowingCache`: a config-less ``DynamicCache`` that appends in
 place) keeps every position in every layer; sliding windows are enforced by the masks. After acceptance
 :meth:`Verifier.keep` leaves exactly the root and the accepted nodes in the cache, compacted in place:
 nothing is recomputed.
@@ -34,9 +34,9 @@ from transformers import PreTrainedModel
 
 from ..model.device import model_device
 from ..model.forward import forward
+from ..model.kv_cache import GrowingCache
 from ..model.masks import TreeMasks
 from .draft import Draft
-from .kv_cache import GrowingCache
 
 VerifyMode = Literal["tree", "batch"]
 

@@ -27,7 +27,6 @@ from transformers import PreTrainedModel
 from ..core.accept import SCHEMES, CandidateDraft, Scheme
 from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter
-from ..core.kv_cache import GrowingCache
 from ..core.report import Report
 from ..core.sampling import SamplingConfig, probabilities
 from ..draft_shapes import check_self_layers, self_layers, tree_shape
@@ -35,6 +34,7 @@ from ..model.device import generator as make_generator
 from ..model.device import model_device
 from ..model.forward import forward
 from ..model.kernels import top_k
+from ..model.kv_cache import GrowingCache
 from ..model.masks import TreeMasks
 from ..model.model_names import check_installed, layer_count
 from ..model.models import LoadedModel, load_model

@@ -41,7 +41,6 @@ import torch
 from torch import Tensor
 
 from ..core.accept import Scheme
-from ..core.kv_cache import GrowingCache
 from ..core.metrics import bootstrap_interval
 from ..core.prompts import Prompt, encode_prompt
 from ..core.verify import VerifyMode
@@ -50,6 +49,7 @@ from ..eval.checks import check_partial_acceptance
 from ..eval.runner import Variant, ratio_intervals, run, summarize
 from ..model.device import model_device, synchronize
 from ..model.forward import forward, output_head
+from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel
 from ..study.profiles import Profile
 from ..study.verdicts import Expect

@@ -5,7 +5,7 @@ with: the embedding, one :class:`Layer` of weights and settings per decoder laye
 tables and the output head. Two loaders build it: :meth:`Body.from_gguf` reads a GGUF file (settings from its
 metadata, projections and head as the file's quantized blocks, :mod:`specnb.model.gguf_weights`), the default for
 the embedded models; :meth:`Body.from_hf` reads a Hugging Face model's dense weights (any Llama, Qwen2 or
-Gemma-3 checkpoint, the tiny test models). The KV cache (:class:`specnb.core.kv_cache.GrowingCache`) and the masks
+Gemma-3 checkpoint, the tiny test models). The KV cache (:class:`specnb.model.kv_cache.GrowingCache`) and the masks
 (:class:`specnb.model.masks.TreeMasks`) are passed in by the caller.
 
 Each step is one kernel call: the norm (:func:`specnb.model.kernels.rms_norm`), the split into heads with the q/k

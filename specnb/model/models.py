@@ -27,6 +27,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_file, atomic_folder
@@ -114,7 +115,11 @@ def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.
     from . import weights_choice
 
     blocks = weights_choice.blocks_route()
-    return weights_choice.choose(weights_choice.cost_table(name, dtype, blocks), blocks)
+
+    def load(route: str) -> nn.Module:
+        return load_model(name, dtype=dtype, device="cpu", weights=route).model
+
+    return weights_choice.choose(weights_choice.cost_table(name, dtype, blocks, load), blocks)
 
 
 # ------------------------------------------------------------------------------------ embedded models

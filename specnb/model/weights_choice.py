@@ -13,9 +13,11 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import pandas as pd
 import torch
+from torch import nn
 
 from ..atomic import write_csv
 from ..paths import artifact_path, safe_name
@@ -44,27 +46,26 @@ def choose(table: pd.DataFrame, blocks: str) -> str:
 def table_path(name: str, dtype: torch.dtype, blocks: str):
     """Where the table of ``name`` in ``dtype`` against ``blocks`` is cached: keyed by the CPU, threads and kernel
     build as well (another machine or build is measured again)."""
-    from ..core.roofline import device_name
     from . import kernels
+    from .kernels.cpu import cpu_model
 
-    host = device_name("cpu").replace(" ", "_").replace("/", "_").replace(",", "")
+    host = f"{cpu_model()}-{torch.get_num_threads()}threads".replace(" ", "_").replace("/", "_")
     dtype_name = str(dtype).removeprefix("torch.")
     return artifact_path("roofline", f"weights-{safe_name(name)}-{dtype_name}-{blocks}-{host}-{kernels.digest()}.csv")
 
 
-def measure(name: str, dtype: torch.dtype, blocks: str, repeats: int = REPEATS) -> pd.DataFrame:
+def measure(load: Callable[[str], nn.Module], blocks: str, repeats: int = REPEATS) -> pd.DataFrame:
     """Median seconds of one call of each of :data:`TOKENS` after a :data:`CONTEXT`-token prefill, over ``bf16`` and
-    ``blocks``: both models loaded side by side, every call of one paired with the same call of the other in
-    alternating order. Columns ``weights``, ``tokens``, ``seconds``, ``context``, ``repeats``."""
-    from ..core.kv_cache import GrowingCache
+    ``blocks`` (``load(weights)``: the model over those weights): both models loaded side by side, every call of
+    one paired with the same call of the other in alternating order. Columns ``weights``, ``tokens``,
+    ``seconds``, ``context``, ``repeats``."""
     from .forward import forward
-    from .models import load_model
+    from .kv_cache import GrowingCache
 
     generator = torch.Generator().manual_seed(0)
     models, caches = {}, {}
     for weights in ("bf16", blocks):
-        target = load_model(name, dtype=dtype, device="cpu", weights=weights)
-        models[weights], caches[weights] = target.model, GrowingCache()
+        models[weights], caches[weights] = load(weights), GrowingCache()
     vocab = models["bf16"].get_output_embeddings().weight.shape[0]
     prompt = torch.randint(vocab, (1, CONTEXT), generator=generator)
     calls = {t: torch.randint(vocab, (1, t), generator=generator) for t in TOKENS}
@@ -90,13 +91,14 @@ def measure(name: str, dtype: torch.dtype, blocks: str, repeats: int = REPEATS) 
                           "repeats": repeats} for (w, t), s in times.items()])
 
 
-def cost_table(name: str, dtype: torch.dtype, blocks: str) -> pd.DataFrame:
-    """:func:`measure`'s table, measured on first use (a line on stderr says so) and cached (:func:`table_path`)."""
+def cost_table(name: str, dtype: torch.dtype, blocks: str, load: Callable[[str], nn.Module]) -> pd.DataFrame:
+    """:func:`measure`'s table for model ``name`` in ``dtype`` (``load(weights)`` loads it), measured on first use
+    (a line on stderr says so) and cached (:func:`table_path`)."""
     path = table_path(name, dtype, blocks)
     if path.exists():
         return pd.read_csv(path)
     print(f"specnb: timing {name} over bf16 and {blocks} once to choose weights='auto' (cached in {path})",
           file=sys.stderr)
-    frame = measure(name, dtype, blocks)
+    frame = measure(load, blocks)
     write_csv(path, frame)
     return frame

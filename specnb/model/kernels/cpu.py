@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 from pathlib import Path
 
 ISAS = ("avx2", "avx512bf16")  # the kernel's paths, in the order of its ISA_* constants
@@ -25,6 +26,18 @@ def cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or the platform's processor string where it cannot be read."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
 
 
 def cpu_class(flags: frozenset[str] | None = None) -> str:
