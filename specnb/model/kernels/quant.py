@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import extension, isa_code
+from . import extension, isa_code, memory
 from .cpu import cpu_flags, kernel_isa
 
 # ggml type id and (weights, bytes) per block of each format the kernel decodes
@@ -54,7 +54,8 @@ class QuantizedWeight:
         if not self.int8:
             object.__setattr__(self, "packed", None)
         elif self.packed is None:
-            object.__setattr__(self, "packed", _extension().block_repack(self.blocks, FORMATS[self.format][0]))
+            object.__setattr__(self, "packed", _in_huge_pages(
+                _extension().block_repack(self.blocks, FORMATS[self.format][0])))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -72,12 +73,21 @@ class QuantizedWeight:
         """The weight of a ``gguf.GGUFReader`` tensor (its ``data``: uint8 [N, row bytes], memory-mapped); ``int8``:
         with int8 activations where its rows make whole tiles (N a multiple of :data:`INT8_LANES`)."""
         name = tensor.tensor_type.name
-        data = np.array(tensor.data, copy=True)  # out of the read-only memory map
-        return cls(torch.from_numpy(data.reshape(data.shape[0], -1)), name, int8 and data.shape[0] % INT8_LANES == 0)
+        data = np.asarray(tensor.data)
+        blocks = _in_huge_pages(torch.from_numpy(np.array(data, copy=True).reshape(data.shape[0], -1)))
+        return cls(blocks, name, int8 and data.shape[0] % INT8_LANES == 0)
 
     def dequantize(self) -> Tensor:
         """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
         return _extension().block_dequantize(self.blocks, FORMATS[self.format][0])
+
+
+def _in_huge_pages(blocks: Tensor) -> Tensor:
+    """``blocks`` copied into 2 MB pages where large enough and the OS allows (:mod:`specnb.model.kernels.memory`:
+    a call streams them front to back), else as they are."""
+    if not memory.available() or blocks.numel() < memory.MIN_BYTES:
+        return blocks
+    return memory.empty(blocks.shape, blocks.dtype).copy_(blocks)
 
 
 INT8_PATH = 2  # quant.h's ISA_INT8: the int8-activation route, whatever the CPU class's path
