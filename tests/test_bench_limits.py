@@ -6,6 +6,7 @@ import importlib.util
 import math
 
 import pytest
+import torch
 from conftest import tiny
 
 from specnb.core.prompts import Prompt
@@ -99,3 +100,14 @@ def test_uncounted_calls_give_no_per_call_numbers():
     assert summary.loc["ar", "tokens_per_call"] == pytest.approx(1.0)
     assert summary.loc["ar", "weight_gb_per_s"] == pytest.approx(1e9 * 20 / 2.0 / 1e9)
     assert summary.loc[["peer"], ["calls", "tokens_per_call", "weight_gb_per_s"]].isna().all(axis=None)
+
+
+@pytest.mark.skipif(ceilings.peak_macs("fp32-fma") is None, reason="needs specnb's CPU kernels")
+def test_instruction_peaks_are_physical():
+    """Each instruction's measured peak per thread lies between 1 G multiply-adds per second and what two such
+    instructions a cycle at 6 GHz give: a loop the compiler dropped or shortened would read faster than any CPU."""
+    per_cycle = {"fp32-fma": 2 * 16, "bf16-dot": 2 * 32, "int8-vnni": 2 * 64}
+    for instruction, macs in per_cycle.items():
+        peak = ceilings.peak_macs(instruction)
+        if peak is not None:
+            assert 1e9 < peak / torch.get_num_threads() < macs * 6e9, instruction

@@ -141,3 +141,26 @@ def test_cli_writes_a_table_with_provenance(tmp_path):
     assert {"model", "dtype", "device", "torch", "date", "repeats"} <= set(frame.columns)
     assert frame.tokens.max() <= 4 and frame.model.iloc[0] == "tiny-qwen2"
     assert roofline.load_gpu_table(tmp_path / "missing.csv") is None
+
+
+def test_cli_states_each_paths_compute_floor(tmp_path):
+    parser = argparse.ArgumentParser()
+    roofline.add_parser(parser.add_subparsers())
+    out = tmp_path / "roofline.csv"
+    args = parser.parse_args(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4",
+                              "--device", "cpu", "--out", str(out)])
+    args.func(args)
+    frame = pd.read_csv(out)
+    instruction = frame.compute_instruction.iloc[0]
+    assert instruction in ("fp32-fma", "torch-gemm") and (frame.peak_gmacs > 0).all()
+    # parameters x tokens multiply-adds at that peak: the floor per token is the same in every cell
+    per_token = frame.compute_floor_s / frame.tokens
+    assert np.allclose(per_token, per_token.iloc[0]) and per_token.iloc[0] > 0
+
+
+def test_llamacpps_curve_is_skipped_with_one_line_where_it_cannot_run(capsys):
+    from specnb.experiments import roofline_study
+
+    curve = roofline_study.llamacpp_curve(tiny("qwen2"), Grid((1,), (0, 3), (16,), repeats=1))
+    assert curve.empty  # a tiny model has no GGUF file (or the binding is missing)
+    assert capsys.readouterr().out.count("llama.cpp's curve skipped") == 1
