@@ -130,7 +130,7 @@ def test_a_slow_spell_in_the_table_does_not_make_more_tokens_cheaper():
     assert (np.diff(cost.chain_seconds(np.arange(20), 100)) >= 0).all()
 
 
-def test_cli_writes_a_table_with_provenance(tmp_path):
+def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_path):
     parser = argparse.ArgumentParser()
     roofline.add_parser(parser.add_subparsers())
     out = tmp_path / "roofline.csv"
@@ -141,16 +141,6 @@ def test_cli_writes_a_table_with_provenance(tmp_path):
     assert {"model", "dtype", "device", "torch", "date", "repeats"} <= set(frame.columns)
     assert frame.tokens.max() <= 4 and frame.model.iloc[0] == "tiny-qwen2"
     assert roofline.load_gpu_table(tmp_path / "missing.csv") is None
-
-
-def test_cli_states_each_paths_compute_floor(tmp_path):
-    parser = argparse.ArgumentParser()
-    roofline.add_parser(parser.add_subparsers())
-    out = tmp_path / "roofline.csv"
-    args = parser.parse_args(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4",
-                              "--device", "cpu", "--out", str(out)])
-    args.func(args)
-    frame = pd.read_csv(out)
     instruction = frame.compute_instruction.iloc[0]
     assert instruction in ("fp32-fma", "torch-gemm") and (frame.peak_gmacs > 0).all()
     # parameters x tokens multiply-adds at that peak: the floor per token is the same in every cell

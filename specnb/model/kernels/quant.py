@@ -9,7 +9,7 @@ bit-independent (a verified draft gets the bits of decoding its tokens one at a 
 quantized, unless a weight asks for int8 activations (``QuantizedWeight.int8``, ``csrc/quant_int8.h``): then the
 blocks are repacked once, 16 weight rows interleaved, and their integer codes multiply each row rounded to int8 per
 block (VNNI dot products, every code decoded once per call for all its rows): another model, still with
-bit-independent rows, whose 16-row calls cost little more than one-row calls.
+bit-independent rows, whose calls of several rows cost a fraction of the exact path's (docs/kernels.md).
 ``specnb kernels quant`` times it against the bf16 kernel on the shipped tensors.
 """
 

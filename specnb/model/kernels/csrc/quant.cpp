@@ -1,5 +1,5 @@
-// quant::linear() and quant::dequantize(): the GGUF-block kernels of quant.h (and quant_int8.h's int8 route)
-// behind the extension's block_linear / block_dequantize.
+// quant::linear(), linear_int8(), repack() and dequantize(): the GGUF-block kernels of quant.h and quant_int8.h's
+// int8 route behind the extension's block_linear / block_repack / block_dequantize (and the layer stack's calls).
 
 #include "fewrow.h"
 #include "quant.h"
