@@ -49,6 +49,57 @@ def test_a_file_the_decoder_cannot_run_is_refused(tmp_path):
             read(str(path))  # Llama's q / k rows are permuted in GGUF files
 
 
+def test_the_header_reader_reads_what_the_gguf_package_reads(tmp_path):
+    """open_gguf against gguf.GGUFReader on a file of every value type (a long string array skipped by its
+    length, as a vocabulary is) and tensors of every kind the decoder reads; a file cut short is one line."""
+    import gguf
+    import numpy as np
+
+    from specnb.model.gguf_file import SkippedArray, open_gguf
+
+    path = tmp_path / "all.gguf"
+    writer = gguf.GGUFWriter(path, "qwen2")
+    writer.add_uint32("a.u32", 7)
+    writer.add_int64("a.i64", -3)
+    writer.add_float32("a.f32", 0.5)
+    writer.add_bool("a.bool", True)
+    writer.add_string("a.str", "héllo")
+    writer.add_array("a.short", [1, 2, 3])
+    writer.add_array("a.vocab", [f"token-{i}" for i in range(1000)])
+    writer.add_array("a.scores", [float(i) for i in range(100)])
+    rng = np.random.default_rng(0)
+    writer.add_tensor("f32", rng.standard_normal((3, 64)).astype(np.float32))
+    writer.add_tensor("f16", rng.standard_normal((2, 32)).astype(np.float16))
+    for kind in (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q5_0):
+        blocks = gguf.quants.quantize(rng.standard_normal((4, 64)).astype(np.float32), kind)
+        writer.add_tensor(kind.name, blocks, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ours, theirs = open_gguf(path), gguf.GGUFReader(path)
+    for key, field in theirs.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        want, got = field.contents(), ours.fields[key]
+        if isinstance(want, list) and len(want) > 64:
+            want = SkippedArray(got.value_type, len(want))
+        assert got == (want if isinstance(want, str | SkippedArray) else pytest.approx(want)), key
+    assert ours.fields["a.vocab"].length == 1000 and ours.fields["a.str"] == "héllo"
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    for a, b in zip(ours.tensors, theirs.tensors, strict=True):
+        assert a.tensor_type == b.tensor_type and a.shape == tuple(int(d) for d in b.shape)
+        assert a.data.dtype == b.data.dtype and np.array_equal(a.data, b.data), a.name
+    whole = path.read_bytes()
+    for cut in (len(whole) - 100, 200):  # into the last tensor (past its padding), into the header
+        (tmp_path / "cut.gguf").write_bytes(whole[:cut])
+        with pytest.raises(ValueError, match="truncated file"):
+            open_gguf(tmp_path / "cut.gguf")
+    (tmp_path / "not.gguf").write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        open_gguf(tmp_path / "not.gguf")
+
+
 needs_kernels = pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import kernel_path_exists
 
+from specnb.model.gguf_file import open_gguf
 from specnb.model.kernels import cpu, quant
 from specnb.model.kernels.quant import FORMATS, QuantizedWeight
 from specnb.model.model_names import gguf_file
@@ -123,9 +124,8 @@ def test_bad_weights_and_inputs_are_refused():
 @pytest.mark.skipif(not gguf_file("gemma-3-270m").exists(), reason="run `specnb models fetch gemma-3-270m`")
 def test_the_shipped_gemma_tensors_decode_as_the_gguf_package_decodes_them():
     """One tensor of each format in Gemma-3-270M's GGUF (all four occur in it)."""
-    reader = gguf.GGUFReader(gguf_file("gemma-3-270m"))
     seen = {}
-    for tensor in reader.tensors:
+    for tensor in open_gguf(gguf_file("gemma-3-270m")).tensors:
         if tensor.tensor_type.name in FORMATS and tensor.tensor_type.name not in seen:
             seen[tensor.tensor_type.name] = tensor
     assert set(seen) == set(FORMATS)

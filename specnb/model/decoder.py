@@ -434,7 +434,7 @@ class Body:
         dtype, the layer count and the masks' device; the file's settings must agree with its config."""
         weights = read(gguf_path(model), uses_int8(model))
         config = model.config.get_text_config()
-        check_matches(weights, config)
+        check_matches(weights.path, weights.settings, config)
         s, dtype = weights.settings, model.get_input_embeddings().weight.dtype
         layers = [Layer.from_gguf(weights, i, s.layer_types[i], dtype) for i in range(config.num_hidden_layers)]
         head = weights.tensor(weights.head_name)

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from .gguf_file import open_gguf
 from .kernels.quant import FORMATS, QuantizedWeight
 
 # GGUF architecture -> Hugging Face model_type. Architectures whose GGUF rows are in Hugging Face's order
@@ -76,13 +77,17 @@ class GGUFWeights:
         return "output.weight" if "output.weight" in self.tensors else "token_embd.weight"
 
 
-def _settings(reader, path: str) -> Settings:
-    fields = reader.fields
-    arch = fields["general.architecture"].contents()
+def read_settings(path: str) -> Settings:
+    """The decoder's settings from the metadata of the file at ``path`` (its header only: milliseconds). Raises
+    ValueError for an unsupported architecture or setting, or a file that is not GGUF."""
+    return _settings(open_gguf(path).fields, path)
+
+
+def _settings(fields: dict, path: str) -> Settings:
+    arch = fields.get("general.architecture")
 
     def value(key: str, default=None):
-        field = fields.get(key.format(arch=arch))
-        return default if field is None else field.contents()
+        return fields.get(key.format(arch=arch), default)
 
     if arch not in ARCHITECTURES:
         raise ValueError(f"GGUF weights: {path} holds a {arch!r} model; supported: {', '.join(ARCHITECTURES)}")
@@ -125,10 +130,10 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
     if (open_weights := _OPEN.get((path, int8))) is not None:
         return open_weights
 
-    reader = gguf.GGUFReader(path)
-    settings = _settings(reader, path)
+    file = open_gguf(path)
+    settings = _settings(file.fields, path)
     tensors: dict[str, QuantizedWeight | Tensor] = {}
-    for t in reader.tensors:
+    for t in file.tensors:
         kind = t.tensor_type.name
         if kind in FORMATS:
             tensors[t.name] = QuantizedWeight.from_gguf(t, int8)
@@ -142,21 +147,20 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
     return weights
 
 
-def check_matches(weights: GGUFWeights, config) -> None:
-    """Raise ValueError unless the file's settings agree with the Hugging Face ``config`` (the tokenizer's and
-    the stock baseline's model) on the shapes that matter."""
-    s = weights.settings
+def check_matches(path: str, s: Settings, config) -> None:
+    """Raise ValueError unless the settings ``s`` of the file at ``path`` agree with the Hugging Face ``config``
+    (the tokenizer's and the stock baseline's model) on the shapes that matter."""
     expected = {"model_type": ARCHITECTURES[s.arch], "hidden_size": s.dim, "num_attention_heads": s.heads,
                 "num_key_value_heads": s.kv_heads}
     got = {key: getattr(config, key, None) for key in expected}
     if got != expected:
-        raise ValueError(f"GGUF weights: {weights.path} holds {expected}, the model's config says {got}")
+        raise ValueError(f"GGUF weights: {path} holds {expected}, the model's config says {got}")
     if config.num_hidden_layers > s.layers:
-        raise ValueError(f"GGUF weights: {weights.path} has {s.layers} layers, the model {config.num_hidden_layers}")
+        raise ValueError(f"GGUF weights: {path} has {s.layers} layers, the model {config.num_hidden_layers}")
     types = tuple(getattr(config, "layer_types", None) or ("full_attention",) * config.num_hidden_layers)
     if types[:config.num_hidden_layers] != s.layer_types[:config.num_hidden_layers] \
             or (s.window is not None and getattr(config, "sliding_window", None) != s.window):
-        raise ValueError(f"GGUF weights: {weights.path}'s sliding layers or window differ from the model's config")
+        raise ValueError(f"GGUF weights: {path}'s sliding layers or window differ from the model's config")
 
 
 def mark(model: nn.Module, path: str | Path, int8: bool = False) -> None:

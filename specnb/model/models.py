@@ -295,14 +295,14 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         if not installed:
             raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
                              f"(got {device}, {torch_dtype})")
-        from .gguf_weights import check_matches, mark, read
+        from .gguf_weights import check_matches, mark, read_settings
         from .kernels.quant import int8_supported
 
         if weights == "gguf-int8" and not int8_supported():
             raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
         path = str(gguf_file(name))
         try:
-            check_matches(read(path, weights == "gguf-int8"), model.config.get_text_config())
+            check_matches(path, read_settings(path), model.config.get_text_config())
         except ValueError as exc:
             raise ModelError(str(exc)) from None
         mark(model, path, int8=weights == "gguf-int8")

@@ -129,14 +129,13 @@ QUANT_TENSORS = {
 
 
 def _gguf_tensor(model: str, name: str):
-    import gguf
-
+    from ..gguf_file import open_gguf
     from ..model_names import gguf_file
 
     path = gguf_file(model)
     if not path.exists():
         raise ValueError(f"{path} is missing; run `specnb models fetch {model}` first")
-    for tensor in gguf.GGUFReader(path).tensors:
+    for tensor in open_gguf(path).tensors:
         if tensor.name == name:
             return tensor
     raise ValueError(f"{path} has no tensor {name!r}")
