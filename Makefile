@@ -20,7 +20,7 @@ GEMMA := $(SPECNB_CACHE)/models/gemma-3-270m/config.json
 PAIR := $(SPECNB_CACHE)/models/qwen2.5-coder-1.5b-instruct/config.json \
         $(SPECNB_CACHE)/models/qwen2.5-coder-0.5b-instruct/config.json
 
-.PHONY: setup models pair kernels figures publish test lab lint clean-cache
+.PHONY: setup models pair kernels figures publish test test-full lab lint clean-cache
 
 setup: $(INSTALLED)
 
@@ -53,9 +53,17 @@ figures: setup
 publish: setup
 	$(SPECNB) notebooks publish
 
+# make test: the suite on every core (whole files per worker), then the tests marked serial alone; the checks
+# marked repeat (one protection at other moments, the edited-parameters run of every notebook) in test-full.
 test: setup
 	$(MAKE) -j2 --output-sync=target models kernels
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not serial and not repeat"
+	$(PY) -m pytest -q -m "serial and not repeat"
+
+test-full: setup
+	$(MAKE) -j2 --output-sync=target models kernels
+	$(PY) -m pytest -q -n auto --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -m serial
 
 # --allow-root: JupyterLab refuses root without it, and root is the default user of most containers.
 # --ip 127.0.0.1 and no browser: the URL with its token is printed for the user to open.

@@ -32,6 +32,17 @@ def tiny(arch: str, dtype: torch.dtype = torch.float32) -> LoadedModel:
     return tiny_model(arch, dtype=dtype)
 
 
+@functools.cache
+def gemma(dtype: str, weights: str = "auto") -> LoadedModel:
+    """The embedded Gemma-3-270M, one per dtype and weights for the session (skip where it is not fetched)."""
+    from specnb.model.models import load_model
+    from specnb.paths import cache_dir
+
+    if not (cache_dir() / "models" / "gemma-3-270m" / "config.json").exists():
+        pytest.skip("run `specnb models fetch gemma-3-270m` (make test does)")
+    return load_model("gemma-3-270m", dtype=dtype, weights=weights)
+
+
 _GGUF_DIR = tempfile.TemporaryDirectory(prefix="specnb-tiny-gguf-")  # removed when the session ends
 GGUF_ARCHS = ("qwen2", "gemma3")  # the architectures whose GGUF rows are in Hugging Face's order
 

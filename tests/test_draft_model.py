@@ -6,7 +6,7 @@ import functools
 
 import pytest
 import torch
-from conftest import ARCHS, tiny
+from conftest import ARCHS, gemma, tiny
 
 from specnb.core.datasets import humaneval
 from specnb.core.generate import generate
@@ -19,7 +19,7 @@ from specnb.drafters.draft_model import (
     self_draft,
 )
 from specnb.eval.methods import make_drafter
-from specnb.model.models import LoadedModel, byte_tokenizer, load_model
+from specnb.model.models import LoadedModel, byte_tokenizer
 from specnb.paths import cache_dir
 
 PROMPT = torch.tensor([ord(c) for c in "def fib(n):\n    return"])  # 23 tokens: longer than gemma3's window 16
@@ -114,7 +114,7 @@ def test_bad_shapes_and_options():
                     reason="run `specnb models fetch gemma-3-270m` (make test does)")
 def test_gemma_self_draft_is_lossless_past_the_sliding_window():
     """Gemma-3-270M drafting for itself with self:6 (5 sliding-window layers) on a > 512-token context."""
-    target = load_model("gemma-3-270m", dtype="float32")
+    target = gemma("float32")
     prompt = "\n".join(p.text for p in humaneval(12)[3:12])
     assert len(target.tokenizer(prompt).input_ids) > 600
     ar = generate(target, prompt, max_new_tokens=16).tokens
@@ -196,7 +196,7 @@ def test_gemma_self_draft_is_not_the_target_on_chat(method):
     target's cached body)."""
     from specnb.core.datasets import mtbench
 
-    target = load_model("gemma-3-270m", dtype="bfloat16")
+    target = gemma("bfloat16")
     generate(target, "Hello", max_new_tokens=2)  # the target has run before its self-draft is made
     drafter = make_drafter(method, target, {"draft": "self:6", "temperature": 1.0})
     stats = generate(target, mtbench(1)[0], drafter, max_new_tokens=32, temperature=1.0, seed=0).stats

@@ -4,12 +4,10 @@ what the stock fp32 model computes, it streams the file's bytes, and speculative
 
 from __future__ import annotations
 
-import functools
-
 import pandas as pd
 import pytest
 import torch
-from conftest import GGUF_ARCHS, kernel_path_exists, tiny, tiny_gguf
+from conftest import GGUF_ARCHS, gemma, kernel_path_exists, tiny, tiny_gguf
 from test_lossless import OracleDrafter
 
 from specnb import generate, load_model
@@ -201,10 +199,6 @@ needs_gemma = pytest.mark.skipif(
 
 pytestmark = pytest.mark.usefixtures("all_threads")
 
-
-@functools.cache
-def gemma(dtype: str, weights: str):
-    return load_model("gemma-3-270m", dtype=dtype, weights=weights)
 
 
 @pytest.mark.slow

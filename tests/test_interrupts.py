@@ -32,7 +32,7 @@ from specnb.paths import cache_dir
 from tests.conftest import tiny
 from tests.interrupting import interrupted
 
-SLOW = pytest.mark.slow  # the same protection at another moment: run by make test, not by -m "not slow"
+REPEAT = pytest.mark.repeat  # the same protection at another moment: make test-full
 SINGLE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}  # the child's floats equal this process's
 # every filesystem step of replacing a folder store (whatever the implementation takes: renames, an exchange,
 # the removal of the old one), counted while atomic._swap_in runs
@@ -80,9 +80,9 @@ def crest_old(source, tmp_path, cache, capsys):
 
 
 @pytest.mark.parametrize("at, sig", [
-    pytest.param("specnb.datastores.crest:encode_tree", "KILL", marks=SLOW),  # computing the new trees
+    pytest.param("specnb.datastores.crest:encode_tree", "KILL", marks=REPEAT),  # computing the new trees
     ("specnb.datastores.crest:_rows_hash", "KILL"),  # every row inserted into the new file, not yet committed
-    pytest.param("specnb.datastores.crest:_rows_hash", "INT", marks=SLOW),
+    pytest.param("specnb.datastores.crest:_rows_hash", "INT", marks=REPEAT),
 ])
 def test_an_interrupted_crest_overwrite_keeps_the_old_store(crest_old, at, sig, cache, capsys):
     out, argv = crest_old
@@ -121,9 +121,9 @@ def dense_argv(source, out, n_next: int) -> list[str]:
 
 @pytest.mark.parametrize("trap, kept", [
     (dict(at="specnb.datastores.embed:last_hidden_states", nth=3), 4),  # extracting hidden states
-    pytest.param(dict(at="specnb.datastores.ann:AnnIndex.build"), 4, marks=SLOW),  # every state extracted, indexing
+    pytest.param(dict(at="specnb.datastores.ann:AnnIndex.build"), 4, marks=REPEAT),  # every state extracted, indexing
     # the new store complete, after the first step of swapping it in (the same code as the corpus's)
-    pytest.param(dict(**SWAP_STEPS, nth=1), 6, marks=SLOW),
+    pytest.param(dict(**SWAP_STEPS, nth=1), 6, marks=REPEAT),
 ], ids=["extracting", "indexing", "swapping"])
 def test_an_interrupted_dense_overwrite_keeps_the_old_store(trap, kept, source, tmp_path, cache, capsys):
     """Killed while a store of --n-next 6 overwrites one of --n-next 4: the store at the path is whole, the old
@@ -146,9 +146,9 @@ def test_an_interrupted_dense_overwrite_keeps_the_old_store(trap, kept, source, 
 
 @pytest.mark.parametrize("trap, kept", [
     (dict(mid_write="tokens.npy"), "old"),  # half the new tokens written
-    pytest.param(dict(at="specnb.datastores.corpus:write_meta"), "old", marks=SLOW),  # arrays written, no meta
+    pytest.param(dict(at="specnb.datastores.corpus:write_meta"), "old", marks=REPEAT),  # arrays written, no meta
     (dict(**SWAP_STEPS, nth=1), "new"),  # each step of putting the complete new corpus in the old one's place
-    pytest.param(dict(**SWAP_STEPS, nth=2), "new", marks=SLOW),
+    pytest.param(dict(**SWAP_STEPS, nth=2), "new", marks=REPEAT),
     (dict(at="specnb.datastores.corpus:write_meta", sig="INT"), "old"),
 ], ids=["mid-write", "before-meta", "swap-1", "swap-2", "ctrl-c"])
 def test_an_interrupted_corpus_rebuild_keeps_the_old_corpus(trap, kept, source, tmp_path, cache, capsys):
@@ -469,7 +469,7 @@ def test_a_kill_while_the_csv_is_rewritten_keeps_it_whole(bench_argv):
     assert all(r["seconds"] and r["new_tokens"] for r in rows)
 
 
-@SLOW
+@REPEAT
 def test_ctrl_c_while_the_csv_is_rewritten(bench_argv):
     """Ctrl-C while the first prompt's rows replace the earlier run's CSV (a new header): exit 130 in one line,
     the CSV whole: that prompt's rows and their summary."""

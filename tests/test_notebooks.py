@@ -62,7 +62,8 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
         "the conclusions are a code cell rendered from the results file"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[] if p.stem.startswith("00_") else pytest.mark.repeat)
+                                  for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_after_its_parameters_cell_is_edited(path, tmp_path, monkeypatch):
     """The interactive path papermill does not take: a reader opens the notebook, edits ``profile`` in its
     parameters cell to smoke and runs every cell in a fresh kernel."""

@@ -29,6 +29,8 @@ from specnb.datastores.dense import BuildConfig, build_datastore, load_datastore
 from specnb.datastores.rest import RestIndex
 from specnb.drafters.dense import DenseDrafter
 
+pytestmark = pytest.mark.serial  # Ray starts its own worker processes: run alone (make test)
+
 CONFIG = BuildConfig(n_next=8, dims=16, seq_len=24, overlap=4, batch_tokens=64, sample_size=5000,
                      index=IndexParams(M=8, ef_construction=60, ef_search=32), index_kind="hnsw")
 # Every data file of a store; the hnswlib graph is built by several threads, in an order that varies from build

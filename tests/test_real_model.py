@@ -3,11 +3,10 @@ sliding window (bf16 is exact because every row of a call computes the bits it c
 
 from __future__ import annotations
 
-import functools
-
 import pytest
+from conftest import gemma
 
-from specnb import generate, load_model
+from specnb import generate
 from specnb.core.datasets import humaneval
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.paths import cache_dir
@@ -20,11 +19,6 @@ pytestmark = [
 ]
 
 
-@functools.cache
-def gemma(dtype: str):
-    return load_model("gemma-3-270m", dtype=dtype, weights="bf16")  # the blocks: test_gguf_weights.py
-
-
 def prompts():
     problems = humaneval(12)
     long_text = "\n".join(p.text for p in problems[3:12])  # > 512 tokens: sliding-window layers matter
@@ -34,7 +28,7 @@ def prompts():
 @pytest.mark.parametrize("index", range(3))
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_prompt_lookup_equals_ar_on_gemma(index, dtype):
-    target, prompt = gemma(dtype), prompts()[index]
+    target, prompt = gemma(dtype, "bf16"), prompts()[index]  # the blocks: test_gguf_weights.py
     if index == 2:
         assert len(target.tokenizer(prompt).input_ids) > 600
     ar = generate(target, prompt, max_new_tokens=16)
