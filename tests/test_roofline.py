@@ -146,3 +146,11 @@ def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_pat
     # parameters x tokens multiply-adds at that peak: the floor per token is the same in every cell
     per_token = frame.compute_floor_s / frame.tokens
     assert np.allclose(per_token, per_token.iloc[0]) and per_token.iloc[0] > 0
+
+
+def test_llamacpps_curve_is_skipped_with_one_line_where_it_cannot_run(capsys):
+    from specnb.experiments import roofline_study
+
+    curve = roofline_study.llamacpp_curve(tiny("qwen2"), Grid((1,), (0, 3), (16,), repeats=1))
+    assert curve.empty  # a tiny model has no GGUF file (or the binding is missing)
+    assert capsys.readouterr().out.count("llama.cpp's curve skipped") == 1

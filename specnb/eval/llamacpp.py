@@ -68,3 +68,33 @@ def runner(method: str, target: LoadedModel, max_context: int, draft_tokens: int
                 "weight_bytes": path.stat().st_size, "tokens": tokens}
 
     return run
+
+
+def cost_curve(target: LoadedModel, tokens: tuple[int, ...] = (1, 2, 4, 8, 16, 64), context: int = 256,
+               repeats: int = 8, seed: int = 0) -> list[dict]:
+    """llama.cpp's cost of one call of each of ``tokens`` after a ``context``-token prefix, on the same GGUF file
+    and threads: the median of ``repeats`` ``Llama.eval`` calls, the KV cache cut back to the prefix before each,
+    logits for every token of a call (``logits_all``: a verification call needs them all, as ours computes them).
+    Rows ``tokens``, ``seconds``, ``slowdown`` (over one token), ``context``, ``passes``: the columns of
+    :func:`specnb.core.roofline.time_cells` that a curve needs."""
+    check_available()
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(gguf_path(target)), n_ctx=context + max(tokens) + 1,
+                n_batch=max(512, max(tokens)), n_threads=torch.get_num_threads(),
+                n_threads_batch=torch.get_num_threads(), logits_all=True, verbose=False)
+    generator = torch.Generator().manual_seed(seed)
+    vocab = llm.n_vocab()
+    llm.eval(torch.randint(vocab, (context,), generator=generator).tolist())
+    calls = {n: torch.randint(vocab, (n,), generator=generator).tolist() for n in tokens}
+    times: dict[int, list[float]] = {n: [] for n in tokens}
+    for repeat in range(repeats + 1):  # the first pass warms up
+        for n in tokens:
+            llm.n_tokens = context  # keep the prefix: eval() writes after n_tokens, overwriting the old call
+            start = time.perf_counter()
+            llm.eval(calls[n])
+            if repeat:
+                times[n].append(time.perf_counter() - start)
+    one = sorted(times[tokens[0]])[repeats // 2]
+    return [{"tokens": n, "seconds": sorted(s)[repeats // 2], "slowdown": sorted(s)[repeats // 2] / one,
+             "context": context, "passes": repeats} for n, s in times.items()]

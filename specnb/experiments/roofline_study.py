@@ -126,3 +126,21 @@ def judge_free_row(report, frame: pd.DataFrame) -> dict[str, dict]:
                              f"token's weight reads {row.bandwidth_floor_s * 1e3:.1f} ms (bandwidth floor)")
         out[dtype] = row.to_dict()
     return out
+
+
+def llamacpp_curve(target: LoadedModel, curve_grid: Grid) -> pd.DataFrame:
+    """llama.cpp's one-row calls of the cost curve's token counts at each of its contexts, on the target's GGUF
+    file (:func:`specnb.eval.llamacpp.cost_curve`): rows tokens, seconds, slowdown, context, passes, dtype
+    ``"llama.cpp"``. Empty, with one printed line saying why, without llama-cpp-python or a GGUF file."""
+    from ..eval import llamacpp
+
+    try:
+        llamacpp.check_available()
+        llamacpp.gguf_path(target)
+    except ValueError as exc:
+        print(f"llama.cpp's curve skipped: {exc}")
+        return pd.DataFrame()
+    tokens = tuple(sorted({w + 1 for w in curve_grid.ws}))
+    rows = [row for context in curve_grid.contexts
+            for row in llamacpp.cost_curve(target, tokens, context, curve_grid.repeats)]
+    return pd.DataFrame(rows).assign(dtype="llama.cpp")
