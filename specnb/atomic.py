@@ -1,6 +1,8 @@
 """Atomic writes, for every artifact specnb writes (a leaf module: no torch, no specnb imports): a file or a
 folder is built under a temporary sibling name and renamed into place only when complete, so an interrupted write
 never leaves a half file under the final name (and never deletes the old one before the new one is whole).
+Before the rename every new file and folder is flushed to the disk (``fsync``), and the folder holding the
+name after it: a power cut, not only a killed process, then finds the old version or the whole new one.
 
     with atomic_file(path) as tmp:      # write tmp; on success it replaces path
         np.save(tmp, array)
@@ -50,7 +52,9 @@ def atomic_file(path: str | Path) -> Iterator[Path]:
     tmp = path.with_name(f".{path.stem}.partial-{os.getpid()}{path.suffix}")  # with_suffix would drop the pid
     try:
         yield tmp
+        _sync(tmp)
         os.replace(tmp, path)
+        _sync(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -151,17 +155,42 @@ def _swap_in(tmp: Path, path: Path) -> None:
     """Rename the complete ``tmp`` to ``path``. An existing ``path`` is exchanged with ``tmp`` in one step
     (Linux ``renameat2(RENAME_EXCHANGE)``), so that ``path`` holds the old store or the new one at every instant
     (a kill -9 between two renames left no store there), and the old one is deleted last. Where the kernel or
-    file system cannot exchange, the old one is moved aside first (a moment without ``path``)."""
+    file system cannot exchange, the old one is moved aside first (a moment without ``path``). Everything in
+    ``tmp`` reaches the disk before the rename, the parent folder's entries after it."""
+    _sync_tree(tmp)
     if not (path.exists() or path.is_symlink()):
         tmp.rename(path)
-        return
-    if _exchange(tmp, path):
+    elif _exchange(tmp, path):
+        _sync(path.parent)
         _remove(tmp)  # now the old store
-        return
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
-    path.rename(old)
-    tmp.rename(path)
-    _remove(old)
+    else:
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        path.rename(old)
+        tmp.rename(path)
+        _sync(path.parent)
+        _remove(old)
+    _sync(path.parent)
+
+
+def _sync(path: Path) -> None:
+    """Flush the file or folder ``path`` (a folder: its entries) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_tree(folder: Path) -> None:
+    """Flush every file and folder under ``folder``, then ``folder`` itself (a file: just it)."""
+    if folder.is_dir() and not folder.is_symlink():
+        for root, dirs, files in os.walk(folder):
+            for name in files:
+                if not os.path.islink(os.path.join(root, name)):
+                    _sync(Path(root, name))
+            for name in dirs:
+                _sync(Path(root, name))
+    _sync(folder)
 
 
 def _remove(path: Path) -> None:

@@ -3,6 +3,7 @@ the new one is complete, record checksums and refuse damaged or foreign stores."
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -137,6 +138,47 @@ def test_atomic_helpers_leave_the_old_version_on_failure(tmp_path):
     with atomic_folder(folder, replace=True) as tmp:
         (tmp / "b").write_text("new")
     assert [p.name for p in folder.iterdir()] == ["b"] and sorted(p.name for p in tmp_path.iterdir()) == ["d", "f.txt"]
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "fallback"])
+def test_atomic_writes_reach_the_disk_before_their_rename(tmp_path, monkeypatch, exchange):
+    """Every new file and folder is fsynced before the rename that publishes it, the parent folder after; where
+    the system cannot exchange two paths (forced here), the old folder is moved aside and the result is the
+    same."""
+    import os
+
+    from specnb import atomic
+
+    events = []
+    real = {name: getattr(os, name) for name in ("fsync", "replace", "rename")}
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("sync", os.readlink(f"/proc/self/fd/{fd}")))
+                        or real["fsync"](fd))
+    for name in ("replace", "rename"):
+        monkeypatch.setattr(os, name, functools.partial(
+            lambda name, a, b: events.append((name, str(a), str(b))) or real[name](a, b), name))
+    if not exchange:
+        monkeypatch.setattr(atomic, "_renameat2", lambda: None)
+    elif atomic._renameat2() is None:
+        pytest.skip("this system has no renameat2")
+    swap = atomic._exchange
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: swap(a, b) and not events.append(("exchange", a, b)))
+    path = tmp_path / "f.txt"
+    with atomic_file(path) as tmp:
+        tmp.write_text("new")
+    assert events == [("sync", str(tmp)), ("replace", str(tmp), str(path)), ("sync", str(tmp_path))]
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a").write_text("old")
+    events.clear()
+    with atomic_folder(folder, replace=True) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b").write_text("new")
+    synced = [e[1] for e in events if e[0] == "sync"]
+    first_rename = next(i for i, e in enumerate(events) if e[0] != "sync")
+    assert {str(tmp / "sub" / "b"), str(tmp / "sub"), str(tmp)} <= set(synced[:first_rename])
+    assert events[-1] == ("sync", str(tmp_path)) and events[first_rename][0] == ("exchange" if exchange else "rename")
+    assert [p.name for p in folder.rglob("*")] == ["sub", "b"] and (folder / "sub" / "b").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "f.txt"]
 
 
 def flip_middle_byte(path) -> None:
