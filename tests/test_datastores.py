@@ -247,6 +247,27 @@ def test_verify_reports_damage_in_one_line_with_exit_1_for_every_kind(source, tm
     assert main(["datastore", "verify", str(tmp_path / "nothing")]) == 2
 
 
+@pytest.mark.parametrize("damage", ["value", "truncated"])
+def test_a_damaged_meta_json_is_refused_by_open_and_verify_in_one_line(source, tmp_path, capsys, damage):
+    """meta.json holds the other files' checksums, so it checks itself: one changed digit in a count, or the
+    file cut short, and opening the store or verifying it is one line naming meta.json."""
+    from specnb.datastores.corpus import load_corpus
+
+    corpus = build_corpus(str(source), tiny("llama"), out=tmp_path / "corpus", progress=False)
+    meta = corpus.path / "meta.json"
+    text = meta.read_text()
+    count = f'"num_tokens": {corpus.num_tokens}'
+    assert count in text
+    meta.write_text(text.replace(count, f'"num_tokens": {corpus.num_tokens + 1}') if damage == "value"
+                    else text[:len(text) // 2])
+    with pytest.raises(CorpusError, match="meta.json") as refused:
+        load_corpus(corpus.path)
+    assert "\n" not in str(refused.value)
+    assert main(["datastore", "verify", str(corpus.path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and err.count("\n") == 1 and "meta.json" in err, err
+
+
 def test_two_resumable_builds_of_one_store_never_share_its_partial(tmp_path):
     """A resumable build (keep_partial) fills ``<store>.partial``, a name every build of that store shares; a
     second build while the first runs is refused instead of writing into the first one's files (two notebooks

@@ -56,19 +56,29 @@ def record_files(folder: Path) -> dict[str, dict[str, Any]]:
             for p in sorted(folder.iterdir()) if p.is_file() and p.name != META}
 
 
+def _own_hash(meta: dict[str, Any]) -> str:
+    """sha256 of ``meta`` (its own checksum left out) as canonical JSON: meta.json's check of itself."""
+    body = {key: value for key, value in meta.items() if key != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def write_meta(folder: str | Path, meta: dict[str, Any]) -> dict[str, Any]:
-    """Write ``meta`` plus the checksums of the folder's other files as ``folder/meta.json`` (last, atomically);
-    returns what was written."""
+    """Write ``meta`` plus the checksums of the folder's other files, and its own (``meta_sha256``), as
+    ``folder/meta.json`` (last, atomically); returns what was written."""
     folder = Path(folder)
-    meta = {**meta, "files": record_files(folder)}
-    write_text(folder / META, json.dumps(meta, indent=1, default=str))
+    meta = json.loads(json.dumps({**meta, "files": record_files(folder)}, default=str))  # as it reads back
+    meta["meta_sha256"] = _own_hash(meta)
+    write_text(folder / META, json.dumps(meta, indent=1))
     return meta
 
 
 def check_files(folder: str | Path, meta: dict[str, Any], full: bool = False) -> int:
-    """Raise CorpusError unless every file recorded in ``meta["files"]`` has its size and sampled hash (and with
-    ``full``, its sha256). Returns the bytes checked (0 for a store that records no checksums)."""
+    """Raise CorpusError unless ``meta`` matches its own checksum and every file recorded in ``meta["files"]``
+    has its size and sampled hash (and with ``full``, its sha256). Returns the bytes checked (0 for a store that
+    records no checksums)."""
     folder = Path(folder)
+    if "meta_sha256" in meta and meta["meta_sha256"] != _own_hash(meta):
+        raise CorpusError(f"{folder / META} does not match its own checksum: damaged; build the store again")
     checked = 0
     for name, record in meta.get("files", {}).items():
         path = folder / name
@@ -110,8 +120,10 @@ def verify_store(path: str | Path) -> str:
         store.verify()
         return f"ok: CREST store {path}, {len(store):,} n-grams, {store.storage_bytes:,} bytes checked"
     meta = read_meta(path)
+    if meta is None and (path / META).is_file():
+        raise CorpusError(f"{path / META} is not readable JSON: damaged; build the store again")
     if meta is None:
-        raise CorpusError(f"{path} is not a datastore (no readable meta.json)")
+        raise CorpusError(f"{path} is not a datastore (no meta.json)")
     if "files" not in meta:
         raise CorpusError(f"{path} records no checksums (built by an older specnb); build it again to verify it")
     checked = check_files(path, meta, full=True)
