@@ -13,6 +13,7 @@ from specnb.atomic import ExistsError, atomic_file, atomic_folder
 from specnb.cli import main
 from specnb.datastores import rest
 from specnb.datastores.corpus import CorpusError, build_corpus
+from specnb.datastores.manifest import meta_hash
 from specnb.datastores.rest import RestIndex
 from tests.conftest import tiny
 from tests.test_rest import make_corpus
@@ -111,11 +112,46 @@ def test_crest_refuses_a_rest_store_of_another_tokenizer(source, tmp_path, capsy
     assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(store)], capsys)[0] == 0
     meta = json.loads((store / "meta.json").read_text())
     meta["tokenizer"].update(name="other-model", fingerprint="0" * 16)
-    (store / "meta.json").write_text(json.dumps(meta))
+    (store / "meta.json").write_text(json.dumps({**meta, "meta_sha256": meta_hash(meta)}))
     code, err = build(["crest", str(source), "--model", "tiny-llama", "--rest", str(store), "--out",
                        str(tmp_path / "c.sqlite")], capsys)
     assert code == 2 and "tokenizer of 'other-model'" in err and not (tmp_path / "c.sqlite").exists()
     assert "model 'tiny-llama' has a different one" in err  # the name given, not a cache path
+
+
+def test_a_store_of_another_tokenizer_is_refused_before_the_model_loads(source, tmp_path, capsys, monkeypatch,
+                                                                         isolated_cache):
+    """REST, CREST and dense stores record their tokenizer: a bench given one built for another tokenizer stops
+    with one line naming it, judged from the model's tokenizer alone (load_model is never called)."""
+    import sqlite3
+
+    from specnb.datastores.dense import BuildConfig, build_datastore
+    from specnb.eval import methods
+    from specnb.model import models
+
+    rest_store, crest_store, dense_store = tmp_path / "rest", tmp_path / "c.sqlite", tmp_path / "dense"
+    assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(rest_store)], capsys)[0] == 0
+    assert build(["crest", str(source), "--model", "tiny-llama", "--rest", str(rest_store), "--t", "50", "--out",
+                  str(crest_store)], capsys)[0] == 0
+    build_datastore(tiny("llama"), build_corpus(str(source), tiny("llama"), progress=False), dense_store,
+                    BuildConfig(n_next=4, dims=8, seq_len=32, overlap=8, batch_tokens=128), progress=False)
+    stores = {"rest": rest_store, "crest": crest_store, "dense": dense_store}
+    for method, store in stores.items():
+        methods.check_before_loading("tiny-llama", methods.options_for([method], {}, [str(store)]))  # the same: ok
+    other = {"name": "other-model", "vocab_size": 7, "fingerprint": "0" * 16}
+    for store in (rest_store, dense_store):
+        meta = json.loads((store / "meta.json").read_text())
+        meta["tokenizer"] = other
+        (store / "meta.json").write_text(json.dumps({**meta, "meta_sha256": meta_hash(meta)}))
+    crest_store.chmod(0o644)
+    with sqlite3.connect(crest_store) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'tokenizer'", (json.dumps(other),))
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    for method, store in stores.items():
+        code = main(["bench", "--model", "tiny-llama", "--methods", method, "--datastore", str(store), "--n", "1",
+                     "--max-new-tokens", "4", "--out", str(tmp_path / f"{method}.csv")])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and "tokenizer of 'other-model'" in err, (method, err)
 
 
 def test_atomic_helpers_leave_the_old_version_on_failure(tmp_path):

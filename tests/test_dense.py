@@ -15,7 +15,7 @@ from specnb.datastores import dense as dense_store
 from specnb.datastores.ann import AnnIndex, IndexParams
 from specnb.datastores.corpus import CorpusError, TokenCorpus, TokenizerInfo
 from specnb.datastores.dense import BuildConfig, DenseDatastore, build_datastore, load_datastore, subset_datastore
-from specnb.datastores.manifest import verify_store
+from specnb.datastores.manifest import meta_hash, verify_store
 from specnb.draft_shapes import retrieval_shape
 from specnb.drafters.dense import DenseDrafter
 from specnb.eval.methods import make_drafter
@@ -152,7 +152,7 @@ def test_a_datastore_refuses_another_model_or_tokenizer(stores, tmp_path):
     for f in store.path.iterdir():
         (copy / f.name).symlink_to(f)
     (copy / "meta.json").unlink()
-    (copy / "meta.json").write_text(json.dumps(meta))
+    (copy / "meta.json").write_text(json.dumps({**meta, "meta_sha256": meta_hash(meta)}))
     with pytest.raises(CorpusError, match="tokenizer"):
         load_datastore(copy).check(tiny("llama"))
 

@@ -429,6 +429,38 @@ def test_an_interrupted_gguf_conversion_leaves_no_half_checkpoint(ghost, cache, 
     assert all(np.array_equal(v.numpy(), reference[k].numpy()) for k, v in loaded.state_dict().items())
 
 
+def test_a_damaged_cached_gguf_or_checkpoint_is_made_again(ghost, cache, monkeypatch, capsys):
+    """The joined GGUF file cut to half, or one byte of it changed (its size kept), and a converted checkpoint
+    whose weights file was cut short: the next fetch (and so load_model) says so in one line and makes it
+    again, instead of failing minutes later inside a reader."""
+    from specnb.model import model_names, models
+
+    spec, joined, _ = ghost
+    namespace: dict = {}
+    exec(LOADER, namespace)
+    monkeypatch.setattr(models, "AutoTokenizer", namespace["Loader"]("tokenizer"))
+    monkeypatch.setattr(models, "AutoModelForCausalLM", namespace["Loader"]("model"))
+    assert main(["models", "fetch", "ghost"]) == 0
+    gguf, out = model_names.gguf_file("ghost"), model_names.converted_dir("ghost")
+    weights = next(out.glob("*.safetensors"))
+    whole = weights.read_bytes()
+    flipped = bytearray(joined)
+    flipped[len(joined) // 2] ^= 0xFF
+    for path, damage, why in [(gguf, joined[:len(joined) // 2], "bytes, 600,000 recorded"),
+                              (gguf, bytes(flipped), "its sha256 differs"),
+                              (weights, whole[:100], f"{weights.name}: 100 bytes")]:
+        capsys.readouterr()
+        path.write_bytes(damage)
+        assert main(["models", "fetch", "ghost"]) == 0
+        err = capsys.readouterr().err
+        said = [line for line in err.splitlines() if line.strip() and "%|" not in line]  # but progress bars
+        assert len(said) == 1 and said[0].startswith(f"specnb: {path.parent if path == weights else path} is "
+                                                     "damaged (") and why in said[0], err
+        assert gguf.read_bytes() == joined and weights.read_bytes() == whole
+    capsys.readouterr()
+    assert main(["models", "fetch", "ghost"]) == 0 and capsys.readouterr().err == ""  # whole: nothing said
+
+
 # ------------------------------------------------------------------------------------------ bench
 
 

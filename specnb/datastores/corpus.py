@@ -98,6 +98,17 @@ class TokenizerInfo:
                               f"--model {other.name}")
 
 
+def check_recorded_tokenizer(meta: dict | None, model: str, what: str) -> None:
+    """Raise CorpusError when ``meta`` (a store's metadata) records a tokenizer that differs from the one of the
+    model named ``model``: judged from the tokenizer alone, before any model loads. Metadata without a readable
+    tokenizer is left to the store's loader, which says what is wrong."""
+    try:
+        info = TokenizerInfo(**meta["tokenizer"])  # type: ignore[index]
+    except (KeyError, TypeError):
+        return
+    info.check(model, what)
+
+
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a model name (embedded, ``tiny-<arch>``, HF id or path) without loading weights."""
     from transformers import AutoTokenizer

@@ -56,7 +56,7 @@ def record_files(folder: Path) -> dict[str, dict[str, Any]]:
             for p in sorted(folder.iterdir()) if p.is_file() and p.name != META}
 
 
-def _own_hash(meta: dict[str, Any]) -> str:
+def meta_hash(meta: dict[str, Any]) -> str:
     """sha256 of ``meta`` (its own checksum left out) as canonical JSON: meta.json's check of itself."""
     body = {key: value for key, value in meta.items() if key != "meta_sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -67,7 +67,7 @@ def write_meta(folder: str | Path, meta: dict[str, Any]) -> dict[str, Any]:
     ``folder/meta.json`` (last, atomically); returns what was written."""
     folder = Path(folder)
     meta = json.loads(json.dumps({**meta, "files": record_files(folder)}, default=str))  # as it reads back
-    meta["meta_sha256"] = _own_hash(meta)
+    meta["meta_sha256"] = meta_hash(meta)
     write_text(folder / META, json.dumps(meta, indent=1))
     return meta
 
@@ -77,7 +77,7 @@ def check_files(folder: str | Path, meta: dict[str, Any], full: bool = False) ->
     has its size and sampled hash (and with ``full``, its sha256). Returns the bytes checked (0 for a store that
     records no checksums)."""
     folder = Path(folder)
-    if "meta_sha256" in meta and meta["meta_sha256"] != _own_hash(meta):
+    if "meta_sha256" in meta and meta["meta_sha256"] != meta_hash(meta):
         raise CorpusError(f"{folder / META} does not match its own checksum: damaged; build the store again")
     checked = 0
     for name, record in meta.get("files", {}).items():

@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
 import shutil
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,7 +54,7 @@ from tqdm.auto import tqdm
 from ..atomic import atomic_file, atomic_folder, check_replaceable
 from ..paths import artifact_path, safe_name
 from .cluster import Cluster, add_cluster_arguments, check_plan, cluster_from_arguments, die_if_marked, run_tasks
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, corpus_digest
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_recorded_tokenizer, corpus_digest
 from .manifest import check_files, read_meta, write_meta
 from .retrieval_tree import RetrievalTree, build_tree
 
@@ -351,6 +353,21 @@ def require_store(path: Path, kind: str) -> None:
     if not ((path / "meta.json").is_file() if kind == "rest" else path.is_file()):
         name = "REST datastore" if kind == "rest" else "CREST store"
         raise CorpusError(f"no {name} at {path}; build it with `specnb datastore build {kind}`")
+
+
+def check_built_for(path: Path, kind: str, model: str) -> None:
+    """Raise CorpusError when the REST folder or CREST file (``kind``) at ``path`` records another tokenizer than
+    the model named ``model`` has (its tokenizer only is loaded: run before the model loads)."""
+    what = f"REST datastore {path}" if kind == "rest" else f"CREST store {path}"
+    if kind == "rest":
+        check_recorded_tokenizer(read_meta(path), model, what)
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            meta = {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
+    except (sqlite3.Error, ValueError):
+        return  # not readable: CrestStore says why when it opens
+    check_recorded_tokenizer(meta, model, what)
 
 
 def is_rest_store(path: Path) -> bool:

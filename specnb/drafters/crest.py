@@ -32,11 +32,13 @@ class Options(BaseOptions):
         at_least(self, 1, "max_nodes")
 
     def check(self, model: str) -> None:
-        """The store must exist (its contents and tokenizer are checked when it opens)."""
+        """The store must exist and record the model's tokenizer (its contents are checked when it opens)."""
         from ..datastores import rest
 
         super().check(model)
-        rest.require_store(rest.store_path(model, "crest", self.datastore), "crest")
+        path = rest.store_path(model, "crest", self.datastore)
+        rest.require_store(path, "crest")
+        rest.check_built_for(path, "crest", model)
 
 
 class CrestDrafter(Drafter):

@@ -50,11 +50,16 @@ class Options(BaseOptions):
             retrieval_shape(self.draft_shape)
 
     def check(self, model: str) -> None:
-        """The store must exist (its contents and model are checked when it opens)."""
+        """The store must exist and record the model's tokenizer (its contents and model are checked when it
+        opens)."""
         from ..datastores import dense
+        from ..datastores.corpus import check_recorded_tokenizer
+        from ..datastores.manifest import read_meta
 
         super().check(model)
-        dense.require_store(dense.store_path(self.datastore, model))
+        path = dense.store_path(self.datastore, model)
+        dense.require_store(path)
+        check_recorded_tokenizer(read_meta(path), model, f"dense datastore {path}")
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,13 @@ class Options(BaseOptions):
         ordered(self, "min_query", "max_query")
 
     def check(self, model: str) -> None:
-        """The store must exist (its contents and tokenizer are checked when it opens)."""
+        """The store must exist and record the model's tokenizer (its contents are checked when it opens)."""
         from ..datastores import rest
 
         super().check(model)
-        rest.require_store(rest.store_path(model, "rest", self.datastore), "rest")
+        path = rest.store_path(model, "rest", self.datastore)
+        rest.require_store(path, "rest")
+        rest.check_built_for(path, "rest", model)
 
 
 class RestDrafter(Drafter):

