@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 
 import pytest
-from conftest import tiny
+import torch
+from conftest import kernel_path_exists, tiny, tiny_gguf
 from exact_sampling import ALPHA, LONG, POSITIONS, SHORT, assert_matches, sample_and_test
 
 from specnb.core.sampling import SamplingConfig
@@ -74,3 +75,20 @@ def test_the_test_detects_a_sampler_wrong_only_past_the_first_position(monkeypat
     monkeypatch.setattr(decode, "accept", cold_after_the_first)
     biased = sample_and_test(tiny("llama"), SHORT, lambda: None, runs=200)
     assert min(biased.pvalue_by_position, biased.pvalue_pooled) < ALPHA / 2, biased
+
+
+@pytest.mark.parametrize("where", [
+    pytest.param("gguf", id="qwen2-gguf-blocks",
+                 marks=pytest.mark.skipif(not kernel_path_exists(), reason="needs an x86 CPU with AVX2 + FMA")),
+    pytest.param("bf16", id="gemma3-bf16-window"),
+])
+def test_mcss_samples_like_the_target_over_the_blocks_and_in_bf16(where: str) -> None:
+    """MCSS with a self:2 draft over a tiny Qwen2's GGUF blocks (the path the embedded models take by default)
+    and on a bf16 Gemma-3 past its window: the target's distribution at positions 1..4, as in fp32 on dense
+    weights. Power: :mod:`exact_sampling`."""
+    target = tiny_gguf("qwen2") if where == "gguf" else tiny("gemma3", torch.bfloat16)
+    drafter = DraftModelDrafter(self_draft(target, 2), "3x2x2", target.vocab_size, scheme="mcss", temperature=1.0,
+                                seed=1)
+    prompt = SHORT if where == "gguf" else LONG
+    result = sample_and_test(target, prompt, lambda: drafter, temperature=1.0, top_p=1.0, verify="tree")
+    assert_matches(result, min_deep=60)
