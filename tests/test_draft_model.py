@@ -43,6 +43,7 @@ def test_greedy_output_equals_ar(arch, method, shape, scheme, verify):
     options = {"draft": "self:2", "draft_shape": shape, "scheme": scheme}
     out = generate(target, PROMPT, make_drafter(method, target, options), max_new_tokens=32, verify=verify)
     assert out.tokens == ar_tokens(arch)
+    assert out.stats.tokens_per_call > 1.0, "the target's own first layers: some of their drafts are accepted"
 
 
 def test_greedy_with_sampled_candidates_is_lossless():
