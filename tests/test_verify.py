@@ -109,9 +109,24 @@ def test_greedy_acceptance_follows_the_argmax_and_breaks_ties_by_lowest_id():
     assert accept_greedy(twins, logits).nodes.tolist() == [0]
 
 
+class RowReads:
+    """Logits [n+1, V] on the CPU that record the rows read from them, and fail at once when a row is read a second
+    time (a level walk that reads a row again would walk that level again, forever)."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits, self.device, self.rows = logits, logits.device, []
+
+    def __getitem__(self, index):
+        rows = torch.arange(self.logits.shape[0])[index].reshape(-1).tolist()
+        assert not set(rows) & set(self.rows), f"rows {rows} read again (read before: {self.rows})"
+        self.rows += rows
+        return self.logits[index]
+
+
 def test_greedy_acceptance_by_levels_matches_the_rule_over_all_rows():
     """accept_greedy reads the argmax only of rows whose node passed; on random trees with duplicate siblings
-    it gives what the rule over every row gives (the deepest passing node, earliest on ties)."""
+    it gives what the rule over every row gives (the deepest passing node, earliest on ties), reading the root's
+    row and the row of every node whose whole path passes, each once."""
     gen = torch.Generator().manual_seed(0)
     for _ in range(400):
         n = int(torch.randint(1, 14, (1,), generator=gen))
@@ -119,10 +134,13 @@ def test_greedy_acceptance_by_levels_matches_the_rule_over_all_rows():
         draft = Draft(torch.randint(0, 3, (n,), generator=gen), parents)  # 3 tokens: many passes and twins
         logits = torch.randn(n + 1, 3, generator=gen)
         predicted = logits.max(-1).indices
-        want = longest_path(draft, draft.tokens == predicted[draft.parents + 1])
-        got = accept_greedy(draft, logits)
+        ok = draft.tokens == predicted[draft.parents + 1]
+        want = longest_path(draft, ok)
+        reads = RowReads(logits)
+        got = accept_greedy(draft, reads)
         assert got.nodes.tolist() == want.tolist()
         assert got.bonus == int(predicted[int(want[-1]) + 1 if want.numel() else 0])
+        assert sorted(reads.rows) == [0] + (torch.nonzero(path_accepted(draft, ok)).squeeze(1) + 1).tolist()
 
 
 def walk_up(draft: Draft, node: int) -> list[int]:
