@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import tiny
-from exact_sampling import sample_and_test
+from exact_sampling import exact_probabilities, sample_and_test
 from scipy import stats
 
 from specnb import Draft, generate
@@ -73,6 +73,16 @@ def test_broken_acceptance_fails_the_same_test():
 def test_top_p_keeps_the_token_crossing_the_threshold():
     probs = probabilities(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), SamplingConfig(1.0, top_p=0.6))
     assert torch.allclose(probs, torch.tensor([0.5, 0.3, 0.0, 0.0]) / 0.8)
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.5, 1.0), (1.7, 1.0), (0.7, 0.8), (1.3, 0.3)])
+def test_probabilities_equal_an_independent_computation(temperature, top_p):
+    """probabilities() on random rows equals softmax(logits / T) cut to the top-p set as :mod:`exact_sampling`
+    computes it, in float64 and without specnb.core.sampling."""
+    logits = torch.randn(20, 50, generator=torch.Generator().manual_seed(2)) * 3
+    got = probabilities(logits, SamplingConfig(temperature, top_p))
+    want = np.stack([exact_probabilities(row, temperature, top_p) for row in logits])
+    np.testing.assert_allclose(got.double().numpy(), want, atol=1e-6)
 
 
 class RandomTreeDrafter(Drafter):
