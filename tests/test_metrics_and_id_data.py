@@ -92,6 +92,30 @@ def test_the_reference_records_each_positions_top_logit_and_its_margin(dtype):
     assert hook.gaps[1] == 0.0 and hook.top1[2] == 40.0
 
 
+def test_identical_to_ar_says_whether_a_method_gave_the_references_tokens():
+    """The bench's ``identical_to_ar`` (greedy runs): True for a method whose tokens are AR's, False where one token
+    differs, with the index it differs at in ``first_divergence``; the summary's is the share of identical prompts."""
+    from specnb.eval.runner import run, summarize
+
+    target = tiny("llama")
+
+    def decoding(change: int):
+        """A bench peer: AR's tokens, the fourth one plus ``change``."""
+        def decode(prompt: Prompt, max_new_tokens: int) -> dict:
+            tokens = generate(target, prompt, max_new_tokens=max_new_tokens, stop_at_eos=False).tokens
+            tokens[3] += change
+            return {"new_tokens": len(tokens), "seconds": 1.0, "tokens": tokens}
+        return decode
+
+    prompts = [Prompt("a", [256, 40, 41, 42]), Prompt("b", [256, 50, 51])]
+    rows = run(target, prompts, {"ar": decoding(0), "same": decoding(0), "other": decoding(1)}, max_new_tokens=8,
+               warmup=0, progress=False)
+    assert rows.identical_to_ar.tolist() == [True, True, False] * 2
+    assert rows[rows.method == "other"].first_divergence.tolist() == [3, 3]
+    summary = summarize(rows).set_index("method").identical_to_ar
+    assert (summary["same"], summary["other"]) == (1.0, 0.0)
+
+
 def test_metrics_of_real_runs():
     target = tiny("llama")
     ar = generate(target, "def add(a, b):", max_new_tokens=20, stop_at_eos=False).stats
