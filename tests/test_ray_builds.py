@@ -134,6 +134,44 @@ def test_a_partial_made_with_other_parameters_is_refused(tmp_path):
         check_plan(tmp_path, {**record, "corpus_sha256": "def"})
 
 
+class RayStarted(Exception):
+    """Where a build would start Ray."""
+
+
+def start_ray(cluster) -> None:
+    raise RayStarted
+
+
+def test_a_rerun_sends_to_ray_only_the_shards_not_on_disk(single, tmp_path, monkeypatch, capsys):
+    """The dense extraction's resume without a cluster: a build stopped where it starts Ray leaves its plan; with
+    two of its four shards then on disk (each computed here as an actor computes it) a rerun finds those two and
+    sends the other two to Ray; with all four on disk it starts no Ray at all and gathers them into the
+    single-process store's hidden states, byte for byte."""
+    from specnb.datastores import embed
+    from specnb.datastores.manifest import full_hash
+
+    target, data, out = tiny("llama"), corpus(), tmp_path / "work"
+    cluster = Cluster(workers=2, threads=1, shards=4)
+    sizes = {"n_next": CONFIG.n_next, "seq_len": CONFIG.seq_len, "overlap": CONFIG.overlap,
+             "batch_tokens": CONFIG.batch_tokens}
+    monkeypatch.setattr(shards, "connect", start_ray)
+    with pytest.raises(RayStarted):
+        shards.extract_on_ray(target, data, out, cluster, progress=False, **sizes)
+    layout = embed.plan(target, data, **sizes)
+    bounds, tokens = shards.shard_bounds(len(layout.work), 4), np.asarray(data.tokens)
+    for shard in (0, 1):
+        shards.run_shard(target, layout, tokens, out, shard, bounds)
+    assert shards.finished(out, 4) == [0, 1]
+    capsys.readouterr()
+    with pytest.raises(RayStarted):
+        shards.extract_on_ray(target, data, out, cluster, **sizes)
+    assert "2 of 4 shards done, 2 to run on Ray" in capsys.readouterr().out
+    for shard in (2, 3):
+        shards.run_shard(target, layout, tokens, out, shard, bounds)
+    shards.extract_on_ray(target, data, out, cluster, progress=False, **sizes)  # would raise RayStarted
+    assert full_hash(out / "hidden.f16.npy") == single.meta["files"]["hidden.f16.npy"]["sha256"]
+
+
 def test_an_ivfpq_store_drafts_losslessly(single, tmp_path):
     target = tiny("llama")
     config = BuildConfig(**{**CONFIG.__dict__, "index_kind": "ivfpq", "ivfpq": IvfPqParams(m=8, nprobe=8)})
