@@ -44,24 +44,33 @@ def gemma(dtype: str, weights: str = "auto") -> LoadedModel:
 
 
 _GGUF_DIR = tempfile.TemporaryDirectory(prefix="specnb-tiny-gguf-")  # removed when the session ends
-GGUF_ARCHS = ("qwen2", "gemma3")  # the architectures whose GGUF rows are in Hugging Face's order
+GGUF_ARCHS = ("llama", "qwen2", "gemma3")
 
 
 # Hugging Face module (under model.layers.<i>.) -> GGUF tensor (blk.<i>.<name>): projections, then norms
 GGUF_PROJECTIONS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
                     "mlp.down_proj": "ffn_down"}
-GGUF_NORMS = {"qwen2": {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"},
+GGUF_NORMS = {"llama": {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"},
+              "qwen2": {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"},
               "gemma3": {"input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
                          "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
                          "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}}
 
 
+def converter_rows(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A Llama q or k projection's rows as llama.cpp's converter stores them: each head's two rotary halves
+    interleaved."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, 2, rows // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
 def write_gguf(model, arch: str, path: Path) -> None:
-    """Write ``model`` (a tiny Qwen2 or Gemma-3) as a GGUF file the way llama.cpp's converter lays one out:
+    """Write ``model`` (a tiny Llama, Qwen2 or Gemma-3) as a GGUF file the way llama.cpp's converter lays one out:
     settings in the metadata, the embedding, head and projections in Q8_0 and Q5_0 in turn (the formats the gguf
-    package can write), norms (Gemma's as 1 + w) and biases in F32. The model's dense weights are then set to
-    the blocks' values, so Hugging Face's decoder computes the model the file holds."""
+    package can write), Llama's q / k rows permuted, norms (Gemma's as 1 + w) and biases in F32. The model's
+    dense weights are then set to the blocks' values, so Hugging Face's decoder computes the model the file
+    holds."""
     import gguf
 
     config, gemma = model.config.get_text_config(), arch == "gemma3"
@@ -88,9 +97,15 @@ def write_gguf(model, arch: str, path: Path) -> None:
     with torch.no_grad():
         for j, (module, name) in enumerate(quantized):
             qtype = (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q5_0)[j % 2]
-            blocks = gguf.quants.quantize(module.weight.float().numpy(), qtype)
+            weight = module.weight.float().numpy()
+            heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}.get(
+                name.rsplit(".", 1)[-1]) if arch == "llama" else None
+            blocks = gguf.quants.quantize(weight if heads is None else converter_rows(weight, heads), qtype)
             writer.add_tensor(f"{name}.weight", blocks, raw_dtype=qtype)
-            module.weight.copy_(torch.from_numpy(gguf.quants.dequantize(blocks, qtype)).to(module.weight.dtype))
+            stored = gguf.quants.dequantize(blocks, qtype)
+            if heads is not None:  # back to Hugging Face's rows: the inverse of converter_rows
+                stored = stored.reshape(heads, -1, 2, stored.shape[1]).swapaxes(1, 2).reshape(stored.shape)
+            module.weight.copy_(torch.from_numpy(stored).to(module.weight.dtype))
             if getattr(module, "bias", None) is not None:
                 writer.add_tensor(f"{name}.bias", module.bias.float().numpy())
         norms = [(model.get_decoder().norm, "output_norm")] + [(layers[i].get_submodule(m), f"blk.{i}.{n}")

@@ -8,8 +8,8 @@ Gemma-3 runs every family: its prompt (19 tokens, a snippet repeated) is past th
 from the first call, and the 64 new tokens take the context to five windows; random tiny Gemmas fall into loops,
 so the context n-gram and model n-gram drafters find accepted drafts. Random tiny Llamas and Qwen2s never repeat
 themselves (prompt lookup accepts nothing on them), so they run the families that draft from a store, a draft
-model (the target's own first layers) or an earlier request. Llama has no GGUF path here (llama.cpp's converter
-permutes its q / k rows).
+model (the target's own first layers) or an earlier request. The GGUF files are written as llama.cpp's converter
+writes them (Llama's q / k rows permuted; :func:`specnb.model.gguf_weights.unpermute_rows` undoes it).
 
 The stores hold the target's own greedy output of the test prompt (so retrieval drafts get accepted) beside a
 copy of it with every fifth token changed (so their trees branch and wrong siblings are verified and rejected).

@@ -33,18 +33,24 @@ def test_bad_weights_are_refused_before_loading():
 
 def test_a_file_the_decoder_cannot_run_is_refused(tmp_path):
     import gguf
+    import numpy as np
 
-    for arch, extra in [("llama", {}), ("qwen2", {"rope.scaling.type": "yarn"})]:
+    for arch, extra, refusal in [("phi3", {}, "phi3' model"), ("qwen2", {"rope.scaling.type": "yarn"}, "rotary"),
+                                 ("llama", {"rope_freqs": None}, r"rotary embedding \(rope_freqs\)"),
+                                 ("llama", {}, "has no llama.block_count")]:
         path = tmp_path / f"{arch}.gguf"
         writer = gguf.GGUFWriter(path, arch)
         for key, value in extra.items():
-            writer.add_string(f"{arch}.{key}", value)
+            if value is None:  # llama.cpp's Llama 3 rope scaling: a tensor of frequency factors
+                writer.add_tensor(f"{key}.weight", np.ones(32, dtype=np.float32))
+            else:
+                writer.add_string(f"{arch}.{key}", value)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
         writer.close()
-        with pytest.raises(ValueError, match="llama' model" if arch == "llama" else "scales its rotary"):
-            read(str(path))  # Llama's q / k rows are permuted in GGUF files
+        with pytest.raises(ValueError, match=refusal):
+            read(str(path))
 
 
 def test_the_header_reader_reads_what_the_gguf_package_reads(tmp_path):

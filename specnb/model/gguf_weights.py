@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-from .gguf_file import open_gguf
+from .gguf_file import GGUFTensor, open_gguf
 from .kernels.quant import FORMATS, QuantizedWeight
 
-# GGUF architecture -> Hugging Face model_type. Architectures whose GGUF rows are in Hugging Face's order
-# (llama.cpp permutes Llama's q / k rows for its rotary layout).
-ARCHITECTURES = {"gemma3": "gemma3_text", "qwen2": "qwen2"}
+# GGUF architecture -> Hugging Face model_type
+ARCHITECTURES = {"gemma3": "gemma3_text", "llama": "llama", "qwen2": "qwen2"}
 GEMMA_SWA_PATTERN = 6  # llama.cpp's Gemma 3 default: every 6th layer global, the rest sliding
 GEMMA_SWA_BASE = 10_000.0  # llama.cpp's Gemma 3 default rotary base of the sliding layers
 
@@ -89,12 +88,17 @@ def _settings(fields: dict, path: str) -> Settings:
     def value(key: str, default=None):
         return fields.get(key.format(arch=arch), default)
 
+    def required(key: str):
+        if (found := value(key)) is None:
+            raise ValueError(f"GGUF weights: {path} has no {key.format(arch=arch)} in its metadata")
+        return found
+
     if arch not in ARCHITECTURES:
         raise ValueError(f"GGUF weights: {path} holds a {arch!r} model; supported: {', '.join(ARCHITECTURES)}")
     if value("{arch}.rope.scaling.type", "none") not in ("none", None):
         raise ValueError(f"GGUF weights: {path} scales its rotary embedding, which specnb's decoder does not do")
-    layers, dim = value("{arch}.block_count"), value("{arch}.embedding_length")
-    heads = value("{arch}.attention.head_count")
+    layers, dim = required("{arch}.block_count"), required("{arch}.embedding_length")
+    heads = required("{arch}.attention.head_count")
     head_dim = value("{arch}.attention.key_length", dim // heads)
     base = float(value("{arch}.rope.freq_base", 10_000.0))
     gemma = arch == "gemma3"
@@ -109,7 +113,7 @@ def _settings(fields: dict, path: str) -> Settings:
     return Settings(
         arch=arch, layers=int(layers), dim=int(dim), heads=int(heads),
         kv_heads=int(value("{arch}.attention.head_count_kv", heads)), head_dim=int(head_dim),
-        eps=float(value("{arch}.attention.layer_norm_rms_epsilon")), layer_types=types, rope_base=rope_base,
+        eps=float(required("{arch}.attention.layer_norm_rms_epsilon")), layer_types=types, rope_base=rope_base,
         window=value("{arch}.attention.sliding_window") if gemma else None,
         scaling=float(value("{arch}.attention.scale", head_dim ** -0.5)),
         attn_softcap=value("{arch}.attn_logit_softcapping"), final_softcap=value("{arch}.final_logit_softcapping"),
@@ -131,9 +135,14 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
         return open_weights
 
     file = open_gguf(path)
+    if any(t.name == "rope_freqs.weight" for t in file.tensors):  # llama.cpp's form of Llama 3's rope scaling
+        raise ValueError(f"GGUF weights: {path} scales its rotary embedding (rope_freqs), which specnb's decoder "
+                         "does not do")
     settings = _settings(file.fields, path)
     tensors: dict[str, QuantizedWeight | Tensor] = {}
     for t in file.tensors:
+        if settings.arch == "llama" and t.name.endswith((".attn_q.weight", ".attn_k.weight")):
+            t = unpermute_rows(t, settings.heads if t.name.endswith("q.weight") else settings.kv_heads)
         kind = t.tensor_type.name
         if kind in FORMATS:
             tensors[t.name] = QuantizedWeight.from_gguf(t, int8)
@@ -145,6 +154,17 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
                              f"F32, F16 and BF16")
     weights = _OPEN[(path, int8)] = GGUFWeights(path, settings, tensors)
     return weights
+
+
+def unpermute_rows(tensor: GGUFTensor, heads: int) -> GGUFTensor:
+    """A Llama q or k projection in Hugging Face's row order. llama.cpp's converter stores each head's rows with
+    the two rotary halves interleaved (row ``2j + t`` of a head holds Hugging Face's ``t * head_dim / 2 + j``);
+    rows are whole, so blocks move with them."""
+    import numpy as np
+
+    rows = tensor.data.shape[0]
+    order = np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(rows)
+    return replace(tensor, data=tensor.data[order])
 
 
 def check_matches(path: str, s: Settings, config) -> None:
