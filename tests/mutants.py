@@ -1,12 +1,12 @@
-"""A mutation run over specnb's core: does the test suite catch one-line bugs that change output tokens or the
-draft model's cache?
+"""A mutation run over specnb: does the test suite catch one-line bugs that change output tokens, the draft model's
+cache, what a drafter drafts, or what a store, a build or the bench records?
 
-Run it as a script, not through pytest (it holds no tests)::
+Run it as a script, not through pytest (it holds no tests); ``make mutants`` runs it all and writes the record::
 
-    .venv/bin/python tests/mutants.py                 # every mutant, then the table
+    .venv/bin/python tests/mutants.py --out docs/mutants.md   # every mutant; the record (header, table, summary)
     .venv/bin/python tests/mutants.py --only NAME     # one mutant (repeat --only for several)
     .venv/bin/python tests/mutants.py --baseline      # every selection on the unmutated copy (must pass)
-    .venv/bin/python tests/mutants.py --list          # the mutants, their selections (no tests run)
+    .venv/bin/python tests/mutants.py --list          # the mutants and their selections (no tests run)
 
 Each mutant is one exact snippet of a file under ``specnb/`` and its replacement. For each, the runner copies the
 repository's ``specnb/``, ``tests/``, ``data/`` and ``pyproject.toml`` into a scratch folder (``SPECNB_MUTANTS_DIR``,
@@ -18,11 +18,12 @@ The copy always lives at the same path, and its kernel extension is built into a
 (every other entry of ``$SPECNB_CACHE`` is linked): the extension's build is keyed by its source path, so a copy
 elsewhere would rebuild it, once, and never touch the build the repository's own runs load.
 
-A mutant is *caught* when its selection fails (the failing test ids are listed), *survived* when it passes.
-Mutants marked ``equivalent`` change neither the output tokens nor the draft's cache (only work done, or a path
-the tests' models never take); they are listed to show what the run does not count. Every other mutant
-changes output tokens (or the sampled distribution), the draft model's cache, or what gets accepted, and must
-be caught. The table (Markdown) goes to stdout and, with ``--out``, to a file.
+Verdicts: *caught* when the selection fails (the failing test is listed, with the exception where it is not an
+assertion), *survived* when it passes, *timeout* when it runs past ``TIMEOUT`` seconds (a hang: not a catch, since
+no test said what is wrong), *error* when pytest itself could not run the selection. Mutants marked ``equivalent``
+change neither the output tokens nor the draft's cache nor anything a test may check (only work done, or a path the
+tests' models never take), each for the ``reason`` it gives; they are listed to show what the run does not count.
+Every other mutant must be caught. ``--list`` checks every snippet and that every selection collects.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("specnb", "tests", "data", "pyproject.toml")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".hypothesis", ".pytest_cache")
-TIMEOUT = 240  # seconds per mutant (every selection passes in under 30 s unmutated); a hang counts as caught
+TIMEOUT = 240  # seconds per mutant (every selection passes in under a minute unmutated); past it: "timeout"
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class Mutant:
     new: str
     what: str  # what it changes, in words
     tests: tuple[str, ...]  # the pytest selection expected to catch it
-    equivalent: bool = False  # changes neither tokens nor the draft's cache
+    equivalent: bool = False  # changes neither tokens nor the draft's cache nor anything tested
+    reason: str = ""  # why, for an equivalent mutant (required there, and only there)
 
 
 # Selections: the targeted fast tests (each well under a minute on its own).
@@ -62,8 +65,6 @@ DEEP = "tests/test_lossless.py::test_deep_and_wide_trees"
 MAXNEW = "tests/test_lossless.py::test_never_exceeds_max_new_tokens"
 EOS = "tests/test_lossless.py::test_eos_accepted_mid_block"
 FAMILIES = "tests/test_families_lossless.py"
-MODEL_FAMILIES = ("tests/test_families_lossless.py::test_every_family_is_lossless_and_accepts"
-                  "[mcsd-duplicates-llama-fp32-tree]")
 DRAFT_CACHE = "tests/test_draft_cache.py"
 SAMPLING = "tests/test_sampling.py"
 POSITIONS = "tests/test_sampling_positions.py"
@@ -72,6 +73,14 @@ DECODER = "tests/test_decoder.py"
 
 REST = "tests/test_rest.py"
 CREST_COUNTS = "tests/test_crest.py::test_ngram_counts_match_brute_force"
+LEVEL_WALK = "tests/test_verify.py::test_greedy_acceptance_by_levels_matches_the_rule_over_all_rows"
+
+
+def family(case: str) -> str:
+    """One case of the families test, by its id (family-arch-path-dtype-mode): greedy output equals AR's and
+    drafts were accepted (tokens per call > 1), so a drafter that stops drafting fails it. The ``torch`` path
+    (PyTorch's ops) is the one every machine has."""
+    return f"tests/test_families_lossless.py::test_every_family_is_lossless_and_accepts[{case}]"
 
 MUTANTS: list[Mutant] = [
     # ------------------------------------------------------------------ datastores: sharded REST, CREST counts
@@ -95,7 +104,8 @@ MUTANTS: list[Mutant] = [
     Mutant("greedy-level-walk-reads-parent-row", "core/accept.py",
            "rows = torch.nonzero(passing).squeeze(1) + 1",
            "rows = torch.nonzero(passing).squeeze(1)",
-           "greedy level walk reads the argmax of the wrong row for the next level (off by one)", (VERIFY, DEEP)),
+           "the CPU's level walk reads a passing node's parent row for the next level (walks a level again, or "
+           "the wrong node's children)", (LEVEL_WALK,)),
     Mutant("greedy-accepts-orphans", "core/accept.py",
            "depth = torch.where(path_accepted(draft, ok), draft.depth, 0)",
            "depth = torch.where(ok, draft.depth, 0)",
@@ -144,8 +154,8 @@ MUTANTS: list[Mutant] = [
     Mutant("mcss-q-of-last-sibling", "core/accept.py",
            "q = draft.q[children[0]]",
            "q = draft.q[children[-1]]",
-           "q read from the last sibling instead of the first (siblings share q)", (SAMPLING, POSITIONS),
-           equivalent=True),
+           "q read from the last sibling instead of the first", (SAMPLING, POSITIONS), equivalent=True,
+           reason="siblings share one q (CandidateDraft: q[i] is what node i's sibling group was drawn from)"),
     # ------------------------------------------------------------------ verify.py
     Mutant("verify-keeps-first-entries", "core/verify.py",
            "self.cache.keep(self._past + 1, self._past + 1 + accepted)",
@@ -177,9 +187,11 @@ MUTANTS: list[Mutant] = [
            "batch mode keeps the first row sharing any accepted node, not the whole path", (VERIFY,)),
     Mutant("verify-batch-last-path", "core/verify.py",
            'reduce="amin"',
-           'reduce="amax"',
-           "batch mode reads each node's logits from the last path holding it (same context)", (VERIFY, DEEP),
-           equivalent=True),
+           'reduce="amax", include_self=False',
+           "batch mode reads each node's logits from the last path holding it, not the first", (VERIFY, DEEP),
+           equivalent=True,
+           reason="every path holding a node holds the same tokens before it, and causal attention reads only "
+                  "those: test_verify's fresh-call comparison of every node's logits passes in batch mode"),
     # ------------------------------------------------------------------ masks.py
     Mutant("mask-window-one-wider", "model/masks.py",
            "keys[None, :] <= query_pos[:, None] - self.sliding_window",
@@ -217,7 +229,8 @@ MUTANTS: list[Mutant] = [
     Mutant("cache-always-truncate", "model/kv_cache.py",
            "if self.get_seq_length() != start + m:",
            "if True:",
-           "a crop to the current length is done anyway (a no-op view)", (KV, VERIFY), equivalent=True),
+           "a crop to the current length is done anyway", (KV, VERIFY), equivalent=True,
+           reason="truncating a layer to the length it has is a view of the same entries"),
     # ------------------------------------------------------------------ draft.py
     Mutant("draft-ancestors-parent-off-by-one", "core/draft.py",
            "parent_full = np.concatenate([[0], self.parents.numpy() + 1])",
@@ -306,13 +319,15 @@ MUTANTS: list[Mutant] = [
     Mutant("dm-expands-every-copy", "drafters/draft_model.py",
            "first = ~((children[:, :, None] == children[:, None, :]) & _earlier(k)).any(-1).flatten()",
            "first = torch.ones(m * k, dtype=torch.bool)",
-           "repeated siblings are expanded too (wasted draft work)", (DRAFT_CACHE, MODEL_FAMILIES),
-           equivalent=True),
+           "repeated siblings are expanded too", (DRAFT_CACHE, family("mcsd-duplicates-llama-torch-fp32-tree")),
+           equivalent=True,
+           reason="a later copy's subtree repeats the first copy's tokens and acceptance takes the first child "
+                  "holding a token: only draft work is wasted"),
     Mutant("dm-key-positions-off-by-one", "drafters/draft_model.py",
            "mask = self.masks(ancestors[frontier][:, key_nodes], query_pos, context - 1 + depth[key_nodes],",
            "mask = self.masks(ancestors[frontier][:, key_nodes], query_pos, context + depth[key_nodes],",
-           "tree keys' positions one too large in the window test (a tree never spans a window)", (DRAFT_CACHE,),
-           equivalent=True),
+           "tree keys' positions one too large in the sliding-window test", (DRAFT_CACHE,), equivalent=True,
+           reason="key positions enter only the window test, and a draft tree is far shallower than any window"),
     # ------------------------------------------------------------------ kernels/__init__.py (Python side)
     Mutant("kernels-max-rows-zero", "model/kernels/__init__.py",
            "MAX_ROWS = 256 ",
@@ -390,6 +405,7 @@ def environment(repo: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(repo), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["COLUMNS"] = "1000"  # pytest cuts its summary lines (the failing test's message) to the terminal's width
     env["SPECNB_CACHE"] = str(cache_for_copies())
     return env
 
@@ -405,13 +421,24 @@ def check_shadowing(repo: Path, env: dict[str, str]) -> None:
 @dataclass
 class Outcome:
     mutant: Mutant | None
-    verdict: str  # caught / survived / error
-    failed: list[str]
+    verdict: str  # caught / survived / timeout / error
+    failed: list[tuple[str, str]]  # (test id, the exception where it is not an assertion, else "")
     seconds: float
     tail: str
 
 
-FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+# pytest's short summary (-rfE): "FAILED <id> - <message>", the message "assert ..." or "<Exception>: ..."
+FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)(?: - (.*))?$", re.MULTILINE)
+ASSERTION = re.compile(r"^(assert\b|AssertionError\b|Failed: )")  # an assert, or pytest.raises / pytest.fail
+
+
+def failures(output: str) -> list[tuple[str, str]]:
+    """The failing test ids of a pytest run, each with the exception that failed it where it is not an assertion."""
+    out = []
+    for test, message in FAILED.findall(output):
+        kind = "" if ASSERTION.match(message) else message.split(":", 1)[0].split()[0] if message else "?"
+        out.append((test, kind))
+    return out
 
 
 def run(mutant: Mutant | None, tests: tuple[str, ...]) -> Outcome:
@@ -426,15 +453,16 @@ def run(mutant: Mutant | None, tests: tuple[str, ...]) -> Outcome:
         done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT)
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
-        code, output = -1, f"timed out after {TIMEOUT} s\n{exc.stdout or ''}"
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        code, output = None, f"timed out after {TIMEOUT} s\n{partial}"
     seconds = time.monotonic() - start
-    failed = [test for _, test in FAILED.findall(output)]
-    if code == 0:
+    failed = failures(output)
+    if code is None:
+        verdict = "timeout"  # -x: no test had failed yet
+    elif code == 0:
         verdict = "survived"
     elif code in (1, 2) and failed:  # 2: an import / collection error the mutant caused
         verdict = "caught"
-    elif code == -1:
-        verdict, failed = "caught", ["(timeout: a hang)"]
     else:
         verdict = "error"
     return Outcome(mutant, verdict, failed, seconds, output[-3000:])
@@ -444,45 +472,106 @@ def short(test: str) -> str:
     return test.removeprefix("tests/")
 
 
+def verdict_cell(o: Outcome) -> str:
+    if o.mutant.equivalent:
+        return "survived (equivalent)" if o.verdict == "survived" else f"**{o.verdict.upper()}** (labelled equivalent)"
+    return o.verdict if o.verdict == "caught" else f"**{o.verdict.upper()}**"
+
+
 def table(outcomes: list[Outcome]) -> str:
     lines = ["| mutant | file | what it changes | caught by | verdict | s |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         m = o.mutant
-        verdict = o.verdict
-        if m.equivalent:
-            verdict = f"{verdict} (equivalent)"
-        elif o.verdict == "survived":
-            verdict = "**SURVIVED**"
-        caught = "<br>".join(f"`{short(t)}`" for t in o.failed[:3]) or "-"
-        lines.append(f"| `{m.name}` | {m.file} | {m.what} | {caught} | {verdict} | {o.seconds:.0f} |")
+        what = f"{m.what}. *Equivalent:* {m.reason}" if m.equivalent else m.what
+        caught = "<br>".join(f"`{short(t)}`" + (f" ({kind})" if kind else "") for t, kind in o.failed[:3]) or "-"
+        lines.append(f"| `{m.name}` | {m.file} | {what} | {caught} | {verdict_cell(o)} | {o.seconds:.0f} |")
     return "\n".join(lines)
+
+
+def summary(outcomes: list[Outcome], seconds: float) -> tuple[str, bool]:
+    """The summary line, and whether the run is clean: every counted mutant caught, no equivalent one caught."""
+    counted = [o for o in outcomes if not o.mutant.equivalent]
+    equivalent = [o for o in outcomes if o.mutant.equivalent]
+    caught = [o for o in counted if o.verdict == "caught"]
+    line = (f"{len(caught)}/{len(counted)} non-equivalent mutants caught; {len(equivalent)} equivalent "
+            f"({sum(o.verdict == 'survived' for o in equivalent)} survived); total {seconds / 60:.1f} min")
+    if caught:
+        slowest = max(caught, key=lambda o: o.seconds)
+        line += f"; slowest catch: `{slowest.mutant.name}` ({slowest.seconds:.0f} s)"
+    gaps = [f"{o.mutant.name} ({o.verdict})" for o in counted if o.verdict != "caught"]
+    wrong = [f"{o.mutant.name} ({o.verdict})" for o in equivalent if o.verdict != "survived"]
+    if gaps:
+        line += f"; not caught: {', '.join(gaps)}"
+    if wrong:
+        line += f"; labelled equivalent but not surviving: {', '.join(wrong)}"
+    return line, not gaps and not wrong
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def header(argv: list[str]) -> str:
+    """The record's title and where it was made: command, commit (and whether specnb/ or tests/ differed from it),
+    date, CPU model and core count."""
+    python = Path(sys.executable)
+    python_name = str(python.relative_to(ROOT)) if python.is_relative_to(ROOT) else python.name
+    commit = git("rev-parse", "--short", "HEAD")
+    if git("status", "--porcelain", "--", "specnb", "tests"):
+        commit += " + uncommitted changes"
+    cpuinfo = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+              if line.startswith("model name")]
+    return (f"# Mutation run\n\n`{shlex.join([python_name, 'tests/mutants.py', *argv])}` applies each "
+            f"one-line mutant to a copy of the tree and runs the tests meant to catch it there (see the docstring of "
+            f"`tests/mutants.py`). This run: {time.strftime('%Y-%m-%d %H:%M')}, commit {commit}, "
+            f"{models[0] if models else 'an unknown CPU'}, {os.cpu_count()} cores.")
+
+
+def check_registry() -> None:
+    """Names unique; a reason given exactly where a mutant is marked equivalent."""
+    names = [m.name for m in MUTANTS]
+    if len(set(names)) != len(names):
+        raise SystemExit("two mutants share a name")
+    for m in MUTANTS:
+        if m.equivalent != bool(m.reason):
+            raise SystemExit(f"mutant {m.name}: an equivalent mutant needs a reason, and only it has one")
+
+
+def collects(selections: list[str]) -> None:
+    """Exit unless pytest collects every selection (a test id renamed since it was written, a file gone)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           *selections], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"some selections do not collect:\n{(done.stdout + done.stderr)[-3000:]}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run this mutant (repeatable)")
     parser.add_argument("--baseline", action="store_true", help="run every selection on the unmutated copy")
-    parser.add_argument("--list", action="store_true", help="list the mutants and check their snippets")
-    parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--list", action="store_true",
+                        help="list the mutants, check their snippets and that their selections collect")
+    parser.add_argument("--out", type=Path, help="also write the record (header, table, summary) to this file")
     args = parser.parse_args()
 
-    names = {m.name for m in MUTANTS}
-    if len(names) != len(MUTANTS):
-        raise SystemExit("two mutants share a name")
-    unknown = set(args.only) - names
+    check_registry()
+    unknown = set(args.only) - {m.name for m in MUTANTS}
     if unknown:
         raise SystemExit(f"unknown mutant(s): {', '.join(sorted(unknown))}")
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    selections = sorted({t for m in chosen for t in m.tests})
 
     if args.list:
         for m in chosen:
             text = (ROOT / "specnb" / m.file).read_text()
             assert text.count(m.old) == 1, f"{m.name}: snippet found {text.count(m.old)} times"
             print(f"{m.name:40} {m.file:28} {' '.join(m.tests)}{'  [equivalent]' if m.equivalent else ''}")
+        collects(selections)
+        print(f"{len(chosen)} mutants; every snippet occurs once, all {len(selections)} selections collect")
         return 0
 
     if args.baseline:
-        selections = sorted({t for m in chosen for t in m.tests})
         start, bad = time.monotonic(), []
         for test in selections:
             o = run(None, (test,))
@@ -498,24 +587,16 @@ def main() -> int:
     for m in chosen:
         o = run(m, m.tests)
         outcomes.append(o)
-        caught = ", ".join(short(t) for t in o.failed[:2])
+        caught = ", ".join(short(t) + (f" ({kind})" if kind else "") for t, kind in o.failed[:2])
         print(f"{o.verdict:9} {o.seconds:5.0f} s  {m.name}  {caught}", flush=True)
-        if o.verdict == "error":
+        if o.verdict in ("error", "timeout"):
             print(o.tail)
-    total = time.monotonic() - start
+    line, clean = summary(outcomes, time.monotonic() - start)
     report = table(outcomes)
-    counted = [o for o in outcomes if not o.mutant.equivalent]
-    gaps = [o.mutant.name for o in counted if o.verdict != "caught"]
-    summary = (f"{sum(o.verdict == 'caught' for o in counted)}/{len(counted)} non-equivalent mutants caught; "
-               f"{len(outcomes) - len(counted)} equivalent mutants "
-               f"({sum(o.verdict == 'survived' for o in outcomes if o.mutant.equivalent)} survived); "
-               f"total {total / 60:.1f} min")
-    if gaps:
-        summary += f"; not caught: {', '.join(gaps)}"
-    print(f"\n{report}\n\n{summary}")
+    print(f"\n{report}\n\n{line}")
     if args.out:
-        args.out.write_text(f"{report}\n\n{summary}\n")
-    return 1 if gaps else 0
+        args.out.write_text(f"{header(sys.argv[1:])}\n\n{report}\n\n{line}\n")
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":
