@@ -3,8 +3,6 @@ does, and keeps the target's distribution when sampling."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -160,27 +158,33 @@ def test_auto_offers_nothing_when_nothing_pays():
 
 
 class Slow(Shifted):
-    """A Shifted drafter that also takes ``seconds`` of wall time per proposal."""
+    """A Shifted drafter that also takes ``seconds`` per proposal on the fake clock ``now``."""
 
-    def __init__(self, *args, seconds: float, **kwargs):
+    def __init__(self, *args, seconds: float, now: list[float], **kwargs):
         super().__init__(*args, **kwargs)
-        self.seconds = seconds
+        self.seconds, self.now = seconds, now
 
     def propose(self, state: DecodeState) -> Draft | None:
-        time.sleep(self.seconds)
+        self.now[0] += self.seconds
         return super().propose(state)
 
 
-def test_members_that_do_not_pay_for_their_seats_are_retired():
+def test_members_that_do_not_pay_for_their_seats_are_retired(monkeypatch):
     """A slow twin of the right member never changes what the router gets (ties go to the earlier member), and a
     member that is never right never drafts: both cost time and save none, so they lose their seats, the
     costlier first; the right member, whose wins save seconds of (modelled) target time, keeps its seat, even
     when it is slow itself."""
+    import types
+
+    from specnb.drafters import auto
+
+    now = [0.0]  # the router times its members on this clock: only their proposals advance it
+    monkeypatch.setattr(auto, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     target = tiny("llama")
     truth = reference()
-    members = {"right": Slow(truth, len(PROMPT), shift=0, seconds=0.002),
-               "twin": Slow(truth, len(PROMPT), shift=0, seconds=0.01),
-               "wrong": Shifted(truth, len(PROMPT), shift=1)}
+    members = {"right": Slow(truth, len(PROMPT), shift=0, seconds=0.002, now=now),
+               "twin": Slow(truth, len(PROMPT), shift=0, seconds=0.01, now=now),
+               "wrong": Slow(truth, len(PROMPT), shift=1, seconds=0.001, now=now)}
     router = AutoDrafter(members, cost(0.05), window=8)
     runs = [generate(target, PROMPT, router, max_new_tokens=MAX_NEW, stop_at_eos=False) for _ in range(3)]
     assert all(run.tokens == truth for run in runs)
