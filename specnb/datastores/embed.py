@@ -271,10 +271,6 @@ class Projection:
         if not 1 <= self.dims <= self.components.shape[0]:
             raise ValueError(f"dims must be in [1, {self.components.shape[0]}] (components fitted), got {self.dims}")
 
-    @property
-    def input_dim(self) -> int:
-        return int(self.mean.shape[0])
-
     def with_dims(self, dims: int, l2: bool | None = None) -> Projection:
         """The same fit using the first ``dims`` components (and optionally another ``l2`` setting)."""
         return Projection(self.mean, self.scale, self.components, self.explained_variance_ratio, dims,

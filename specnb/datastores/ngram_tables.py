@@ -163,11 +163,6 @@ class BigramTable:
         arrays = (self.tokens, self.topk, self.logprobs, self.row_of, self._chains)
         return sum(a.nbytes for a in arrays if a is not None)
 
-    @property
-    def coverage(self) -> float:
-        """Share of the vocabulary that has a row."""
-        return self.tokens.shape[0] / self.row_of.shape[0]
-
     def extended(self, w: int) -> np.ndarray:
         """The extended-bigram lookup table, int64 [N, K, w]: row j of x is ``y_j`` followed by greedy
         top-1 chaining; -1 once the chain reaches a token without a row. Built once, then sliced."""

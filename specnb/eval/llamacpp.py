@@ -21,8 +21,6 @@ from ..core.prompts import Prompt, encode_prompt
 from ..model.model_names import gguf_file
 from ..model.models import EMBEDDED, LoadedModel
 
-METHODS = ("llamacpp", "llamacpp-pld")
-
 
 def gguf_path(target: LoadedModel) -> Path:
     """The GGUF file the embedded model was converted from (joined by ``specnb models fetch``)."""

@@ -37,7 +37,6 @@ TIMED = ("ar", "pld", "suffix", "recycle", "auto")
 model bigram's mixed drafts (``mixed-adaptive``) in notebook 06, CREST priced for this machine
 (``crest-priced``) in notebook 09."""
 SETS = {"code": "humaneval", "chat": "mtbench", "multi-turn chat": "mtbench2", "repeated code": "humaneval2"}
-MULTI_TURN = ("multi-turn chat", "repeated code")
 TIMED_SETS = ("code", "multi-turn chat", "repeated code")
 """Notebook 10's timed sets: single-turn chat is left out (its prompts are the first turns of ``multi-turn chat``;
 prompt lookup on MT-Bench first turns is timed in notebook 06)."""

@@ -116,13 +116,6 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def end_to_end(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
-               max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
-    """:func:`table` of a :func:`run_specs` run."""
-    return table(run_specs(target, prompts, specs, temperature=temperature, max_new_tokens=max_new_tokens,
-                           warmup=warmup, progress=progress))
-
-
 def hardware(target: LoadedModel) -> str:
     """The machine a run's timings belong to, in words: the GPU's name, or the CPU's model, its class (amx /
     avx512bf16 / avx2) and torch's threads."""

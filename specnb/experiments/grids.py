@@ -8,7 +8,7 @@ time excluded).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -26,13 +26,6 @@ def replay_rows(name: str, runs: list[RunStats]) -> pd.DataFrame:
     """Replayed runs (one per reference) as :func:`specnb.experiments.run` rows of method ``name`` (prompt_id =
     the reference's index; times are 0), ready for :func:`specnb.experiments.summarize`."""
     return pd.DataFrame([{"method": name, "prompt_id": i, **generation_row(stats)} for i, stats in enumerate(runs)])
-
-
-def replay_table(makers: Mapping[str, Callable[[], Drafter]], references: list[Reference],
-                 hidden: list[Tensor] | None = None) -> pd.DataFrame:
-    """Replay a fresh ``make()`` drafter of every method on every reference; one row per (method, reference)."""
-    return pd.concat([replay_rows(name, replay_many(make, references, hidden)) for name, make in makers.items()],
-                     ignore_index=True)
 
 
 def replay_summary(name: str, runs: list[RunStats], cost=None, ar_seconds: float | None = None,

@@ -1,4 +1,4 @@
-// The extension's Python module (specnb.kernels.extension()).
+// The extension's Python module (specnb.model.kernels.extension()).
 
 #include <torch/extension.h>
 
@@ -35,5 +35,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
 #undef FIELD
   module.attr("ACT_SILU") = ACT_SILU;
   module.attr("ACT_GELU_TANH") = ACT_GELU_TANH;
-  module.def("decoder_layers", &decoder_layers, "a stack of decoder layers in one call (specnb/decoder.py's Layer)");
+  module.def("decoder_layers", &decoder_layers, "a stack of decoder layers in one call (specnb.model.decoder's Layer)");
 }

@@ -1,6 +1,6 @@
 // Helpers every CPU kernel of the extension shares: the ISA paths' numbers, bf16 <-> fp32 and rounding stores.
 //
-// Paths (the caller picks one from the CPU flags, specnb/kernels/cpu.py; numbered as specnb.kernels.cpu.ISAS):
+// Paths (the caller picks one from the CPU flags, specnb/model/kernels/cpu.py; numbered as its ISAS):
 //   ISA_AVX2        fp32 FMA over ymm; bf16 values widened to fp32 in registers (every x86 class)
 //   ISA_AVX512BF16  AVX512 classes: bf16 x bf16 -> fp32 dot products (vdpbf16ps) and 512-bit fp32 FMAs
 //   ISA_INT8        GGUF blocks times int8-rounded activations (quant_int8.h), whatever the class's path

@@ -1,4 +1,4 @@
-// decoder_layers(): a whole stack of decoder layers in one call (specnb/decoder.py's Layer, step for step),
+// decoder_layers(): a whole stack of decoder layers in one call (specnb/model/decoder.py's Layer, step for step),
 // without the Python between the layers' ~12 kernel calls and ~25 small tensor ops. The same kernels and the
 // same ATen ops run in the same order on the same dtypes, so the result has the bits of the Python layer.
 
