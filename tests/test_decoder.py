@@ -242,3 +242,33 @@ def test_timing_tables_are_keyed_by_the_body_too(monkeypatch):
     assert call_path(target.model) != name
     with stock(target.model):
         assert call_path(target.model) == ""
+
+
+def test_a_family_specnb_does_not_cover_runs_on_hugging_faces_modules_said_once(tmp_path, capsys):
+    """A local GPT-2 folder (a family specnb's decoder does not cover): it loads, one line on stderr says which
+    modules run it (once per process), and speculation on it is lossless with drafts accepted."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    from specnb import generate, load_model
+    from specnb.drafters.context import ContextNgramDrafter
+    from specnb.model.decoder import body
+    from specnb.model.models import _say_which_decoder, byte_tokenizer
+
+    _say_which_decoder.cache_clear()
+    config = GPT2Config(vocab_size=320, n_embd=64, n_layer=2, n_head=2, n_positions=256, bos_token_id=256,
+                        eos_token_id=257)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path)
+    byte_tokenizer().save_pretrained(tmp_path)
+    capsys.readouterr()
+    target = load_model(str(tmp_path), dtype="float32")
+    load_model(str(tmp_path), dtype="float32")
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specnb: ")]
+    assert said == ["specnb: gpt2 models run on Hugging Face's modules (specnb's decoder covers gemma3_text, llama, "
+                    "qwen2)"]
+    assert body(target.model) is None
+    prompt = "abcabcabc"
+    ar = generate(target, prompt, max_new_tokens=20, stop_at_eos=False)
+    for verify in ("tree", "batch"):
+        out = generate(target, prompt, ContextNgramDrafter(k=2, w=4), max_new_tokens=20, verify=verify,
+                       stop_at_eos=False)
+        assert out.tokens == ar.tokens and out.stats.tokens_per_call > 1.0, verify

@@ -17,6 +17,7 @@ once, a hub id already in the local Hugging Face cache is read without a request
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -349,6 +350,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
     if chat is None:
         chat = tokenizer.chat_template is not None
+    _say_which_decoder(model.config.get_text_config().model_type)
     installed = kernels.rehome(model)
     if weights.startswith("gguf"):
         if not installed:
@@ -366,6 +368,17 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
             raise ModelError(str(exc)) from None
         mark(model, path, int8=weights == "gguf-int8")
     return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer), weights=weights)
+
+
+@functools.cache
+def _say_which_decoder(model_type: str) -> None:
+    """One line on stderr, once per process and family, where specnb's decoder does not cover ``model_type``:
+    Hugging Face's modules then run every call (exact, without specnb's kernels)."""
+    from .decoder import ARCHITECTURES
+
+    if model_type not in ARCHITECTURES:
+        print(f"specnb: {model_type} models run on Hugging Face's modules (specnb's decoder covers "
+              f"{', '.join(sorted(ARCHITECTURES))})", file=sys.stderr)
 
 
 @contextlib.contextmanager
