@@ -157,3 +157,49 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert run["failed"] == ["00_fails.ipynb", "02_fails.ipynb"]
     assert set(run["read_gb_per_s"]) == set(run["notebook_seconds"])
     assert all(v > 0 for v in run["read_gb_per_s"].values())
+
+
+def test_the_quickstart_runs_on_another_target_and_a_prompt_file(tmp_path, monkeypatch):
+    """Notebook 00 under papermill with parameters: a tiny Llama where the smoke profile says Gemma-3, the
+    prompts from a JSONL file, two timed prompts; its results name them. A bad value stops the first cell with one
+    line naming the parameter, before any model loads."""
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x"}) + "\n"
+                               for i in range(3)))
+    monkeypatch.setattr("specnb.study.notebooks.figures_for", lambda profile: tmp_path / "figures")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    [run] = run_notebooks("smoke", ["00_quickstart"], output_dir=tmp_path,
+                          parameters={"target": "tiny-llama", "prompts": str(prompts), "timed_prompts": 2})
+    assert run.error is None, run.error
+    results = json.loads((tmp_path / "figures" / "00_results.json").read_text())
+    assert results["ours"]["prompts"] == 2 and "tiny-llama" in json.dumps(results["setup"])
+    [bad] = run_notebooks("smoke", ["00_quickstart"], output_dir=tmp_path / "bad", parameters={"timed_tokens": 0})
+    assert bad.error == "PapermillExecutionError: ParameterError: parameter timed_tokens: must be a whole number " \
+                        ">= 1, got 0"
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"target": "no-such-model"}, "parameter target: "),
+    ({"draft": "nobody/nothing-here"}, "parameter draft: "),
+    ({"prompts": "/no/such.jsonl"}, "parameter prompts: '/no/such.jsonl' is neither a prompt set"),
+    ({"device": "tpu"}, "parameter device: invalid device"),
+    ({"dtype": "int4"}, "parameter dtype: unknown dtype"),
+    ({"weights": "gguf"}, "parameter weights: weights 'gguf' needs an embedded model"),
+    ({"timed_prompts": 2.5}, "parameter timed_prompts: must be a whole number"),
+    ({"target": 3}, "parameter target: must be a string"),
+    ({"colour": "red"}, "unknown parameter 'colour'"),
+])
+def test_a_bad_parameter_is_one_line_naming_it(given, message):
+    from specnb.study.profiles import ParameterError, get_profile
+
+    with pytest.raises(ParameterError) as refused:
+        get_profile("smoke", **given)
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+
+
+def test_parameters_replace_the_profiles_values_and_none_keeps_them():
+    from specnb.study.profiles import PROFILES, get_profile
+
+    p = get_profile("smoke", target="tiny-qwen2", timed_tokens=5, draft=None, weights="bf16")
+    assert (p.target, p.timed_tokens, p.weights) == ("tiny-qwen2", 5, "bf16")
+    assert p.draft == PROFILES["smoke"].draft and get_profile("smoke") == PROFILES["smoke"]

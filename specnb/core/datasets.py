@@ -164,6 +164,16 @@ def _kind(value: object) -> str:
 PROMPT_SETS = {"humaneval": humaneval, "mtbench": mtbench, "humaneval2": humaneval2, "mtbench2": mtbench2}
 
 
+SET_TITLES = {"humaneval": "HumanEval", "mtbench": "MT-Bench", "humaneval2": "HumanEval (two turns)",
+              "mtbench2": "MT-Bench (two turns)"}
+
+
+def prompts_title(name: str) -> str:
+    """How a figure or table names the prompts of :func:`load_prompts` ``name``: the set's title, else the file's
+    name."""
+    return SET_TITLES.get(name, Path(name).name)
+
+
 def load_prompts(name: str, n: int | None = None) -> list[Prompt]:
     """A set of :data:`PROMPT_SETS` or a path to a JSONL file; the first ``n`` prompts (all if None, else n >= 1)."""
     if n is not None and n < 1:

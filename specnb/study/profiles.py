@@ -26,7 +26,7 @@ Every profile runs on ``device``: CUDA when the machine has it, else the CPU (th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..model.device import default_device
@@ -117,6 +117,8 @@ class Profile:
     study_stores: StudyStoreSizes
     dtype: str = "auto"
     device: str = field(default_factory=default_device)  # cuda when available, else cpu
+    prompts: str = "humaneval"  # the timed prompts: a set of specnb.core.datasets.PROMPT_SETS or a JSONL file
+    weights: str = "auto"  # what the target computes over (specnb.model.model_names.WEIGHTS)
 
 
 # Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores. quick code: the stdlib corpus's first
@@ -162,7 +164,55 @@ PROFILES = {
 }
 
 
-def get_profile(name: str) -> Profile:
+class ParameterError(ValueError):
+    """A notebook parameter with a value it cannot take: one line naming the parameter."""
+
+
+# the notebook parameters a profile's value can be replaced with (None keeps the profile's)
+OVERRIDABLE = ("target", "draft", "prompts", "device", "dtype", "weights", "timed_prompts", "timed_tokens",
+               "n_prompts", "max_new_tokens")
+
+
+def get_profile(name: str, **parameters: object) -> Profile:
+    """The profile ``name`` with every parameter of :data:`OVERRIDABLE` that is not None in its place, each
+    checked before anything loads (names resolved, files found, sizes positive). Raises ParameterError in one
+    line naming the parameter."""
     if name not in PROFILES:
-        raise ValueError(f"unknown profile {name!r}; use one of {', '.join(PROFILES)}")
-    return PROFILES[name]
+        raise ParameterError(f"parameter profile: unknown profile {name!r}; use one of {', '.join(PROFILES)}")
+    given = {key: value for key, value in parameters.items() if value is not None}
+    if unknown := sorted(set(given) - set(OVERRIDABLE)):
+        raise ParameterError(f"unknown parameter {unknown[0]!r}; a profile's values that can be replaced: "
+                             f"{', '.join(OVERRIDABLE)}")
+    profile = replace(PROFILES[name], **given)
+    for key in given:
+        try:
+            _check(key, profile)
+        except (ValueError, TypeError) as exc:
+            raise ParameterError(f"parameter {key}: {exc}") from None
+    return profile
+
+
+def _check(key: str, p: Profile) -> None:
+    from ..core.datasets import PROMPT_SETS
+    from ..model.device import resolve_device
+    from ..model.model_names import check_weights, resolve_name
+    from ..model.models import resolve_dtype
+
+    value = getattr(p, key)
+    if key in ("timed_prompts", "timed_tokens", "n_prompts", "max_new_tokens"):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"must be a whole number >= 1, got {value!r}")
+    elif not isinstance(value, str):
+        raise TypeError(f"must be a string, got {value!r}")
+    elif key == "target":
+        resolve_name(value)
+    elif key == "draft" and not value.startswith("self:"):
+        resolve_name(value)
+    elif key == "prompts" and value not in PROMPT_SETS and not Path(value).is_file():
+        raise ValueError(f"{value!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a JSONL file")
+    elif key == "device":
+        resolve_device(value)
+    elif key == "dtype":
+        resolve_dtype(value, resolve_device(p.device).type)
+    elif key == "weights":
+        check_weights(p.target, value)
