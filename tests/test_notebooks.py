@@ -205,12 +205,14 @@ def test_parameters_replace_the_profiles_values_and_none_keeps_them():
     assert p.draft == PROFILES["smoke"].draft and get_profile("smoke") == PROFILES["smoke"]
 
 
-def test_the_roofline_notebook_runs_on_another_target(tmp_path, monkeypatch):
-    """Notebook 05 with ``target``: a tiny Qwen2 where the smoke profile says Gemma-3, timed over its own
-    weights (llama.cpp's curve skipped in one line: no GGUF file); its figures and results name it."""
+@pytest.mark.parametrize("name", ["05_roofline", "06_ngram_drafts"])
+def test_a_notebook_with_a_target_parameter_runs_on_another_target(name, tmp_path, monkeypatch):
+    """Notebooks 05 and 06 with ``target``: a tiny Qwen2 where the smoke profile says Gemma-3 (notebook 05's
+    llama.cpp curve skipped in one line: no GGUF file); their results name it."""
     monkeypatch.setattr("specnb.study.notebooks.figures_for", lambda profile: tmp_path / "figures")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    [run] = run_notebooks("smoke", ["05_roofline"], output_dir=tmp_path, parameters={"target": "tiny-qwen2"})
+    [run] = run_notebooks("smoke", [name], output_dir=tmp_path, parameters={"target": "tiny-qwen2"})
     assert run.error is None, run.error
-    curve = (tmp_path / "figures" / "05_cost_curve_steps.csv").read_text()
-    assert "tiny-qwen2" in (tmp_path / "figures" / "05_grid.csv").read_text() and curve
+    written = "".join(f.read_text() for f in (tmp_path / "figures").glob(f"{name[:2]}_*.*") if f.suffix in (".csv",
+                                                                                                          ".json"))
+    assert "tiny-qwen2" in written and "tiny-gemma3" not in written
