@@ -23,6 +23,7 @@ every tree's bytes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -37,7 +38,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..atomic import atomic_file, check_replaceable
-from .corpus import CorpusError, TokenizerInfo
+from .corpus import CorpusError, TokenizerInfo, check_recorded_tokenizer
 from .rest import (
     DEFAULT_SEARCH,
     SEPARATOR,
@@ -300,7 +301,7 @@ class CrestStore:
             if page_size * pages != self.path.stat().st_size:
                 raise sqlite3.DatabaseError(f"file holds {self.path.stat().st_size} bytes, header says "
                                             f"{page_size * pages}")
-            self.meta = {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
+            self.meta = _meta_table(self.db)
             self.db.execute("SELECT ngram, tree FROM trees LIMIT 1").fetchall()
             # every page's structure (SQLite's quick_check: ~10 ms for a 7 MB store): a damaged page would
             # otherwise surface as an error in the middle of decoding, or as lookups that find nothing
@@ -364,6 +365,23 @@ class CrestStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _meta_table(db: sqlite3.Connection) -> dict[str, Any]:
+    """A CREST store's ``meta`` table: {key: JSON value}."""
+    return {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
+
+
+def check_built_for(path: Path, model: str) -> None:
+    """Raise CorpusError when the CREST file at ``path`` records another tokenizer than the model named ``model``
+    has (its meta table and the model's tokenizer only: run before the model loads). A file whose meta table
+    cannot be read is left to :class:`CrestStore`, which says why when it opens."""
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            meta = _meta_table(db)
+    except (sqlite3.Error, ValueError):
+        return
+    check_recorded_tokenizer(meta, model, f"CREST store {path}")
 
 
 def open_crest(target: Any, path: str | Path | None) -> CrestStore:

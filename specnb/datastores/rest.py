@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import contextlib
 import json
 import shutil
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,19 +353,10 @@ def require_store(path: Path, kind: str) -> None:
         raise CorpusError(f"no {name} at {path}; build it with `specnb datastore build {kind}`")
 
 
-def check_built_for(path: Path, kind: str, model: str) -> None:
-    """Raise CorpusError when the REST folder or CREST file (``kind``) at ``path`` records another tokenizer than
-    the model named ``model`` has (its tokenizer only is loaded: run before the model loads)."""
-    what = f"REST datastore {path}" if kind == "rest" else f"CREST store {path}"
-    if kind == "rest":
-        check_recorded_tokenizer(read_meta(path), model, what)
-        return
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            meta = {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM meta")}
-    except (sqlite3.Error, ValueError):
-        return  # not readable: CrestStore says why when it opens
-    check_recorded_tokenizer(meta, model, what)
+def check_built_for(path: Path, model: str) -> None:
+    """Raise CorpusError when the REST folder at ``path`` records another tokenizer than the model named ``model``
+    has (its tokenizer only is loaded: run before the model loads)."""
+    check_recorded_tokenizer(read_meta(path), model, f"REST datastore {path}")
 
 
 def is_rest_store(path: Path) -> bool:

