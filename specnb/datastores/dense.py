@@ -297,12 +297,12 @@ def open_dense(target: LoadedModel, store: str | Path) -> DenseDatastore:
 
 
 def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = None) -> TokenCorpus:
-    """``code`` / ``chat`` (cached corpora of :mod:`specnb.datastores.corpus`), a responses ``*.jsonl`` (ID data from
-    :mod:`specnb.datastores.id_data`), a built corpus folder, or a source path for
-    :func:`specnb.datastores.corpus.build_corpus`.
+    """``code`` / ``chat`` (cached corpora of :mod:`specnb.datastores.corpus`), a responses ``*.jsonl`` with its
+    ``.meta.json`` (ID data from :mod:`specnb.datastores.id_data`), a built corpus folder, or a source path for
+    :func:`specnb.datastores.corpus.build_corpus` (a folder of text files, a JSONL of texts or token ids).
     ``max_tokens`` truncates (whole documents) for quick builds."""
     path = Path(source)
-    if source.endswith(".jsonl"):
+    if source.endswith(".jsonl") and path.with_suffix(".meta.json").exists():
         from .id_data import id_corpus
 
         corpus = id_corpus(path)
