@@ -16,7 +16,7 @@ import torch
 
 from specnb.model import kernels
 from specnb.model.kernels.cpu import kernel_isa
-from specnb.model.models import LoadedModel, tiny_model
+from specnb.model.models import LoadedModel, byte_tokenizer, tiny_model
 
 # Tiny models do tiny matmuls: a second thread only adds synchronisation (and, on a busy machine, a lot of
 # it). Tests that time or run a real model raise this locally.
@@ -67,8 +67,9 @@ def converter_rows(weight: np.ndarray, heads: int) -> np.ndarray:
 
 def write_gguf(model, arch: str, path: Path) -> None:
     """Write ``model`` (a tiny Llama, Qwen2 or Gemma-3) as a GGUF file the way llama.cpp's converter lays one out:
-    settings in the metadata, the embedding, head and projections in Q8_0 and Q5_0 in turn (the formats the gguf
-    package can write), Llama's q / k rows permuted, norms (Gemma's as 1 + w) and biases in F32. The model's
+    settings and the byte tokenizer in the metadata, the embedding, head and projections in Q8_0 and Q5_0 in turn
+    (the formats the gguf package can write), Llama's q / k rows permuted, norms (Gemma's as 1 + w) and biases in
+    F32. The model's
     dense weights are then set to the blocks' values, so Hugging Face's decoder computes the model the file
     holds."""
     import gguf
@@ -91,6 +92,15 @@ def write_gguf(model, arch: str, path: Path) -> None:
         writer.add_uint32(keys.Attention.SLIDING_WINDOW_PATTERN.format(arch=arch), 2)  # tiny_model's layer types
         writer.add_float32(keys.Rope.FREQ_BASE_SWA.format(arch=arch), rope["sliding_attention"]["rope_theta"])
         writer.add_float32(keys.Attention.SCALE.format(arch=arch), layers[0].self_attn.scaling)
+    vocab = sorted(byte_tokenizer().get_vocab().items(), key=lambda item: item[1])  # the tiny models' tokenizer
+    pad = config.vocab_size - len(vocab)  # the embedding's rows past the tokenizer's: unused tokens
+    writer.add_tokenizer_model("gpt2")  # byte-level BPE; no merges: every token is one byte or special
+    writer.add_token_list([token for token, _ in vocab] + [f"<unused{i}>" for i in range(pad)])
+    writer.add_token_types([1] * 256 + [3] * (len(vocab) - 256) + [5] * pad)  # normal, control, unused
+    writer.add_token_scores([0.0] * config.vocab_size)
+    writer.add_bos_token_id(vocab[256][1])
+    writer.add_eos_token_id(vocab[257][1])
+    writer.add_pad_token_id(vocab[258][1])
     quantized = [(model.get_input_embeddings(), "token_embd"), (model.get_output_embeddings(), "output")]
     quantized += [(layers[i].get_submodule(m), f"blk.{i}.{n}") for i in range(len(layers))
                   for m, n in GGUF_PROJECTIONS.items()]

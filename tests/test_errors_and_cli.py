@@ -234,7 +234,7 @@ def test_draft_not_installed_fails_before_the_target_loads(tmp_path, monkeypatch
     (["--methods", "dense", "--datastore", "code"], "no dense datastore at {tmp}/datastores/dense/code-tiny-llama"),
     (["--methods", "mixed-adaptive", "-o", "roofline={tmp}/none.csv"], "roofline table {tmp}/none.csv does not"),
     (["--methods", "sd", "--draft", "self:4"], "self-draft needs 1 <= L < 4"),  # tiny models have 4 layers
-    (["--weights", "gguf"], "weights 'gguf' needs an embedded model"),
+    (["--weights", "gguf"], "weights 'gguf' needs a GGUF file"),
 ])
 def test_missing_inputs_fail_before_the_target_loads(argv, message, tmp_path, monkeypatch, capsys):
     from specnb.model import models

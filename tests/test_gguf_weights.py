@@ -13,7 +13,7 @@ from test_lossless import OracleDrafter
 from specnb import generate, load_model
 from specnb.core.datasets import humaneval
 from specnb.drafters.context import ContextNgramDrafter
-from specnb.model import weights_choice
+from specnb.model import kernels, weights_choice
 from specnb.model.ceilings import streamed_bytes
 from specnb.model.decoder import Body, body, call_path, stock
 from specnb.model.forward import forward
@@ -27,7 +27,7 @@ from specnb.paths import cache_dir
 def test_bad_weights_are_refused_before_loading():
     with pytest.raises(ModelError, match="unknown weights 'q4'"):
         load_model("tiny-llama", weights="q4")
-    with pytest.raises(ModelError, match="needs an embedded model"):
+    with pytest.raises(ModelError, match="needs a GGUF file"):
         load_model("tiny-llama", weights="gguf")
 
 
@@ -195,6 +195,31 @@ def test_speculation_over_blocks_is_lossless_and_accepts(arch, dtype, int8):
         lookup = generate(target, prompt, ContextNgramDrafter(k=2, w=6), max_new_tokens=40, verify=mode,
                           stop_at_eos=False)
         assert lookup.tokens == ar, mode
+
+
+@needs_kernels
+@pytest.mark.parametrize("weights", ["gguf", "gguf-int8", "auto"])
+def test_a_gguf_file_is_a_model_name(weights, tmp_path, monkeypatch, capsys):
+    """A Llama GGUF as llama.cpp's converter writes it (q / k rows permuted, its tokenizer in the metadata) loads by
+    its path: converted once for transformers (said once), then run over its own blocks; its AR is the AR of the
+    model it was written from over the same blocks, and speculation over it is lossless and accepts."""
+    if weights == "gguf-int8" and not int8_supported():
+        pytest.skip("int8 activations need an AVX512 CPU with VNNI")
+    written = tiny_gguf("llama", int8=weights == "gguf-int8")
+    kernels.extension()  # loaded from the real cache before the test's own replaces it (a build takes a minute)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    path = str(written.model._specnb_gguf)
+    mine = load_model(path, dtype="float32", weights=weights)
+    assert "converting" in capsys.readouterr().err
+    assert mine.weights in ("gguf", "gguf-int8", "bf16") and (weights == "auto" or mine.weights == weights)
+    assert load_model(path, dtype="float32", weights="bf16").weights == "bf16"
+    assert "converting" not in capsys.readouterr().err  # converted once
+    prompt = [256] + list(range(40, 60)) * 3
+    ar = generate(mine, prompt, max_new_tokens=30, stop_at_eos=False).tokens
+    if weights != "auto":
+        assert ar == generate(written, prompt, max_new_tokens=30, stop_at_eos=False).tokens
+    out = generate(mine, prompt, OracleDrafter(ar, len(prompt), 7, 6, 10, 0.1), max_new_tokens=30, stop_at_eos=False)
+    assert out.tokens == ar and max(c.accepted for c in out.stats.calls) >= 5
 
 
 needs_gemma = pytest.mark.skipif(

@@ -182,9 +182,10 @@ def test_the_quickstart_runs_on_another_target_and_a_prompt_file(tmp_path, monke
     ({"target": "no-such-model"}, "parameter target: "),
     ({"draft": "nobody/nothing-here"}, "parameter draft: "),
     ({"prompts": "/no/such.jsonl"}, "parameter prompts: '/no/such.jsonl' is neither a prompt set"),
+    ({"corpus": "/no/such/folder"}, "parameter corpus: '/no/such/folder' is neither `code`"),
     ({"device": "tpu"}, "parameter device: invalid device"),
     ({"dtype": "int4"}, "parameter dtype: unknown dtype"),
-    ({"weights": "gguf"}, "parameter weights: weights 'gguf' needs an embedded model"),
+    ({"weights": "gguf"}, "parameter weights: weights 'gguf' needs a GGUF file"),
     ({"timed_prompts": 2.5}, "parameter timed_prompts: must be a whole number"),
     ({"target": 3}, "parameter target: must be a string"),
     ({"colour": "red"}, "unknown parameter 'colour'"),
@@ -200,9 +201,15 @@ def test_a_bad_parameter_is_one_line_naming_it(given, message):
 def test_parameters_replace_the_profiles_values_and_none_keeps_them():
     from specnb.study.profiles import PROFILES, get_profile
 
-    p = get_profile("smoke", target="tiny-qwen2", timed_tokens=5, draft=None, weights="bf16")
-    assert (p.target, p.timed_tokens, p.weights) == ("tiny-qwen2", 5, "bf16")
+    p = get_profile("smoke", timed_tokens=5, draft=None, weights="bf16")
+    assert (p.timed_tokens, p.weights) == (5, "bf16")
     assert p.draft == PROFILES["smoke"].draft and get_profile("smoke") == PROFILES["smoke"]
+    # the profile's draft (self:2) and notebook 07's pair belong to its target: another target has neither ...
+    other = get_profile("smoke", target="tiny-qwen2")
+    assert (other.target, other.draft, other.pair) == ("tiny-qwen2", None, None)
+    # ... unless a draft is given with it
+    paired = get_profile("smoke", target="tiny-qwen2", draft="self:1")
+    assert (paired.draft, paired.pair) == ("self:1", ("tiny-qwen2", "self:1"))
 
 
 @pytest.mark.parametrize("name", ["05_roofline", "06_ngram_drafts"])

@@ -14,6 +14,7 @@ retries before failing. This module imports neither torch nor transformers, so t
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -94,12 +95,13 @@ HUB_TIMEOUT = 2.0  # seconds to wait for a TCP connection to the hub before call
 class ModelSource:
     """Where a model name is loaded from.
 
-    kind: ``embedded`` | ``tiny`` | ``local`` | ``hub``; source: the embedded name, the tiny architecture, the
-    local path or the hub id; offline: ``from_pretrained`` must read local files only (a path, or a hub id
-    already in the Hugging Face cache), so it never makes a request.
+    kind: ``embedded`` | ``tiny`` | ``local`` | ``gguf`` | ``hub``; source: the embedded name, the tiny
+    architecture, the local path (``gguf``: a ``.gguf`` file, converted once like an embedded model's) or the hub
+    id; offline: ``from_pretrained`` must read local files only (a path, or a hub id already in the Hugging Face
+    cache), so it never makes a request.
     """
 
-    kind: Literal["embedded", "tiny", "local", "hub"]
+    kind: Literal["embedded", "tiny", "local", "gguf", "hub"]
     source: str
     offline: bool
 
@@ -116,6 +118,8 @@ def resolve_name(name: str) -> ModelSource:
                              f"{', '.join('tiny-' + a for a in TINY_ARCHS)}")
         return ModelSource("tiny", arch, offline=True)
     local = Path(name).expanduser()
+    if local.suffix == ".gguf" and local.is_file():
+        return ModelSource("gguf", str(local), offline=True)
     if local.exists():
         return ModelSource("local", str(local), offline=True)
     if not HUB_ID.fullmatch(name) or name.startswith((".", "~")):
@@ -150,14 +154,27 @@ def hub_unreachable() -> str | None:
     return None
 
 
+def is_gguf_file(name: str) -> bool:
+    """Whether model ``name`` is a ``.gguf`` file's path (converted once, like an embedded model)."""
+    return name.endswith(".gguf") and Path(name).expanduser().is_file()
+
+
 def converted_dir(name: str) -> Path:
-    """Where ``specnb models fetch`` puts embedded model ``name`` converted for transformers (``config.json`` in
-    it once complete)."""
+    """Where embedded model ``name`` (``specnb models fetch``) or a ``.gguf`` file is converted for transformers
+    (``config.json`` in it once complete); a file's folder is keyed by its path, size and modification time."""
+    if is_gguf_file(name):
+        path = Path(name).expanduser().resolve()
+        stat = path.stat()
+        key = hashlib.sha256(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+        return artifact_path("models", f"gguf-{safe_name(path.stem)}-{key}")
     return artifact_path("models", safe_name(name))
 
 
 def gguf_file(name: str) -> Path:
-    """Where ``specnb models fetch`` joins embedded model ``name``'s GGUF parts."""
+    """The GGUF file of model ``name``: the file itself for a ``.gguf`` path, else where ``specnb models fetch``
+    joins embedded model ``name``'s parts."""
+    if is_gguf_file(name):
+        return Path(name).expanduser()
     return artifact_path("gguf", f"{safe_name(name)}.gguf")
 
 
@@ -179,7 +196,7 @@ def layer_count(name: str) -> int | None:
     where = resolve_name(name)
     if where.kind == "tiny":
         return TINY_LAYERS
-    folder = converted_dir(name) if where.kind == "embedded" else Path(where.source)
+    folder = converted_dir(name) if where.kind in ("embedded", "gguf") else Path(where.source)
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
@@ -196,8 +213,9 @@ rounded to int8); ``auto`` picks per model and CPU (:func:`specnb.model.models.r
 
 def check_weights(name: str, weights: str) -> None:
     """Raise ModelError unless ``weights`` is one of :data:`WEIGHTS` that ``name`` has (``gguf``: the embedded
-    models, whose GGUF files ship)."""
+    models, whose GGUF files ship, and ``.gguf`` files)."""
     if weights not in WEIGHTS:
         raise ModelError(f"unknown weights {weights!r}; use one of {', '.join(WEIGHTS)}")
-    if weights.startswith("gguf") and name not in EMBEDDED:
-        raise ModelError(f"weights {weights!r} needs an embedded model (its GGUF file); {name!r} is not one")
+    if weights.startswith("gguf") and name not in EMBEDDED and not is_gguf_file(name):
+        raise ModelError(f"weights {weights!r} needs a GGUF file (an embedded model or a .gguf path); {name!r} is "
+                         "neither")

@@ -47,6 +47,8 @@ from .model_names import (
     check_weights,
     converted_dir,
     gguf_file,
+    is_gguf_file,
+    resolve_name,
 )
 
 
@@ -103,16 +105,16 @@ def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.
     """What ``weights`` (one of :data:`specnb.model.model_names.WEIGHTS`) means here: itself, or for ``auto``
     ``"gguf-int8"`` / ``"gguf"`` / ``"bf16"``.
 
-    ``auto`` is, for an embedded model on a CPU where specnb's kernels run (fp32 or bf16), the GGUF route this CPU
-    runs (:func:`specnb.model.weights_choice.blocks_route`) where this machine's measured table shows it no slower
-    than bf16 at one token and at the 4- and 16-token calls speculation makes
+    ``auto`` is, for an embedded model or a ``.gguf`` file on a CPU where specnb's kernels run (fp32 or bf16), the
+    GGUF route this CPU runs (:func:`specnb.model.weights_choice.blocks_route`) where this machine's measured table
+    shows it no slower than bf16 at one token and at the 4- and 16-token calls speculation makes
     (:func:`specnb.model.weights_choice.choose`; timed once and cached), else ``bf16``. GPUs and other dtypes
     have no block kernels: ``bf16``.
     """
     if weights != "auto":
         return weights
-    usable = name in EMBEDDED and device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) \
-        and kernel_isa() is not None and kernels.extension() is not None
+    usable = (name in EMBEDDED or is_gguf_file(name)) and device.type == "cpu" \
+        and dtype in (torch.float32, torch.bfloat16) and kernel_isa() is not None and kernels.extension() is not None
     if not usable:
         return "bf16"
     from . import weights_choice
@@ -241,6 +243,22 @@ def _join_parts(spec: EmbeddedModel) -> Path:
     return target
 
 
+def checkpoint(name: str) -> Path | str:
+    """What ``from_pretrained`` reads for model ``name``: an embedded model's converted folder (:func:`fetch`), a
+    ``.gguf`` file's (converted once into the cache, :func:`specnb.model.model_names.converted_dir`), else the
+    local path or hub id itself."""
+    where = resolve_name(name)
+    if where.kind == "embedded":
+        return fetch(name)
+    if where.kind == "gguf":
+        out = converted_dir(name)
+        if not (out / "config.json").exists():
+            print(f"specnb: converting {where.source} once for transformers (cached in {out})", file=sys.stderr)
+            _convert_gguf(Path(where.source), out)
+        return out
+    return where.source
+
+
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temporary folder, renamed
     into place once complete: an interrupted conversion leaves no half checkpoint at ``out``)."""
@@ -318,14 +336,15 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
 
 def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu",
                weights: str = "auto") -> LoadedModel:
-    """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id or local path.
+    """Load a model by embedded name, ``tiny-<arch>``, Hugging Face id, local folder or ``.gguf`` file (Llama, Qwen2
+    or Gemma-3; converted once into the cache for transformers, then run over its own blocks like an embedded model).
 
     Returns a :class:`LoadedModel` in eval mode on ``device`` (weights are loaded straight onto it; a
     CUDA device on a machine without one raises ValueError). ``dtype="auto"`` is bf16 where the hardware
     has bf16 kernels and float32 otherwise (see :func:`resolve_dtype`). Tiny models are float32 unless a
-    dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models, CPU with specnb's kernels):
-    specnb's decoder runs the GGUF file (:mod:`specnb.model.gguf_weights`): its projections and output head over
-    the file's quantized blocks, activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
+    dtype other than ``"auto"`` is asked for. ``weights="gguf"`` (embedded models and ``.gguf`` files, CPU with
+    specnb's kernels): specnb's decoder runs the GGUF file (:mod:`specnb.model.gguf_weights`): its projections and
+    output head over the file's quantized blocks, activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
     activations rounded to int8 (AVX512 CPUs with VNNI); ``"bf16"``: over the dense checkpoint;
     ``"auto"``: the fastest of these on this machine, measured once (:func:`resolve_weights`). The result's
     ``weights`` says which ran.
@@ -339,10 +358,9 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     torch_dtype = resolve_dtype(dtype, device.type)
     weights = resolve_weights(name, weights, device, torch_dtype)
     if where.kind == "embedded":
-        spec = EMBEDDED[name]
-        source, chat = str(fetch(name)), spec.chat
+        source, chat = str(fetch(name)), EMBEDDED[name].chat
     else:
-        source, chat = where.source, None
+        source, chat = str(checkpoint(name)), None
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
         placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
