@@ -28,14 +28,14 @@ from ..core.drafter import Drafter
 from ..core.generate import generate
 from ..core.metrics import bootstrap_interval, ratio_interval
 from ..core.roofline import device_name
-from ..datastores.corpus import TokenCorpus, build_corpus
+from ..datastores.corpus import TokenCorpus, build_corpus, source_tag
 from ..datastores.crest import CrestStore, NgramCounter, NgramTrees, ngram_trees, store_meta, write_store
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex, disk_bytes
 from ..drafters.crest import CrestDrafter
 from ..drafters.rest import RestDrafter
 from ..eval.replay import Reference, replay_greedy
 from ..model.models import LoadedModel
-from ..paths import artifact_path
+from ..paths import artifact_path, safe_name
 from ..study.profiles import CompactionSizes, get_profile
 from ..study.verdicts import Expect
 from .draftretriever_ref import compare_candidates, compare_latency, write_draftretriever
@@ -62,18 +62,22 @@ def sizes_for(profile: str) -> CompactionSizes:
     return get_profile(profile).compaction
 
 
-def work_dir(profile: str) -> Path:
-    """``<cache>/nb04/<profile>`` (created): where every store of notebook 04 is built once."""
-    path = artifact_path("nb04", profile)
+def work_dir(profile: str, target: str, corpus: str = "code") -> Path:
+    """``<cache>/nb04/<profile>/<target>-<corpus tag>`` (created): where every store of notebook 04 is built once
+    for ``target`` and its code ``corpus`` (:func:`specnb.datastores.corpus.source_tag`)."""
+    path = artifact_path("nb04", profile, f"{safe_name(target)}-{source_tag(corpus)}")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def references(target: LoadedModel, n_prompts: int, max_new_tokens: int) -> dict[str, list[Reference]]:
+def references(target: LoadedModel, n_prompts: int, max_new_tokens: int, code: str = "humaneval"
+               ) -> dict[str, list[Reference]]:
     """The target's cached greedy references (:func:`specnb.experiments.references.greedy_references`) of the
-    first ``n_prompts`` prompts of each task's set (:data:`PROMPT_SETS`), ``max_new_tokens`` each."""
+    first ``n_prompts`` prompts of each task's set (:data:`PROMPT_SETS`; ``code``: the code task's set or JSONL
+    file), ``max_new_tokens`` each."""
+    sets = {**PROMPT_SETS, "code": code}
     return {task: greedy_references(target, load_prompts(name, n_prompts), max_new_tokens)
-            for task, name in PROMPT_SETS.items()}
+            for task, name in sets.items()}
 
 
 def token_counts(references: dict[str, list[Reference]]) -> dict[str, int]:
@@ -81,12 +85,13 @@ def token_counts(references: dict[str, list[Reference]]) -> dict[str, int]:
     return {task: int(sum(len(output) for _, output in refs)) for task, refs in references.items()}
 
 
-def corpora_and_indexes(target: LoadedModel, sizes: CompactionSizes, work: Path
+def corpora_and_indexes(target: LoadedModel, sizes: CompactionSizes, work: Path, corpus: str = "code"
                         ) -> tuple[dict[str, TokenCorpus], dict[str, RestIndex], pd.DataFrame]:
-    """The code and chat corpora (cached by :func:`specnb.datastores.corpus.build_corpus`), their 100% REST
-    indexes (built once under ``work``) and a table: task, docs, tokens, REST bytes, build s (of the index)."""
-    corpora = {"code": build_corpus(sizes.code, target, out=work / "corpus-code" if isinstance(sizes.code, list)
-                                    else None),
+    """The code and chat corpora (cached by :func:`specnb.datastores.corpus.build_corpus`; ``corpus``: the code one,
+    ``code`` for the profile's stdlib files or a folder / JSONL of the user's, whole), their 100% REST indexes
+    (built once under ``work``) and a table: task, docs, tokens, REST bytes, build s (of the index)."""
+    code = sizes.code if corpus == "code" else corpus
+    corpora = {"code": build_corpus(code, target, out=work / "corpus-code" if isinstance(code, list) else None),
                "chat": build_corpus("chat", target, max_tokens=sizes.chat_tokens)}
     indexes = {task: rest_store(c, work / f"rest-{task}-100") for task, c in corpora.items()}
     table = pd.DataFrame([{"task": t, "docs": c.num_docs, "tokens": c.num_tokens,

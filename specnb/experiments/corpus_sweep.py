@@ -50,11 +50,12 @@ class SweepPoint:
     dense: DenseDatastore | None
 
 
-def sweep_points(target: LoadedModel, profile: str, progress: bool = False) -> list[SweepPoint]:
+def sweep_points(target: LoadedModel, profile: str, progress: bool = False, corpus: str = "code") -> list[SweepPoint]:
     """The corpora of the sweep for ``target`` at ``profile`` size (its ``corpus_sweep`` record: nested document
-    samples of the dense store's corpus, REST on the whole stdlib or not), smallest first, their stores built once."""
+    samples of the dense store's corpus, REST on the whole corpus or not), smallest first, their stores built once.
+    ``corpus``: the code corpus, ``code`` (the stdlib) or a folder / JSONL of the user's."""
     sizes = get_profile(profile).corpus_sweep
-    parent = datastores(target, profile, kinds=("code-OOD",), progress=progress)["code-OOD"]
+    parent = datastores(target, profile, kinds=("code-OOD",), progress=progress, corpus=corpus)["code-OOD"]
     corpus = store_corpus(parent)
     points = []
     for fraction in sizes.fractions:
@@ -69,9 +70,9 @@ def sweep_points(target: LoadedModel, profile: str, progress: bool = False) -> l
         points.append(SweepPoint(f"{fraction:.0%} of the dense store's", sample.num_tokens,
                                  rest_store(sample, study_folder() / name, progress), dense))
     if sizes.whole_stdlib:
-        stdlib = build_corpus("code", target, progress=progress)  # cached; notebook 04's code corpus
-        whole = rest_store(stdlib, study_folder() / f"rest-{stdlib.meta['name']}", progress)
-        points.append(SweepPoint("whole stdlib", stdlib.num_tokens, whole, None))
+        every = build_corpus(corpus, target, progress=progress)  # cached; notebook 04's code corpus
+        whole = rest_store(every, study_folder() / f"rest-{every.meta['name']}", progress)
+        points.append(SweepPoint("whole stdlib" if corpus == "code" else "whole corpus", every.num_tokens, whole, None))
     return points
 
 

@@ -35,7 +35,7 @@ from ..datastores.ann import (
     self_mrr,
     unit_vectors,
 )
-from ..datastores.corpus import CorpusError, TokenCorpus
+from ..datastores.corpus import TokenCorpus, source_tag
 from ..datastores.dense import (
     BuildConfig,
     DenseDatastore,
@@ -76,19 +76,19 @@ OOD and ID for code, UltraChat OOD for chat)."""
 
 
 def id_responses(target: LoadedModel, profile: str) -> Path:
-    """The ID responses file for ``target``: shipped in ``data/``, or (a profile whose ``dresd.generate_id`` is set:
-    smoke) generated into the cache."""
+    """The ID responses file for ``target``: shipped in ``data/``, or the target's greedy responses to the profile's
+    ``dresd.id_generated`` (stubs, tokens) stdlib docstring stubs, generated once into the cache (resumable)."""
     shipped = DATA / f"id_code_{Path(target.name).name}.jsonl"
     if shipped.exists():
         return shipped
-    if not get_profile(profile).dresd.generate_id:
-        raise CorpusError(f"no ID responses for {target.name} in {DATA}; make them with "
-                          f"`python -m specnb.datastores.id_data code --model {target.name} --out {shipped}`")
     from ..datastores.id_data import docstring_stubs, generate_responses
 
-    out = artifact_path("id_data", safe_name(shipped.name))
-    if not out.exists():
-        generate_responses(target, docstring_stubs(6, max_files=40), out, max_new_tokens=48, source="smoke")
+    stubs, tokens = get_profile(profile).dresd.id_generated
+    out = artifact_path("id_data", safe_name(f"id_code_{target.name}-{stubs}x{tokens}.jsonl"))
+    done = out.read_text().count("\n") if out.exists() and out.with_suffix(".meta.json").exists() else 0
+    if done < stubs:  # the stubs of the first 200 files: parsing the whole library takes ~20 s
+        generate_responses(target, docstring_stubs(stubs, max_files=40 if stubs <= 6 else 200), out,
+                           max_new_tokens=tokens, source=f"{stubs} stdlib docstring stubs")
     return out
 
 
@@ -98,9 +98,10 @@ def build_config(profile: str) -> BuildConfig:
 
 
 def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("code-OOD", "code-ID", "chat-OOD"),
-               progress: bool = True) -> dict[str, DenseDatastore]:
+               progress: bool = True, corpus: str = "code") -> dict[str, DenseDatastore]:
     """The dense datastores of ``kinds`` for ``target`` at ``profile`` size (``dresd.store_tokens``: corpus tokens
-    per OOD store, whole documents up to the budget; built once, then cached)."""
+    per OOD store, whole documents up to the budget; built once, then cached). ``corpus``: the code-OOD store's
+    source, ``code`` (the stdlib) or a folder / JSONL of the user's (:func:`specnb.datastores.corpus.build_corpus`)."""
     sizes = get_profile(profile).dresd.store_tokens
     stores = {}
     for kind in kinds:
@@ -110,8 +111,8 @@ def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("cod
             digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()[:8]  # a grown file is another store
             name = f"id-{domain}-{Path(source).stem}-{digest}"
         else:
-            source, tokens = domain, sizes[domain]
-            name = f"{domain}-t{tokens}"
+            source, tokens = (corpus if domain == "code" else domain), sizes[domain]
+            name = f"{domain if source == domain else source_tag(source)}-t{tokens}"
         path = datastore_path(name, target.name)
         if path.exists():
             stores[kind] = load_datastore(path)

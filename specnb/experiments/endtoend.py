@@ -57,12 +57,13 @@ DRESD_SETUP = {"model": "CodeLlama 7B/13B, Llama-2-Chat 7B/13B", "hardware": "1 
 """DReSD's setup for Table 3 (§4, §5.5, Table 1)."""
 
 
-def method_specs(stores: dict[str, Path], draft: str, methods: tuple[str, ...] = METHODS,
+def method_specs(stores: dict[str, Path], draft: str | None, methods: tuple[str, ...] = METHODS,
                  dense_shape: str | None = None, store_of: dict[str, str] | None = None) -> dict[str, tuple]:
     """{label: (bench method, {option: value})}: each retrieval method on its study store (``-priced`` on its
     base method's, unless ``store_of`` names another: {label: store key}, e.g. :data:`PRICED_STORES`), the
     draft-model methods with ``draft``, DReSD (both stores) with ``dense_shape`` when given (``greedy``: DReSD's
-    3 × 20). ``hf-assisted`` needs a loadable draft model, so it is left out for a ``self:L`` draft."""
+    3 × 20). ``hf-assisted`` needs a loadable draft model, so it is left out for a ``self:L`` draft; without a
+    draft (None) every draft-model method is."""
     specs = {}
     for label in methods:
         name = "dense" if label == "dense-id" else label
@@ -71,7 +72,7 @@ def method_specs(stores: dict[str, Path], draft: str, methods: tuple[str, ...] =
         if base in stores:
             given["datastore"] = str(stores[base])
         if name in ("sd", "mcsd", "hf-assisted"):
-            if name == "hf-assisted" and draft.startswith("self:"):
+            if draft is None or name == "hf-assisted" and draft.startswith("self:"):
                 continue
             given["draft"] = draft
         if name == "dense" and dense_shape is not None:

@@ -400,12 +400,13 @@ class Study:
                                  temperature=temperature)
         return rows.assign(dataset=dataset, temperature=temperature), summary
 
-    def sd_vs_mcsd(self, sd: str, mcsd: str, temperatures: tuple[float, ...], dataset: str = "humaneval"
+    def sd_vs_mcsd(self, sd: str, mcsd: str, temperatures: tuple[float, ...], dataset: str | None = None
                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """MCSD Table 2 with vanilla SD as deep as the MCSD tree: AR, the SD chain ``sd`` (``1x1``: MCSS with
         replacement, i.e. speculative sampling) and the MCSD tree ``mcsd`` (without replacement) at every
-        temperature: (every run row, one summary row per variant and temperature with ``method``
-        = AR / SD / MCSD and ``config``)."""
+        temperature, on the prompt set ``dataset`` (None: the study's first): (every run row, one summary row per
+        variant and temperature with ``method`` = AR / SD / MCSD and ``config``)."""
+        dataset = dataset or next(iter(self.prompts))
         runs, summaries = [], []
         for t in temperatures:
             rows, summary = self.timed({"AR": Variant(None), sd: self.variant(sd, t, "mcss"),
@@ -514,8 +515,12 @@ def load_pair(profile) -> tuple[LoadedModel, LoadedModel]:
     """(target, draft) of ``profile.pair``, the draft in the target's dtype and checked to share its vocabulary."""
     from ..drafters.draft_model import load_draft
     from ..model.models import load_model
+    from ..study.profiles import ParameterError
 
-    target = load_model(profile.pair[0], dtype=profile.dtype, device=profile.device)
+    if profile.pair is None:
+        raise ParameterError("parameter draft: the draft-model study needs a draft for the given target "
+                             "(a model sharing its tokenizer, or self:L)")
+    target = load_model(profile.pair[0], dtype=profile.dtype, device=profile.device, weights=profile.weights)
     return target, load_draft(target, profile.pair[1])
 
 

@@ -45,6 +45,7 @@ from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_m
 from ..eval.runner import Variant, run
 from ..model.forward import forward
 from ..model.models import LoadedModel
+from ..study.profiles import ParameterError, Profile
 from ..study.verdicts import Expect
 from .grids import replay_rows
 from .setups import weights_label
@@ -427,7 +428,7 @@ class ShapeStudy:
     cost model (notebook 05's table) and one-token call times of the draft and the target (seconds, timed
     interleaved: :func:`specnb.experiments.mcsd.call_costs`)."""
 
-    profile: Any
+    profile: Profile
     target: LoadedModel
     sets: dict[str, list[Prompt]]
     refs: dict[str, list[Reference]]
@@ -441,26 +442,27 @@ class ShapeStudy:
     target_call: float
 
     @classmethod
-    def load(cls, profile: str, draft_name: str | None = None) -> ShapeStudy:
-        """Load (or build once, into the cache) everything for ``profile``; ``draft_name``: the draft model
-        (None: the profile's ``draft``)."""
+    def load(cls, p: Profile) -> ShapeStudy:
+        """Load (or build once, into the cache) everything for the profile ``p`` (its target, weights, draft and
+        corpus: the notebook's parameters in place, :func:`specnb.study.profiles.get_profile`)."""
         from ..core.datasets import load_prompts
         from ..core.roofline import CostModel, cost_table
         from ..drafters.draft_model import load_draft
         from ..model.models import load_model
-        from ..study.profiles import get_profile
         from .mcsd import call_costs
         from .ngrams import restricted_bigram_table
         from .references import references_and_states
         from .stores import study_stores
 
-        p = get_profile(profile)
-        target = load_model(p.target, dtype=p.dtype, device=p.device)
+        if p.draft is None:
+            raise ParameterError("parameter draft: the draft-shape study needs a draft for the given target "
+                                 "(a model sharing its tokenizer, or self:L)")
+        target = load_model(p.target, dtype=p.dtype, device=p.device, weights=p.weights)
         sets = {"HumanEval": load_prompts("humaneval", p.n_prompts), "MT-Bench": load_prompts("mtbench", p.n_prompts)}
         pairs = {name: references_and_states(target, prompts, p.max_new_tokens) for name, prompts in sets.items()}
         refs, hidden = {n: r for n, (r, _) in pairs.items()}, {n: h for n, (_, h) in pairs.items()}
-        draft = load_draft(target, draft_name or p.draft)
-        stores = study_stores(target, profile)
+        draft = load_draft(target, p.draft)
+        stores = study_stores(target, p.name, corpus=p.corpus)
         return cls(p, target, sets, refs, hidden, draft,
                    {name: draft_ranks(draft, refs[name], target.vocab_size) for name in sets}, stores,
                    families(target, stores, restricted_bigram_table(target, refs)[0]),

@@ -17,10 +17,11 @@ from .dresd import datastores, store_corpus
 from .study_folder import rest_store, study_folder
 
 
-def study_stores(target: LoadedModel, profile: str, progress: bool = False) -> dict[str, Path]:
+def study_stores(target: LoadedModel, profile: str, progress: bool = False, corpus: str = "code") -> dict[str, Path]:
     """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile`` size (CREST's top t
-    n-grams per n: the profile's ``study_stores.crest_t``)."""
-    dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress)
+    n-grams per n: the profile's ``study_stores.crest_t``), built on ``corpus`` (``code``: the stdlib, or a folder /
+    JSONL of the user's: :func:`specnb.experiments.dresd.datastores`)."""
+    dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress, corpus=corpus)
     ood = dense["code-OOD"]
     index = rest_store(store_corpus(ood), study_folder() / f"rest-{ood.path.name}", progress)
     t = get_profile(profile).study_stores.crest_t

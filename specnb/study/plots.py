@@ -202,6 +202,22 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
 # ---------------------------------------------------------------------------------------- colour scales
 
 
+def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str) -> bool:
+    """Whether the series a figure would compare is constant or all zero (:func:`specnb.eval.checks.varies` fails):
+    then one Markdown sentence saying so is displayed in the figure's place and True is returned (skip the
+    figure). A model that accepts no draft (a random tiny Llama) gives such a series."""
+    from ..eval.checks import varies
+
+    if varies(values):
+        return False
+    from IPython.display import Markdown, display
+
+    finite = [float(v) for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
+    value = f"{finite[0]:.3g}" if finite else "undefined"
+    display(Markdown(f"*No figure: {what} is {value} for every bar, so there is nothing to compare.*"))
+    return True
+
+
 def shared_norm(values: Iterable[float] | np.ndarray, *, log: bool = False) -> Normalize:
     """One colour scale for every panel that shows this metric (the finite ``values`` of all of them)."""
     finite = np.asarray([v for v in np.ravel(np.asarray(list(values) if not isinstance(values, np.ndarray)

@@ -38,7 +38,7 @@ class DresdSizes:
 
     store_tokens: Mapping[str, int]  # corpus tokens per OOD datastore domain ("code", "chat")
     build: Mapping[str, int]  # the BuildConfig fields extraction / indexing sets away from their defaults
-    generate_id: bool  # the ID responses may be generated on the fly when none are shipped (tiny models)
+    id_generated: tuple[int, int]  # (stubs, new tokens) of the ID responses a target without shipped ones makes
     random_vectors: int  # random vectors of notebook 03's hnswlib scale test (target: <= 1 ms per query at 1 M)
     index_scale: tuple[int, ...]  # random keys at which notebook 03 sets hnswlib beside FAISS IVF-PQ
 
@@ -102,12 +102,12 @@ class StudyStoreSizes:
 class Profile:
     name: str
     target: str  # model name for specnb.load_model
-    draft: str | None  # draft model name (or "self:L") for draft-model methods
+    draft: str | None  # draft model name (or "self:L") for draft-model methods; None: none (they are left out)
     n_prompts: int  # prompts per prompt set, for replay and reference-token analyses
     max_new_tokens: int  # the greedy references' length
     timed_prompts: int  # prompts per set of a timed run
     timed_tokens: int  # new tokens per prompt of a timed run
-    pair: tuple[str, str]  # (target, draft) of the draft-model study (notebook 07)
+    pair: tuple[str, str] | None  # (target, draft) of the draft-model study (notebook 07); None: no pair given
     cost_grid: str  # roofline grid of the cost tables of notebooks 06 and 08
     dresd: DresdSizes
     corpus_sweep: CorpusSweepSizes
@@ -119,6 +119,7 @@ class Profile:
     device: str = field(default_factory=default_device)  # cuda when available, else cpu
     prompts: str = "humaneval"  # the timed prompts: a set of specnb.core.datasets.PROMPT_SETS or a JSONL file
     weights: str = "auto"  # what the target computes over (specnb.model.model_names.WEIGHTS)
+    corpus: str = "code"  # the retrieval stores' code corpus: code (the stdlib), a folder of text files or a JSONL
 
 
 # Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores. quick code: the stdlib corpus's first
@@ -132,7 +133,7 @@ PROFILES = {
         timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", "self:2"), cost_grid="smoke",
         dresd=DresdSizes({"code": 2_000, "chat": 1_000},
                          {"dims": 16, "n_components": 64, "seq_len": 128, "overlap": 16, "batch_tokens": 2048},
-                         generate_id=True, random_vectors=5_000, index_scale=(2_000, 5_000)),
+                         id_generated=(6, 48), random_vectors=5_000, index_scale=(2_000, 5_000)),
         corpus_sweep=CorpusSweepSizes((0.5, 1.0), whole_stdlib=False),
         compaction=CompactionSizes(6, 30_000, (10, 40, 160), 4, {"code": 1, "chat": 1}, 12),
         roofline=RooflineSizes("smoke", "smoke", None, heatmap_all_dtypes=False),
@@ -142,7 +143,7 @@ PROFILES = {
         "quick", target="gemma-3-270m", draft="self:12", n_prompts=10, max_new_tokens=128,
         timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
         cost_grid="adaptive",
-        dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, generate_id=False, random_vectors=200_000,
+        dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, id_generated=(48, 128), random_vectors=200_000,
                          index_scale=(100_000, 1_000_000)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5,
@@ -154,7 +155,7 @@ PROFILES = {
         "full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
         n_prompts=80, max_new_tokens=256, timed_prompts=40, timed_tokens=128,
         pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"), cost_grid="adaptive",
-        dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, generate_id=False, random_vectors=1_000_000,
+        dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, id_generated=(400, 256), random_vectors=1_000_000,
                          index_scale=(100_000, 1_000_000, 10_000_000)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, None, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 5}, 128),
@@ -169,14 +170,16 @@ class ParameterError(ValueError):
 
 
 # the notebook parameters a profile's value can be replaced with (None keeps the profile's)
-OVERRIDABLE = ("target", "draft", "prompts", "device", "dtype", "weights", "timed_prompts", "timed_tokens",
-               "n_prompts", "max_new_tokens")
+OVERRIDABLE = ("target", "draft", "prompts", "corpus", "device", "dtype", "weights", "timed_prompts",
+               "timed_tokens", "n_prompts", "max_new_tokens")
 
 
 def get_profile(name: str, **parameters: object) -> Profile:
     """The profile ``name`` with every parameter of :data:`OVERRIDABLE` that is not None in its place, each
-    checked before anything loads (names resolved, files found, sizes positive). Raises ParameterError in one
-    line naming the parameter."""
+    checked before anything loads (names resolved, files found, sizes positive). A given target or draft makes
+    notebook 07's ``pair`` (target, draft); a target given without a draft has none (``draft`` and ``pair``
+    None: the profile's draft belongs to its own target). Raises ParameterError in one line naming the
+    parameter."""
     if name not in PROFILES:
         raise ParameterError(f"parameter profile: unknown profile {name!r}; use one of {', '.join(PROFILES)}")
     given = {key: value for key, value in parameters.items() if value is not None}
@@ -184,6 +187,10 @@ def get_profile(name: str, **parameters: object) -> Profile:
         raise ParameterError(f"unknown parameter {unknown[0]!r}; a profile's values that can be replaced: "
                              f"{', '.join(OVERRIDABLE)}")
     profile = replace(PROFILES[name], **given)
+    if "target" in given and "draft" not in given:  # the profile's draft (self:12, ...) is its own target's
+        profile = replace(profile, draft=None, pair=None)
+    elif "target" in given or "draft" in given:  # notebook 07's pair: the given models
+        profile = replace(profile, pair=(profile.target, profile.draft))
     for key in given:
         try:
             _check(key, profile)
@@ -210,6 +217,9 @@ def _check(key: str, p: Profile) -> None:
         resolve_name(value)
     elif key == "prompts" and value not in PROMPT_SETS and not Path(value).is_file():
         raise ValueError(f"{value!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a JSONL file")
+    elif key == "corpus" and value != "code" and not Path(value).is_dir() \
+            and not (Path(value).is_file() and value.endswith(".jsonl")):
+        raise ValueError(f"{value!r} is neither `code` (the stdlib), a folder of text files nor a JSONL file")
     elif key == "device":
         resolve_device(value)
     elif key == "dtype":
