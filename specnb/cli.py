@@ -25,6 +25,7 @@ PLUGIN_COMMANDS = {
     "roofline": ("specnb.core.roofline", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.model.kernels.bench", "the few-row CPU kernels"),
     "extract-rate": ("specnb.datastores.extract_rate", "time a dense store's hidden-state extraction (rows/s)"),
+    "study": ("specnb.study.study_run", "the notebooks on your model and data, into one folder"),
 }
 DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest_build", "specnb.datastores.dense"]
 DTYPES = ["auto", "bfloat16", "float32", "float16"]

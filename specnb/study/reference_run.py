@@ -136,13 +136,26 @@ def index(figures: Path) -> str:
              f"{m['torch']}; {run['total_minutes']} min of notebooks{_bandwidth_note(run)}. The executed notebooks, "
              "with these outputs, are `notebooks/NN_*.ipynb`. `specnb figures compare OLD NEW` lists what moved "
              "between two runs.", ""]
+    return "\n".join(lines + notebook_sections(figures))
+
+
+def notebook_sections(figures: Path, link: str = "", only: list[str] | None = None,
+                      notebooks: dict[str, str] | None = None) -> list[str]:
+    """Markdown lines, per ``NN_results.json`` in ``figures`` (those of ``only``'s prefixes, when given): a heading
+    (``notebooks[NN]``, else the notebook's file name), one line per figure (``link`` + file, and what it shows,
+    from its title) and its verdicts (claim, ours against the expectation, verdict, and the likely cause of a
+    disagreement or an inconclusive one)."""
     titles = json.loads((figures / "titles.json").read_text()) if (figures / "titles.json").exists() else {}
+    lines = []
     for results in sorted(figures.glob("[0-9][0-9]_results.json")):
         prefix = results.name[:2]
-        notebook = next((p.name for p in sorted((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))), prefix)
+        if only is not None and prefix not in only:
+            continue
+        notebook = (notebooks or {}).get(prefix) or next(
+            (p.name for p in sorted((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))), prefix)
         lines += [f"## {notebook}", ""]
         for png in sorted(figures.glob(f"{prefix}_*.png")):
-            lines.append(f"- [`{png.name}`]({png.name}) — {titles.get(png.stem, '')}".rstrip(" —"))
+            lines.append(f"- [`{png.name}`]({link}{png.name}) — {titles.get(png.stem, '')}".rstrip(" —"))
         verdicts = json.loads(results.read_text()).get("verdicts", {})
         if verdicts:
             lines += ["", "| claim | ours (90% interval) | expected | verdict | likely cause, where not agreeing |",
@@ -150,7 +163,7 @@ def index(figures: Path) -> str:
             lines += [f"| {v['claim']} | {v['measured']} | {v['expected']} ({v['against']}) | **{v['verdict']}** | "
                       f"{v.get('cause', '') if v['verdict'] != 'agrees' else ''} |" for v in verdicts.values()]
         lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 # -------------------------------------------------------------------------------------------- compare

@@ -1,0 +1,190 @@
+"""``specnb study run``: the numbered notebooks on your model and your data, into one folder.
+
+    specnb study run --target qwen2.5-coder-0.5b-instruct --prompts mine.jsonl --corpus src/ --out study/ 00 09
+
+Every notebook runs with papermill under the profile and the given parameters (the notebooks' ``parameters``
+cell: :data:`specnb.study.profiles.OVERRIDABLE`), all checked before any model loads. ``DIR`` receives the
+executed notebooks, ``DIR/figures/`` their figures, tables and ``NN_results.json``, and ``DIR/README.md``: the
+setup (target, draft, prompts, corpus, machine), then per notebook its figures and every verdict. A notebook
+that cannot apply (07 and 08 without a draft for the given target) is skipped with one line there saying why.
+
+Resumable: ``DIR/study.json`` records each finished notebook under a key of its code and parameters; a rerun
+keeps a notebook whose key is unchanged and reruns the others (``-p NN:NAME=VALUE`` sets a parameter of one
+notebook, so changing it reruns that notebook alone). Ctrl-C keeps every notebook that finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_text
+from .notebooks import find_notebooks
+from .profiles import OVERRIDABLE, PROFILES, Profile, get_profile
+from .reference_run import code_hash, machine, notebook_sections
+
+STATE = "study.json"
+SIZES = ("timed_prompts", "timed_tokens", "n_prompts", "max_new_tokens")
+
+
+def skip_reason(stem: str, p: Profile) -> str | None:
+    """Why notebook ``stem`` cannot run on ``p`` (one line), or None."""
+    if stem.startswith(("07", "08")) and p.draft is None:
+        return "no draft for the given target (`--draft`: a model sharing its tokenizer, or self:L)"
+    return None
+
+
+def notebook_parameters(given: list[str]) -> dict[str, dict[str, Any]]:
+    """``-p NN:NAME=VALUE`` options -> {NN: {NAME: value}}; a value is a Python literal (``3``, ``False``,
+    ``'x'``) or else a string. ValueError on a malformed option."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in given:
+        prefix, sep, rest = item.partition(":")
+        name, eq, text = rest.partition("=")
+        if not sep or not eq or len(prefix) != 2 or not prefix.isdigit() or not name.isidentifier():
+            raise ValueError(f"-p {item!r}: expected NN:NAME=VALUE (e.g. 05:llamacpp=False)")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        out.setdefault(prefix, {})[name] = value
+    return out
+
+
+def run_key(notebook: Path, parameters: dict[str, Any]) -> str:
+    """sha256 (16 hex digits) of the notebook's code cells and the parameters it runs with."""
+    code = code_hash(json.loads(notebook.read_text()))
+    return hashlib.sha256((code + json.dumps(parameters, sort_keys=True)).encode()).hexdigest()[:16]
+
+
+def read_state(out: Path) -> dict[str, dict]:
+    """``DIR/study.json``'s notebooks ({} for a new folder). ValueError for a folder with other files and no
+    state: it is not a study folder, and nothing of it is overwritten."""
+    path = out / STATE
+    if path.exists():
+        return json.loads(path.read_text())["notebooks"]
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} holds files and no {STATE}: not a study folder (give a new or empty folder)")
+    return {}
+
+
+def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str, Any],
+              per_notebook: dict[str, dict[str, Any]] | None = None, progress: bool = True) -> dict[str, dict]:
+    """Run the notebooks ``names`` (all: None) under ``profile`` with the parameters ``given`` (of
+    :data:`~specnb.study.profiles.OVERRIDABLE`, checked before anything runs) and ``per_notebook`` ({NN: {name:
+    value}}) into ``out``; returns the folder's notebooks {stem: {key, status, seconds, error or reason}} after
+    writing ``out/study.json`` (after every notebook) and ``out/README.md``. Raises
+    :class:`~specnb.study.profiles.ParameterError` / ValueError on bad input before any notebook starts."""
+    import papermill
+
+    p = get_profile(profile, **given)  # every parameter checked here, before any model loads
+    paths = find_notebooks(names)
+    per_notebook = per_notebook or {}
+    if unknown := sorted(set(per_notebook) - {path.name[:2] for path in paths}):
+        raise ValueError(f"-p {unknown[0]}:...: notebook {unknown[0]} is not among those run")
+    state = read_state(out)
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    env = {"SPECNB_FIGURES": str(figures), "SPECNB_STRICT_FIGURES": "1"}
+    previous = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        for path in paths:
+            parameters = {"profile": profile, **given, **per_notebook.get(path.name[:2], {})}
+            key = run_key(path, parameters)
+            done = state.get(path.stem, {})
+            if reason := skip_reason(path.stem, p):
+                state[path.stem] = {"key": key, "status": "skipped", "reason": reason}
+                print(f"{path.name}: skipped: {reason}", flush=True)
+            elif done.get("key") == key and done.get("status") == "ok" and (out / path.name).exists():
+                print(f"{path.name}: kept (code and parameters unchanged)", flush=True)
+            else:
+                print(f"{path.name}: running", flush=True)
+                start = time.perf_counter()
+                try:
+                    papermill.execute_notebook(str(path), str(out / path.name), parameters=parameters,
+                                               kernel_name="python3", cwd=str(path.parent), progress_bar=progress)
+                    record = {"status": "ok"}
+                except Exception as exc:  # a failing notebook is reported; the others still run
+                    lines = str(exc).strip().splitlines()
+                    record = {"status": "failed", "error": f"{type(exc).__name__}: {lines[-1] if lines else ''}"}
+                state[path.stem] = {"key": key, "seconds": round(time.perf_counter() - start, 1), **record}
+                print(f"{path.name}: {record['status']} in {state[path.stem]['seconds']:.0f} s"
+                      f"{': ' + record['error'] if 'error' in record else ''}", flush=True)
+            write_text(out / STATE, json.dumps({"profile": profile, "parameters": given, "notebooks": state},
+                                               indent=1) + "\n")
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if (out / STATE).exists():
+            write_text(out / "README.md", readme(out, p, given))
+    return state
+
+
+def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
+    """``DIR/README.md``: the setup table (every parameter, given or the profile's), the machine, then per
+    notebook its status, figures and verdicts (:func:`specnb.study.reference_run.notebook_sections`)."""
+    state = json.loads((out / STATE).read_text())["notebooks"]
+    m = machine()
+    values = asdict(p)
+    lines = [f"# The study on {p.target}", "",
+             f"`specnb study run` under profile `{p.name}` on {m['cpu']}, {m['cores']} cores, CPU class "
+             f"`{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}.", "",
+             "| parameter | value |", "|---|---|"]
+    lines += [f"| {name} | `{values[name]}`{' (given)' if name in given else ''} |" for name in OVERRIDABLE]
+    lines.append("")
+    for stem, record in sorted(state.items()):
+        if record["status"] == "skipped":
+            lines += [f"## {stem}.ipynb", "", f"Skipped: {record['reason']}.", ""]
+        elif record["status"] == "failed":
+            lines += [f"## {stem}.ipynb", "", f"Failed after {record['seconds']:.0f} s: `{record['error']}`.", ""]
+        else:
+            lines += notebook_sections(out / "figures", link="figures/", only=[stem[:2]],
+                                       notebooks={stem[:2]: f"[{stem}.ipynb]({stem}.ipynb)"})
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ command
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``specnb study run [--target M] [--draft D] [--prompts P] [--corpus C] [--device X] ... --out DIR [NN ...]``."""
+    parser = subparsers.add_parser("study", help="the notebooks on your model and data, into one folder")
+    sub = parser.add_subparsers(dest="study_command", required=True)
+    run = sub.add_parser("run", help="run the notebooks with papermill under your parameters into --out",
+                         description=__doc__.split("\n\n")[1] if __doc__ else None)
+    run.add_argument("names", nargs="*", help="notebooks (00, 09_end_to_end, ...; default: all)")
+    run.add_argument("--out", required=True, type=Path, help="the study folder (new, empty, or an earlier run's)")
+    run.add_argument("--profile", default="quick", choices=list(PROFILES), help="sizes not given here")
+    run.add_argument("--target", help="an embedded name, tiny-ARCH, a local folder or a Hugging Face id in the cache")
+    run.add_argument("--draft", help="a model sharing the target's tokenizer, or self:L (notebooks 07, 08, 09)")
+    run.add_argument("--prompts", help="a prompt set (humaneval, mtbench, ...) or a JSONL file (the bench's format)")
+    run.add_argument("--corpus", help="the retrieval stores' code corpus: code, a folder of text files or a JSONL")
+    run.add_argument("--device", help="cpu | cuda | cuda:N")
+    run.add_argument("--dtype", help="auto | float32 | bfloat16")
+    run.add_argument("--weights", help="auto | bf16 | gguf | gguf-int8")
+    for size in SIZES:
+        run.add_argument(f"--{size.replace('_', '-')}", type=int, dest=size, help="None: the profile's")
+    run.add_argument("-p", dest="per_notebook", action="append", default=[], metavar="NN:NAME=VALUE",
+                     help="a parameter of one notebook (e.g. 05:llamacpp=False); repeatable")
+    run.set_defaults(func=_cli_run)
+    return parser
+
+
+def _cli_run(args: argparse.Namespace) -> int:
+    given = {name: getattr(args, name) for name in OVERRIDABLE if getattr(args, name, None) is not None}
+    state = run_study(args.profile, args.names or None, args.out, given, notebook_parameters(args.per_notebook))
+    failed = [stem for stem, r in state.items() if r["status"] == "failed"]
+    print(f"{args.out / 'README.md'}: {sum(r['status'] == 'ok' for r in state.values())} ran, "
+          f"{sum(r['status'] == 'skipped' for r in state.values())} skipped, {len(failed)} failed", flush=True)
+    return 1 if failed else 0

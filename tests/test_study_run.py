@@ -1,0 +1,99 @@
+"""``specnb study run``: parameters checked first, resumable per notebook and parameters, skips said, Ctrl-C keeps
+what finished, the README lists every verdict; and the study itself on another target, prompt file and corpus."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from specnb.cli import main
+from specnb.study import study_run
+from specnb.study.notebooks import find_notebooks
+
+
+def _notebooks(folder, bodies: dict[str, str]) -> None:
+    """Trivial notebooks: a parameters cell (``profile``, ``target``, ``x``) and one code cell each."""
+    folder.mkdir()
+    for name, code in bodies.items():
+        nb = nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_code_cell('profile = "quick"\ntarget = None\nx = 1', metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+@pytest.fixture
+def fake_notebooks(tmp_path, monkeypatch):
+    folder = tmp_path / "notebooks"
+    results = ('import json, os\nopen(os.path.join(os.environ["SPECNB_FIGURES"], "{nn}_results.json"), "w").write('
+               'json.dumps({{"verdicts": {{"a": {{"claim": "claim {nn}", "measured": "1.5 (1.2-1.8)", "expected": '
+               '"> 1", "against": "a paper", "verdict": "agrees"}}}}}}))')
+    _notebooks(folder, {"00_a": results.format(nn="00"), "01_b": results.format(nn="01"),
+                        "07_pair": "y = 2"})
+    monkeypatch.setattr(study_run, "find_notebooks", lambda names=None: find_notebooks(names, folder))
+    return folder
+
+
+def test_a_study_folder_resumes_by_code_and_parameters(fake_notebooks, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["study", "run", "--profile", "smoke", "--target", "tiny-llama", "--out", str(out)]) == 0
+    first = capsys.readouterr().out
+    assert "00_a.ipynb: ok" in first and "01_b.ipynb: ok" in first
+    assert "07_pair.ipynb: skipped: no draft for the given target" in first  # a target given, no draft
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# The study on tiny-llama") and "| target | `tiny-llama` (given) |" in readme
+    assert "| claim 00 | 1.5 (1.2-1.8) | > 1 (a paper) | **agrees** |" in readme and "claim 01" in readme
+    assert "## 07_pair.ipynb\n\nSkipped: no draft for the given target" in readme
+    assert (out / "00_a.ipynb").exists() and (out / "figures" / "01_results.json").exists()
+
+    assert main(["study", "run", "--profile", "smoke", "--target", "tiny-llama", "--out", str(out)]) == 0
+    again = capsys.readouterr().out
+    assert "00_a.ipynb: kept" in again and "01_b.ipynb: kept" in again
+    assert main(["study", "run", "--profile", "smoke", "--target", "tiny-llama", "--out", str(out),
+                 "-p", "01:x=2"]) == 0  # one notebook's parameter: that notebook alone reruns
+    changed = capsys.readouterr().out
+    assert "00_a.ipynb: kept" in changed and "01_b.ipynb: running" in changed
+    executed = json.loads((out / "01_b.ipynb").read_text())
+    assert any("x = 2" in "".join(c["source"]) for c in executed["cells"])  # papermill's injected cell
+
+    assert main(["study", "run", "--profile", "smoke", "--target", "tiny-qwen2", "--out", str(out), "00"]) == 0
+    assert "00_a.ipynb: running" in capsys.readouterr().out  # another target: another key
+
+
+def test_bad_input_is_one_line_before_anything_runs(fake_notebooks, tmp_path, capsys):
+    out = tmp_path / "study"
+    for argv, message in ((["--timed-tokens", "0"], "parameter timed_tokens: must be a whole number >= 1"),
+                          (["--corpus", str(tmp_path / "nowhere")], "parameter corpus: "),
+                          (["--prompts", str(tmp_path / "none.jsonl")], "parameter prompts: "),
+                          (["-p", "05-x=1"], "expected NN:NAME=VALUE"),
+                          (["-p", "09:x=1", "00"], "notebook 09 is not among those run"),
+                          (["99"], "no notebook matches 99")):
+        assert main(["study", "run", "--profile", "smoke", "--out", str(out), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("specnb: error: ") and message in err and err.count("\n") == 1, (argv, err)
+    assert not out.exists() or not any(out.iterdir())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not a study")
+    assert main(["study", "run", "--profile", "smoke", "--out", str(mine)]) == 2
+    assert "not a study folder" in capsys.readouterr().err and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_ctrl_c_keeps_the_notebooks_that_finished(fake_notebooks, tmp_path, monkeypatch):
+    import papermill
+
+    real = papermill.execute_notebook
+
+    def interrupted(path, *args, **kwargs):
+        if "01_b" in str(path):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", interrupted)
+    out = tmp_path / "study"
+    assert main(["study", "run", "--profile", "smoke", "--out", str(out)]) == 130
+    state = json.loads((out / "study.json").read_text())["notebooks"]
+    assert list(state) == ["00_a"] and state["00_a"]["status"] == "ok"
+    assert "claim 00" in (out / "README.md").read_text()
