@@ -138,3 +138,29 @@ def test_prompt_starts_mark_each_new_request_in_a_set():
     picks = pd.DataFrame({"set": ["a"] * 5 + ["b"] * 2, "step": [0, 1, 2, 3, 4, 0, 1],
                           "prompt_id": ["p1", "p1", "p2", "p3", "p3", "q1", "q1"], "picked": ["pld"] * 7})
     assert prompt_starts(picks) == {"a": [2, 3], "b": []}
+
+
+def test_the_corpus_sweep_runs_on_a_users_corpus(tmp_path, monkeypatch):
+    """Notebook 03's corpus sweep on a user's folder: nested samples of the dense store's documents, then REST on
+    the whole folder (the profile's ``whole_stdlib`` point), every corpus tokenised with the target's tokenizer."""
+    from dataclasses import replace
+
+    from specnb.datastores.corpus import build_corpus
+    from specnb.experiments.corpus_sweep import sweep_points
+    from specnb.model import kernels
+    from specnb.study import profiles
+
+    kernels.extension()  # loaded from the real cache before the test's own replaces it (a build takes a minute)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    smoke = profiles.PROFILES["smoke"]
+    monkeypatch.setitem(profiles.PROFILES, "smoke",
+                        replace(smoke, corpus_sweep=replace(smoke.corpus_sweep, whole_stdlib=True)))
+    folder = tmp_path / "src"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"m{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + {i}\n" * 30)
+    target = tiny("gemma3")
+    points = sweep_points(target, "smoke", corpus=str(folder))
+    whole = build_corpus(folder, target, progress=False)
+    assert [p.corpus for p in points] == ["50% of the dense store's", "100% of the dense store's", "whole corpus"]
+    assert points[0].tokens < points[1].tokens <= whole.num_tokens == points[2].tokens

@@ -56,17 +56,17 @@ def sweep_points(target: LoadedModel, profile: str, progress: bool = False, corp
     ``corpus``: the code corpus, ``code`` (the stdlib) or a folder / JSONL of the user's."""
     sizes = get_profile(profile).corpus_sweep
     parent = datastores(target, profile, kinds=("code-OOD",), progress=progress, corpus=corpus)["code-OOD"]
-    corpus = store_corpus(parent)
+    stored = store_corpus(parent)
     points = []
     for fraction in sizes.fractions:
         if fraction == 1.0:
-            docs, dense, name = np.arange(corpus.num_docs), parent, f"rest-{parent.path.name}"  # the study's REST
+            docs, dense, name = np.arange(stored.num_docs), parent, f"rest-{parent.path.name}"  # the study's REST
         else:
-            docs = corpus.sample_docs(fraction, seed=0)
+            docs = stored.sample_docs(fraction, seed=0)
             name = f"rest-f{fraction}-{parent.path.name}"
             dense = subset_datastore(parent, docs, study_folder() / f"dense-f{fraction}-{parent.path.name}",
                                      build_config(profile), progress=progress)
-        sample = corpus.select(docs)
+        sample = stored.select(docs)
         points.append(SweepPoint(f"{fraction:.0%} of the dense store's", sample.num_tokens,
                                  rest_store(sample, study_folder() / name, progress), dense))
     if sizes.whole_stdlib:
