@@ -125,3 +125,18 @@ def test_saved_log_axes_say_they_are_logarithmic(tmp_path, monkeypatch):
     plots.save_figure(fig, "00_log")
     assert (a.get_xlabel(), a.get_ylabel(), b.get_ylabel()) == ("corpus tokens (log)", "speedup", "seconds (log scale)")
     plt.close("all")
+
+
+def test_a_title_with_a_long_model_path_is_wrapped_to_fit(tmp_path, monkeypatch):
+    """A user's model path makes titles long: saved strictly, they wrap onto lines inside the figure."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    name = "/home/someone/models/" + "my-org_llama-3.2-1b-instruct-finetuned-on-our-code" * 2
+    fig, ax = plt.subplots(figsize=(6.4, 2.6), layout="constrained")
+    ax.plot([0, 1, 2], [1, 3, 2])
+    ax.set_title(f"{name}: MRR per datastore, 90% intervals over queries")
+    fig.suptitle(f"{name}, 10 prompts × 64 new tokens, greedy")
+    assert any("runs off the figure" in problem for problem in plots.layout_problems(fig))
+    plots.save_figure(fig, "long_title")
+    assert ax.get_title().count("\n") >= 1 and plots.layout_problems(fig) == []
+    plt.close(fig)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import textwrap
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -397,13 +398,31 @@ def mark_log_axes(fig: plt.Figure) -> None:
             axis.set_label_text(label)
 
 
+def fit_titles(fig: plt.Figure) -> None:
+    """Wrap the suptitle and every panel title that would run off the figure (a user's long model path in it)
+    onto lines that fit its width (measured after a draw: a layout engine moves titles)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox
+    for text in [ax.title for ax in fig.axes] + ([fig._suptitle] if fig._suptitle is not None else []):
+        content = text.get_text()
+        box = text.get_window_extent(renderer)
+        if not content.strip() or (box.x0 >= edge.x0 and box.x1 <= edge.x1):
+            continue
+        longest = max(len(line) for line in content.splitlines())
+        chars = max(20, int(longest * 0.9 * edge.width / box.width))
+        text.set_text("\n".join(textwrap.fill(line, chars) for line in content.splitlines()))
+
+
 def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) -> Path:
     """Save ``fig`` as ``figures/NAME.png`` and ``data`` as ``figures/NAME.csv``; returns the PNG path.
 
-    With ``SPECNB_STRICT_FIGURES=1`` (set by ``specnb notebooks run``) a figure with :func:`layout_problems`
+    Titles that would run off the figure are wrapped first (:func:`fit_titles`). With ``SPECNB_STRICT_FIGURES=1``
+    (set by ``specnb notebooks run``) a figure with :func:`layout_problems`
     raises :class:`FigureLayoutError` instead; with ``SPECNB_FIGURE_DUMP=DIR`` it is also pickled to
     ``DIR/NAME.pickle``."""
     mark_log_axes(fig)
+    fit_titles(fig)
     if os.environ.get("SPECNB_STRICT_FIGURES") == "1" and (problems := layout_problems(fig)):
         raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
     out = figures_dir() / f"{name}.png"
