@@ -97,3 +97,46 @@ def test_ctrl_c_keeps_the_notebooks_that_finished(fake_notebooks, tmp_path, monk
     state = json.loads((out / "study.json").read_text())["notebooks"]
     assert list(state) == ["00_a"] and state["00_a"]["status"] == "ok"
     assert "claim 00" in (out / "README.md").read_text()
+
+
+def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
+    """The smoke study of every notebook on ``target`` (self:1 its draft), a JSONL prompt file (its first prompt
+    a chat turn) and a folder corpus written here: (the folder, its state)."""
+    prompts = tmp_path / "mine.jsonl"
+    chat = {"id": "chat", "messages": [{"role": "user", "content": "def g(x, y):\n    return x + y"}]}
+    prompts.write_text(json.dumps(chat) + "\n" + "".join(
+        json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x, y):\n    return x"}) + "\n" for i in range(2)))
+    corpus = tmp_path / "repo"
+    corpus.mkdir()
+    for i in range(10):
+        (corpus / f"m{i}.py").write_text(f"def f{i}(x, y):\n    return x * {i} + y\n" * 40)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernels inherit it: tiny models run best on one thread
+    out = tmp_path / "study"
+    state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": str(prompts),
+                                                     "corpus": str(corpus)}, progress=False)
+    return out, state
+
+
+@pytest.mark.parametrize("arch", [
+    "llama", pytest.param("qwen2", marks=pytest.mark.repeat)])  # where the smoke profile says Gemma-3
+def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path, monkeypatch):
+    """Every notebook runs on another target, a local folder with a long name as a user's fine-tune would be,
+    with a prompt file and a corpus folder; no output holds an error, a warning or a long progress bar; the
+    results name the target; the README lists every verdict of every results file."""
+    from conftest import tiny
+
+    from specnb.study.notebooks import output_problems
+
+    target = str(tmp_path / f"my-org_{arch}-1b-instruct-finetuned-on-our-own-code")
+    tiny(arch).model.save_pretrained(target)
+    tiny(arch).tokenizer.save_pretrained(target)
+    out, state = _study_on(target, tmp_path, monkeypatch)
+    assert {stem: r["status"] for stem, r in state.items()} == {p.stem: "ok" for p in find_notebooks()}, state
+    readme = (out / "README.md").read_text()
+    for results in sorted((out / "figures").glob("[0-9][0-9]_results.json")):
+        record = json.loads(results.read_text())
+        assert target in json.dumps(record["setup"]) + json.dumps(record["ours"]), results.name
+        for verdict in record["verdicts"].values():
+            assert f"| {verdict['claim']} | {verdict['measured']} |" in readme, verdict["claim"]
+    for path in sorted(out.glob("[0-9][0-9]_*.ipynb")):
+        assert output_problems(json.loads(path.read_text())) == [], path.name

@@ -70,14 +70,17 @@ def work_dir(profile: str, target: str, corpus: str = "code") -> Path:
     return path
 
 
+def task_sets(code: str = "humaneval") -> dict[str, str]:
+    """{task: prompt set or JSONL file}: :data:`PROMPT_SETS` with ``code`` as the code task's."""
+    return {**PROMPT_SETS, "code": code}
+
+
 def references(target: LoadedModel, n_prompts: int, max_new_tokens: int, code: str = "humaneval"
                ) -> dict[str, list[Reference]]:
     """The target's cached greedy references (:func:`specnb.experiments.references.greedy_references`) of the
-    first ``n_prompts`` prompts of each task's set (:data:`PROMPT_SETS`; ``code``: the code task's set or JSONL
-    file), ``max_new_tokens`` each."""
-    sets = {**PROMPT_SETS, "code": code}
+    first ``n_prompts`` prompts of each task's set (:func:`task_sets`), ``max_new_tokens`` each."""
     return {task: greedy_references(target, load_prompts(name, n_prompts), max_new_tokens)
-            for task, name in sets.items()}
+            for task, name in task_sets(code).items()}
 
 
 def token_counts(references: dict[str, list[Reference]]) -> dict[str, int]:

@@ -131,8 +131,13 @@ def judge_fig2(report, curves: pd.DataFrame, target: LoadedModel) -> None:
         report.compare(f"fig2_{name}", f"{name}: extended bigram (w = 2, top {k}), tokens per call − 1 (replayed)",
                        row.tokens_per_call - 1, row.tokens_per_call_low - 1, row.tokens_per_call_high - 1,
                        Expect.near(PAPER_FIG2_GAIN, 0.1), "N-Grammys §4.1, Fig. 2 (Mistral-7B-Instruct)", fmt=".2f",
-                       cause=f"another target and tokenizer: {target.name} base with {target.vocab_size:,} tokens, "
-                             "the paper an instruction-tuned 7B model with 32,000")
+                       cause=f"another target and tokenizer: {target.name} ({kind_of(target)}) with "
+                             f"{target.vocab_size:,} tokens, the paper an instruction-tuned 7B model with 32,000")
+
+
+def kind_of(target: LoadedModel) -> str:
+    """``a chat model on its chat template`` or ``a base model on raw prompts``: how the target saw the prompts."""
+    return "a chat model on its chat template" if target.chat else "a base model on raw prompts"
 
 
 def grid(table: BigramTable, references: dict[str, list[Reference]], cost) -> pd.DataFrame:
@@ -183,7 +188,7 @@ def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], ta
                        row.tokens_per_call_low, row.tokens_per_call_high,
                        Expect.within(*PAPER_TABLE1[name]["tpc_10_10"], 0.1),  # ± 0.1 token per call
                        "N-Grammys Table 1 (3B–13B, A100)",
-                       cause=f"another target ({target.name}, a base model on raw prompts; the paper: "
+                       cause=f"another target ({target.name}, {kind_of(target)}; the paper: "
                              f"instruction-tuned 3B–13B models); context rows give {shares[name]:.0%} of the accepted "
                              "tokens here")
 
