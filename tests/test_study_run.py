@@ -112,22 +112,24 @@ def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
         (corpus / f"m{i}.py").write_text(f"def f{i}(x, y):\n    return x * {i} + y\n" * 40)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernels inherit it: tiny models run best on one thread
     out = tmp_path / "study"
-    state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": str(prompts),
-                                                     "corpus": str(corpus)}, progress=False)
+    state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": prompts.name,
+                                                     "corpus": corpus.name}, progress=False)
     return out, state
 
 
 @pytest.mark.parametrize("arch", [
     "llama", pytest.param("qwen2", marks=pytest.mark.repeat)])  # where the smoke profile says Gemma-3
 def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path, monkeypatch):
-    """Every notebook runs on another target, a local folder with a long name as a user's fine-tune would be,
-    with a prompt file and a corpus folder; no output holds an error, a warning or a long progress bar; the
-    results name the target; the README lists every verdict of every results file."""
+    """Every notebook runs on another target, a local folder named as a user's fine-tune would be, with a prompt
+    file and a corpus folder, all given as paths relative to where the command runs; no output holds an error, a
+    warning or a long progress bar; the results name the target; the README lists every verdict of every results
+    file."""
     from conftest import tiny
 
     from specnb.study.notebooks import output_problems
 
-    target = str(tmp_path / f"my-org_{arch}-1b-instruct-finetuned-on-our-own-code")
+    monkeypatch.chdir(tmp_path)  # relative paths, as typed at a prompt: the notebooks run from here
+    target = f"./my-org_{arch}-3.2-1b-instruct-ft"
     tiny(arch).model.save_pretrained(target)
     tiny(arch).tokenizer.save_pretrained(target)
     out, state = _study_on(target, tmp_path, monkeypatch)

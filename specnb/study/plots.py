@@ -409,8 +409,9 @@ def fit_titles(fig: plt.Figure) -> None:
         box = text.get_window_extent(renderer)
         if not content.strip() or (box.x0 >= edge.x0 and box.x1 <= edge.x1):
             continue
+        room = 2 * min((box.x0 + box.x1) / 2 - edge.x0, edge.x1 - (box.x0 + box.x1) / 2)  # centred on its spot
         longest = max(len(line) for line in content.splitlines())
-        chars = max(20, int(longest * 0.9 * edge.width / box.width))
+        chars = max(20, int(longest * 0.9 * room / box.width))
         text.set_text("\n".join(textwrap.fill(line, chars) for line in content.splitlines()))
 
 

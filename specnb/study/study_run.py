@@ -3,7 +3,8 @@
     specnb study run --target qwen2.5-coder-0.5b-instruct --prompts mine.jsonl --corpus src/ --out study/ 00 09
 
 Every notebook runs with papermill under the profile and the given parameters (the notebooks' ``parameters``
-cell: :data:`specnb.study.profiles.OVERRIDABLE`), all checked before any model loads. ``DIR`` receives the
+cell: :data:`specnb.study.profiles.OVERRIDABLE`), all checked before any model loads, in the directory the
+command was started from (so relative paths mean what they meant at the prompt). ``DIR`` receives the
 executed notebooks, ``DIR/figures/`` their figures, tables and ``NN_results.json``, and ``DIR/README.md``: the
 setup (target, draft, prompts, corpus, machine), then per notebook its figures and every verdict. A notebook
 that cannot apply (07 and 08 without a draft for the given target) is skipped with one line there saying why.
@@ -110,7 +111,7 @@ def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str,
                 start = time.perf_counter()
                 try:
                     papermill.execute_notebook(str(path), str(out / path.name), parameters=parameters,
-                                               kernel_name="python3", cwd=str(path.parent), progress_bar=progress)
+                                               kernel_name="python3", cwd=os.getcwd(), progress_bar=progress)
                     record = {"status": "ok"}
                 except Exception as exc:  # a failing notebook is reported; the others still run
                     lines = str(exc).strip().splitlines()
