@@ -234,7 +234,7 @@ class Layer:
     """One decoder layer's weights and settings.
 
     ``qkv`` / ``gate_up``: over GGUF blocks (``blocks``) a list of one :data:`Linear` per projection (formats
-    differ between siblings); dense, the siblings stacked into one weight (:func:`specnb.model.kernels.stacked`:
+    differ between siblings); dense, the siblings stacked into one weight (:func:`stacked`:
     weight [sum N, K], bias, sizes) so that each is one kernel call."""
 
     index: int
