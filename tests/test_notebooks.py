@@ -212,6 +212,7 @@ def test_parameters_replace_the_profiles_values_and_none_keeps_them():
     assert (paired.draft, paired.pair) == ("self:1", ("tiny-qwen2", "self:1"))
 
 
+@pytest.mark.repeat  # make test-full: tests/test_study_run.py runs every notebook on another target in make test
 @pytest.mark.parametrize("name", ["05_roofline", "06_ngram_drafts"])
 def test_a_notebook_with_a_target_parameter_runs_on_another_target(name, tmp_path, monkeypatch):
     """Notebooks 05 and 06 with ``target``: a tiny Qwen2 where the smoke profile says Gemma-3 (notebook 05's
