@@ -133,8 +133,9 @@ def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str,
 
 
 def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
-    """``DIR/README.md``: the setup table (every parameter, given or the profile's), the machine, then per
-    notebook its status, figures and verdicts (:func:`specnb.study.reference_run.notebook_sections`)."""
+    """``DIR/README.md``: the setup table (every parameter, given or the profile's), the machine, the verdicts
+    counted and what each means, then per notebook its wall time, figures and verdicts
+    (:func:`specnb.study.reference_run.notebook_sections`), or why it was skipped or failed."""
     state = json.loads((out / STATE).read_text())["notebooks"]
     m = machine()
     values = asdict(p)
@@ -143,15 +144,21 @@ def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
              f"`{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}.", "",
              "| parameter | value |", "|---|---|"]
     lines += [f"| {name} | `{values[name]}`{' (given)' if name in given else ''} |" for name in OVERRIDABLE]
-    lines.append("")
+    ran = [stem[:2] for stem, record in state.items() if record["status"] == "ok"]
+    sections = "\n".join(notebook_sections(out / "figures", only=ran))
+    counts = {kind: sections.count(f"**{kind}**") for kind in ("agrees", "disagrees", "inconclusive")}
+    lines += ["", f"Verdicts: {counts['agrees']} agree, {counts['disagrees']} disagree, {counts['inconclusive']} "
+              "inconclusive. A verdict agrees when the whole 90% interval of our number (over prompts) lies inside "
+              "the expected region, widened by the tolerance written beside it; disagrees when it lies wholly "
+              "outside; inconclusive when it straddles an edge (more prompts decide).", ""]
     for stem, record in sorted(state.items()):
         if record["status"] == "skipped":
             lines += [f"## {stem}.ipynb", "", f"Skipped: {record['reason']}.", ""]
         elif record["status"] == "failed":
             lines += [f"## {stem}.ipynb", "", f"Failed after {record['seconds']:.0f} s: `{record['error']}`.", ""]
         else:
-            lines += notebook_sections(out / "figures", link="figures/", only=[stem[:2]],
-                                       notebooks={stem[:2]: f"[{stem}.ipynb]({stem}.ipynb)"})
+            heading = f"[{stem}.ipynb]({stem}.ipynb) ({record['seconds']:.0f} s)"
+            lines += notebook_sections(out / "figures", link="figures/", only=[stem[:2]], notebooks={stem[:2]: heading})
     return "\n".join(lines)
 
 
@@ -186,6 +193,6 @@ def _cli_run(args: argparse.Namespace) -> int:
     given = {name: getattr(args, name) for name in OVERRIDABLE if getattr(args, name, None) is not None}
     state = run_study(args.profile, args.names or None, args.out, given, notebook_parameters(args.per_notebook))
     failed = [stem for stem, r in state.items() if r["status"] == "failed"]
-    print(f"{args.out / 'README.md'}: {sum(r['status'] == 'ok' for r in state.values())} ran, "
+    print(f"{args.out / 'README.md'}: {sum(r['status'] == 'ok' for r in state.values())} ok, "
           f"{sum(r['status'] == 'skipped' for r in state.values())} skipped, {len(failed)} failed", flush=True)
     return 1 if failed else 0
