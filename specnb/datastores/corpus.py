@@ -367,7 +367,8 @@ def _source_documents(source: str | Path | Sequence[str | Path],
         check_source(source)
         path = Path(source)
         if path.suffix == ".jsonl" and path.is_file():
-            count = sum(1 for line in open(path, encoding="utf-8") if line.strip())
+            with open(path, encoding="utf-8") as f:
+                count = sum(1 for line in f if line.strip())
             return f"jsonl-{content_digest([path])}", jsonl_documents(path), count
         files = text_files(path) if path.is_dir() else [path]
         root = path if path.is_dir() else None
@@ -405,12 +406,12 @@ def _tokenize(documents: Iterator[Document], tokenizer: PreTrainedTokenizerBase,
         texts = [d for d in docs if isinstance(d, str)]
         encoded = iter(tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else [])
         for doc in docs:
-            ids = next(encoded) if isinstance(doc, str) else doc
-            if not isinstance(doc, str) and any(i < 0 or i >= vocab for i in ids):
+            ids = np.asarray(next(encoded) if isinstance(doc, str) else doc, dtype=np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= vocab):
                 raise CorpusError(f"a document's token ids fall outside the tokenizer's vocabulary (0..{vocab - 1})")
             bar.update(1)
-            if ids:
-                pieces.append(np.asarray(ids, dtype=np.int32))
+            if ids.size:
+                pieces.append(ids.astype(np.int32))
                 count += len(ids)
             if (max_tokens is not None and count >= max_tokens) or (max_docs is not None and len(pieces) >= max_docs):
                 done = True
