@@ -193,9 +193,9 @@ _ROW_ORDERS: weakref.WeakKeyDictionary[plt.Figure, list[str]] = weakref.WeakKeyD
 def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None,
                 high: Sequence[float] | None, colors: Sequence[str] | None, what: str) -> pd.DataFrame:
     """The rows of a bar or dot panel (label, value, low, high, color), bottom to top in the figure's one row
-    order: the first panel of a figure sorts its rows by value (largest on top) and sets the order; a later panel
-    whose labels that order holds keeps it, so a row is at the same height in every panel (one re-sorted per
-    panel reads as another ranking). Raises DegenerateData when the values do not vary."""
+    order: the first panel of a figure sorts its rows by value (largest on top, ties as given) and sets the
+    order; a later panel whose labels that order holds keeps it, so a row is at the same height in every panel
+    (one re-sorted per panel reads as another ranking). Raises DegenerateData when the values do not vary."""
     from ..eval.checks import check_varies
 
     frame = pd.DataFrame({"label": list(labels), "value": np.asarray(values, dtype=float)})
@@ -207,7 +207,7 @@ def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], lo
     if order is not None and set(frame.label) <= set(order):
         rank = frame.label.map({name: i for i, name in enumerate(order)})
         return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
-    frame = frame.sort_values("value", ascending=True, kind="stable").reset_index(drop=True)
+    frame = frame.sort_values("value", ascending=False, kind="stable").iloc[::-1].reset_index(drop=True)
     _ROW_ORDERS.setdefault(ax.figure, list(frame.label))
     return frame
 
@@ -309,19 +309,42 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
 # ---------------------------------------------------------------------------------------- colour scales
 
 
-def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str) -> bool:
-    """Whether the series a figure would compare is constant or all zero (:func:`specnb.eval.checks.varies` fails):
-    then one Markdown sentence saying so is displayed in the figure's place and True is returned (skip the
-    figure). A model that accepts no draft (a random tiny Llama) gives such a series."""
+NEAR = 0.01  # values closer than this share of their largest are one value to a reader
+
+
+def near_constant(values: Iterable[float] | np.ndarray | pd.Series, low: Iterable[float] | None = None,
+                  high: Iterable[float] | None = None) -> bool:
+    """Whether a series to compare holds nothing to see: fewer than two finite values, all equal, all within
+    :data:`NEAR` of their largest, or (with the 90% intervals [low, high]) every value inside every row's
+    interval, so that no row differs measurably from another."""
     from ..eval.checks import varies
 
-    if varies(values):
+    v = np.asarray(values, dtype=float).ravel()
+    finite = v[np.isfinite(v)]
+    if not varies(finite) or np.ptp(finite) <= NEAR * np.max(np.abs(finite)):
+        return True
+    if low is None or high is None:
+        return False
+    lo, hi = np.asarray(low, dtype=float).ravel(), np.asarray(high, dtype=float).ravel()
+    return bool(np.all(np.isfinite(lo) & np.isfinite(hi)) and finite.max() <= hi.min() and finite.min() >= lo.max())
+
+
+def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str, low: Iterable[float] | None = None,
+                     high: Iterable[float] | None = None) -> bool:
+    """Whether the series a figure (or a panel) would compare is constant or nearly so (:func:`near_constant`):
+    then one Markdown sentence saying so is displayed in its place and True is returned (skip it). A model that
+    accepts no draft (a random tiny Llama) gives such a series; so do transforms that all draft alike."""
+    if not near_constant(values, low, high):
         return False
     from IPython.display import Markdown, display
 
     finite = [float(v) for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
-    value = f"{finite[0]:.3g}" if finite else "undefined"
-    display(Markdown(f"*No figure: {what} is {value} for every bar, so there is nothing to compare.*"))
+    lo, hi = (f"{min(finite):.3g}", f"{max(finite):.3g}") if finite else ("undefined", "undefined")
+    said = (f"is {lo} for every bar" if lo == hi else
+            f"stays within {lo}–{hi} for every bar, each inside every bar's 90% interval" if low is not None
+            and max(finite) - min(finite) > NEAR * max(abs(x) for x in finite) else
+            f"stays within {lo}–{hi} (less than {NEAR:.0%} apart) for every bar")
+    display(Markdown(f"*No figure: {what} {said}, so there is nothing to compare.*"))
     return True
 
 
