@@ -306,6 +306,42 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     return ax
 
 
+def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
+                  titles: Mapping[str, str], small_multiples: str | None = None,
+                  offset: float = 0.0) -> tuple[plt.Figure, np.ndarray]:
+    """Curves of ``y`` (and its interval, columns ``y_low`` / ``y_high``; all shifted by ``offset``) over ``x``
+    for each value of ``series``, a row of panels per value of ``panels`` (first seen first, titled
+    ``titles[value]``), one y scale for all. ``name``: a series' name, ``{}`` standing for its value (``"n = {}"``).
+
+    small_multiples: a method's name: one panel per series value, its curve in the method's colour with a band
+    (one per panel, named in the legend), for series whose intervals would overlap. None: the series overlaid
+    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars; a
+    series near-constant in a panel (:func:`near_constant`) is left out and named in the panel's title.
+    Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
+    rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
+    shape = (len(rows), len(values)) if small_multiples else (1, len(rows))
+    fig, axes = plt.subplots(*shape, figsize=(2.4 * shape[1] + 1.6, 2.4 * shape[0] + 0.6), sharey=True, sharex=True,
+                             squeeze=False)
+    hues = series_colors(len(values))
+    for r, row in enumerate(rows):
+        flat = []
+        for i, value in enumerate(values):
+            d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
+            curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
+            if d.empty or (not small_multiples and near_constant(*curve[1:])):
+                flat += [] if d.empty else [name.format(value)]
+                continue
+            line_with_interval(axes[r, i] if small_multiples else axes[0, r], *curve, band=bool(small_multiples),
+                               label=small_multiples or name.format(value),
+                               color=color(small_multiples) if small_multiples else hues[i],
+                               marker=MARKERS[0 if small_multiples else i % len(MARKERS)], ms=3.5, lw=1)
+        for c in range(len(values)) if small_multiples else [r]:
+            title = f"{titles[row]}, {name.format(values[c])}" if small_multiples else titles[row]
+            axes[r if small_multiples else 0, c].set_title(title + (f"\n({', '.join(flat)}: flat, not drawn)"
+                                                                    if flat else ""))
+    return fig, axes
+
+
 # ---------------------------------------------------------------------------------------- colour scales
 
 
