@@ -150,15 +150,20 @@ def label(name: str) -> str:
     return METHODS[name].label if name in METHODS else name
 
 
+def _method_key(label: str) -> str | None:
+    """``label``'s method key, None for a label that names no method."""
+    try:
+        return method_of(label)
+    except KeyError:
+        return None
+
+
 def method_rank(label: str) -> int | None:
     """The place of ``label``'s method in the study's one method order (the order of :data:`METHODS`: baselines,
     n-grams, retrieval, draft models, the rest), or None for a label that names no method: legends list methods
     in this order in every figure, so a reader finds a method at the same place everywhere."""
-    try:
-        key = method_of(label)
-    except KeyError:
-        return None
-    return list(METHODS).index(key)
+    key = _method_key(label)
+    return None if key is None else list(METHODS).index(key)
 
 
 def series_colors(n: int) -> list[str]:
@@ -195,7 +200,9 @@ def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], lo
     """The rows of a bar or dot panel (label, value, low, high, color), bottom to top in the figure's one row
     order: the first panel of a figure sorts its rows by value (largest on top, ties as given) and sets the
     order; a later panel whose labels that order holds keeps it, so a row is at the same height in every panel
-    (one re-sorted per panel reads as another ranking). Raises DegenerateData when the values do not vary."""
+    (one re-sorted per panel reads as another ranking); one whose labels differ but name the same methods, one
+    row each (``mixed (1, 10)`` and ``mixed (1, 6)``), keeps it by method. Raises DegenerateData when the values
+    do not vary."""
     from ..eval.checks import check_varies
 
     frame = pd.DataFrame({"label": list(labels), "value": np.asarray(values, dtype=float)})
@@ -204,9 +211,11 @@ def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], lo
     frame["color"] = list(colors) if colors is not None else [color(x) for x in frame.label]
     check_varies(frame.value, what)
     order = _ROW_ORDERS.get(ax.figure)
-    if order is not None and set(frame.label) <= set(order):
-        rank = frame.label.map({name: i for i, name in enumerate(order)})
-        return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
+    for key in (str, _method_key) if order is not None else ():  # the same labels, else the same methods
+        known = {key(name): i for i, name in enumerate(order)}
+        rank = frame.label.map(lambda name: known.get(key(name)))  # noqa: B023 (used at once)
+        if len(known) == len(order) and rank.notna().all() and rank.is_unique:
+            return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
     frame = frame.sort_values("value", ascending=False, kind="stable").iloc[::-1].reset_index(drop=True)
     _ROW_ORDERS.setdefault(ax.figure, list(frame.label))
     return frame
