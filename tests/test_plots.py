@@ -92,6 +92,30 @@ def test_one_row_order_per_figure_kept_in_every_panel():
     fig, ax = plt.subplots()  # another figure sorts by its own values
     plots.hbars(ax, labels, [5.0, 9.0, 1.0])
     assert [t.get_text() for t in ax.get_yticklabels()] == ["auto (router)", "prompt lookup", "REST"]
+    fig, axes = plt.subplots(1, 2)  # other labels of the same methods (06's best shape per set): kept by method
+    plots.hbars(axes[0], ["pld", "mixed (1, 10)"], [1.6, 1.5])
+    plots.hbars(axes[1], ["mixed (1, 6)", "pld"], [1.53, 1.50])
+    assert [t.get_text() for t in axes[1].get_yticklabels()] == ["mixed (1, 6)", "prompt lookup"]
+    plt.close("all")
+
+
+def test_near_constant_series_are_told_not_drawn():
+    assert plots.near_constant([1.006, 1.007, 1.0065]) and plots.near_constant([2.0, 2.0])
+    assert not plots.near_constant([1.2, 1.5])
+    # apart by more than 1%, but every value inside every interval: no row differs measurably (02's MAR)
+    assert plots.near_constant([0.134, 0.143], [0.10, 0.11], [0.17, 0.18])
+    assert not plots.near_constant([0.134, 0.30], [0.10, 0.25], [0.17, 0.35])
+    frame = pd.DataFrame({"task": ["code"] * 4 + ["chat"] * 4, "n": [1, 1, 2, 2] * 2, "x": [1, 2] * 4,
+                          "y": [0.4, 0.8, 0.1, 0.3, 0.2, 0.5, 0.0, 0.001]})
+    frame = frame.assign(y_low=frame.y - 0.05, y_high=frame.y + 0.05)
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n = {}", offset=1.0,
+                                    titles={"code": "code", "chat": "chat"})
+    assert axes.shape == (1, 2) and "n = 2: flat, not drawn" in axes[0, 1].get_title()
+    assert len(axes[0, 0].containers) == 2 and len(axes[0, 1].containers) == 1  # capped error bars, no bands
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n ≤ {}",
+                                    titles={"code": "code", "chat": "chat"}, small_multiples="CREST")
+    plots.legend_outside(fig)
+    assert axes.shape == (2, 2) and plots.key_problems(fig) == []  # one named band per panel
     plt.close("all")
 
 

@@ -151,9 +151,11 @@ def label(name: str) -> str:
 
 
 def _method_key(label: str) -> str | None:
-    """``label``'s method key, None for a label that names no method."""
+    """``label``'s method key (a display name such as ``"Token Recycling"`` included), None for a label that
+    names no method."""
+    names = {style.label.lower(): key for key, style in METHODS.items()}
     try:
-        return method_of(label)
+        return names.get(label.strip().lower()) or method_of(label)
     except KeyError:
         return None
 
