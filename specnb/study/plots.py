@@ -387,10 +387,12 @@ def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str
 
     finite = [float(v) for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
     lo, hi = (f"{min(finite):.3g}", f"{max(finite):.3g}") if finite else ("undefined", "undefined")
-    said = (f"is {lo} for every bar" if lo == hi else
-            f"stays within {lo}–{hi} for every bar, each inside every bar's 90% interval" if low is not None
-            and max(finite) - min(finite) > NEAR * max(abs(x) for x in finite) else
-            f"stays within {lo}–{hi} (less than {NEAR:.0%} apart) for every bar")
+    if lo == hi:
+        said = f"is {lo} for every bar"
+    elif max(finite) - min(finite) <= NEAR * max(abs(x) for x in finite):
+        said = f"stays within {lo}–{hi} (less than {NEAR:.0%} apart) for every bar"
+    else:
+        said = f"stays within {lo}–{hi}, every value inside every bar's 90% interval"
     display(Markdown(f"*No figure: {what} {said}, so there is nothing to compare.*"))
     return True
 
