@@ -54,15 +54,135 @@ def test_bars_on_panels_sharing_x_keep_every_panels_labels_in_view():
     plt.close("all")
 
 
-def test_speedups_share_one_diverging_scale_centred_at_one():
-    norm = plots.speedup_norm(np.array([[0.5, 1.5], [2.0, np.nan]]))
-    assert norm.vmin == pytest.approx(0.5) and norm.vmax == pytest.approx(2.0)
+def test_every_speedup_heatmap_has_one_fixed_diverging_scale_with_arrows_when_clipped():
+    """06 and 08 drew one speedup on two scales; now every speedup is on SPEEDUP_NORM: centred on 1, the same
+    limits whatever the data, ticks with two decimals (which side of 1), an arrow where a cell is clipped."""
+    norm = plots.SPEEDUP_NORM
     assert norm(1.0) == pytest.approx(0.5) and norm(2.0) - norm(1.0) == pytest.approx(norm(1.0) - norm(0.5))
-    near_ties = plots.speedup_norm([0.97, 1.08])  # a scale of its own would make a near-tie look strong
-    assert near_ties.vmin == pytest.approx(1 / plots.MIN_SPEEDUP_REACH)
-    assert near_ties.vmax == pytest.approx(plots.MIN_SPEEDUP_REACH)
+    assert (norm.vmin, norm.vmax) == (pytest.approx(1 / 3), pytest.approx(3))
+    bars = []
+    for values in ([[0.9, 1.2], [1.1, 1.05]], [[0.2, 1.2], [5.0, np.nan]]):
+        fig, ax = plt.subplots()
+        plots.heatmap(pd.DataFrame(values), ax, norm=norm, cmap=plots.SPEEDUP_CMAP, colorbar=False)
+        plots.shared_colorbar(fig, [ax], norm, plots.SPEEDUP_CMAP, "speedup")
+        bars.append(fig.axes[-1])
+        plots.legend_outside(fig, "below")  # names the hatched, unmeasured cell
+        assert plots.layout_problems(fig) == []
+    near, far = bars
+    assert near.get_ylim() == far.get_ylim()  # the same limits for a near-tie and for a wide spread
+    labels = [t.get_text() for t in near.get_yticklabels()]
+    assert {"0.80", "1.00", "1.25"} <= set(labels) and all(len(t.split(".")[1]) == 2 for t in labels)
+    assert near.figure.axes[-1].collections and far.figure.colorbar is not None
+    assert [c.extend for c in (near._colorbar, far._colorbar)] == ["neither", "both"]
     shared = plots.shared_norm([[1, 2], [3, 8]])
     assert (shared.vmin, shared.vmax) == (1, 8)
+    plt.close("all")
+
+
+def test_one_row_order_per_figure_kept_in_every_panel():
+    """03's index-at-scale figure sorted each panel by its own value: a reader matched rows by position and read
+    the wrong setup. The first panel's order holds in every later panel of the figure, dots included."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 2.4))
+    labels = ["pld", "rest", "auto"]
+    plots.hbars(axes[0], labels, [1.2, 0.8, 2.0])
+    plots.hbars(axes[1], labels, [5.0, 9.0, 1.0])  # another ranking: rows stay put
+    plots.dots(axes[2], labels, [0.9, 0.95, 0.99])
+    rows = [[t.get_text() for t in ax.get_yticklabels()] for ax in axes]
+    assert rows[0] == rows[1] == rows[2] == ["REST", "prompt lookup", "auto (router)"]
+    fig, ax = plt.subplots()  # another figure sorts by its own values
+    plots.hbars(ax, labels, [5.0, 9.0, 1.0])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto (router)", "prompt lookup", "REST"]
+    fig, axes = plt.subplots(1, 2)  # other labels of the same methods (06's best shape per set): kept by method
+    plots.hbars(axes[0], ["pld", "mixed (1, 10)"], [1.6, 1.5])
+    plots.hbars(axes[1], ["mixed (1, 6)", "pld"], [1.53, 1.50])
+    assert [t.get_text() for t in axes[1].get_yticklabels()] == ["mixed (1, 6)", "prompt lookup"]
+    plt.close("all")
+
+
+def test_near_constant_series_are_told_not_drawn():
+    assert plots.near_constant([1.006, 1.007, 1.0065]) and plots.near_constant([2.0, 2.0])
+    assert not plots.near_constant([1.2, 1.5])
+    # apart by more than 1%, but every value inside every interval: no row differs measurably (02's MAR)
+    assert plots.near_constant([0.134, 0.143], [0.10, 0.11], [0.17, 0.18])
+    assert not plots.near_constant([0.134, 0.30], [0.10, 0.25], [0.17, 0.35])
+    frame = pd.DataFrame({"task": ["code"] * 4 + ["chat"] * 4, "n": [1, 1, 2, 2] * 2, "x": [1, 2] * 4,
+                          "y": [0.4, 0.8, 0.1, 0.3, 0.2, 0.5, 0.0, 0.001]})
+    frame = frame.assign(y_low=frame.y - 0.05, y_high=frame.y + 0.05)
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n = {}", offset=1.0,
+                                    titles={"code": "code", "chat": "chat"})
+    assert axes.shape == (1, 2) and "n = 2: flat, not drawn" in axes[0, 1].get_title()
+    assert len(axes[0, 0].containers) == 2 and len(axes[0, 1].containers) == 1  # capped error bars, no bands
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n ≤ {}",
+                                    titles={"code": "code", "chat": "chat"}, small_multiples="CREST")
+    plots.legend_outside(fig)
+    assert axes.shape == (2, 2) and plots.key_problems(fig) == []  # one named band per panel
+    plt.close("all")
+
+
+def test_dots_near_a_ceiling_with_published_ranges_on_rows_of_their_own():
+    fig, ax = plt.subplots(figsize=(6.4, 2.6))
+    plots.dots(ax, ["code-OOD", "code-ID", "chat-OOD"], [1.0, 0.992, 0.944], [1.0, 0.988, 0.94], [1.0, 0.995, 0.948],
+               colors=["C3"] * 3, ranges={"code-OOD": (0.925, 0.939), "chat-OOD": (0.975, 0.975)},
+               range_label="DReSD Table 1")
+    ticks = [(t.get_text(), t.get_position()[1]) for t in ax.get_yticklabels()]
+    assert [name for name, _ in ticks] == ["DReSD Table 1", "chat-OOD", "code-ID", "DReSD Table 1", "code-OOD"]
+    assert len({y for _, y in ticks}) == len(ticks)  # every range on a row of its own, not between rows
+    assert ax.get_xlim()[0] > 0.8  # not from zero: the differences near 1 are what is shown
+    assert sorted(t.get_text() for t in ax.texts) == ["0.944", "0.992", "1.000"]
+    assert plots.layout_problems(fig) == []
+    plt.close("all")
+
+
+def test_legends_list_methods_in_one_order_and_series_get_distinct_hues():
+    fig, ax = plt.subplots()
+    for name in ("mcsd", "n = 3", "rest", "pld"):
+        ax.plot([1, 2], [1, 2 + len(name)], label=name, color=plots.color(name) if name != "n = 3" else "0.5")
+    plots.legend_outside(ax)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pld", "rest", "mcsd", "n = 3"]
+    assert plots.method_rank("prompt lookup") < plots.method_rank("REST-OOD") < plots.method_rank("MCSS")
+    assert plots.method_rank("n = 3") is None
+    hues = plots.series_colors(5)
+    assert len(set(hues)) == 5 and plots.series_colors(2) == ["0.15", "0.55"]
+    plt.close("all")
+
+
+def test_strict_save_refuses_a_hatch_outline_or_band_no_legend_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    x = np.arange(5.0)
+
+    def figure(**marks):
+        fig, ax = plt.subplots()
+        ax.plot(x, x, color="C0", label="a line")
+        if "hatch" in marks:
+            ax.add_patch(plt.Rectangle((0, 0), 1, 1, hatch="//", fill=False, lw=0, label=marks["hatch"]))
+        if "outline" in marks:
+            ax.add_patch(plt.Rectangle((1, 1), 1, 1, fill=False, ec="tab:cyan", lw=1, label=marks["outline"]))
+        for i in range(marks.get("bands", 0)):
+            ax.fill_between(x, x - 1 - i, x + 1 + i, color=f"C{i}", alpha=0.2, lw=0, label=f"band {i}")
+        plots.legend_outside(ax)
+        return fig
+
+    for fig, refusal in ((figure(hatch=None), "a hatch that no legend names"),
+                         (figure(outline=None), "an outline that no legend names"),
+                         (figure(bands=2), "2 translucent bands in one panel")):
+        with pytest.raises(plots.FigureLayoutError, match=refusal):
+            plots.save_figure(fig, "00_unnamed")
+    fig, ax = plt.subplots()
+    ax.plot(x, x)
+    ax.fill_between(x, x - 1, x + 1, alpha=0.2, lw=0)  # a band without a name
+    with pytest.raises(plots.FigureLayoutError, match="a translucent fill that no legend names"):
+        plots.save_figure(fig, "00_unnamed")
+    assert not (tmp_path / "00_unnamed.png").exists()
+    plots.save_figure(figure(hatch="not measured", outline="past the threshold", bands=1), "00_named")
+    fig, ax = plt.subplots()  # several series: capped error bars, no band to name
+    for i in range(3):
+        plots.line_with_interval(ax, x, x + i, x + i - 0.5, x + i + 0.5, band=False, label=f"n = {i}",
+                                 color=plots.series_colors(3)[i])
+    plots.legend_outside(ax)
+    plots.save_figure(fig, "00_series")
+    assert (tmp_path / "00_named.png").exists() and (tmp_path / "00_series.png").exists()
+    plt.close("all")
 
 
 def test_layout_audit_finds_overlaps_legends_on_data_and_single_values():

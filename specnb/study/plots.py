@@ -4,14 +4,19 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :data:`METHODS` / :func:`style`: the same method has the same colour and name in every figure (a label such as
   ``"DReSD-OOD 10x6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
   markers and line styles (:data:`MARKERS`, :data:`LINESTYLES`), never to colour.
-* :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn.
-* :func:`shared_norm` / :func:`speedup_norm` and :func:`heatmap`: every panel of a figure on one colour scale per
-  metric; speedups on a diverging scale centred at 1.
+* :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn;
+  :func:`dots` for values near a ceiling (a bar from zero hides their differences). One row order per figure: the
+  first panel's, kept in every later panel; legends list methods in one order study-wide (:func:`method_rank`).
+* :func:`series_colors` (distinct hues for three or more series that are not methods) and
+  :func:`line_with_interval` (a band for a lone series, capped error bars when several share a panel).
+* :func:`shared_norm`, :data:`SPEEDUP_NORM`, :data:`TOKENS_PER_CALL_NORM` and :func:`heatmap`: every panel of a
+  figure on one colour scale per metric; every speedup of the study on one fixed diverging scale centred at 1.
 * :func:`legend_outside`, :func:`log_axis` (major ticks only, plain numbers).
 * :func:`save_figure`: ``figures/NAME.png`` and ``figures/NAME.csv``, so a reader can re-plot or check any number.
   Under ``specnb notebooks run`` (``SPECNB_STRICT_FIGURES=1``) it first refuses a figure whose text artists
-  overlap or whose panel shows a single value (:func:`layout_problems`); with ``SPECNB_FIGURE_DUMP`` set it also
-  pickles the figure there, for the test that reopens every saved figure.
+  overlap, whose panel shows a single value, or whose hatch, outline or tint no legend names
+  (:func:`layout_problems`); with ``SPECNB_FIGURE_DUMP`` set it also pickles the figure there, for the test that
+  reopens every saved figure.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 import pickle
 import textwrap
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +38,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib import patheffects  # noqa: E402
-from matplotlib.colors import LogNorm, Normalize  # noqa: E402
-from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+from matplotlib.colors import LogNorm, Normalize, to_hex  # noqa: E402
+from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
 
 from ..atomic import atomic_file, write_csv, write_text
 
@@ -145,28 +150,95 @@ def label(name: str) -> str:
     return METHODS[name].label if name in METHODS else name
 
 
+def _method_key(label: str) -> str | None:
+    """``label``'s method key (a display name such as ``"Token Recycling"`` included), None for a label that
+    names no method."""
+    names = {style.label.lower(): key for key, style in METHODS.items()}
+    try:
+        return names.get(label.strip().lower()) or method_of(label)
+    except KeyError:
+        return None
+
+
+def method_rank(label: str) -> int | None:
+    """The place of ``label``'s method in the study's one method order (the order of :data:`METHODS`: baselines,
+    n-grams, retrieval, draft models, the rest), or None for a label that names no method: legends list methods
+    in this order in every figure, so a reader finds a method at the same place everywhere."""
+    key = _method_key(label)
+    return None if key is None else list(METHODS).index(key)
+
+
+def series_colors(n: int) -> list[str]:
+    """Colours for ``n`` series that are not methods (store sizes, n-gram orders, context lengths), in their
+    order: dark and mid grey for one or two (a method's hue stays its own), distinct hues from a dark-to-light
+    ramp (viridis, its palest end left out) for three or more, so that every series can be told apart."""
+    if n <= 2:
+        return ["0.15", "0.55"][:n]
+    return [to_hex(plt.cm.viridis(x)) for x in np.linspace(0.0, 0.85, n)]
+
+
+def line_with_interval(ax: plt.Axes, x, y, low, high, *, band: bool, label: str, color: str, **line) -> None:
+    """A line with its 90% interval [low, high]: a translucent band when it is the panel's only series
+    (``band``; the band is named "<label>, 90% interval" in the legend), else capped error bars, which stay
+    readable when several series' intervals overlap (stacked bands blur into one tint)."""
+    x, y, low, high = (np.asarray(v, dtype=float) for v in (x, y, low, high))
+    if band:
+        ax.plot(x, y, color=color, label=label, **line)
+        ax.fill_between(x, low, high, color=color, alpha=0.2, lw=0, label=f"{label}, 90% interval")
+    else:
+        ax.errorbar(x, y, yerr=[np.clip(y - low, 0, None), np.clip(high - y, 0, None)], color=color, label=label,
+                    capsize=2.5, elinewidth=0.8, **line)
+
+
 # ------------------------------------------------------------------------------------------------ bars
 
 
 _BAR_PANELS: weakref.WeakSet[plt.Axes] = weakref.WeakSet()  # the axes hbars has drawn on
+_ROW_ORDERS: weakref.WeakKeyDictionary[plt.Figure, list[str]] = weakref.WeakKeyDictionary()  # bottom to top
 
 
-def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
-          high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
-          colors: Sequence[str] | None = None, xlabel: str = "") -> plt.Axes:
-    """Horizontal bars sorted by value (largest on top), each value printed past its bar (and past its interval),
-    the 90% interval [low, high] drawn as an error bar; ``reference`` draws a thin vertical line (1 for speedups),
-    always in view. Negative values extend left of 0 (a difference, a gain). On a panel sharing its x axis with
-    one drawn before, the axis only grows, so every panel's labels stay in view.
-    Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names."""
+def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None,
+                high: Sequence[float] | None, colors: Sequence[str] | None, what: str) -> pd.DataFrame:
+    """The rows of a bar or dot panel (label, value, low, high, color), bottom to top in the figure's one row
+    order: the first panel of a figure sorts its rows by value (largest on top, ties as given) and sets the
+    order; a later panel whose labels that order holds keeps it, so a row is at the same height in every panel
+    (one re-sorted per panel reads as another ranking); one whose labels differ but name the same methods, one
+    row each (``mixed (1, 10)`` and ``mixed (1, 6)``), keeps it by method. Raises DegenerateData when the values
+    do not vary."""
     from ..eval.checks import check_varies
 
     frame = pd.DataFrame({"label": list(labels), "value": np.asarray(values, dtype=float)})
     frame["low"] = np.asarray(low, dtype=float) if low is not None else np.nan
     frame["high"] = np.asarray(high, dtype=float) if high is not None else np.nan
     frame["color"] = list(colors) if colors is not None else [color(x) for x in frame.label]
-    check_varies(frame.value, f"bars of {xlabel or ax.get_title() or 'a panel'}")
-    frame = frame.sort_values("value", ascending=True, kind="stable").reset_index(drop=True)
+    check_varies(frame.value, what)
+    order = _ROW_ORDERS.get(ax.figure)
+    for key in (str, _method_key) if order is not None else ():  # the same labels, else the same methods
+        known = {key(name): i for i, name in enumerate(order)}
+        rank = frame.label.map(lambda name: known.get(key(name)))  # noqa: B023 (used at once)
+        if len(known) == len(order) and rank.notna().all() and rank.is_unique:
+            return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
+    frame = frame.sort_values("value", ascending=False, kind="stable").iloc[::-1].reset_index(drop=True)
+    _ROW_ORDERS.setdefault(ax.figure, list(frame.label))
+    return frame
+
+
+def _print_value(ax: plt.Axes, x: float, y: float, text: str, ha: str) -> None:
+    """A value printed beside its bar or dot, on a white ground: a reference line through it stays behind it."""
+    ax.text(x, y, text, va="center", ha=ha, fontsize=7, zorder=4,
+            bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
+
+
+def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
+          high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
+          colors: Sequence[str] | None = None, xlabel: str = "") -> plt.Axes:
+    """Horizontal bars in the figure's row order (the first panel's: sorted by value, largest on top), each value
+    printed past its bar (and past its interval), the 90% interval [low, high] drawn as an error bar;
+    ``reference`` draws a thin vertical line (1 for speedups), always in view. Negative values extend left of 0
+    (a difference, a gain). On a panel sharing its x axis with one drawn before, the axis only grows, so every
+    panel's labels stay in view.
+    Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names."""
+    frame = _value_rows(ax, labels, values, low, high, colors, f"bars of {xlabel or ax.get_title() or 'a panel'}")
     y = np.arange(len(frame))
     ax.barh(y, frame.value, color=frame.color, edgecolor="0.3", linewidth=0.4, height=0.7)
     has = frame.low.notna() & frame.high.notna()
@@ -182,10 +254,9 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
     lo, hi = float(marks.min()), float(marks.max())
     span = max(hi - lo, 1e-12)
     for yi, r, le, value in zip(y, right, left, frame.value, strict=True):
-        if not np.isfinite(value):
-            continue
-        ax.text(r + 0.015 * span if value >= 0 else le - 0.015 * span, yi, fmt.format(value), va="center",
-                ha="left" if value >= 0 else "right", fontsize=7)
+        if np.isfinite(value):
+            _print_value(ax, r + 0.015 * span if value >= 0 else le - 0.015 * span, yi, fmt.format(value),
+                         "left" if value >= 0 else "right")
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     ax.set_yticks(y, [label(x) for x in frame.label])
@@ -200,22 +271,129 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
     return ax
 
 
+def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
+         high: Sequence[float] | None = None, *, fmt: str = "{:.3f}", colors: Sequence[str] | None = None,
+         xlabel: str = "", ranges: Mapping[str, tuple[float, float]] | None = None, range_label: str = "") -> plt.Axes:
+    """A dot per label with its 90% interval [low, high] as capped error bars and its value printed to the right,
+    rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall), where a bar from zero
+    spends the axis on the part every bar shares. The x axis spans the values and ranges only.
+
+    ranges: label -> (low, high) of a published value (low == high: a single number), drawn in black on a row of
+    its own right under the label's row, that row named ``range_label``."""
+    frame = _value_rows(ax, labels, values, low, high, colors, f"dots of {xlabel or ax.get_title() or 'a panel'}")
+    ranges = dict(ranges or {})
+    ticks: list[tuple[float, str, bool]] = []  # (y, tick label, a published range's row)
+    y = 0.0
+    for row in frame.itertuples():
+        if row.label in ranges:
+            lo, hi = ranges[row.label]
+            if lo == hi:
+                ax.plot([lo], [y], "D", color="black", ms=4)
+            else:
+                ax.plot([lo, hi], [y, y], color="black", lw=3, solid_capstyle="butt")
+            ticks.append((y, range_label, True))
+            y += 0.8
+        if np.isfinite(row.low) and np.isfinite(row.high):
+            ax.errorbar([row.value], [y], xerr=[[max(row.value - row.low, 0)], [max(row.high - row.value, 0)]],
+                        fmt="none", ecolor=row.color, capsize=3, elinewidth=1)
+        ticks.append((y, label(row.label), False))
+        y += 1.0
+    rows = [t for t in ticks if not t[2]]
+    ax.scatter(frame.value, [t[0] for t in rows], color=list(frame.color), s=30, zorder=3)
+    marks = np.asarray([*frame.value, *frame.low, *frame.high, *np.ravel(list(ranges.values()))], dtype=float)
+    marks = marks[np.isfinite(marks)]
+    lo, hi = float(marks.min()), float(marks.max())
+    span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
+    for (yi, _, _), row in zip(rows, frame.itertuples(), strict=True):
+        _print_value(ax, np.nanmax([row.value, row.high]) + 0.03 * span, yi, fmt.format(row.value), "left")
+    ax.set_yticks([t[0] for t in ticks], [t[1] for t in ticks])
+    for tick, (_, _, published) in zip(ax.get_yticklabels(), ticks, strict=True):
+        if published:
+            tick.set(fontsize=7, color="0.3")
+    ax.set_ylim(-0.6, y - 0.4)
+    ax.set_xlim(lo - 0.08 * span, hi + 0.25 * span)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+    return ax
+
+
+def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
+                  titles: Mapping[str, str], small_multiples: str | None = None,
+                  offset: float = 0.0) -> tuple[plt.Figure, np.ndarray]:
+    """Curves of ``y`` (and its interval, columns ``y_low`` / ``y_high``; all shifted by ``offset``) over ``x``
+    for each value of ``series``, a row of panels per value of ``panels`` (first seen first, titled
+    ``titles[value]``), one y scale for all. ``name``: a series' name, ``{}`` standing for its value (``"n = {}"``).
+
+    small_multiples: a method's name: one panel per series value, its curve in the method's colour with a band
+    (one per panel, named in the legend), for series whose intervals would overlap. None: the series overlaid
+    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars; a
+    series near-constant in a panel (:func:`near_constant`) is left out and named in the panel's title.
+    Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
+    rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
+    shape = (len(rows), len(values)) if small_multiples else (1, len(rows))
+    fig, axes = plt.subplots(*shape, figsize=(2.4 * shape[1] + 1.6, 2.4 * shape[0] + 0.6), sharey=True, sharex=True,
+                             squeeze=False)
+    hues = series_colors(len(values))
+    for r, row in enumerate(rows):
+        flat = []
+        for i, value in enumerate(values):
+            d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
+            curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
+            if d.empty or (not small_multiples and near_constant(*curve[1:])):
+                flat += [] if d.empty else [name.format(value)]
+                continue
+            line_with_interval(axes[r, i] if small_multiples else axes[0, r], *curve, band=bool(small_multiples),
+                               label=small_multiples or name.format(value),
+                               color=color(small_multiples) if small_multiples else hues[i],
+                               marker=MARKERS[0 if small_multiples else i % len(MARKERS)], ms=3.5, lw=1)
+        for c in range(len(values)) if small_multiples else [r]:
+            title = f"{titles[row]}, {name.format(values[c])}" if small_multiples else titles[row]
+            axes[r if small_multiples else 0, c].set_title(title + (f"\n({', '.join(flat)}: flat, not drawn)"
+                                                                    if flat else ""))
+    return fig, axes
+
+
 # ---------------------------------------------------------------------------------------- colour scales
 
 
-def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str) -> bool:
-    """Whether the series a figure would compare is constant or all zero (:func:`specnb.eval.checks.varies` fails):
-    then one Markdown sentence saying so is displayed in the figure's place and True is returned (skip the
-    figure). A model that accepts no draft (a random tiny Llama) gives such a series."""
+NEAR = 0.01  # values closer than this share of their largest are one value to a reader
+
+
+def near_constant(values: Iterable[float] | np.ndarray | pd.Series, low: Iterable[float] | None = None,
+                  high: Iterable[float] | None = None) -> bool:
+    """Whether a series to compare holds nothing to see: fewer than two finite values, all equal, all within
+    :data:`NEAR` of their largest, or (with the 90% intervals [low, high]) every value inside every row's
+    interval, so that no row differs measurably from another."""
     from ..eval.checks import varies
 
-    if varies(values):
+    v = np.asarray(values, dtype=float).ravel()
+    finite = v[np.isfinite(v)]
+    if not varies(finite) or np.ptp(finite) <= NEAR * np.max(np.abs(finite)):
+        return True
+    if low is None or high is None:
+        return False
+    lo, hi = np.asarray(low, dtype=float).ravel(), np.asarray(high, dtype=float).ravel()
+    return bool(np.all(np.isfinite(lo) & np.isfinite(hi)) and finite.max() <= hi.min() and finite.min() >= lo.max())
+
+
+def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str, low: Iterable[float] | None = None,
+                     high: Iterable[float] | None = None) -> bool:
+    """Whether the series a figure (or a panel) would compare is constant or nearly so (:func:`near_constant`):
+    then one Markdown sentence saying so is displayed in its place and True is returned (skip it). A model that
+    accepts no draft (a random tiny Llama) gives such a series; so do transforms that all draft alike."""
+    if not near_constant(values, low, high):
         return False
     from IPython.display import Markdown, display
 
     finite = [float(v) for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
-    value = f"{finite[0]:.3g}" if finite else "undefined"
-    display(Markdown(f"*No figure: {what} is {value} for every bar, so there is nothing to compare.*"))
+    lo, hi = (f"{min(finite):.3g}", f"{max(finite):.3g}") if finite else ("undefined", "undefined")
+    if lo == hi:
+        said = f"is {lo} for every bar"
+    elif max(finite) - min(finite) <= NEAR * max(abs(x) for x in finite):
+        said = f"stays within {lo}–{hi} (less than {NEAR:.0%} apart) for every bar"
+    else:
+        said = f"stays within {lo}–{hi}, every value inside every bar's 90% interval"
+    display(Markdown(f"*No figure: {what} {said}, so there is nothing to compare.*"))
     return True
 
 
@@ -229,59 +407,71 @@ def shared_norm(values: Iterable[float] | np.ndarray, *, log: bool = False) -> N
     return Normalize(lo, max(hi, lo + 1e-9))
 
 
-MIN_SPEEDUP_REACH = 1.5  # the least a speedup scale spans on each side of its centre (x 1.5 and / 1.5)
+SPEEDUP_NORM = LogNorm(1 / 3, 3)
+"""The one colour scale of every speedup in the study: diverging, linear in log(speedup), centred on 1 (as fast as
+the baseline), from ×1/3 to ×3 whatever a figure holds, so one colour means one speedup in every notebook; values
+beyond it take the end colours and the colour bar shows an arrow (:func:`shared_colorbar`)."""
+SPEEDUP_TICKS = (1 / 3, 0.5, 2 / 3, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0)  # labelled with two decimals: 0.80 | 1.00 | 1.25
 
-
-def speedup_norm(values: Iterable[float] | np.ndarray, center: float = 1.0) -> LogNorm:
-    """A diverging scale centred at ``center`` (1: as fast as the baseline) spanning every panel's ``values``,
-    linear in log(value) and symmetric about ``center`` (×2 and ×0.5 equally strong): a LogNorm from
-    center / r to center × r, whose midpoint is ``center``; r is at least :data:`MIN_SPEEDUP_REACH`, so that
-    values near ``center`` stay pale (a near-tie does not look like a strong result) and the bar has room for
-    ticks."""
-    finite = np.asarray([v for v in np.ravel(np.asarray(list(values) if not isinstance(values, np.ndarray)
-                                                         else values, dtype=float)) if np.isfinite(v) and v > 0])
-    reach = float(np.max(np.abs(np.log(finite / center)))) if finite.size else 0.0
-    reach = max(reach, np.log(MIN_SPEEDUP_REACH))
-    return LogNorm(center * np.exp(-reach), center * np.exp(reach))
-
+TOKENS_PER_CALL_NORM = Normalize(1.0, 5.0)
+"""The one colour scale of tokens per call (1: autoregressive decoding) in every heatmap of the study."""
 
 SPEEDUP_CMAP = "RdBu"  # red: slower than the baseline, blue: faster
 SEQUENTIAL_CMAP = "viridis"
 
 
+MISSING = "not measured"  # the legend name of a heatmap's hatched (blank) cells
+OUTLINE = "tab:cyan"  # the colour of a heatmap's outlined cells
+
+
 def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".2f", cmap: str = SEQUENTIAL_CMAP,
             label: str = "", colorbar: bool = True, outline: np.ndarray | None = None,
-            hatch_missing: bool = True) -> plt.Axes:
+            outline_label: str = "") -> plt.Axes:
     """A grid such as (k, w) -> value as an annotated seaborn heatmap, first row of ``table`` at the bottom.
 
     table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``); NaN
-    cells stay blank over a hatched background (not measured). norm: the colour scale, shared by every panel of
-    the figure that shows this metric (:func:`shared_norm`, :func:`speedup_norm`). colorbar: draw this panel's
-    colour bar (one per metric is enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to
-    frame in cyan (e.g. past a threshold).
+    cells stay blank over a hatched background named :data:`MISSING` (for the figure's legend:
+    :func:`legend_outside`). norm: the colour scale, shared by every panel of the figure that shows this metric
+    (:func:`shared_norm`, :data:`SPEEDUP_NORM`). colorbar: draw this panel's colour bar (one per metric is
+    enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
+    threshold), named ``outline_label`` in the legend (the strict save refuses an outline no legend names).
     """
     values = table.to_numpy(dtype=float)
-    if hatch_missing:
+    if np.isnan(values).any():
         ax.add_patch(plt.Rectangle((0, 0), values.shape[1], values.shape[0], hatch="//", fill=False, color="0.6",
-                                   lw=0, zorder=0))
+                                   lw=0, zorder=0, label=MISSING))
     sns.heatmap(table, ax=ax, annot=True, fmt=fmt, cmap=cmap, norm=norm, annot_kws={"fontsize": 6.5},
                 cbar=colorbar, cbar_kws={"label": label} if colorbar else None)
     ax.invert_yaxis()
     ax.tick_params(axis="y", rotation=0)
     if outline is not None:
-        for i, j in zip(*np.nonzero(outline), strict=True):
-            ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec="tab:cyan", lw=1.0))
+        for n, (i, j) in enumerate(zip(*np.nonzero(outline), strict=True)):
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec=OUTLINE, lw=1.0,
+                                       label=outline_label if n == 0 else None))
     ax.grid(False)
     return ax
 
 
 def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm: Normalize, cmap: str,
                     label: str) -> None:
-    """One colour bar for ``axes`` that share ``norm`` (placed beside them by constrained layout); a log scale
-    gets plain 1-2-5 ticks (0.5, 1, 2, 5, ...), not powers of ten."""
+    """One colour bar for ``axes`` that share ``norm`` (placed beside them by constrained layout), with an arrow
+    at each end that a heatmap cell of ``axes`` lies beyond (its colour is clipped). :data:`SPEEDUP_NORM` gets
+    :data:`SPEEDUP_TICKS` with two decimals (which side of 1 a colour is); another log scale plain 1-2-5 ticks
+    (0.5, 1, 2, 5, ...), not powers of ten."""
+    from matplotlib.collections import QuadMesh
+
+    cells = [np.ma.filled(np.ma.asarray(c.get_array(), dtype=float), np.nan).ravel() for ax in np.ravel(axes)
+             for c in ax.collections if isinstance(c, QuadMesh)]
+    shown = np.concatenate(cells) if cells else np.array([])
+    below, above = bool((shown < norm.vmin).any()), bool((shown > norm.vmax).any())
+    extend = {(True, True): "both", (True, False): "min", (False, True): "max"}.get((below, above), "neither")
     bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(np.ravel(axes)), label=label,
-                       shrink=0.9)
-    if isinstance(norm, LogNorm):
+                       shrink=0.9, extend=extend)
+    if norm is SPEEDUP_NORM:
+        bar.set_ticks(list(SPEEDUP_TICKS), labels=[f"{t:.2f}" for t in SPEEDUP_TICKS])
+        bar.ax.yaxis.set_minor_formatter(NullFormatter())
+        bar.ax.yaxis.set_minor_locator(NullLocator())
+    elif isinstance(norm, LogNorm):
         bar.set_ticks(_log_ticks(norm.vmin, norm.vmax))
         bar.ax.yaxis.set_major_formatter(ScalarFormatter())
         bar.ax.yaxis.set_minor_formatter(NullFormatter())
@@ -306,9 +496,11 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
     norm = LogNorm(1.0, max(float(np.nanmax(frame.slowdown)), 1.01))
     for ax, context in zip(axes[0], contexts, strict=True):
         table = heatmap_table(frame, context).reindex(index=ks, columns=ws)
-        heatmap(table, ax, fmt=".1f", cmap="magma_r", norm=norm, colorbar=False, outline=table.to_numpy() > threshold)
+        heatmap(table, ax, fmt=".1f", cmap="magma_r", norm=norm, colorbar=False, outline=table.to_numpy() > threshold,
+                outline_label=f"slow-down > {threshold:g}")
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"ℓ = {context}")
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs (1, 0)")
+    legend_outside(fig, "below")
     fig.suptitle(title)
     return fig
 
@@ -317,11 +509,16 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
 
 
 def legend_outside(ax: plt.Axes | plt.Figure, where: str = "right", **kwargs) -> None:
-    """A legend beside the data: to the right of the axes (or of the figure's panels), or below them."""
+    """A legend beside the data: to the right of the axes (or of the figure's panels), or below them. Methods are
+    listed in the study's one order (:func:`method_rank`), whatever order the panels drew them in; other entries
+    keep theirs, after the methods."""
     handles, labels = (ax.get_legend_handles_labels() if isinstance(ax, plt.Axes) else
                        _figure_handles(ax))
     if not handles:
         return
+    ranks = [method_rank(text) for text in labels]
+    order = sorted(range(len(labels)), key=lambda i: (ranks[i] is None, ranks[i] or 0, i))
+    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
     if where == "right":
         place = {"loc": "center left", "bbox_to_anchor": (1.01, 0.5)}
     else:
@@ -460,6 +657,9 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     * a legend drawn over data (a line's vertex, a marker, a bar);
     * a panel whose data (lines, markers, bars, heatmap cells, in data coordinates) hold a single value.
 
+    * a hatch, an outline or a translucent tint that no legend of the figure names, or two translucent bands in
+      one panel (:func:`key_problems`).
+
     ``slack``: pixels two boxes may share before they count as overlapping. Returns one line per problem."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
@@ -503,7 +703,52 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
                  or box.y1 > edge.y1 + slack]
     problems += [f"{a} and {b} overlap" for a, b in _overlapping(free, slack)]
     problems += [f"{a} and {b} overlap" for a, fa in free for b, fb in ticks if _touch(fa, fb, slack)]
-    return problems
+    return problems + key_problems(fig)
+
+
+def key_problems(fig: plt.Figure) -> list[str]:
+    """Marks a reader cannot decode: a hatch, an outline (an unfilled patch with a visible edge) or a translucent
+    fill (a band, a see-through bar) that no legend of ``fig`` names — a legend entry with the same hatch, the
+    same edge colour unfilled, the same fill colour and alpha — and a panel with more than one translucent band
+    (stacked bands blur into one tint: :func:`line_with_interval` draws capped error bars instead). One line
+    per problem."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.patches import Patch
+
+    keys = [h for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if legend is not None
+            for h in legend.legend_handles if isinstance(h, Patch | PolyCollection)]
+    same = lambda a, b: np.allclose(to_rgba(a), to_rgba(b), atol=1e-3)  # noqa: E731
+
+    def named(mark: str, artist) -> bool:
+        face = np.atleast_2d(artist.get_facecolor())[0]
+        if mark == "a hatch":
+            return any(k.get_hatch() == artist.get_hatch() for k in keys)
+        if mark == "an outline":
+            edge = np.atleast_2d(artist.get_edgecolor())[0]
+            return any(isinstance(k, Patch) and not k.get_fill() and same(k.get_edgecolor(), edge) for k in keys)
+        return any(same(np.atleast_2d(k.get_facecolor())[0], face) for k in keys)
+
+    problems = []
+    for i, ax in enumerate(fig.axes):
+        name, bands = ax.get_title() or ax.get_label() or f"panel {i}", 0
+        for artist in [*ax.patches, *ax.collections]:
+            if not artist.get_visible() or not isinstance(artist, Patch | PolyCollection):
+                continue
+            face = np.atleast_2d(artist.get_facecolor())
+            filled = artist.get_fill() if isinstance(artist, Patch) else len(face) > 0
+            edge = np.atleast_2d(artist.get_edgecolor())
+            width = np.max(np.atleast_1d(artist.get_linewidth())) if np.size(artist.get_linewidth()) else 0.0
+            marks = ["a hatch"] if artist.get_hatch() else []
+            if isinstance(artist, Patch) and not filled and width > 0 and len(edge) and edge[0, 3] > 0:
+                marks.append("an outline")
+            if filled and len(face) and 0 < face[0, 3] < 1:
+                marks.append("a translucent fill")
+                bands += isinstance(artist, PolyCollection)
+            problems += [f"{name}: {mark} that no legend names" for mark in marks if not named(mark, artist)]
+        if bands > 1:
+            problems.append(f"{name}: {bands} translucent bands in one panel (draw capped error bars)")
+    return sorted(set(problems), key=problems.index)
 
 
 def _drawn_tick_labels(axis) -> list:
