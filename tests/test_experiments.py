@@ -160,7 +160,35 @@ def test_the_corpus_sweep_runs_on_a_users_corpus(tmp_path, monkeypatch):
     for i in range(12):
         (folder / f"m{i}.py").write_text(f"def f{i}(x):\n    return x * {i} + {i}\n" * 30)
     target = tiny("gemma3")
-    points = sweep_points(target, "smoke", corpus=str(folder))
+    points = sweep_points(target, profiles.get_profile("smoke", corpus=str(folder)))
     whole = build_corpus(folder, target, progress=False)
     assert [p.corpus for p in points] == ["50% of the dense store's", "100% of the dense store's", "whole corpus"]
     assert points[0].tokens < points[1].tokens <= whole.num_tokens == points[2].tokens
+
+
+def test_the_id_store_answers_the_users_held_out_prompts(tmp_path, monkeypatch, capsys):
+    """DReSD's in-distribution data on a user's prompt file: the target's answers to the prompts past those the
+    notebooks decode (never the timed ones), at most ``id_generated[0]``; too few held out: stdlib stubs, said."""
+    import json
+
+    from specnb.experiments import dresd
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):"}) + "\n" for i in range(10)))
+    p = get_profile("smoke", prompts=str(mine))  # decodes 2 prompts; ID data: 6 stubs' worth
+    assert [q.id for q in dresd.held_out_prompts(p)] == [f"p{i}" for i in range(2, 8)]
+    assert dresd.held_out_prompts(get_profile("smoke")) == []  # a built-in set: no held-out prompts
+    target = tiny("gemma3")
+    path = dresd.id_responses(target, p)
+    answered = [json.loads(line)["id"] for line in path.read_text().splitlines()]
+    assert sorted(answered) == [f"p{i}" for i in range(2, 8)]
+    assert "6 prompts of" in json.loads(path.with_suffix(".meta.json").read_text())["prompts"]
+    assert "answers to 6 prompts of" in capsys.readouterr().out
+    assert dresd.id_responses(target, p) == path  # made once
+
+    mine.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"def g{i}(x):"}) + "\n" for i in range(4)))
+    few = dresd.id_responses(target, get_profile("smoke", prompts=str(mine)))
+    assert not any(json.loads(line)["id"].startswith("q") for line in few.read_text().splitlines())
+    assert "2 held-out prompts in" in capsys.readouterr().out

@@ -31,7 +31,7 @@ from ..drafters.rest import RestDrafter
 from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from ..eval.runner import summarize
 from ..model.models import LoadedModel
-from ..study.profiles import get_profile
+from ..study.profiles import Profile
 from .dresd import build_config, datastores, store_corpus
 from .grids import replay_rows
 from .paired import versus
@@ -50,12 +50,12 @@ class SweepPoint:
     dense: DenseDatastore | None
 
 
-def sweep_points(target: LoadedModel, profile: str, progress: bool = False, corpus: str = "code") -> list[SweepPoint]:
-    """The corpora of the sweep for ``target`` at ``profile`` size (its ``corpus_sweep`` record: nested document
+def sweep_points(target: LoadedModel, profile: Profile, progress: bool = False) -> list[SweepPoint]:
+    """The corpora of the sweep for ``target`` at ``profile``'s size (its ``corpus_sweep`` record: nested document
     samples of the dense store's corpus, REST on the whole corpus or not), smallest first, their stores built once.
-    ``corpus``: the code corpus, ``code`` (the stdlib) or a folder / JSONL of the user's."""
-    sizes = get_profile(profile).corpus_sweep
-    parent = datastores(target, profile, kinds=("code-OOD",), progress=progress, corpus=corpus)["code-OOD"]
+    The code corpus is ``profile.corpus``: ``code`` (the stdlib) or a folder / JSONL of the user's."""
+    sizes = profile.corpus_sweep
+    parent = datastores(target, profile, kinds=("code-OOD",), progress=progress)["code-OOD"]
     stored = store_corpus(parent)
     points = []
     for fraction in sizes.fractions:
@@ -70,9 +70,10 @@ def sweep_points(target: LoadedModel, profile: str, progress: bool = False, corp
         points.append(SweepPoint(f"{fraction:.0%} of the dense store's", sample.num_tokens,
                                  rest_store(sample, study_folder() / name, progress), dense))
     if sizes.whole_stdlib:
-        every = build_corpus(corpus, target, progress=progress)  # cached; notebook 04's code corpus
+        every = build_corpus(profile.corpus, target, progress=progress)  # cached; notebook 04's code corpus
         whole = rest_store(every, study_folder() / f"rest-{every.meta['name']}", progress)
-        points.append(SweepPoint("whole stdlib" if corpus == "code" else "whole corpus", every.num_tokens, whole, None))
+        name = "whole stdlib" if profile.corpus == "code" else "whole corpus"
+        points.append(SweepPoint(name, every.num_tokens, whole, None))
     return points
 
 

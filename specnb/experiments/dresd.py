@@ -6,20 +6,23 @@ Datastores (cached under ``<cache>/datastores/dense``, built on first use):
 
 * ``code-OOD``: the CPython standard library (:func:`specnb.datastores.corpus.build_corpus` ``"code"``), truncated;
 * ``chat-OOD``: ShareGPT assistant turns (``"chat"``), truncated;
-* ``code-ID``: the target's own greedy responses to stdlib docstring stubs (``data/id_code_<model>.jsonl``,
-  made by :mod:`specnb.datastores.id_data`; for the tiny smoke model a few are generated on the fly).
+* ``code-ID``: the target's own greedy responses: shipped for Gemma-3-270M (``data/id_code_<model>.jsonl``, made by
+  :mod:`specnb.datastores.id_data`), else generated once from the held-out prompts of a user's prompt file or from
+  stdlib docstring stubs (:func:`id_responses`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..core.datasets import PROMPT_SETS, load_prompts
 from ..core.metrics import mean_interval
 from ..core.prompts import Prompt
 from ..datastores.ann import (
@@ -52,7 +55,7 @@ from ..eval.replay import Reference, replay_many
 from ..eval.runner import summarize
 from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
-from ..study.profiles import get_profile
+from ..study.profiles import Profile
 from .grids import replay_rows
 from .study_folder import rest_store, study_folder
 
@@ -75,34 +78,60 @@ TABLE1_MRR = {"code-OOD": (0.925, 0.939), "code-ID": (0.855, 0.904), "chat-OOD":
 OOD and ID for code, UltraChat OOD for chat)."""
 
 
-def id_responses(target: LoadedModel, profile: str) -> Path:
-    """The ID responses file for ``target``: shipped in ``data/``, or the target's greedy responses to the profile's
-    ``dresd.id_generated`` (stubs, tokens) stdlib docstring stubs, generated once into the cache (resumable)."""
+def held_out_prompts(profile: Profile) -> list[Prompt]:
+    """The prompts of a user's prompt file past the ones the notebooks decode (the first ``max(n_prompts,
+    timed_prompts)``), at most ``dresd.id_generated[0]`` of them; [] for a built-in prompt set. DReSD's ID store is
+    the target's answers to prompts of the timed ones' distribution that are not themselves timed: its answers to
+    the timed prompts would hand it the very outputs it is scored on."""
+    if profile.prompts in PROMPT_SETS:
+        return []
+    used = max(profile.n_prompts, profile.timed_prompts)
+    return load_prompts(profile.prompts)[used:used + profile.dresd.id_generated[0]]
+
+
+def id_responses(target: LoadedModel, profile: Profile) -> Path:
+    """The ID responses file for ``target``: shipped in ``data/``, else the target's greedy answers (``dresd.
+    id_generated[1]`` new tokens each) to the held-out prompts of the user's prompt file
+    (:func:`held_out_prompts`) when there are at least half of ``dresd.id_generated[0]``, else to that many stdlib
+    docstring stubs; generated once into the cache (resumable), the source said in one line."""
     shipped = DATA / f"id_code_{Path(target.name).name}.jsonl"
     if shipped.exists():
         return shipped
     from ..datastores.id_data import docstring_stubs, generate_responses
 
-    stubs, tokens = get_profile(profile).dresd.id_generated
-    out = artifact_path("id_data", safe_name(f"id_code_{target.name}-{stubs}x{tokens}.jsonl"))
+    wanted, tokens = profile.dresd.id_generated
+    held_out = held_out_prompts(profile)
+    if 2 * len(held_out) >= wanted:
+        digest = hashlib.sha256(json.dumps([p.id for p in held_out]).encode()
+                                + Path(profile.prompts).read_bytes()).hexdigest()[:8]
+        prompts, tag = held_out, f"held-out-{Path(profile.prompts).stem}-{digest}"
+        source = f"{len(held_out)} prompts of {profile.prompts} past the first " \
+                 f"{max(profile.n_prompts, profile.timed_prompts)}"
+    else:
+        prompts = docstring_stubs(wanted, max_files=40 if wanted <= 6 else 200)  # 200 files: the whole library ~20 s
+        tag, source = f"{wanted}", f"{wanted} stdlib docstring stubs"
+        if profile.prompts not in PROMPT_SETS:
+            source += f" ({len(held_out)} held-out prompts in {profile.prompts}, fewer than {(wanted + 1) // 2})"
+    out = artifact_path("id_data", safe_name(f"id_code_{target.name}-{tag}x{tokens}.jsonl"))
     done = out.read_text().count("\n") if out.exists() and out.with_suffix(".meta.json").exists() else 0
-    if done < stubs:  # the stubs of the first 200 files: parsing the whole library takes ~20 s
-        generate_responses(target, docstring_stubs(stubs, max_files=40 if stubs <= 6 else 200), out,
-                           max_new_tokens=tokens, source=f"{stubs} stdlib docstring stubs")
+    if done < len(prompts):
+        print(f"DReSD's ID data: {target.name}'s answers to {source}")
+        generate_responses(target, prompts, out, max_new_tokens=tokens, source=source)
     return out
 
 
-def build_config(profile: str) -> BuildConfig:
+def build_config(profile: Profile) -> BuildConfig:
     """Extraction / index settings of ``profile`` (``dresd.build``: small batches for the tiny smoke models)."""
-    return BuildConfig(**get_profile(profile).dresd.build)
+    return BuildConfig(**profile.dresd.build)
 
 
-def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("code-OOD", "code-ID", "chat-OOD"),
-               progress: bool = True, corpus: str = "code") -> dict[str, DenseDatastore]:
-    """The dense datastores of ``kinds`` for ``target`` at ``profile`` size (``dresd.store_tokens``: corpus tokens
-    per OOD store, whole documents up to the budget; built once, then cached). ``corpus``: the code-OOD store's
-    source, ``code`` (the stdlib) or a folder / JSONL of the user's (:func:`specnb.datastores.corpus.build_corpus`)."""
-    sizes = get_profile(profile).dresd.store_tokens
+def datastores(target: LoadedModel, profile: Profile, kinds: tuple[str, ...] = ("code-OOD", "code-ID", "chat-OOD"),
+               progress: bool = True) -> dict[str, DenseDatastore]:
+    """The dense datastores of ``kinds`` for ``target`` at ``profile``'s size (``dresd.store_tokens``: corpus tokens
+    per OOD store, whole documents up to the budget; built once, then cached). The code-OOD store's source is
+    ``profile.corpus`` (``code``: the stdlib, or a folder / JSONL of the user's:
+    :func:`specnb.datastores.corpus.build_corpus`); the code-ID store's, :func:`id_responses`."""
+    sizes = profile.dresd.store_tokens
     stores = {}
     for kind in kinds:
         domain, dist = kind.split("-")
@@ -111,7 +140,7 @@ def datastores(target: LoadedModel, profile: str, kinds: tuple[str, ...] = ("cod
             digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()[:8]  # a grown file is another store
             name = f"id-{domain}-{Path(source).stem}-{digest}"
         else:
-            source, tokens = (corpus if domain == "code" else domain), sizes[domain]
+            source, tokens = (profile.corpus if domain == "code" else domain), sizes[domain]
             name = f"{domain if source == domain else source_tag(source)}-t{tokens}"
         path = datastore_path(name, target.name)
         if path.exists():

@@ -462,7 +462,7 @@ class ShapeStudy:
         pairs = {name: references_and_states(target, prompts, p.max_new_tokens) for name, prompts in sets.items()}
         refs, hidden = {n: r for n, (r, _) in pairs.items()}, {n: h for n, (_, h) in pairs.items()}
         draft = load_draft(target, p.draft)
-        stores = study_stores(target, p.name, corpus=p.corpus)
+        stores = study_stores(target, p)
         return cls(p, target, sets, refs, hidden, draft,
                    {name: draft_ranks(draft, refs[name], target.vocab_size) for name in sets}, stores,
                    families(target, stores, restricted_bigram_table(target, refs)[0]),

@@ -12,19 +12,19 @@ from pathlib import Path
 
 from ..datastores.crest import build_crest
 from ..model.models import LoadedModel
-from ..study.profiles import get_profile
+from ..study.profiles import Profile
 from .dresd import datastores, store_corpus
 from .study_folder import rest_store, study_folder
 
 
-def study_stores(target: LoadedModel, profile: str, progress: bool = False, corpus: str = "code") -> dict[str, Path]:
-    """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile`` size (CREST's top t
-    n-grams per n: the profile's ``study_stores.crest_t``), built on ``corpus`` (``code``: the stdlib, or a folder /
-    JSONL of the user's: :func:`specnb.experiments.dresd.datastores`)."""
-    dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress, corpus=corpus)
+def study_stores(target: LoadedModel, profile: Profile, progress: bool = False) -> dict[str, Path]:
+    """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile``'s size (CREST's top t
+    n-grams per n: the profile's ``study_stores.crest_t``), built on ``profile.corpus`` (``code``: the stdlib, or a
+    folder / JSONL of the user's: :func:`specnb.experiments.dresd.datastores`)."""
+    dense = datastores(target, profile, kinds=("code-OOD", "code-ID"), progress=progress)
     ood = dense["code-OOD"]
     index = rest_store(store_corpus(ood), study_folder() / f"rest-{ood.path.name}", progress)
-    t = get_profile(profile).study_stores.crest_t
+    t = profile.study_stores.crest_t
     crest_path = study_folder() / f"crest-t{t}-{ood.path.name}.sqlite"
     if not crest_path.exists():
         build_crest(index, crest_path, t=t, progress=progress).close()
