@@ -57,3 +57,16 @@ def test_the_command_sets_the_spin_count_before_torch_loads():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**env, "OMP_WAIT_POLICY": "passive"})
     assert run.stdout.splitlines()[-1] == "None False"
+
+
+def test_every_notebook_sets_up_before_it_imports_torch():
+    """Each notebook's first code cell after its parameters is the setup cell, and nothing before it imports."""
+    from specnb.study.notebooks import NOTEBOOKS, SETUP_CELL
+
+    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    assert paths
+    for path in paths:
+        code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        first = next(i for i, c in enumerate(code) if "parameters" in c["metadata"].get("tags", []))
+        assert "".join(code[first + 1]["source"]) == SETUP_CELL, path.name
+        assert not any("import" in "".join(c["source"]) for c in code[:first + 1]), path.name
