@@ -165,8 +165,9 @@ def ar_priced_seconds(references: list[Reference], cost: Any) -> float:
 
 def router_ceiling(members: dict[str, Drafter], references: list[Reference], cost: Any,
                    budgets: tuple[int, ...] = BUDGETS) -> tuple[float, float, dict[str, int]]:
-    """(tokens per call, tokens per second, calls each member drafted) of :class:`HindsightRouter` over
-    ``members`` replayed over ``references`` in request order, priced as :func:`modelled_speed` prices."""
+    """(tokens per call, tokens per second, calls each member drafted) of
+    :class:`~specnb.drafters.hindsight.HindsightRouter` over ``members`` replayed over ``references`` in request
+    order, priced as :func:`modelled_speed` prices."""
     router = HindsightRouter(members, cost, budgets)
     runs = []
     for prompt, output in references:
