@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from . import openmp_spin_briefly
 from .model.model_names import WEIGHTS
 
 # Commands contributed by other modules through an ``add_parser(subparsers)`` function, with their one-line
@@ -22,9 +23,9 @@ from .model.model_names import WEIGHTS
 PLUGIN_COMMANDS = {
     "corpus": ("specnb.datastores.corpus", "token corpora for retrieval datastores"),
     "ngram-table": ("specnb.datastores.ngram_tables", "build the model-derived unigram/bigram tables (cached)"),
-    "roofline": ("specnb.core.roofline", "time one target call over a (k, w, context) grid"),
+    "roofline": ("specnb.eval.timing", "time one target call over a (k, w, context) grid"),
     "kernels": ("specnb.model.kernels.bench", "the few-row CPU kernels"),
-    "extract-rate": ("specnb.datastores.extract_rate", "time a dense store's hidden-state extraction (rows/s)"),
+    "extract-rate": ("specnb.eval.extract_rate", "time a dense store's hidden-state extraction (rows/s)"),
     "study": ("specnb.study.study_run", "the notebooks on your model and data, into one folder"),
 }
 DATASTORE_KINDS = ["specnb.datastores.rest", "specnb.datastores.crest_build", "specnb.datastores.dense"]
@@ -59,6 +60,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``specnb ARGS``; returns the exit status (0 done, 1 a damaged store found by ``datastore verify``, 2 user
     error, 130 interrupted)."""
+    openmp_spin_briefly()  # before any command imports torch
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         _check_model_names(argv)

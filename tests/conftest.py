@@ -12,11 +12,16 @@ from unittest import mock
 
 import numpy as np
 import pytest
-import torch
 
-from specnb.model import kernels
-from specnb.model.kernels.cpu import kernel_isa
-from specnb.model.models import LoadedModel, byte_tokenizer, tiny_model
+import specnb
+
+specnb.openmp_spin_briefly()  # before torch is imported (libgomp reads it once), as the command and notebooks do
+
+import torch  # noqa: E402
+
+from specnb.model import kernels  # noqa: E402
+from specnb.model.kernels.cpu import kernel_isa  # noqa: E402
+from specnb.model.models import LoadedModel, byte_tokenizer, tiny_model  # noqa: E402
 
 # Tiny models do tiny matmuls: a second thread only adds synchronisation (and, on a busy machine, a lot of
 # it). Tests that time or run a real model raise this locally.

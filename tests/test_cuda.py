@@ -72,8 +72,8 @@ def test_specnb_decoder_on_cuda_is_as_close_to_fp32_as_hugging_faces(shape):
     from the fp32 computation of the same weights, not a fixed tolerance."""
     import copy
 
-    from specnb.core.roofline import random_model
     from specnb.datastores.embed import last_hidden_states
+    from specnb.eval.timing import random_model
 
     target = LoadedModel(random_model(shape, "bfloat16", "cuda"), byte_tokenizer(), f"random:{shape}")
     wide = LoadedModel(copy.deepcopy(target.model).float(), target.tokenizer, target.name)

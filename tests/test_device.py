@@ -212,20 +212,20 @@ def test_roofline_times_on_the_device(monkeypatch):
     import time
     import types
 
-    from specnb.core import roofline
-    from specnb.core.roofline import Grid, time_cells
+    from specnb.eval import timing
+    from specnb.eval.timing import Grid, time_cells
 
     events: list[str] = []
-    real_forward = roofline.forward
+    real_forward = timing.forward
 
     def forward(model, ids, **kwargs):
         events.append("prefill" if kwargs.get("last_only") else "call")
         assert kwargs.get("last_only") or ids.device == FAKE  # timed blocks are made on the device
         return real_forward(model, ids, **kwargs)
 
-    monkeypatch.setattr(roofline, "forward", forward)
-    monkeypatch.setattr(roofline, "synchronize", lambda device: events.append(f"sync {device.type}"))
-    monkeypatch.setattr(roofline, "time", types.SimpleNamespace(
+    monkeypatch.setattr(timing, "forward", forward)
+    monkeypatch.setattr(timing, "synchronize", lambda device: events.append(f"sync {device.type}"))
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(
         perf_counter=lambda: events.append("clock") or time.perf_counter()))
     grid = Grid((1, 2), (0, 1), (8, 30), repeats=1)
     with fake_device():

@@ -10,9 +10,9 @@ from conftest import tiny
 from transformers import AutoConfig
 
 from specnb.cli import main
-from specnb.core.roofline import random_config
 from specnb.datastores.embed import plan
-from specnb.datastores.extract_rate import COLUMNS, measure, synthetic_corpus
+from specnb.eval.extract_rate import COLUMNS, measure, synthetic_corpus
+from specnb.eval.timing import random_config
 from specnb.model.models import fetch
 
 
@@ -68,7 +68,7 @@ def test_bad_arguments_are_one_line_before_any_model_loads(tmp_path, capsys, mon
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("specnb.datastores.extract_rate.load_target", refuse)
+    monkeypatch.setattr("specnb.eval.extract_rate.load_target", refuse)
     assert main(["extract-rate", "--model", "tiny-llama", *argv, "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("specnb: error: ") and message in err and err.count("\n") == 1

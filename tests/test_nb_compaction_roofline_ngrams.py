@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.core.roofline import Grid, time_cells
+from specnb.eval.timing import Grid, time_cells
 from specnb.experiments import compaction as cx
 from specnb.experiments import roofline_study as rs
 from specnb.experiments.grids import replay_grid

@@ -12,6 +12,14 @@ from specnb.eval.checks import DegenerateData
 from specnb.study import plots
 
 
+@pytest.fixture(autouse=True)
+def notebook_style():
+    """The style the notebooks set (``plots.use_style()``), undone after each test."""
+    with plt.rc_context():
+        plots.use_style()
+        yield
+
+
 def test_every_label_of_a_method_gets_its_colour():
     assert plots.method_of("DReSD-OOD 10x6") == "dense"
     assert plots.method_of("DReSD-OOD 10x6 votes priced") == "dense-priced"

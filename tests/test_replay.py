@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from specnb.core.draft import Draft
 from specnb.core.drafter import DecodeState, Drafter
 from specnb.drafters.context import ContextNgramDrafter
+from specnb.drafters.hindsight import HindsightRouter
 from specnb.drafters.recycle import RecycleDrafter
 from specnb.drafters.suffix import SuffixDrafter
-from specnb.eval.replay import HindsightRouter, modelled_speed, replay_greedy, retrieval_ceiling, router_ceiling
+from specnb.eval.replay import modelled_speed, replay_greedy, retrieval_ceiling, router_ceiling
 
 
 def ref(prompt: list[int], output: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""Roofline timing grid, the cost model built from it, and the CLI that writes GPU/CPU tables."""
+"""Roofline timing grid (specnb.eval.timing), the cost model built from it (specnb.core.roofline), and the CLI that
+writes GPU/CPU tables."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from conftest import tiny
 
 from specnb.core import roofline
-from specnb.core.roofline import CostModel, Grid, heatmap_table, time_cells
+from specnb.core.roofline import CostModel
+from specnb.eval import timing
+from specnb.eval.timing import Grid, heatmap_table, time_cells
 
 
 def test_grid_cells_put_the_reference_first_and_respect_the_token_cap():
@@ -18,9 +21,9 @@ def test_grid_cells_put_the_reference_first_and_respect_the_token_cap():
     cells = grid.cells()
     assert cells[0] == (25, 1, 0) and (100, 1, 0) in cells
     assert (25, 4, 3) not in cells and (25, 4, 0) in cells  # 16 tokens > 8
-    assert len(roofline.get_grid("full").cells()) == 32 * 16 * 3
+    assert len(timing.get_grid("full").cells()) == 32 * 16 * 3
     with pytest.raises(ValueError, match="unknown roofline grid"):
-        roofline.get_grid("huge")
+        timing.get_grid("huge")
 
 
 def test_time_cells_on_a_tiny_model():
@@ -46,8 +49,8 @@ def test_time_cells_measures_what_calls_cost(monkeypatch):
             return
         now[0] += (1 + (ids.numel() - 1) / 2) * (1 + context_of[id(past_key_values)] / 10) / 1e3
 
-    monkeypatch.setattr(roofline, "forward", forward)
-    monkeypatch.setattr(roofline, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(timing, "forward", forward)
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     frame = time_cells(tiny("llama").model, Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
     slowdown = 1 + (frame.tokens - 1) / 2
     assert frame.slowdown.to_numpy() == pytest.approx(slowdown.to_numpy(), rel=1e-9)
@@ -72,8 +75,8 @@ def test_the_cost_table_holds_when_the_machine_slows_down_midway(monkeypatch):
         calls.append(ids.numel())
         now[0] += 0.005 * ids.numel() * (2 if len(calls) > 1 + 12 + 12 + 6 else 1)
 
-    monkeypatch.setattr(roofline, "forward", forward)
-    monkeypatch.setattr(roofline, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(timing, "forward", forward)
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     frame = time_cells(tiny("llama").model, Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
     assert len(calls) == 1 + 2 * 6 * 4  # the prefill; a warm-up pass and three timed passes of paired calls
     assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
@@ -133,7 +136,7 @@ def test_a_slow_spell_in_the_table_does_not_make_more_tokens_cheaper():
 
 def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_path):
     parser = argparse.ArgumentParser()
-    roofline.add_parser(parser.add_subparsers())
+    timing.add_parser(parser.add_subparsers())
     out = tmp_path / "roofline.csv"
     args = parser.parse_args(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4",
                               "--device", "cpu", "--out", str(out)])
@@ -155,3 +158,38 @@ def test_llamacpps_curve_is_skipped_with_one_line_where_it_cannot_run(capsys):
     curve = roofline_study.llamacpp_curve(tiny("qwen2"), Grid((1,), (0, 3), (16,), repeats=1))
     assert curve.empty  # a tiny model has no GGUF file (or the binding is missing)
     assert capsys.readouterr().out.count("llama.cpp's curve skipped") == 1
+
+
+def test_the_cached_cost_model_reads_and_never_measures(monkeypatch, tmp_path):
+    """``core.roofline.cached_cost_model`` reads a given CSV or the target's cached table and says so when there is
+    none; ``eval.timing.cost_model_for`` measures that table once (here: a fake measurement) and caches it where
+    the reader finds it."""
+    target = tiny("llama")
+    monkeypatch.setattr(roofline, "cost_table_path", lambda target: tmp_path / "cache" / "table.csv")
+    monkeypatch.setattr(timing, "cost_table_path", roofline.cost_table_path)
+    with pytest.raises(FileNotFoundError, match="no roofline table of"):
+        roofline.cached_cost_model(target)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        roofline.cached_cost_model(target, tmp_path / "missing.csv")
+    table = pd.DataFrame([dict(context=c, k=1, w=w, seconds=0.01 * (w + 1)) for c in (8, 16) for w in (0, 3)])
+    measured = []
+    monkeypatch.setattr(timing, "measure", lambda target, grid, progress=True: measured.append(grid) or table)
+    assert timing.cost_model_for(target).seconds_at(1, 3, 8) == pytest.approx(0.04)
+    assert timing.cost_model_for(target).seconds_at(1, 3, 8) == pytest.approx(0.04)
+    assert len(measured) == 1 and roofline.cached_cost_model(target).seconds_at(1, 0, 16) == pytest.approx(0.01)
+
+
+def test_a_drafter_that_prices_calls_gets_its_table_measured_by_the_bench(monkeypatch):
+    """``make_drafter`` measures (once, cached) the table a priced drafter reads; a given CSV is read as is."""
+    from specnb.eval.methods import make_drafter
+
+    asked = []
+    monkeypatch.setattr(timing, "cost_table", lambda target: asked.append(target.name))
+    monkeypatch.setattr(roofline, "cached_cost_model", lambda target, path="": CostModel(pd.DataFrame(
+        [dict(context=8, k=1, w=w, seconds=0.01 * (w + 1)) for w in (0, 3)])))
+    target = tiny("llama")
+    make_drafter("auto", target, {"members": "pld"})
+    assert asked == [target.name]
+    make_drafter("auto", target, {"members": "pld", "roofline": "given.csv"})
+    make_drafter("pld", target)
+    assert asked == [target.name]

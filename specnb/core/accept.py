@@ -41,9 +41,8 @@ def path_accepted(draft: Draft, ok: Tensor) -> Tensor:
 def passes_with_ancestors(parents: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """:func:`path_accepted` on numpy arrays: parents int64 [n], ok bool [n] -> bool [n]."""
     # Parents come first, so one pass in node order settles every node, and only the nodes that pass the test
-    # themselves need a look: few (against a true continuation at most one child per node passes), at ~0.2 us
-    # each, where a vectorised walk up the tree costs a few us per level. A router scores every member's tree
-    # at every step.
+    # themselves need a look: few (against a true continuation at most one child per node passes), each cheaper
+    # than a vectorised walk up the tree costs per level. A router scores every member's tree at every step.
     out = np.zeros(ok.shape[0], dtype=bool)
     passing = np.flatnonzero(ok)
     for i, parent in zip(passing.tolist(), parents[passing].tolist(), strict=True):
@@ -113,14 +112,13 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
     if logits.device.type != "cpu":  # an accelerator: all rows at once, one device read per call
         predicted = logits.max(-1).indices.cpu()
         ok = draft.tokens == predicted[parent_rows]
-    else:  # on the CPU each row costs ~25-40 us (262k bf16 logits, kernels.top_k): only rows whose node passed
-        # need their argmax, read level by level down the passing nodes (the accepted path, and any duplicate
-        # sibling's)
+    else:  # on the CPU each row's argmax is a pass over the whole vocabulary: only rows whose node passed
+        # need theirs, read level by level down the passing nodes (the accepted path, and any duplicate sibling's)
         predicted = torch.full((draft.num_nodes + 1,), -1, dtype=torch.long)  # -1: not read
         ok = torch.zeros(draft.num_nodes, dtype=torch.bool)
         rows = torch.zeros(1, dtype=torch.long)
         while rows.numel():
-            # one row (a chain's next level) as a view: gathering copies its 0.5 MB of logits
+            # one row (a chain's next level) as a view: gathering would copy the row's logits
             level = logits[int(rows):int(rows) + 1] if rows.numel() == 1 else logits[rows]
             predicted[rows] = top_k(level, 1)[:, 0]
             passing = torch.isin(parent_rows, rows) & (draft.tokens == predicted[parent_rows])

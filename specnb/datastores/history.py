@@ -2,12 +2,12 @@
 request's context and the outputs of earlier requests are searched for the longest suffix of the context.
 
 * :func:`earlier_match` searches the current request (prompt + output so far) directly: the context grows by
-  a few tokens per step, and a vectorised scan over a few thousand tokens takes tens of microseconds, where
-  rebuilding a suffix array at every step costs milliseconds (pydivsufsort: ~8 ms even for 300 tokens).
+  a few tokens per step, and a vectorised scan over it costs far less than rebuilding a suffix array at every
+  step (docs/forward_pass.md, "Measurements behind the code").
 * :class:`OutputHistory` holds the outputs of earlier requests of this process in one suffix array (the
   in-memory form of REST's store, :class:`~specnb.datastores.rest.RestIndex`), at most ``max_tokens``
   tokens: when a new output would pass that, the oldest outputs are evicted whole. It is rebuilt once per
-  added output (pydivsufsort, ~20 ms for 262k tokens), and searched by binary search at every step.
+  added output (pydivsufsort), and searched by binary search at every step.
 
 Both answer the same question, a suffix tree's: the longest ``q`` such that the last ``q`` tokens of the
 context occurred before (with at least one token after them), and where. The drafter that turns the

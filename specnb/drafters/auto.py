@@ -259,7 +259,7 @@ MEMBER_OPTIONS: dict[str, dict[str, Any]] = {"ngram-bigram": {"k": 4, "w": 4}, "
 def make(target: Any, options: Options) -> AutoDrafter:
     """The ``auto`` router over ``members`` (default :func:`default_members`; a given ``crest`` / ``dense`` store
     makes its method a member), each with its method's default options but for :data:`MEMBER_OPTIONS`."""
-    from ..core.roofline import cost_model_for
+    from ..core.roofline import cached_cost_model
 
     names = options.members.split(",") if options.members else default_members(target)
     stores = {"crest": options.crest, "dense": options.dense}
@@ -273,5 +273,5 @@ def make(target: Any, options: Options) -> AutoDrafter:
             values["datastore"] = stores[name]
         entry = DRAFTERS[name]
         members[name] = entry.drafter(target, entry.options_class()(**values))
-    return AutoDrafter(members, cost_model_for(target, options.roofline), options.window, options.merge,
+    return AutoDrafter(members, cached_cost_model(target, options.roofline), options.window, options.merge,
                        options.merge_z)

@@ -291,8 +291,8 @@ def make_mixed(target: Any, options: MixedOptions) -> MixedDrafter:
 
 def make_adaptive(target: Any, options: AdaptiveOptions) -> AdaptiveShapeDrafter:
     """The ``mixed-adaptive`` drafter: the roofline table of this model/dtype drives the shape choice."""
-    from ..core.roofline import cost_model_for
+    from ..core.roofline import cached_cost_model
 
     base = MixedDrafter(table_for(target, options.bigram_tokens), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
-    return AdaptiveShapeDrafter(base, cost_model_for(target, options.roofline))
+    return AdaptiveShapeDrafter(base, cached_cost_model(target, options.roofline))

@@ -2,8 +2,8 @@
 
 REST and CREST return trees whose nodes come in rank order (a node's count never exceeds its parent's), so
 the first b nodes are the best tree of b nodes. Verifying b nodes costs one target call on b + 1 tokens,
-which on a CPU is far from free (see the roofline notebook): on Gemma-3-270M in float32 a 64-node tree costs
-~4.5 one-token calls. :class:`PricedTreeDrafter` cuts every tree to the node budget b with the highest
+which on a CPU is far from free (notebook 05; docs/forward_pass.md, "Measurements behind the code"), so
+:class:`PricedTreeDrafter` cuts every tree to the node budget b with the highest
 expected tokens per second,
 
     (1 + E[accepted | bucket, b]) / seconds(b + 1 tokens),
@@ -173,9 +173,9 @@ class DensePricedOptions(dense.Options):
 
 
 def _priced(base: Drafter, target: Any, roofline: str) -> PricedTreeDrafter:
-    from ..core.roofline import cost_model_for
+    from ..core.roofline import cached_cost_model
 
-    return PricedTreeDrafter(base, cost_model_for(target, roofline))
+    return PricedTreeDrafter(base, cached_cost_model(target, roofline))
 
 
 def make_rest(target: Any, options: RestPricedOptions) -> PricedTreeDrafter:

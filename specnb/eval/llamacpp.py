@@ -74,7 +74,7 @@ def cost_curve(target: LoadedModel, tokens: tuple[int, ...] = (1, 2, 4, 8, 16, 6
     and threads: the median of ``repeats`` ``Llama.eval`` calls, the KV cache cut back to the prefix before each,
     logits for every token of a call (``logits_all``: a verification call needs them all, as ours computes them).
     Rows ``tokens``, ``seconds``, ``slowdown`` (over one token), ``context``, ``passes``: the columns of
-    :func:`specnb.core.roofline.time_cells` that a curve needs."""
+    :func:`specnb.eval.timing.time_cells` that a curve needs."""
     check_available()
     from llama_cpp import Llama
 

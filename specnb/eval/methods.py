@@ -204,7 +204,9 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
     """The drafter of method ``name`` (None for ``ar``).
 
     options: the method's options dataclass, a mapping of option values (parsed by :func:`parse_options`),
-    or None for the defaults. Raises OptionError for an unknown method or bad options.
+    or None for the defaults. Raises OptionError for an unknown method or bad options. A method that prices
+    calls on this target's roofline table (an empty ``roofline`` option) gets it measured first, once
+    (:func:`specnb.eval.timing.cost_table`): the drafters only read it.
     """
     spec = method(name)
     if name != "ar" and spec.drafter is None:
@@ -213,4 +215,8 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
         options = parse_options(name, options)
     elif not isinstance(options, spec.options):
         raise OptionError(f"method {name} takes {spec.options.__name__}, got {type(options).__name__}")
+    if getattr(options, "roofline", None) == "":
+        from .timing import cost_table
+
+        cost_table(target)
     return spec.drafter.drafter(target, options) if spec.drafter is not None else None

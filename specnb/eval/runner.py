@@ -66,9 +66,9 @@ class TopTwo:
         self.gaps: list[float] = []
 
     def __call__(self, logits: torch.Tensor) -> None:
-        # The hook runs inside the reference's timed loop: the kernel's top-2 (~0.03 ms per 262k-logit row on
-        # the CPU) instead of PyTorch's float copy + topk (~0.5 ms, ~3% of a Gemma-3-270M call), which slowed
-        # the very baseline every speedup divides by.
+        # The hook runs inside the reference's timed loop: the kernel's top-2 instead of PyTorch's float copy +
+        # topk, which slowed the very baseline every speedup divides by (docs/forward_pass.md, "Measurements
+        # behind the code").
         top = logits.gather(-1, top_k(logits, 2).to(logits.device)).float().cpu()  # [m, 2]
         self.top1 += top[:, 0].tolist()
         self.gaps += (top[:, 0] - top[:, 1]).tolist()

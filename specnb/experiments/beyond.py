@@ -20,11 +20,11 @@ from tqdm.auto import tqdm
 
 from ..core.metrics import rate_ratio_interval
 from ..core.prompts import Prompt
-from ..core.roofline import cost_model_for
 from ..drafters import suffix
 from ..eval.methods import make_drafter
 from ..eval.replay import longest_retrieved, modelled_speed, retrieval_ceiling, router_ceiling
 from ..eval.runner import ratio_intervals, speedup_intervals, summarize
+from ..eval.timing import cost_model_for
 from ..model.models import LoadedModel
 from ..study.verdicts import Expect
 from .endtoend import call_cost, per_call_cause, run_specs
@@ -166,7 +166,7 @@ def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options:
     Replays the target's greedy outputs (the prompts in :func:`beyond`'s order) priced on this machine's cost
     table (:func:`specnb.eval.replay.modelled_speed`: no noise, no overheads) for ``auto`` (made with
     ``auto_options``) restricted to the members that replay without the target (all but those reading its
-    logits or hidden state: recycle, dense), and for :class:`specnb.eval.replay.HindsightRouter` over the same
+    logits or hidden state: recycle, dense), and for :class:`specnb.drafters.hindsight.HindsightRouter` over the same
     members. Returns ({set: {``auto_vs_pld``, ``hindsight_vs_pld``: each one's modelled tokens/s over pld's}},
     the members replayed).
     """

@@ -177,7 +177,7 @@ def identity_text(found: dict[str, Any]) -> str:
 
 def call_cost(cost: Any, nodes: float, context: int = 256) -> float:
     """What a call verifying ``nodes`` draft tokens in one row (a chain or a tree) costs over a one-token call,
-    at ``context`` tokens of context, on :func:`specnb.core.roofline.cost_model_for`'s table (notebook 05)."""
+    at ``context`` tokens of context, on :func:`specnb.eval.timing.cost_model_for`'s table (notebook 05)."""
     if not nodes or not math.isfinite(nodes):
         return 1.0
     return cost.seconds_at(1, int(round(nodes)), context) / cost.seconds_at(1, 0, context)

@@ -3,7 +3,7 @@ unigram and bigram tables restricted to what the prompts need, top-k curves, the
 ablation, the timed comparison of its shapes (N-Grammys Table 1), and the comparisons with the paper.
 
 Replayed numbers come with 90% intervals over the prompts; timed ones with the paired interval over the prompts
-of :func:`specnb.experiments.summarize`; the cost of one call, timed with :func:`specnb.core.roofline.time_cells`, with
+of :func:`specnb.experiments.summarize`; the cost of one call, timed with :func:`specnb.eval.timing.time_cells`, with
 its spread over the timed passes. Estimated speedups price the replayed calls with the roofline table
 (:mod:`specnb.experiments.grids`) and are put next to the timed ones they estimate.
 """
@@ -15,13 +15,14 @@ import pandas as pd
 
 from ..core.datasets import humaneval, mtbench
 from ..core.prompts import Prompt
-from ..core.roofline import CostModel, Grid, cost_table, device_name, time_cells
+from ..core.roofline import CostModel, device_name
 from ..datastores.ngram_tables import BigramTable, bigram_table, default_restriction, unigram_ranking
 from ..drafters.context import ContextNgramDrafter
 from ..drafters.mixed import MixedDrafter, accepted_rank, accepted_strategy
 from ..drafters.model_ngram import BigramDrafter, UnigramDrafter
 from ..eval.replay import Reference, ar_priced_seconds, replay_many
 from ..eval.runner import Variant, run, summarize
+from ..eval.timing import Grid, cost_table, time_cells
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
 from ..study.verdicts import Expect
@@ -195,7 +196,7 @@ def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], ta
 
 def block_cost(target: LoadedModel, contexts: tuple[int, ...] = (100, 500), repeats: int = 3) -> pd.DataFrame:
     """The slow-down of one (10, 10) batch call (and of (1, 10), (10, 0)) over (1, 0) on this machine now
-    (:func:`specnb.core.roofline.time_cells`: paired calls, median over ``repeats`` passes, with the spread)."""
+    (:func:`specnb.eval.timing.time_cells`: paired calls, median over ``repeats`` passes, with the spread)."""
     return time_cells(target.model, Grid((1, TABLE1_BLOCK[0]), (0, TABLE1_BLOCK[1]), contexts, repeats),
                       progress=False)
 

@@ -2,8 +2,8 @@
 one row of 1..64 tokens on this machine, the steps of that curve computed from its numbers, and the comparisons
 with the paper's memory-bound assumption.
 
-Timing is :mod:`specnb.core.roofline`'s. A cell has no prompts to resample: its uncertainty is the spread of its paired
-ratio over the timed passes (``slowdown_low`` / ``slowdown_high`` of :func:`specnb.core.roofline.time_cells`), which is
+Timing is :mod:`specnb.eval.timing`'s. A cell has no prompts to resample: its uncertainty is the spread of its paired
+ratio over the timed passes (``slowdown_low`` / ``slowdown_high`` of :func:`specnb.eval.timing.time_cells`), which is
 what every comparison here uses as its interval.
 """
 
@@ -14,7 +14,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..core.roofline import Grid, device_name, get_grid, measure, timing_label
+from ..core.roofline import device_name
+from ..eval.timing import Grid, get_grid, measure, timing_label
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
 from ..study.verdicts import Expect
@@ -34,7 +35,7 @@ def grids_for(profile: str) -> tuple[Grid, Grid]:
 
 
 def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: LoadedModel) -> tuple[str, ...]:
-    """The labels (:func:`specnb.core.roofline.timing_label`) of ``models`` whose whole grid is timed: all in ``full``
+    """The labels (:func:`specnb.eval.timing.timing_label`) of ``models`` whose whole grid is timed: all in ``full``
     (``roofline.heatmap_all_dtypes``), else the ``default`` target's (loaded as the other notebooks load theirs);
     every model's cost curve is timed always."""
     if get_profile(profile).roofline.heatmap_all_dtypes:
@@ -45,7 +46,7 @@ def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: Loaded
 def measure_all(models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...] | None = None
                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the heatmap cells of the ``heatmap`` dtypes (default: every model's), the one-row cost curve of every
-    model): :func:`specnb.core.roofline.measure` rows, the curve's restricted to one row (k = 1). ``models``: one
+    model): :func:`specnb.eval.timing.measure` rows, the curve's restricted to one row (k = 1). ``models``: one
     target per dtype, keyed by the dtype's name."""
     frame = pd.concat([measure(m, grid, progress=False) for d, m in models.items() if heatmap is None or d in heatmap],
                       ignore_index=True)

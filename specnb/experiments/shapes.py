@@ -25,8 +25,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..core.draft import Draft
-from ..core.drafter import DecodeState, Drafter
+from ..core.drafter import Drafter
 from ..core.metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
 from ..core.prompts import Prompt
 from ..core.report import Report
@@ -41,6 +40,7 @@ from ..drafters.draft_model import DraftModelDrafter, DraftModelReport
 from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramDrafter
 from ..drafters.rest import RestDrafter
+from ..drafters.shaped import Shaped
 from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from ..eval.runner import Variant, run
 from ..model.forward import forward
@@ -59,22 +59,6 @@ def grid_shapes(ks: tuple[int, ...] = GRID_K, ws: tuple[int, ...] = GRID_W, max_
                 max_k: int | None = None) -> list[tuple[int, int]]:
     """Every (k, w) with k * w <= ``max_nodes`` (and k <= ``max_k``)."""
     return [(k, w) for k in ks for w in ws if k * w <= max_nodes and (max_k is None or k <= max_k)]
-
-
-class Shaped(Drafter):
-    """A tree drafter whose proposals are cut to depth ``w`` and the first ``k * w`` nodes."""
-
-    def __init__(self, base: Drafter, k: int, w: int):
-        self.base, self.k, self.w = base, k, w
-        self.name = f"{getattr(base, 'name', 'tree')}-{k}x{w}"
-
-    def propose(self, state: DecodeState) -> Draft | None:
-        draft = self.base.propose(state)
-        return None if draft is None else draft.truncate(self.w, self.k * self.w)
-
-    @property
-    def report(self) -> Report:
-        return self.base.report
 
 
 def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
@@ -446,8 +430,9 @@ class ShapeStudy:
         """Load (or build once, into the cache) everything for the profile ``p`` (its target, weights, draft and
         corpus: the notebook's parameters in place, :func:`specnb.study.profiles.get_profile`)."""
         from ..core.datasets import load_prompts
-        from ..core.roofline import CostModel, cost_table
+        from ..core.roofline import CostModel
         from ..drafters.draft_model import load_draft
+        from ..eval.timing import cost_table
         from ..model.models import load_model
         from .mcsd import call_costs
         from .ngrams import restricted_bigram_table

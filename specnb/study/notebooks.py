@@ -132,6 +132,13 @@ def run_edited(path: Path, profile: str, cwd: Path, timeout: int = 900) -> dict:
 
 # ------------------------------------------------------------------------------------ thin notebooks
 
+# Every notebook's first cell after its parameters: the process-wide setup that importing specnb does not do
+# (tests/test_side_effects.py). The same in every notebook and no analysis, so :func:`code_lines` leaves it out.
+SETUP_CELL = """from specnb import openmp_spin_briefly
+from specnb.study.plots import use_style
+
+openmp_spin_briefly()  # before torch is imported: libgomp reads GOMP_SPINCOUNT once, when torch loads it
+use_style()"""
 PLOT_MODULES = ("matplotlib", "seaborn", "specnb.study.plots")
 PLOT_NAMES = frozenset({"plt", "sns", "fig", "ax", "axes"})  # the usual figure handles
 
@@ -230,15 +237,17 @@ def _string_lines(tree: ast.AST, source: list[str]) -> set[int]:
 
 
 def code_lines(path: Path) -> dict[str, int]:
-    """Lines of a notebook's code cells, the ``parameters`` cell left out: ``code`` (non-plotting) and ``plotting``
-    (matplotlib / seaborn / ``specnb.study.plots`` calls and figure layout, see :func:`_classify`). Blank lines,
-    comments and the inside of multi-line strings (conclusion templates) are not counted."""
+    """Lines of a notebook's code cells, the ``parameters`` cell and :data:`SETUP_CELL` left out: ``code``
+    (non-plotting) and ``plotting`` (matplotlib / seaborn / ``specnb.study.plots`` calls and figure layout, see
+    :func:`_classify`). Blank lines, comments and the inside of multi-line strings (conclusion templates) are not
+    counted."""
     counts = {"code": 0, "plotting": 0}
     plot = set(PLOT_NAMES)
     for cell in json.loads(Path(path).read_text())["cells"]:
-        if cell["cell_type"] != "code" or "parameters" in cell.get("metadata", {}).get("tags", []):
-            continue
         text = "".join(cell["source"])
+        if cell["cell_type"] != "code" or "parameters" in cell.get("metadata", {}).get("tags", []) \
+                or text == SETUP_CELL:
+            continue
         source = text.splitlines()
         tree = ast.parse(text)
         code, plotting = _classify(tree.body, plot)

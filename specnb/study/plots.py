@@ -1,6 +1,8 @@
 """One figure style for every notebook: a colour and a display name per method, sorted bars with their values and
 intervals, one colour scale per metric across panels, legends off the data, and saving a figure with its data.
 
+* :func:`use_style`: :data:`STYLE` applied to matplotlib (the notebooks call it; importing this module changes no
+  setting).
 * :data:`METHODS` / :func:`style`: the same method has the same colour and name in every figure (a label such as
   ``"DReSD-OOD 10x6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
   markers and line styles (:data:`MARKERS`, :data:`LINESTYLES`), never to colour.
@@ -30,16 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use(os.environ.get("MPLBACKEND", "Agg"))
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from matplotlib import patheffects  # noqa: E402
-from matplotlib.colors import LogNorm, Normalize, to_hex  # noqa: E402
-from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib import patheffects
+from matplotlib.colors import LogNorm, Normalize, to_hex
+from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
 
 from ..atomic import atomic_file, write_csv, write_text
 
@@ -57,7 +56,12 @@ STYLE = {
     "legend.fontsize": 8,
     "legend.frameon": False,
 }
-plt.rcParams.update(STYLE)
+
+
+def use_style() -> None:
+    """Apply :data:`STYLE` to matplotlib's ``rcParams`` for the rest of the process: the notebooks call it in their
+    first cell after the parameters, so that importing this module changes no global setting."""
+    plt.rcParams.update(STYLE)
 
 
 @dataclass(frozen=True)
@@ -485,10 +489,10 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 
 
 def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
-    """One :func:`heatmap` per context length of a roofline table (:func:`specnb.core.roofline.measure` rows: context,
+    """One :func:`heatmap` per context length of a roofline table (:func:`specnb.eval.timing.measure` rows: context,
     k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
     panel, cells above ``threshold`` outlined (past the memory-bound regime), unmeasured cells hatched."""
-    from ..core.roofline import heatmap_table
+    from ..eval.timing import heatmap_table
 
     contexts = sorted(frame.context.unique())
     ks, ws = sorted(frame.k.unique()), sorted(frame.w.unique())

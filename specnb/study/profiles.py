@@ -7,7 +7,7 @@
 
 Two sizes per profile: ``n_prompts`` x ``max_new_tokens`` for what is computed from the target's cached greedy
 outputs (replay, reference-token analyses), ``timed_prompts`` x ``timed_tokens`` for what is timed by decoding
-(10 prompts give a speedup to about ±10%, so fewer cannot show the differences the notebooks discuss).
+(fewer than 10 prompts give a speedup too wide an interval to show the differences the notebooks discuss).
 
 Every other size a notebook's study depends on is in one record per study module, a field of :class:`Profile`:
 
@@ -74,7 +74,7 @@ class CompactionSizes:
 
 @dataclass(frozen=True)
 class RooflineSizes:
-    """:mod:`specnb.experiments.roofline_study`'s sizes (notebook 05): :func:`specnb.core.roofline.get_grid` names."""
+    """:mod:`specnb.experiments.roofline_study`'s sizes (notebook 05): :func:`specnb.eval.timing.get_grid` names."""
 
     grid: str  # the heatmap's grid
     curve_grid: str  # the cost curve's grid
@@ -122,11 +122,11 @@ class Profile:
     corpus: str = "code"  # the retrieval stores' code corpus: code (the stdlib), a folder of text files or a JSONL
 
 
-# Extraction of Gemma-3-270M states runs at roughly 1k tokens/s on 2 cores. quick code: the stdlib corpus's first
-# 12 files (27k tokens); the next file alone is 64k tokens, and the store it would add cost more than a minute of
-# `make figures`' 30. quick MCSD: the Qwen2.5-Coder pair decodes at a few tokens per second on a CPU, so the
-# profile's timed size (10 x 64 per method) would take minutes per method, and T = 0 is left out (greedy identity
-# with AR is tested in tests/test_families_lossless.py).
+# quick code: the stdlib corpus's first 12 files (27k tokens); the next file alone is 64k tokens, and extracting
+# the store it would add costs a large share of `make figures`' time. quick MCSD: the Qwen2.5-Coder pair decodes
+# slowly on a CPU, so each method's timed run is kept small, and T = 0 is left out (greedy identity with AR is
+# tested in tests/test_families_lossless.py). The rates behind these sizes: docs/forward_pass.md, "Measurements
+# behind the code".
 PROFILES = {
     "smoke": Profile(
         "smoke", target="tiny-gemma3", draft="self:2", n_prompts=2, max_new_tokens=16,

@@ -4,8 +4,7 @@ A decoding call reads every weight once, front to back. In 4 KB pages that strea
 every 4 KB: the hardware prefetchers stop there and the TLB misses every page. Most Linux machines hand out
 2 MB pages only to memory that asks for them (``/sys/kernel/mm/transparent_hugepage/enabled`` =
 ``madvise``), and PyTorch's allocator asks only when ``THP_MEM_ALLOC_ENABLE=1`` was set before torch was
-imported. Measured here (2-core Zen 4 VM, bf16, interleaved in one process): Gemma-3-270M's body linears
-7.8 -> 6.8 ms per one-token call, 14.7 -> 13.4 ms at 16 rows; its 262k x 640 head 10.7 -> 10.4 ms.
+imported. What it saves, measured: docs/forward_pass.md, "Measurements behind the code".
 
 :func:`rehome` copies a model's large weights into such memory (an anonymous ``mmap`` advised with
 ``MADV_HUGEPAGE``, 2 MB-aligned) in place of their old storage: same Parameters, same values, ties kept.

@@ -23,12 +23,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ..atomic import write_csv
-from ..core.roofline import device_name, random_config, random_model
+from ..core.roofline import device_name
+from ..datastores.corpus import TokenCorpus
+from ..datastores.embed import check_sizes, plan, run_batch
 from ..model.device import default_device, synchronize
 from ..model.model_names import WEIGHTS
 from ..model.models import LoadedModel, byte_tokenizer, load_model
-from .corpus import TokenCorpus
-from .embed import check_sizes, plan, run_batch
+from .timing import random_config, random_model
 
 COLUMNS = ["model", "dtype", "weights", "device", "device_name", "torch", "seq_len", "overlap", "batch_tokens",
            "batches", "rows", "seconds", "rows_per_s", "padded_tokens_per_s"]
@@ -71,7 +72,7 @@ def measure(target: LoadedModel, corpus: TokenCorpus, *, seq_len: int = 512, ove
 
 
 def load_target(name: str, dtype: str, device: str, weights: str = "auto") -> LoadedModel:
-    """An installed model, or ``random:SHAPE`` (:func:`specnb.core.roofline.random_model`: dense weights) with a
+    """An installed model, or ``random:SHAPE`` (:func:`specnb.eval.timing.random_model`: dense weights) with a
     byte tokenizer."""
     if name.startswith("random:"):
         model = random_model(name.removeprefix("random:"), dtype, device)

@@ -1,0 +1,282 @@
+"""Timing one target call over a grid of draft shapes (N-Grammys §3, Fig. 1): the roofline tables the cost model reads.
+
+One *cell* is a forward call of the target on a (k, w + 1) block of tokens, k rows that share a KV cache of
+``context`` tokens (expanded k times, as batch verification does), after the cache is in place. Its cost is
+the median wall time of several calls; the *slow-down* is that time over the time of (k, w) = (1, 0) at the
+same context length. "Verification is free" (the memory-bound assumption) holds where the slow-down is ~1.
+
+:func:`cost_table` measures a target's table once and caches it where
+:func:`specnb.core.roofline.cached_cost_model` reads it. On a GPU the same code times randomly initialised models
+of real shapes (:func:`random_model`; timings do not depend on weight values):
+``specnb roofline --model random:mistral-7b --dtype bfloat16 --out data/roofline_gpu.csv``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+from transformers import PretrainedConfig, PreTrainedModel
+
+from ..atomic import write_csv
+from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
+from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
+from ..model.decoder import call_path
+from ..model.device import default_device, model_device, resolve_device, synchronize
+from ..model.forward import forward
+from ..model.gguf_weights import uses_gguf, uses_int8
+from ..model.kernels.cpu import cpu_class
+from ..model.kv_cache import GrowingCache
+from ..model.models import LoadedModel, load_model, resolve_dtype
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Which cells to time. ``max_tokens`` skips cells with k * (w + 1) above it (None: time them all)."""
+
+    ks: tuple[int, ...]
+    ws: tuple[int, ...]
+    contexts: tuple[int, ...]
+    repeats: int
+    max_tokens: int | None = None
+
+    def cells(self) -> list[tuple[int, int, int]]:
+        """(context, k, w) in timing order; (1, 0) first at each context (it is the reference)."""
+        out = []
+        for context in self.contexts:
+            shapes = [(k, w) for k in self.ks for w in self.ws
+                      if self.max_tokens is None or k * (w + 1) <= self.max_tokens or (k, w) == (1, 0)]
+            shapes.sort(key=lambda s: s != (1, 0))
+            out += [(context, k, w) for k, w in shapes]
+        return out
+
+
+PAPER_KS = tuple(range(1, 33))
+PAPER_WS = tuple(range(16))
+CONTEXTS = (256, 1024, 4096)
+PAPER_CONTEXTS = (25, 100, 500)  # N-Grammys Fig. 1: the context lengths of its three heatmaps
+COARSE_KS = (1, 2, 4, 8, 16, 32)
+COARSE_WS = (0, 1, 3, 7, 15)
+GRIDS = {
+    # the paper's grid: k = 1..32, w = 0..15, three context lengths, median of 5 calls
+    "full": Grid(PAPER_KS, PAPER_WS, CONTEXTS, repeats=5),
+    # powers of two in k and 2^n - 1 in w (every (k, w + 1) block size class) up to 64 tokens per call, median
+    # of 5 calls after a warm-up call per cell
+    "quick": Grid(COARSE_KS, COARSE_WS, CONTEXTS[:2], repeats=5, max_tokens=64),
+    # the cost curve: one row of 1..64 tokens (a chain or a tree), contexts 256 / 1k / 4k
+    "curve": Grid((1,), (0, 1, 3, 7, 15, 31, 63), CONTEXTS, repeats=5),
+    "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
+    # N-Grammys Fig. 1 as the paper drew it: k = 1..32, w = 0..15 at its context lengths 25 / 100 / 500
+    "paper": Grid(PAPER_KS, PAPER_WS, PAPER_CONTEXTS, repeats=5),
+    # the quick grid's block-size classes at the paper's context lengths, median of 3 paired calls
+    "paper-quick": Grid(COARSE_KS, COARSE_WS, PAPER_CONTEXTS, repeats=3, max_tokens=64),
+    # the shapes the adaptive draft shape may pick by default (up to 64 tokens per call: beyond that an fp32
+    # call costs several single-token calls on CPUs); widen it for GPUs with `-o roofline=table.csv`
+    "adaptive": Grid((1, 2, 3, 4, 5, 6, 8, 10, 12, 16), (0, 1, 2, 3, 4, 6, 8, 10, 12, 15), (100, 500),
+                     repeats=3, max_tokens=64),
+}
+
+
+def get_grid(name: str) -> Grid:
+    if name not in GRIDS:
+        raise ValueError(f"unknown roofline grid {name!r}; use one of {', '.join(GRIDS)}")
+    return GRIDS[name]
+
+
+@torch.inference_mode()
+def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool = True,
+               desc: str = "roofline") -> pd.DataFrame:
+    """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown, and the spread
+    of the slow-down over the timed passes (``slowdown_low`` / ``slowdown_high``: the cell's smallest and
+    largest paired ratio over the median ratio of (1, 0) at that context; ``passes``: how many).
+
+    Each context length's cache is filled once with random tokens (batch 1); before every call the cache is
+    cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
+    :mod:`specnb.model.kv_cache`), so each call appends the same (k, w + 1) block to the same cache.
+
+    A VM's memory bandwidth drifts within minutes, so a cell's seconds are not its calls' median alone: every
+    call of a cell is paired with a one-token call at the same context just before it, and the cell costs the
+    median of its ratios to those calls times the median one-token call at that context. Cells are timed in
+    passes, every cell once per pass in a fresh random order, and the first pass is an untimed warm-up (kernels
+    and allocations differ per shape, notably on a GPU). Why, measured: docs/forward_pass.md, "Measurements
+    behind the code".
+    """
+    device = model_device(model)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    generator = torch.Generator().manual_seed(seed)
+    caches = {}
+    for context in grid.contexts:
+        caches[context] = GrowingCache()
+        prompt = torch.randint(vocab, (1, context), generator=generator)
+        forward(model, prompt, last_only=True, past_key_values=caches[context], use_cache=True)
+    cells = grid.cells()
+    blocks = {cell: torch.randint(vocab, (cell[1], cell[2] + 1), generator=generator).to(device) for cell in cells}
+    one = {context: torch.randint(vocab, (1, 1), generator=generator).to(device) for context in grid.contexts}
+    ratios: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in cells}
+    single: dict[int, list[float]] = {context: [] for context in grid.contexts}
+
+    def call(context: int, block: torch.Tensor) -> float:
+        caches[context].keep(context, torch.empty(0, dtype=torch.long))
+        synchronize(device)
+        start = time.perf_counter()
+        forward(model, block, past_key_values=caches[context], use_cache=True)
+        synchronize(device)
+        return time.perf_counter() - start
+
+    bar = tqdm(total=2 * len(cells) * (grid.repeats + 1), desc=desc, unit="call", disable=not progress)
+    for timed in [False] + [True] * grid.repeats:
+        for index in torch.randperm(len(cells), generator=generator).tolist():
+            context, k, w = cells[index]
+            reference = call(context, one[context])
+            seconds = call(context, blocks[context, k, w])
+            if timed:
+                single[context].append(reference)
+                ratios[context, k, w].append(seconds / reference)
+            bar.update(2)
+    bar.close()
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1),
+                               seconds=statistics.median(ratios[c, k, w]) * statistics.median(single[c]),
+                               ratio_min=min(ratios[c, k, w]), ratio_max=max(ratios[c, k, w]),
+                               ratio_median=statistics.median(ratios[c, k, w]), passes=len(ratios[c, k, w]))
+                          for c, k, w in cells])
+    reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context")
+    frame["slowdown"] = frame.seconds / frame.context.map(reference.seconds)
+    base = frame.context.map(reference.ratio_median)  # (1, 0)'s own paired ratio, ~1
+    frame["slowdown_low"], frame["slowdown_high"] = frame.ratio_min / base, frame.ratio_max / base
+    return frame.drop(columns=["ratio_min", "ratio_max", "ratio_median"])
+
+
+def timing_label(model: PreTrainedModel) -> str:
+    """The ``dtype`` column of a timing: the weights' dtype (``"bfloat16"``), with ``-gguf`` where the projections
+    and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations; ``-gguf-int8`` rounded to int8)."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if not uses_gguf(model):
+        return dtype
+    return f"{dtype}-gguf-int8" if uses_int8(model) else f"{dtype}-gguf"
+
+
+def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
+            progress: bool = True) -> pd.DataFrame:
+    """:func:`time_cells` plus provenance columns (model, dtype (:func:`timing_label`), device, torch version,
+    date, repeats, CPU class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
+    measured read bandwidth) and ``compute_floor_s`` (parameters x tokens multiply-adds at the peak of the
+    instruction the path uses, ``compute_instruction``: :func:`specnb.model.ceilings.path_instruction`; PyTorch's
+    best GEMM FLOP/s where specnb's kernels do not run the model)."""
+    model = target.model if isinstance(target, LoadedModel) else target
+    name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
+    param = next(model.parameters())
+    dtype = timing_label(model)
+    frame = time_cells(model, grid, progress=progress, desc=f"roofline {name} {dtype}")
+    frame["model"] = name
+    frame["dtype"] = dtype
+    frame["device"] = device_name(param.device)
+    frame["torch"] = torch.__version__
+    frame["kernel"] = call_path(model) or "torch"
+    frame["date"] = datetime.date.today().isoformat()
+    frame["repeats"] = grid.repeats
+    if param.device.type == "cpu":
+        frame["cpu_class"] = cpu_class()
+        frame["read_gb_per_s"] = read_bandwidth()
+        frame["gemm_gflops"] = gemm_flops(param.dtype) / 1e9
+        frame["bandwidth_floor_s"] = streamed_bytes(model) / (frame.read_gb_per_s * 1e9)
+        instruction = path_instruction(model)
+        macs = peak_macs(instruction) if instruction else None
+        frame["compute_instruction"] = instruction or "torch-gemm"
+        frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2
+        frame["compute_floor_s"] = matmul_parameters(model) * frame.tokens / (frame.peak_gmacs * 1e9)
+    return frame
+
+
+def heatmap_table(frame: pd.DataFrame, context: int, value: str = "slowdown") -> pd.DataFrame:
+    """[k x w] table of ``value`` at one context length (NaN where a cell was not measured)."""
+    sub = frame[frame.context == context]
+    return sub.pivot_table(index="k", columns="w", values=value, aggfunc="median")
+
+
+def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: bool = True) -> pd.DataFrame:
+    """This model's roofline table on this machine and dtype, measured once on ``grid`` and cached at
+    :func:`specnb.core.roofline.cost_table_path`."""
+    path = cost_table_path(target)
+    if path.exists():
+        return pd.read_csv(path)
+    frame = measure(target, get_grid(grid) if isinstance(grid, str) else grid, progress=progress)
+    write_csv(path, frame)
+    return frame
+
+
+def cost_model_for(target: LoadedModel, path: str | Path = "") -> CostModel:
+    """A CostModel from a CSV (``path``), else from :func:`cost_table` (measured and cached on first use)."""
+    return cached_cost_model(target, path) if path else CostModel(cost_table(target))
+
+
+# --------------------------------------------------------------------------- GPU: random real shapes
+
+
+def random_config(shape: str) -> PretrainedConfig:
+    """The configuration of a real architecture's shapes: ``gemma-3-270m``, ``mistral-7b``, ``llama-2-7b`` or
+    ``qwen2.5-1.5b`` (ValueError for another)."""
+    from transformers import Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config
+
+    configs = {
+        "gemma-3-270m": lambda: Gemma3TextConfig(vocab_size=262144, hidden_size=640, intermediate_size=2048,
+                                                 num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1,
+                                                 head_dim=256, query_pre_attn_scalar=256, sliding_window=512),
+        "mistral-7b": lambda: MistralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                                            num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                            sliding_window=None),
+        "llama-2-7b": lambda: LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008,
+                                          num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32),
+        "qwen2.5-1.5b": lambda: Qwen2Config(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                                            num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2),
+    }
+    if shape not in configs:
+        raise ValueError(f"unknown model shape {shape!r}; use one of {', '.join(configs)}")
+    return configs[shape]()
+
+
+def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> PreTrainedModel:
+    """A randomly initialised model of :func:`random_config`'s shapes, for timing on an accelerator without
+    downloading weights."""
+    from transformers import AutoModelForCausalLM
+
+    config = random_config(shape)
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device.type)
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    return model.eval()
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """``specnb roofline``: time the (k, w, context) grid for a model and write a CSV."""
+    parser = subparsers.add_parser("roofline", help="time one target call over a (k, w, context) grid")
+    parser.add_argument("--model", default="gemma-3-270m",
+                        help="model name/path, or random:SHAPE (gemma-3-270m, mistral-7b, llama-2-7b, qwen2.5-1.5b)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
+    parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
+    parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
+    parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
+    parser.set_defaults(func=run_cli)
+    return parser
+
+
+def run_cli(args: argparse.Namespace) -> None:
+    grid = get_grid(args.grid)
+    if args.max_tokens is not None:
+        grid = Grid(grid.ks, grid.ws, grid.contexts, grid.repeats, args.max_tokens)
+    if args.model.startswith("random:"):
+        target: LoadedModel | PreTrainedModel = random_model(args.model.removeprefix("random:"), args.dtype,
+                                                             args.device)
+    else:
+        target = load_model(args.model, dtype=args.dtype, device=args.device)
+    frame = measure(target, grid, label=args.model)
+    write_csv(args.out, frame)
+    print(f"wrote {len(frame)} cells to {args.out}")
