@@ -14,7 +14,6 @@ context between measured lengths); the adaptive draft shape (:mod:`specnb.drafte
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import datetime
 import statistics
@@ -31,12 +30,12 @@ from transformers import PretrainedConfig, PreTrainedModel
 from ..atomic import write_csv
 from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
 from ..model.decoder import call_path
-from ..model.device import default_device, model_device, resolve_device, synchronize
+from ..model.device import model_device, resolve_device, synchronize
 from ..model.forward import forward
 from ..model.gguf_weights import uses_gguf, uses_int8
 from ..model.kernels.cpu import cpu_class, cpu_model
 from ..model.kv_cache import GrowingCache
-from ..model.models import LoadedModel, load_model, resolve_dtype
+from ..model.models import LoadedModel, resolve_dtype
 from ..paths import artifact_path, safe_name
 
 
@@ -390,31 +389,3 @@ def load_gpu_table(path: str | Path = GPU_CSV) -> pd.DataFrame | None:
     """A roofline table measured on a GPU (with its provenance columns), or None when none was saved."""
     path = Path(path)
     return pd.read_csv(path) if path.exists() else None
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """``specnb roofline``: time the (k, w, context) grid for a model and write a CSV."""
-    parser = subparsers.add_parser("roofline", help="time one target call over a (k, w, context) grid")
-    parser.add_argument("--model", default="gemma-3-270m",
-                        help="model name/path, or random:SHAPE (gemma-3-270m, mistral-7b, llama-2-7b, qwen2.5-1.5b)")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
-    parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
-    parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
-    parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
-    parser.set_defaults(func=run_cli)
-    return parser
-
-
-def run_cli(args: argparse.Namespace) -> None:
-    grid = get_grid(args.grid)
-    if args.max_tokens is not None:
-        grid = Grid(grid.ks, grid.ws, grid.contexts, grid.repeats, args.max_tokens)
-    if args.model.startswith("random:"):
-        target: LoadedModel | PreTrainedModel = random_model(args.model.removeprefix("random:"), args.dtype,
-                                                             args.device)
-    else:
-        target = load_model(args.model, dtype=args.dtype, device=args.device)
-    frame = measure(target, grid, label=args.model)
-    write_csv(args.out, frame)
-    print(f"wrote {len(frame)} cells to {args.out}")
