@@ -473,6 +473,10 @@ def test_every_command_line_parser_lives_in_specnb_cli():
     assert outside == []
     for module, _ in COMMANDS.values():
         assert callable(importlib.import_module(f"specnb.cli.{module}").add_parser)
+    from specnb.cli.id_data import SOURCES
+    from specnb.datastores.id_data import PROMPT_SOURCES
+
+    assert SOURCES == tuple(sorted(PROMPT_SOURCES))  # named without importing torch
 
 
 def test_help_shows_defaults_lists_methods_and_is_light():

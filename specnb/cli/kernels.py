@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
@@ -35,7 +39,6 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..atomic import write_csv
     from ..model.ceilings import read_bandwidth
     from ..model.kernels.bench import BACKENDS, SHAPES, bench_linear
     from ..model.kernels.cpu import cpu_class
@@ -55,10 +58,16 @@ def _run(args: argparse.Namespace) -> int:
     bandwidth = read_bandwidth()
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_linear(shapes, rows, getattr(torch, args.dtype), backends, args.repeats, bandwidth)
-    if args.out:
-        write_csv(args.out, table)
-    wide = table.pivot_table(index=["shape", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
-                             sort=False)
+    return _write_and_print(table, args.out, ["shape", "rows"], ["ms", "bandwidth_fraction"])
+
+
+def _write_and_print(table: pd.DataFrame, out: str | None, index: list[str], values: list[str]) -> int:
+    """Write ``table`` to ``out`` (if given) and print it one row per ``index``, one column per backend."""
+    from ..atomic import write_csv
+
+    if out:
+        write_csv(out, table)
+    wide = table.pivot_table(index=index, columns="backend", values=values, sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
     return 0
 
@@ -76,7 +85,6 @@ def _parse_rows(text: str) -> tuple[int, ...]:
 def _run_quant(args: argparse.Namespace) -> int:
     import torch
 
-    from ..atomic import write_csv
     from ..model.ceilings import peak_macs, read_bandwidth
     from ..model.kernels.bench import QUANT_TENSORS, bench_quant, gguf_tensor
     from ..model.kernels.cpu import cpu_class
@@ -95,12 +103,7 @@ def _run_quant(args: argparse.Namespace) -> int:
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads | "
           f"peak GMAC/s " + ", ".join(f"{i} {p / 1e9:.0f}" for i, p in peaks.items() if p))
     table = bench_quant(tensors, rows, args.repeats, bandwidth)
-    if args.out:
-        write_csv(args.out, table)
-    wide = table.pivot_table(index=["tensor", "rows"], columns="backend", values=["ms", "roof_fraction"],
-                             sort=False)
-    print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
-    return 0
+    return _write_and_print(table, args.out, ["tensor", "rows"], ["ms", "roof_fraction"])
 
 
 def _run_top_k(args: argparse.Namespace) -> int:
