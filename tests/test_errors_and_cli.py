@@ -490,10 +490,11 @@ def test_help_shows_defaults_lists_methods_and_is_light():
     out = subprocess.run([sys.executable, "-c", "import sys, specnb.cli; sys.exit(specnb.cli.main(['--help']))"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and time.perf_counter() - start < 5  # generous: the machine may be busy
-    script = ("import sys, specnb.cli\ntry:\n    specnb.cli.main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.stdout.rstrip().endswith("[]"), "bench --help imported torch or transformers"
+    for argv in (["--help"], ["bench", "--help"]):
+        script = (f"import sys, specnb.cli\ntry:\n    specnb.cli.main({argv!r})\nexcept SystemExit:\n    pass\n"
+                  "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert out.stdout.rstrip().endswith("[]"), f"{' '.join(argv)} imported torch or transformers"
     for name, spec in METHODS.items():
         assert f"  {name:15s} {spec.help}" in out.stdout
     assert "(default: 128)" in out.stdout and "(default: gemma-3-270m)" in out.stdout
