@@ -221,8 +221,8 @@ def test_a_given_store_makes_its_member(monkeypatch, tmp_path):
     store.touch()
     made = []
     monkeypatch.setattr("specnb.drafters.auto.default_members", lambda target: ["pld", "suffix"])
-    monkeypatch.setattr("specnb.drafters.Entry.drafter",
-                        lambda entry, target, options: made.append((entry.module, options)) or ContextNgramDrafter())
+    monkeypatch.setattr("specnb.drafters.Method.make",
+                        lambda method, target, options: made.append((method.name, options)) or ContextNgramDrafter())
     monkeypatch.setattr("specnb.core.roofline.cached_cost_model", lambda target, path="": cost(0.0))
     router = make(None, AutoOptions(crest=str(store)))
     assert list(router.members) == ["pld", "suffix", "crest"]

@@ -11,6 +11,7 @@ from conftest import tiny
 
 from specnb.core.prompts import Prompt
 from specnb.eval.bench import BenchConfig, run_bench
+from specnb.eval.runner import summarize
 from specnb.model import ceilings
 
 
@@ -19,10 +20,9 @@ def test_bandwidth_columns_follow_their_definition(monkeypatch):
     monkeypatch.setattr("specnb.eval.bench.sample_read_bandwidth", lambda: next(samples))
     target = tiny("llama")
     prompts = [Prompt("a", [256, 40, 41, 42, 40, 41]), Prompt("b", [256, 50, 51, 50, 51, 50])]
-    frame = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),
-                      progress=False)
-    summary = frame[frame.prompt_id == "ALL"].set_index("method")
-    rows = frame[frame.prompt_id != "ALL"]
+    rows = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),
+                     progress=False)
+    summary = summarize(rows).set_index("method")
     weight_bytes = ceilings.streamed_bytes(target.model)
     assert (rows.weight_bytes == weight_bytes).all()  # each row: the sample after its prompt; the summary: median
     assert list(rows[rows.method == "ar"].read_gb_per_s) == [8.0, 12.0] and (summary.read_gb_per_s == 10.0).all()
@@ -83,13 +83,11 @@ def test_llamacpp_needs_an_embedded_gguf():
     from specnb.eval import llamacpp
 
     with pytest.raises(ValueError, match="embedded model's GGUF"):
-        llamacpp.gguf_path(tiny("llama"))
+        llamacpp.embedded_gguf(tiny("llama"))
 
 
 def test_uncounted_calls_give_no_per_call_numbers():
     import pandas as pd
-
-    from specnb.eval.bench import summarize
 
     rows = pd.DataFrame({"method": ["ar", "ar", "peer", "peer"], "prompt_id": ["a", "b", "a", "b"],
                          "new_tokens": [10, 10, 10, 10], "calls": [9, 9, float("nan"), float("nan")],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -11,7 +10,6 @@ import pytest
 from specnb.datastores.corpus import (
     CorpusError,
     TokenizerInfo,
-    add_parser,
     build_corpus,
     json_records,
     load_corpus,
@@ -98,11 +96,11 @@ def test_errors(py_files, tmp_path):
 def test_stdlib_files_and_cli(tmp_path, py_files):
     files = stdlib_files()
     assert len(files) > 100 and all(f.suffix == ".py" and "site-packages" not in f.parts for f in files[:50])
-    parser = argparse.ArgumentParser()
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["corpus", "build", str(tmp_path / "src"), "--model", "tiny-llama",
-                              "--out", str(tmp_path / "cli")])
-    assert args.func(args) == 0 and load_corpus(tmp_path / "cli").num_docs == 3
+    from specnb.cli import main
+
+    out = str(tmp_path / "cli")
+    assert main(["corpus", "build", str(tmp_path / "src"), "--model", "tiny-llama", "--out", out]) == 0
+    assert load_corpus(tmp_path / "cli").num_docs == 3
 
 
 def test_a_users_folder_and_jsonl(tmp_path):

@@ -158,9 +158,7 @@ def test_crest_drafter_greedy_lossless(tmp_path):
 
 def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     """`specnb datastore build rest|crest` (default paths under the cache) then the bench factories."""
-    import argparse
-
-    from specnb.datastores import crest_build, rest
+    from specnb.cli import main
     from specnb.eval.methods import make_drafter
 
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
@@ -168,13 +166,8 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
     src.mkdir()
     for i in range(3):
         (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 5)
-    parser = argparse.ArgumentParser()
-    kinds = parser.add_subparsers(dest="kind")
-    rest.add_parser(kinds)
-    crest_build.add_parser(kinds)
     for argv in (["rest"], ["crest", "--t", "50"]):
-        args = parser.parse_args([*argv, str(src), "--model", "tiny-llama"])
-        assert args.func(args) == 0
+        assert main(["datastore", "build", *argv, str(src), "--model", "tiny-llama"]) == 0
     target = tiny("llama")
     for method, suffix in (("rest", ""), ("crest", ".sqlite")):
         store = tmp_path / "cache" / "datastores" / f"{method}-src-tiny-llama{suffix}"

@@ -130,7 +130,7 @@ def test_shapes_and_factory(stores):
         retrieval_shape("3-20")
     with pytest.raises(ValueError, match="n-next"):
         DenseDrafter(stores["llama"], 3, 21)
-    with pytest.raises(ValueError, match="k >= 1"):
+    with pytest.raises(ValueError, match="option k must be >= 1"):
         DenseDrafter(stores["llama"], 0, 5)
     drafter = make_drafter("dense", tiny("llama"), {"datastore": str(stores["llama"].path),
                                                  "draft_shape": "greedy"})

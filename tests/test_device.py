@@ -184,6 +184,7 @@ def test_bench_runners_and_dresd_on_the_device(monkeypatch):
     from specnb.core.prompts import Prompt
     from specnb.eval import bench
     from specnb.eval.bench import BenchConfig, run_bench
+    from specnb.eval.runner import summarize
     from specnb.experiments.dresd import prompt_state
 
     assistants = []  # hf-assisted's draft model (Hugging Face would also run one left on the CPU, slowly)
@@ -200,7 +201,7 @@ def test_bench_runners_and_dresd_on_the_device(monkeypatch):
                              options=options_for(["hf-assisted"], {"draft": "tiny-llama"}))  # on the target's device
         frame = run_bench(fake_target(), prompts, config, progress=False)
         hidden, root = prompt_state(fake_target(), prompts[0])
-    summary = frame[frame.prompt_id == "ALL"].set_index("method")
+    summary = summarize(frame).set_index("method")
     assert summary.identical_to_ar.tolist() == [1.0] * 5
     assert [next(a.model.parameters()).device for a in assistants] == [FAKE]
     assert hidden.shape == (fake_target().model.config.hidden_size,) and 0 <= root < fake_target().vocab_size

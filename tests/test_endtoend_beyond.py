@@ -17,7 +17,7 @@ from tests.test_priced import LinearCost
 
 
 def timed_rows(seconds: dict[str, list[float]], per_call: dict[str, float], new_tokens: int = 33) -> pd.DataFrame:
-    """run_specs-like rows: every method on the same prompts, ``new_tokens`` each; ``per_call`` tokens per call."""
+    """run_bench-like rows: every method on the same prompts, ``new_tokens`` each; ``per_call`` tokens per call."""
     rows = []
     for method, times in seconds.items():
         for i, s in enumerate(times):
@@ -30,11 +30,13 @@ def timed_rows(seconds: dict[str, list[float]], per_call: dict[str, float], new_
 
 def test_priced_dresd_reads_the_id_store():
     stores = {"rest": "r", "crest": "c", "dense": "ood", "dense-id": "id"}
-    specs = e2e.method_specs(stores, "self:2", ("dense-id", "dense-priced", "rest-priced"),
-                             dense_shape=e2e.DRESD_SHAPE, store_of=e2e.PRICED_STORES)
-    assert specs == {"dense-id": ("dense", {"datastore": "id", "draft_shape": "greedy"}),
-                     "dense-priced": ("dense-priced", {"datastore": "id"}),
-                     "rest-priced": ("rest-priced", {"datastore": "r"})}
+    config = e2e.bench_config(stores, "self:2", ("dense-id", "dense-priced", "rest-priced"), max_new_tokens=8,
+                              dense_shape=e2e.DRESD_SHAPE, store_of=e2e.PRICED_STORES)
+    assert config.methods == ["ar", "dense-id", "dense-priced", "rest-priced"]
+    assert config.method("dense-id") == "dense" and config.method("dense-priced") == "dense-priced"
+    options = config.options
+    assert (options["dense-id"].datastore, options["dense-id"].draft_shape) == ("id", (3, 20))  # parsed at the edge
+    assert options["dense-priced"].datastore == "id" and options["rest-priced"].datastore == "r"
 
 
 def test_identity_says_what_the_divergences_are():

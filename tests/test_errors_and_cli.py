@@ -251,12 +251,12 @@ def test_missing_inputs_fail_before_the_target_loads(argv, message, tmp_path, mo
 
 
 def test_dense_build_checks_its_source_before_the_model_loads(tmp_path, monkeypatch, capsys):
-    from specnb.datastores import dense
+    from specnb.model import models
 
     def no_loading(*args, **kwargs):
         raise AssertionError("the model loaded before the corpus source was checked")
 
-    monkeypatch.setattr(dense, "load_model", no_loading)
+    monkeypatch.setattr(models, "load_model", no_loading)
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
     assert main(["datastore", "build", "dense", str(tmp_path / "missing"), "--model", "tiny-llama"]) == 2
     assert "is not `code`, `chat` or an existing file/directory" in capsys.readouterr().err
@@ -327,10 +327,28 @@ def test_an_option_no_chosen_method_reads_is_refused(given, datastores, message)
 
 
 def test_seed_and_temperature_reach_the_draft_model():
-    options = options_for(["sd", "mcsd"], {"draft": "self:2"}, run={"temperature": 0.7, "top_p": 0.9, "seed": 5})
+    from specnb.eval.bench import BenchConfig
+
+    config = BenchConfig(["sd", "mcsd"], temperature=0.7, top_p=0.9, seed=5,
+                         options=options_for(["sd", "mcsd"], {"draft": "self:2", "draft_shape": "1"}))
+    options = config.options
     assert (options["sd"].seed, options["sd"].temperature, options["mcsd"].top_p) == (5, 0.7, 0.9)
+    assert options["mcsd"].draft_shape == (1,)  # parsed once, at the edge
     drafter = make_drafter("mcsd", tiny("llama"), options["mcsd"])
     assert drafter.generator.initial_seed() == 5
+    own = BenchConfig(["sd"], temperature=0.7, options=options_for(["sd"], {"draft": "self:2", "temperature": "0"}))
+    assert own.options["sd"].temperature == 0.0  # a draft's own setting is kept
+
+
+def test_strings_are_parsed_once_into_typed_options():
+    assert parse_options("mcsd", {"draft_shape": "4x2x2x1"}).draft_shape == (4, 2, 2, 1)
+    assert parse_options("dense", {"datastore": "d", "draft_shape": "greedy"}).draft_shape == (3, 20)
+    assert parse_options("auto", {"members": "pld, suffix"}).members == ("pld", "suffix")
+    assert parse_options("auto", {"members": ["pld"]}).members == ("pld",)
+    with pytest.raises(OptionError, match="option draft_shape: invalid draft shape"):
+        parse_options("mcsd", {"draft_shape": "4x0"})
+    with pytest.raises(OptionError, match="option scheme must be one of mcss, mcss-wor, mcns"):
+        parse_options("mcsd", {"scheme": "best"})
 
 
 # --------------------------------------------------------------------------------- one error style, CLI
@@ -433,9 +451,32 @@ def test_every_command_reports_errors_in_one_line(tmp_path, capsys, isolated_cac
                  ["datastore", "build", "rest", str(tmp_path / "nosuchsource"), "--model", "tiny-llama"],
                  ["datastore", "build", "crest", "--model", "tiny-llama", "--t", "0"],
                  ["corpus", "build", str(tmp_path / "nosuchsource"), "--model", "tiny-llama"],
-                 ["roofline", "--model", "tiny-llama"]):
+                 ["roofline", "--model", "tiny-llama"], ["id-data", "code", "--n", "0", "--out", str(tmp_path / "x")],
+                 ["id-data", "poetry", "--out", str(tmp_path / "x")], ["study", "run"],
+                 ["extract-rate", "--model", "random:gemma-3-270m", "--out", str(tmp_path)],
+                 ["kernels", "topk", "--vocab", "2"], ["figures", "compare"]):
         code, err = run_cli(argv, capsys)
         assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1, (argv, err)
+
+
+def test_every_command_line_parser_lives_in_specnb_cli():
+    """One room for command lines: no module outside ``specnb/cli/`` uses argparse, and every command has its
+    module there with ``add_parser``."""
+    import importlib
+
+    import specnb
+    from specnb.cli import COMMANDS
+
+    root = Path(specnb.__file__).parent
+    outside = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if "argparse" in p.read_text() and p.parent.name != "cli"]
+    assert outside == []
+    for module, _ in COMMANDS.values():
+        assert callable(importlib.import_module(f"specnb.cli.{module}").add_parser)
+    from specnb.cli.id_data import SOURCES
+    from specnb.datastores.id_data import PROMPT_SOURCES
+
+    assert SOURCES == tuple(sorted(PROMPT_SOURCES))  # named without importing torch
 
 
 def test_help_shows_defaults_lists_methods_and_is_light():
@@ -449,10 +490,11 @@ def test_help_shows_defaults_lists_methods_and_is_light():
     out = subprocess.run([sys.executable, "-c", "import sys, specnb.cli; sys.exit(specnb.cli.main(['--help']))"],
                          capture_output=True, text=True)
     assert out.returncode == 0 and time.perf_counter() - start < 5  # generous: the machine may be busy
-    script = ("import sys, specnb.cli\ntry:\n    specnb.cli.main(['bench', '--help'])\nexcept SystemExit:\n    pass\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert out.stdout.rstrip().endswith("[]"), "bench --help imported torch or transformers"
+    for argv in (["--help"], ["bench", "--help"]):
+        script = (f"import sys, specnb.cli\ntry:\n    specnb.cli.main({argv!r})\nexcept SystemExit:\n    pass\n"
+                  "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert out.stdout.rstrip().endswith("[]"), f"{' '.join(argv)} imported torch or transformers"
     for name, spec in METHODS.items():
         assert f"  {name:15s} {spec.help}" in out.stdout
     assert "(default: 128)" in out.stdout and "(default: gemma-3-270m)" in out.stdout

@@ -109,14 +109,6 @@ def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():
     assert verdict["ceiling_vs_pld_tokens_per_call"] == pytest.approx(1.25)
 
 
-def test_router_members_take_their_methods_colours():
-    from specnb.experiments.beyond import member_colors
-
-    palette = {"pld": "C0", "mixed-adaptive": "C1", "crest-priced": "C2", "suffix": "C3", "recycle": "C4"}
-    assert member_colors(palette, ["-", "crest", "merged", "ngram-bigram", "pld", "recycle", "suffix", "dense"]) \
-        == ["lightgrey", "C2", "dimgrey", "C1", "C0", "C4", "C3", "black"]
-
-
 def test_pick_shares_fold_every_merged_pair_into_one_series():
     import pandas as pd
 

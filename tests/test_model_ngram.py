@@ -104,14 +104,11 @@ def test_bad_shapes_are_refused():
 
 
 def test_cli_builds_the_tables(tmp_path, capsys):
-    import argparse
+    from specnb.cli import main
 
-    parser = argparse.ArgumentParser()
-    ngram_tables.add_parser(parser.add_subparsers())
     text = tmp_path / "corpus.txt"
     text.write_text("hello")
-    args = parser.parse_args(["ngram-table", "--model", "tiny-llama", "--tokens", str(text), "--k-max", "4"])
-    args.func(args)
+    assert main(["ngram-table", "--model", "tiny-llama", "--tokens", str(text), "--k-max", "4"]) == 0
     assert "rows (tokens of" in capsys.readouterr().out
     table = bigram_table(tiny("llama"), list(b"hello"), k_max=4, progress=False)
     assert all(table.row_of[t] >= 0 for t in b"helo")

@@ -27,8 +27,8 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
     import pickle
 
     import matplotlib.pyplot as plt
+    from notebook_outputs import output_problems
 
-    from specnb.study.notebooks import output_problems
     from specnb.study.plots import layout_problems
 
     source = json.loads(path.read_text())
@@ -67,7 +67,7 @@ def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
 def test_notebook_runs_after_its_parameters_cell_is_edited(path, tmp_path, monkeypatch):
     """The interactive path papermill does not take: a reader opens the notebook, edits ``profile`` in its
     parameters cell to smoke and runs every cell in a fresh kernel."""
-    from specnb.study.notebooks import output_problems, run_edited
+    from notebook_outputs import output_problems, run_edited
 
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path / "figures"))  # the kernel inherits it
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -80,7 +80,8 @@ def test_published_outputs_match_their_code(path):
     """A committed notebook either has no outputs or carries the reference run's: stamped by ``specnb
     notebooks publish`` with the hash of the code that produced them (a code change without a rerun fails),
     from the quick profile, and clean (no traceback, warning or long progress bar)."""
-    from specnb.study.notebooks import output_problems
+    from notebook_outputs import output_problems
+
     from specnb.study.reference_run import STAMP, code_hash
 
     notebook = json.loads(path.read_text())

@@ -29,10 +29,27 @@ def test_every_label_of_a_method_gets_its_colour():
     assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
     assert plots.style("dense").label == "DReSD" and plots.style("DReSD-OOD 10x6").label == "DReSD-OOD 10x6"
     assert plots.color("REST-OOD") == plots.color("rest") != plots.color("crest")
-    with pytest.raises(KeyError, match="add it to specnb.study.plots.METHODS"):
+    with pytest.raises(KeyError, match="add it to specnb.study.plots.COLORS"):
         plots.method_of("a method nobody mapped")
-    colors = [s.color for s in plots.METHODS.values()]
+    colors = [s.color for s in plots.STYLES.values()]
     assert len(colors) == len(set(colors)), "two methods share a colour"
+
+
+def test_display_names_come_from_the_method_registry():
+    """Every method of the registry has a colour, and its figures' name is the registry's label, in the legends'
+    order of before the registry."""
+    from specnb.eval.methods import METHODS
+
+    assert set(METHODS) <= set(plots.COLORS)
+    assert all(plots.STYLES[name].label == method.label for name, method in METHODS.items())
+    assert [(key, s.label) for key, s in plots.STYLES.items()] == [
+        ("ar", "AR (ours)"), ("hf", "HF generate"), ("hf-pld", "HF prompt lookup"), ("hf-assisted", "HF assisted"),
+        ("llamacpp", "llama.cpp"), ("llamacpp-pld", "llama.cpp lookup"), ("pld", "prompt lookup"),
+        ("ngram-unigram", "model unigram"), ("ngram-bigram", "model bigram"), ("mixed", "mixed"),
+        ("mixed-adaptive", "mixed, adaptive"), ("rest", "REST"), ("rest-priced", "REST, priced"), ("crest", "CREST"),
+        ("crest-priced", "CREST, priced"), ("dense", "DReSD"), ("dense-id", "DReSD, ID store"),
+        ("dense-priced", "DReSD, priced"), ("sd", "SD"), ("mcsd", "MCSD"), ("suffix", "SuffixDecoding"),
+        ("recycle", "Token Recycling"), ("auto", "auto (router)"), ("-", "no draft"), ("merged", "two members merged")]
 
 
 def test_bars_are_sorted_labelled_and_carry_their_interval():

@@ -158,7 +158,7 @@ def test_a_rerun_sends_to_ray_only_the_shards_not_on_disk(single, tmp_path, monk
     with pytest.raises(RayStarted):
         shards.extract_on_ray(target, data, out, cluster, progress=False, **sizes)
     layout = embed.plan(target, data, **sizes)
-    bounds, tokens = shards.shard_bounds(len(layout.work), 4), np.asarray(data.tokens)
+    bounds, tokens = shards.batch_shard_bounds(len(layout.work), 4), np.asarray(data.tokens)
     for shard in (0, 1):
         shards.run_shard(target, layout, tokens, out, shard, bounds)
     assert shards.finished(out, 4) == [0, 1]

@@ -3,8 +3,6 @@ writes GPU/CPU tables."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -135,12 +133,11 @@ def test_a_slow_spell_in_the_table_does_not_make_more_tokens_cheaper():
 
 
 def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_path):
-    parser = argparse.ArgumentParser()
-    timing.add_parser(parser.add_subparsers())
+    from specnb.cli import main
+
     out = tmp_path / "roofline.csv"
-    args = parser.parse_args(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4",
-                              "--device", "cpu", "--out", str(out)])
-    args.func(args)
+    assert main(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4", "--device", "cpu",
+                 "--out", str(out)]) == 0
     frame = pd.read_csv(out)
     assert {"model", "dtype", "device", "torch", "date", "repeats"} <= set(frame.columns)
     assert frame.tokens.max() <= 4 and frame.model.iloc[0] == "tiny-qwen2"

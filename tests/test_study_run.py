@@ -126,8 +126,7 @@ def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path,
     warning or a long progress bar; the results name the target; the README lists every verdict of every results
     file."""
     from conftest import tiny
-
-    from specnb.study.notebooks import output_problems
+    from notebook_outputs import output_problems
 
     monkeypatch.chdir(tmp_path)  # relative paths, as typed at a prompt: the notebooks run from here
     target = f"./my-org_{arch}-3.2-1b-instruct-ft"

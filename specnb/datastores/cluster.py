@@ -10,7 +10,6 @@ a worker that dies, so a killed worker costs only its piece.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections import deque
@@ -107,23 +106,3 @@ def run_tasks(cluster: Cluster, fn: Callable[[T], R], items: Sequence[T], *, des
                 results[running.pop(ref)] = ray.get(ref)
                 bar.update(1)
     return [results[i] for i in range(len(items))]
-
-
-def add_cluster_arguments(parser: argparse.ArgumentParser, shards_help: str) -> None:
-    """``--ray [ADDRESS] --workers N --threads T --shards S`` of the ``datastore build`` commands."""
-    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                        help="build shard by shard on a Ray cluster (no address: a local Ray on this machine)")
-    parser.add_argument("--workers", type=int, default=2, help="Ray workers running at a time")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads per Ray worker")
-    parser.add_argument("--shards", type=int, default=0, help=shards_help)
-
-
-def cluster_from_arguments(args: argparse.Namespace) -> Cluster | None:
-    """The Cluster the flags of :func:`add_cluster_arguments` ask for (None without ``--ray``); ValueError (one
-    line) for a count below its least."""
-    for flag, least in (("workers", 1), ("threads", 1), ("shards", 0)):
-        if getattr(args, flag) < least:
-            raise ValueError(f"--{flag} must be >= {least}, got {getattr(args, flag)}")
-    if args.ray is None:
-        return None
-    return Cluster(None if args.ray == "local" else args.ray, args.workers, args.threads, args.shards)

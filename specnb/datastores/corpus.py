@@ -26,7 +26,6 @@ source, tokenizer and limits returns the cached corpus. ``specnb corpus build co
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -469,31 +468,3 @@ def _is_corpus(path: Path) -> bool:
     meta = read_meta(path)
     return meta is not None and {"tokenizer", "num_docs", "num_tokens"} <= meta.keys() \
         and meta.get("kind") not in ("rest", "dense", "crest")
-
-
-# ------------------------------------------------------------------------------------------------ CLI
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb corpus build code|chat|PATH --model NAME [--max-tokens N] [--max-docs N] [--out DIR]``."""
-    parser = subparsers.add_parser("corpus", help="token corpora for retrieval datastores")
-    sub = parser.add_subparsers(dest="corpus_command", required=True)
-    build = sub.add_parser("build", help="tokenise a corpus once per tokenizer and cache it")
-    build.add_argument("source", nargs="+", help="code (stdlib), chat (ShareGPT), a folder of text files, files, "
-                       'or a JSONL of {"text": ...} / {"tokens": [ids]} lines')
-    build.add_argument("--model", required=True, help="model whose tokenizer to use (e.g. gemma-3-270m)")
-    build.add_argument("--max-tokens", type=int, default=None, help="stop after about this many tokens")
-    build.add_argument("--max-docs", type=int, default=None, help="stop after this many documents")
-    build.add_argument("--out", default=None, help="output folder (default: under the specnb cache)")
-    build.add_argument("--force", action="store_true", help="rebuild even if cached")
-    build.set_defaults(func=_cli_build)
-    return parser
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    source = args.source[0] if len(args.source) == 1 else args.source
-    corpus = build_corpus(source, args.model, max_tokens=args.max_tokens, max_docs=args.max_docs,
-                          out=args.out, force=args.force)
-    print(f"{corpus.path}: {corpus.num_docs:,} documents, {corpus.num_tokens:,} tokens "
-          f"({corpus.tokenizer.name}, vocab {corpus.tokenizer.vocab_size})")
-    return 0

@@ -16,7 +16,6 @@ the pieces it finished (:mod:`specnb.datastores.cluster`); the REST store itself
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections.abc import Sequence
@@ -26,13 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import atomic_file, atomic_folder, check_replaceable, work_folder
-from .cluster import Cluster, check_plan, cluster_from_arguments, die_if_marked, run_tasks
+from .cluster import Cluster, check_plan, die_if_marked, run_tasks
 from .crest import (
     CrestStore,
     NgramTable,
     NgramTrees,
     ShardCounter,
-    build_crest,
     is_crest_store,
     merge_tables,
     most_frequent,
@@ -46,10 +44,6 @@ from .rest import (
     SEPARATOR,
     RestIndex,
     SearchConfig,
-    add_source_arguments,
-    default_store,
-    ensure_rest,
-    source_tag,
 )
 
 PLAN_FORMAT = 1
@@ -211,37 +205,3 @@ def build_crest_on_ray(index: RestIndex, path: str | Path, cluster: Cluster, ns:
         tables = trees_on_ray(index, work, tuple(ns), t, config, cluster, progress)
         write_store(path, tables, t, store_meta(index, config, time.perf_counter() - start), overwrite)
     return CrestStore(path)
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb datastore build crest [code|chat|PATH] --model NAME [--m 5 | --single-n N] [--t T] [--ray ...]``
-    (hangs under ``datastore build``). Uses (or first builds) the REST store of the same corpus."""
-    parser = subparsers.add_parser("crest", help="CREST store: top-t n-grams -> precomputed REST trees, SQLite")
-    add_source_arguments(parser)
-    parser.add_argument("--rest", default=None, help="REST store to compute the trees from (default: the "
-                        "default REST store of this corpus and model, built if missing); must match --model's "
-                        "tokenizer")
-    parser.add_argument("--m", type=int, default=5, help="keep n-grams of n = 1..m")
-    parser.add_argument("--single-n", type=int, default=None, help="keep only n-grams of this n")
-    parser.add_argument("--t", type=int, default=10_000, help="n-grams kept per n (the most frequent)")
-    parser.set_defaults(func=_cli_build)
-    return parser
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
-    check_replaceable(out, is_crest_store, args.overwrite, "CREST store")  # before any work
-    if args.m < 1 or args.t < 1 or (args.single_n is not None and args.single_n < 1):
-        raise ValueError(f"--m, --t and --single-n must be >= 1, got {args.m}, {args.t}, {args.single_n}")
-    cluster = cluster_from_arguments(args)
-    index = ensure_rest(args.source, args.model, args.max_tokens, args.rest, shards=args.shards or 1,
-                        cluster=cluster)
-    ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
-    store = build_crest(index, out, ns=ns, t=args.t, overwrite=True) if cluster is None else \
-        build_crest_on_ray(index, out, cluster, ns=ns, t=args.t, overwrite=True)
-    print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes "
-          f"(REST: {index.storage_bytes:,})")
-    return 0

@@ -21,7 +21,6 @@ a dense store, and replaces a store only with ``overwrite``, once the new one is
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -32,11 +31,11 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_folder, check_replaceable
-from ..model.models import LoadedModel, load_model
+from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
 from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams
-from .cluster import Cluster, add_cluster_arguments, cluster_from_arguments
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_source, load_corpus
+from .cluster import Cluster
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
 from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from .manifest import check_files, read_meta, write_meta
 from .shards import extract_on_ray, ivfpq_on_ray
@@ -293,9 +292,6 @@ def open_dense(target: LoadedModel, store: str | Path) -> DenseDatastore:
     return loaded
 
 
-# ----------------------------------------------------------------------------------------------- CLI
-
-
 def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = None) -> TokenCorpus:
     """``code`` / ``chat`` (cached corpora of :mod:`specnb.datastores.corpus`), a responses ``*.jsonl`` with its
     ``.meta.json`` (ID data from :mod:`specnb.datastores.id_data`), a built corpus folder, or a source path for
@@ -315,61 +311,3 @@ def resolve_corpus(source: str, target: LoadedModel, max_tokens: int | None = No
         keep = int(np.searchsorted(corpus.doc_starts, max_tokens, side="right")) - 1
         corpus = corpus.select(np.arange(max(keep, 1)))
     return corpus
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb datastore build dense SOURCE --model M [--out DIR] ...`` (to hang under `datastore build`)."""
-    defaults = BuildConfig()
-    parser = subparsers.add_parser("dense", help="DReSD datastore: hidden states -> PCA keys -> hnswlib or IVF-PQ")
-    parser.add_argument("source", help="code | chat | responses .jsonl (ID data) | corpus folder | path")
-    parser.add_argument("--model", required=True, help="target model whose hidden states are stored")
-    parser.add_argument("--dtype", default="auto", help="model dtype for extraction (auto: bf16 where fast)")
-    parser.add_argument("--out", default=None, help="output folder (default: the cache, named after the source)")
-    parser.add_argument("--max-tokens", type=int, default=None, help="use about this many corpus tokens")
-    parser.add_argument("--n-next", type=int, default=defaults.n_next, help="draft tokens stored per value")
-    parser.add_argument("--dims", type=int, default=defaults.dims, help="PCA components used")
-    parser.add_argument("--components", type=int, default=defaults.n_components, help="PCA components fitted")
-    parser.add_argument("--sample", type=int, default=defaults.sample_size, help="vectors for z-score / PCA fit")
-    parser.add_argument("--seq-len", type=int, default=defaults.seq_len, help="tokens per extraction window")
-    parser.add_argument("--batch-tokens", type=int, default=defaults.batch_tokens, help="tokens per forward batch")
-    parser.add_argument("--M", type=int, default=defaults.index.M, help="hnswlib graph degree")
-    parser.add_argument("--ef-construction", type=int, default=defaults.index.ef_construction,
-                        help="hnswlib build-time candidate list")
-    parser.add_argument("--ef-search", type=int, default=defaults.index.ef_search,
-                        help="hnswlib query-time candidate list")
-    parser.add_argument("--index", choices=("auto", "hnsw", "ivfpq"), default=defaults.index_kind,
-                        help=f"the key index (auto: FAISS IVF-PQ from {IVFPQ_FROM:,} keys, else hnswlib)")
-    parser.add_argument("--nlist", type=int, default=defaults.ivfpq.nlist, help="IVF-PQ lists (0: 4 sqrt(n))")
-    parser.add_argument("--pq-m", type=int, default=defaults.ivfpq.m, help="IVF-PQ code bytes per key")
-    parser.add_argument("--nprobe", type=int, default=defaults.ivfpq.nprobe, help="IVF-PQ lists scanned per query")
-    add_cluster_arguments(parser, "pieces of the extraction (0: 4 per worker; each Ray actor loads the model "
-                          "once)")
-    parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
-                        "the new one is complete; never a folder that is not one)")
-    parser.set_defaults(func=_cli_build)
-    return parser
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
-    out = Path(args.out) if args.out else datastore_path(name, args.model)
-    check_source(args.source)  # before the model loads
-    check_replaceable(out, is_dense_store, True, "dense datastore")
-    for flag in ("pq_m", "nprobe"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.dims % args.pq_m and args.index == "ivfpq":
-        raise ValueError(f"--pq-m ({args.pq_m}) must divide --dims ({args.dims}) for an IVF-PQ index")
-    cluster = cluster_from_arguments(args)
-    target = load_model(args.model, dtype=args.dtype)
-    corpus = resolve_corpus(args.source, target, args.max_tokens)
-    config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
-                         sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
-                         index=IndexParams(args.M, args.ef_construction, args.ef_search), index_kind=args.index,
-                         ivfpq=IvfPqParams(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe),
-                         keep_hidden=not args.no_hidden)
-    store = build_datastore(target, corpus, out, config, overwrite=args.overwrite, cluster=cluster)
-    print(f"{store.path}: {store.rows:,} keys of {store.projection.dims} dims, "
-          f"{store.storage_bytes() / 2**20:.1f} MiB to draft, timings {store.meta['timings']}")
-    return 0

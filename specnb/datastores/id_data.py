@@ -18,7 +18,6 @@ recomputed.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import sysconfig
@@ -32,7 +31,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import write_text
 from ..core.prompts import Prompt, encode_prompt
-from ..model.models import LoadedModel, load_model
+from ..model.models import LoadedModel
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
 
 # Stdlib folders whose functions are tests, demos or GUI code rather than library code.
@@ -179,28 +178,3 @@ def id_corpus(path: str | Path, responses_only: bool = False) -> TokenCorpus:
                    "tokenizer": meta["tokenizer"], "num_docs": len(docs), "num_tokens": int(doc_starts[-1]),
                    "generated_by": meta["model"]}
     return TokenCorpus(np.concatenate(docs), doc_starts, corpus_meta)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="generate the target's greedy responses (ID datastore data)")
-    parser.add_argument("source", choices=sorted(PROMPT_SOURCES), help="code: stdlib stubs; chat: ShareGPT turns")
-    parser.add_argument("--model", default="gemma-3-270m")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--n", type=int, default=150, help="number of prompts")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--out", required=True, help="JSONL file (appended to; resumable)")
-    args = parser.parse_args(argv)
-    torch.manual_seed(args.seed)
-    prompts = PROMPT_SOURCES[args.source](args.n, seed=args.seed)
-    target = load_model(args.model, dtype=args.dtype)
-    source = f"{args.source}: {PROMPT_SOURCES[args.source].__name__}(n={args.n}, seed={args.seed})"
-    print(generate_responses(target, prompts, args.out, max_new_tokens=args.max_new_tokens, source=source,
-                             batch_size=args.batch_size,
-                             seed=args.seed))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,7 +20,6 @@ in :mod:`specnb.drafters.model_ngram`.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -270,32 +269,3 @@ def default_restriction(target: LoadedModel) -> tuple[np.ndarray | None, str]:
 
     texts = [p.text for p in humaneval() + mtbench() if p.text]
     return corpus_tokens(target, texts), "tokens of the HumanEval + MT-Bench prompts"
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb ngram-table``: build (or grow) a model's cached unigram and bigram tables."""
-    parser = subparsers.add_parser("ngram-table", help="build the model-derived unigram/bigram tables (cached)")
-    parser.add_argument("--model", default="gemma-3-270m")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--tokens", default="default",
-                        help="'all' (every token: hours for 262k vocabularies on a CPU), 'default' (all up to 65,536, "
-                             "else the HumanEval + MT-Bench prompt tokens) or a text file whose tokens to cover")
-    parser.add_argument("--k-max", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.set_defaults(func=run_cli)
-    return parser
-
-
-def run_cli(args: argparse.Namespace) -> None:
-    from ..model.models import load_model
-
-    target = load_model(args.model, dtype=args.dtype)
-    if args.tokens == "all":
-        tokens, described = None, "all tokens"
-    elif args.tokens == "default":
-        tokens, described = default_restriction(target)
-    else:
-        tokens, described = corpus_tokens(target, [Path(args.tokens).read_text()]), f"tokens of {args.tokens}"
-    unigram_ranking(target)
-    table = bigram_table(target, tokens, k_max=args.k_max, batch_size=args.batch_size)
-    print(f"{bigram_path(target)}: {table.tokens.shape[0]:,} of {target.vocab_size:,} rows ({described})")

@@ -37,7 +37,6 @@ shards' first ``max_matches`` each, and sorting those gives the rows one suffix 
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import shutil
@@ -51,7 +50,7 @@ from tqdm.auto import tqdm
 
 from ..atomic import atomic_file, atomic_folder, check_replaceable
 from ..paths import artifact_path, safe_name
-from .cluster import Cluster, add_cluster_arguments, check_plan, cluster_from_arguments, die_if_marked, run_tasks
+from .cluster import Cluster, check_plan, die_if_marked, run_tasks
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_recorded_tokenizer, corpus_digest
 from .manifest import check_files, read_meta, write_meta
 from .retrieval_tree import RetrievalTree, build_tree
@@ -116,7 +115,7 @@ class RestIndex:
         replace = path is not None and check_replaceable(path, is_rest_store, overwrite, "REST datastore")
         start = time.perf_counter()
         text = layout_text(corpus)
-        bounds = shard_bounds(corpus, cluster.shard_count(corpus.num_docs) if cluster else shards)
+        bounds = corpus_shard_bounds(corpus, cluster.shard_count(corpus.num_docs) if cluster else shards)
         meta = {"format": FORMAT_VERSION if bounds.shape[0] == 2 else SHARDED_FORMAT, "kind": "rest",
                 "tokenizer": corpus.meta["tokenizer"], "corpus": corpus.meta.get("name"),
                 "fraction": corpus.meta.get("fraction", 1.0),
@@ -260,7 +259,7 @@ def layout_text(corpus: TokenCorpus) -> np.ndarray:
     return text
 
 
-def shard_bounds(corpus: TokenCorpus, count: int) -> np.ndarray:
+def corpus_shard_bounds(corpus: TokenCorpus, count: int) -> np.ndarray:
     """int64 [S + 1]: text offsets cutting the corpus into S <= ``count`` shards of whole documents, of about
     equal tokens (fewer where documents are fewer or long)."""
     if count < 1:
@@ -373,22 +372,6 @@ def open_rest(target: Any, path: str | Path | None) -> RestIndex:
     return index
 
 
-# ---------------------------------------------------------------------------------------------- CLI
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """Corpus and output options shared by ``specnb datastore build rest`` and ``... crest``."""
-    parser.add_argument("source", nargs="?", default="code", help="corpus: code (stdlib), chat (ShareGPT), a "
-                        "directory or a file")
-    parser.add_argument("--model", required=True, help="model whose tokenizer the store is for")
-    parser.add_argument("--max-tokens", type=int, default=None, help="corpus limit (tokens)")
-    parser.add_argument("--out", default=None, help="output path (default: under the specnb cache, where "
-                        "`specnb bench --methods rest,crest` looks without --datastore); never replaces what is "
-                        "not a store of this kind")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing store at --out (once the "
-                        "new one is complete)")
-    add_cluster_arguments(parser, "suffix-array shards, each sorted on its own (without --ray: 1; with it, 0 is 4 per "
-                          "worker); for crest also the ranges of first tokens its counts are merged in")
 
 
 def source_tag(source: str) -> str:
@@ -409,23 +392,3 @@ def ensure_rest(source: str, model: str, max_tokens: int | None = None, out: str
     check_replaceable(path, is_rest_store, overwrite, "REST datastore")  # before the corpus is tokenised
     return RestIndex.build(build_corpus(source, model, max_tokens=max_tokens), path, overwrite=overwrite,
                            shards=shards, cluster=cluster)
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb datastore build rest [code|chat|PATH] --model NAME [--max-tokens N] [--out DIR]`` (hangs under
-    ``datastore build``, like the other datastore kinds)."""
-    parser = subparsers.add_parser("rest", help="REST datastore: token corpus + suffix array")
-    add_source_arguments(parser)
-    parser.set_defaults(func=_cli_build)
-    return parser
-
-
-def _cli_build(args: argparse.Namespace) -> int:
-    path = Path(args.out) if args.out else default_store(args.model, "rest", source_tag(args.source))
-    check_replaceable(path, is_rest_store, args.overwrite, "REST datastore")  # an explicit build builds
-    cluster = cluster_from_arguments(args)
-    index = ensure_rest(args.source, args.model, args.max_tokens, path, overwrite=True, shards=args.shards or 1,
-                        cluster=cluster)
-    print(f"REST {index.path}: {index.meta['num_tokens']:,} tokens in {index.bounds.shape[0] - 1} suffix-array "
-          f"shard(s), {disk_bytes(index.path):,} bytes")
-    return 0

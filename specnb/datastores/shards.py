@@ -46,7 +46,7 @@ def finished(work: Path, count: int) -> list[int]:
     return [s for s in range(count) if shard_path(work, s).exists()]
 
 
-def shard_bounds(batches: int, count: int) -> np.ndarray:
+def batch_shard_bounds(batches: int, count: int) -> np.ndarray:
     """int [count + 1]: shard s runs batches ``bounds[s]:bounds[s + 1]``."""
     return np.linspace(0, batches, count + 1).round().astype(np.int64)
 
@@ -105,7 +105,7 @@ def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cl
     if check_plan(out, {"format": PLAN_FORMAT, "params": layout.params, "corpus_sha256": layout.corpus_sha256,
                         "shards": count}):
         write_layout(out, corpus, layout)  # a new plan: whatever else the folder holds is not this build's
-    bounds = shard_bounds(len(layout.work), count)
+    bounds = batch_shard_bounds(len(layout.work), count)
     done = set(finished(out, count))
     todo = [s for s in range(count) if s not in done]
     if progress:

@@ -28,26 +28,26 @@ from torch import Tensor
 from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter, Hindsight
 from ..core.report import Report
-from ..options import OptionError, at_least
+from ..options import OptionError, at_least, name_list, parsed_by
 from ..options import Options as BaseOptions
 from . import DRAFTERS
 from .priced import PricedTreeDrafter, accepted_by_budget, cut
 
 NO_NODES = torch.empty(0, dtype=torch.long)
 
-# Model-free drafters the router can choose among (draft models and already-priced methods excluded).
-ROUTABLE = ("pld", "suffix", "recycle", "ngram-unigram", "ngram-bigram", "mixed", "rest", "crest", "dense")
+ROUTABLE = tuple(name for name, method in DRAFTERS.items() if method.routable)
+"""Methods the router can choose among: model-free ones (draft models and already-priced methods excluded)."""
 
 
 @dataclass(frozen=True)
 class Options(BaseOptions):
-    """The router: ``members`` (comma-separated methods; default pld, suffix, recycle, ngram-bigram and crest
-    where its store exists), ``crest`` / ``dense`` store paths for those members, ``roofline`` CSV, ``window``
-    (steps between two reviews of whether each member pays for its seat; 0: keep every member), ``merge``
-    (whether the best two members' trees may be verified together when that is expected to pay), ``merge_z``
-    (standard errors below its mean that what a merge adds is taken at; 0: the mean)."""
+    """The router: ``members`` (methods, e.g. ``("pld", "suffix")``, ``pld,suffix`` at the edge; default pld, suffix,
+    recycle, ngram-bigram and crest where its store exists), ``crest`` / ``dense`` store paths for those members,
+    ``roofline`` CSV, ``window`` (steps between two reviews of whether each member pays for its seat; 0: keep every
+    member), ``merge`` (whether the best two members' trees may be verified together when that is expected to pay),
+    ``merge_z`` (standard errors below its mean that what a merge adds is taken at; 0: the mean)."""
 
-    members: str = ""
+    members: tuple[str, ...] = parsed_by(name_list, ())
     crest: str = ""
     dense: str = ""
     roofline: str = ""
@@ -56,8 +56,9 @@ class Options(BaseOptions):
     merge_z: float = 0.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 0, "window", "merge_z")
-        for name in filter(None, self.members.split(",")):
+        for name in self.members:
             if name not in ROUTABLE:
                 raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")
 
@@ -261,7 +262,7 @@ def make(target: Any, options: Options) -> AutoDrafter:
     makes its method a member), each with its method's default options but for :data:`MEMBER_OPTIONS`."""
     from ..core.roofline import cached_cost_model
 
-    names = options.members.split(",") if options.members else default_members(target)
+    names = list(options.members) if options.members else default_members(target)
     stores = {"crest": options.crest, "dense": options.dense}
     names += [name for name, path in stores.items() if path and name not in names]  # a given store adds its member
     members = {}
@@ -271,7 +272,7 @@ def make(target: Any, options: Options) -> AutoDrafter:
             if not Path(stores[name]).exists():
                 raise OptionError(f"auto: the {name} store {stores[name]} does not exist")
             values["datastore"] = stores[name]
-        entry = DRAFTERS[name]
-        members[name] = entry.drafter(target, entry.options_class()(**values))
+        method = DRAFTERS[name]
+        members[name] = method.make(target, method.options_class()(**values))
     return AutoDrafter(members, cached_cost_model(target, options.roofline), options.window, options.merge,
                        options.merge_z)

@@ -30,6 +30,7 @@ class Options(BaseOptions):
     min_ngram: int = 1
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "k", "w")
         ordered(self, "min_ngram", "max_ngram")
 
@@ -52,10 +53,7 @@ class ContextNgramDrafter(Drafter):
     name = "pld"
 
     def __init__(self, k: int = 1, w: int = 10, max_ngram: int = 3, min_ngram: int = 1, longest_first: bool = True):
-        if k < 1 or w < 1:
-            raise ValueError(f"context n-gram drafter needs k >= 1 and w >= 1, got k={k}, w={w}")
-        if not 1 <= min_ngram <= max_ngram:
-            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        Options(k, w, max_ngram, min_ngram)  # OptionError for a value out of range
         self.k, self.w = k, w
         self.ngram_sizes = range(max_ngram, min_ngram - 1, -1) if longest_first else [max_ngram]
         self._report = ContextReport()

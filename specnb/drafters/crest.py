@@ -29,6 +29,7 @@ class Options(BaseOptions):
     max_nodes: int | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "max_nodes")
 
     def check(self, model: str) -> None:

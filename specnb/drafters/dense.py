@@ -25,17 +25,18 @@ from ..datastores.dense import DenseDatastore, open_dense
 from ..datastores.retrieval_tree import build_tree, sort_rows
 from ..draft_shapes import SAMPLING_SHAPE, retrieval_shape
 from ..model.models import LoadedModel
-from ..options import OptionError, at_least
+from ..options import OptionError, at_least, parsed_by, positive_shape
 from ..options import Options as BaseOptions
 
 
 @dataclass(frozen=True)
 class Options(BaseOptions):
-    """DReSD: ``datastore`` (required), a ``draft_shape`` KxW|greedy|sampling or ``k``/``w`` (default 10x10),
-    ``neighbours`` and hnswlib's ``ef`` per query, ``merge`` rows|votes (see :class:`DenseDrafter`)."""
+    """DReSD: ``datastore`` (required), a ``draft_shape`` (k, w) (``KxW``, ``greedy`` or ``sampling`` at the edge)
+    or ``k``/``w`` (default 10x10), ``neighbours`` and hnswlib's ``ef`` per query, ``merge`` rows|votes (see
+    :class:`DenseDrafter`)."""
 
     datastore: str | None = None
-    draft_shape: str | None = None
+    draft_shape: tuple[int, int] | None = parsed_by(retrieval_shape, None)
     k: int | None = None
     w: int | None = None
     neighbours: int | None = None
@@ -43,11 +44,13 @@ class Options(BaseOptions):
     merge: Literal["rows", "votes"] = "rows"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.datastore is None:
             raise OptionError("dense needs --datastore (a folder from `specnb datastore build dense`)")
         at_least(self, 1, "k", "w", "neighbours", "ef")
-        if self.draft_shape is not None:
-            retrieval_shape(self.draft_shape)
+        positive_shape(self, "draft_shape")
+        if self.draft_shape is not None and len(self.draft_shape) != 2:
+            raise OptionError(f"option draft_shape must be (k, w), got {self.draft_shape!r}")
 
     def check(self, model: str) -> None:
         """The store must exist and record the model's tokenizer (its contents and model are checked when it
@@ -94,14 +97,11 @@ class DenseDrafter(Drafter):
     needs_hidden_state = True
 
     def __init__(self, store: DenseDatastore, k: int = SAMPLING_SHAPE[0], w: int = SAMPLING_SHAPE[1],
-                 neighbours: int | None = None, ef: int | None = None, merge: str = "rows"):
-        if k < 1 or w < 1:
-            raise ValueError(f"dense drafter needs k >= 1 and w >= 1, got k={k}, w={w}")
+                 neighbours: int | None = None, ef: int | None = None, merge: Literal["rows", "votes"] = "rows"):
+        Options(datastore=str(store.path), k=k, w=w, neighbours=neighbours, ef=ef, merge=merge)  # the checks
         if w > store.n_next:
             raise ValueError(f"draft length w={w} exceeds the {store.n_next} tokens stored per value in "
                              f"{store.path}; rebuild it with a larger --n-next")
-        if merge not in ("rows", "votes"):
-            raise ValueError(f"dense drafter merge must be 'rows' or 'votes', got {merge!r}")
         self.store, self.k, self.w, self.merge = store, k, w, merge
         self.neighbours = neighbours or max(4 * k, 128)
         self.ef = ef
@@ -152,6 +152,6 @@ class DenseDrafter(Drafter):
 def make(target: LoadedModel, options: Options) -> DenseDrafter:
     """The ``dense`` drafter on ``--datastore PATH|NAME`` (a folder, or a name under the cache)."""
     store = open_dense(target, options.datastore)
-    k, w = retrieval_shape(options.draft_shape) if options.draft_shape else SAMPLING_SHAPE
+    k, w = options.draft_shape or SAMPLING_SHAPE
     return DenseDrafter(store, k=options.k or k, w=options.w or w, neighbours=options.neighbours, ef=options.ef,
                         merge=options.merge)

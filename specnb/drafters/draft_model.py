@@ -38,26 +38,26 @@ from ..model.kv_cache import GrowingCache
 from ..model.masks import TreeMasks
 from ..model.model_names import check_installed, layer_count
 from ..model.models import LoadedModel, load_model
-from ..options import OptionError, Options, at_least
+from ..options import OptionError, Options, at_least, parsed_by, positive_shape
 
 
 @dataclass(frozen=True)
 class DraftModelOptions(Options):
     """A draft model (``draft``: a name or ``self:L``; ``self:2`` for tiny targets) sampling at ``temperature``
-    / ``top_p`` (the run's unless set) with ``seed``, accepted by ``scheme``."""
+    / ``top_p`` with ``seed`` (None: the run's, :class:`specnb.eval.bench.BenchConfig`; 0, 1, 0 outside a
+    bench), accepted by ``scheme``."""
 
     draft: str | None = None
-    scheme: str = "mcss"
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
+    scheme: Scheme = "mcss"
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.draft is not None and self_layers(self.draft) is None:
             check_installed(self.draft)  # a mistyped or missing draft fails before the target loads
-        if self.scheme not in SCHEMES:
-            raise OptionError(f"option scheme must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
+        if (self.temperature or 0.0) < 0 or not 0 < (1.0 if self.top_p is None else self.top_p) <= 1:
             raise OptionError(f"options temperature >= 0 and 0 < top_p <= 1 needed, got {self.temperature}, "
                               f"{self.top_p}")
 
@@ -71,29 +71,31 @@ class DraftModelOptions(Options):
 
 @dataclass(frozen=True)
 class SdOptions(DraftModelOptions):
-    """Vanilla SD: one chain of ``w`` draft tokens, or ``draft_shape`` 1x1x..."""
+    """Vanilla SD: one chain of ``w`` draft tokens, or ``draft_shape`` (1, 1, ...) (``1x1x1`` at the edge)."""
 
-    draft_shape: str | None = None
+    draft_shape: tuple[int, ...] | None = parsed_by(tree_shape, None)
     w: int = 4
 
     def __post_init__(self) -> None:
         super().__post_init__()
         at_least(self, 1, "w")
-        if self.draft_shape is not None and max(tree_shape(self.draft_shape)) > 1:
-            raise OptionError(f"sd drafts one chain; draft shape {self.draft_shape!r} has several candidates "
-                              "per level (use mcsd)")
+        positive_shape(self, "draft_shape")
+        if self.draft_shape is not None and max(self.draft_shape) > 1:
+            raise OptionError(f"sd drafts one chain; draft shape {'x'.join(map(str, self.draft_shape))} has several "
+                              "candidates per level (use mcsd)")
 
 
 @dataclass(frozen=True)
 class McsdOptions(DraftModelOptions):
-    """MCSD: a ``draft_shape`` tree of candidates per level, MCSS without replacement unless ``scheme``."""
+    """MCSD: a ``draft_shape`` tree of candidates per level (``4x2x2x1`` at the edge), MCSS without replacement
+    unless ``scheme``."""
 
-    draft_shape: str = "4x2x2x1"
-    scheme: str = "mcss-wor"
+    draft_shape: tuple[int, ...] = parsed_by(tree_shape, (4, 2, 2, 1))
+    scheme: Scheme = "mcss-wor"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        tree_shape(self.draft_shape)
+        positive_shape(self, "draft_shape")
 
 
 @dataclass(frozen=True)
@@ -321,17 +323,18 @@ def _earlier(k: int) -> Tensor:
 # ----------------------------------------------------------------------------------------- factories
 
 
-def _make(target: LoadedModel, options: DraftModelOptions, shape: str) -> DraftModelDrafter:
+def _make(target: LoadedModel, options: DraftModelOptions, shape: tuple[int, ...]) -> DraftModelDrafter:
     name = options.draft or ("self:2" if target.name.startswith("tiny-") else None)
     if name is None:
         raise ValueError("draft-model methods need --draft NAME or --draft self:L")
     return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.scheme,
-                             temperature=options.temperature, top_p=options.top_p, seed=options.seed)
+                             temperature=options.temperature or 0.0,
+                             top_p=1.0 if options.top_p is None else options.top_p, seed=options.seed or 0)
 
 
 def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
-    """The ``sd`` drafter: one chain of ``w`` tokens, or ``draft_shape`` 1x1x..."""
-    return _make(target, options, options.draft_shape or "x".join(["1"] * options.w))
+    """The ``sd`` drafter: one chain of ``w`` tokens, or ``draft_shape`` (1, 1, ...)."""
+    return _make(target, options, options.draft_shape or (1,) * options.w)
 
 
 def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:

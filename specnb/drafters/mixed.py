@@ -60,6 +60,7 @@ class AdaptiveOptions(Options):
     roofline: str = ""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         ordered(self, "min_ngram", "max_ngram")
 
 
@@ -92,10 +93,10 @@ class MixedDrafter(Drafter):
     name = "mixed"
 
     def __init__(self, table: BigramTable, k: int = 10, w: int = 10, max_ngram: int = 1, min_ngram: int = 1):
-        if not 1 <= k <= table.k_max or w < 1:
-            raise ValueError(f"mixed drafter needs 1 <= k <= {table.k_max} and w >= 1, got k={k}, w={w}")
+        self.context = ContextNgramDrafter(k=k, w=w, max_ngram=max_ngram, min_ngram=min_ngram)  # checks the values
+        if k > table.k_max:
+            raise ValueError(f"mixed drafter needs k <= {table.k_max} (the bigram table's rows), got k={k}")
         self.table, self.k, self.w = table, k, w
-        self.context = ContextNgramDrafter(k=k, w=w, max_ngram=max_ngram, min_ngram=min_ngram)
         self.last_rows: list[list[int]] = []
         self._report = MixedReport()
 

@@ -31,6 +31,7 @@ class UnigramOptions(Options):
     unigram: Literal["appendix", "distance"] = "appendix"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "k")
 
 
@@ -43,6 +44,7 @@ class BigramOptions(Options):
     bigram_tokens: Literal["default", "all"] = "default"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "k", "w")
 
 

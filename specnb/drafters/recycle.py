@@ -47,6 +47,7 @@ class Options(BaseOptions):
     max_nodes: int = 8
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "k", "max_nodes")
 
 
@@ -57,9 +58,9 @@ class RecycleDrafter(Drafter):
     needs_logits = True
 
     def __init__(self, vocab_size: int, k: int = 8, widths: tuple[int, ...] = DEFAULT_WIDTHS, max_nodes: int = 8):
-        if k < 1 or max_nodes < 1 or not widths or min(widths) < 1 or max(widths) > k:
-            raise ValueError(f"recycle needs k >= 1, max_nodes >= 1 and 1 <= widths <= k; got k={k}, "
-                             f"max_nodes={max_nodes}, widths={widths}")
+        Options(k, max_nodes)  # OptionError for a value out of range
+        if not widths or min(widths) < 1 or max(widths) > k:
+            raise ValueError(f"recycle needs widths of 1..k={k} candidates per level, got {widths}")
         self.k, self.widths, self.max_nodes = k, widths, max_nodes
         self.table = np.full((vocab_size, k), -1, dtype=np.int32)
 

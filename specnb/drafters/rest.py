@@ -31,6 +31,7 @@ class Options(BaseOptions):
     max_nodes: int = 64
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "w", "max_matches", "max_nodes")
         ordered(self, "min_query", "max_query")
 

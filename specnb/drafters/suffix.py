@@ -48,6 +48,7 @@ class Options(BaseOptions):
     history_tokens: int = 262_144
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "max_nodes", "max_depth", "history_tokens")
         if self.alpha <= 0 or not 0 <= self.min_prob <= 1:
             raise OptionError(f"options alpha > 0 and 0 <= min_prob <= 1 needed, got {self.alpha}, {self.min_prob}")
@@ -76,13 +77,10 @@ class SuffixDrafter(Drafter):
 
     def __init__(self, max_nodes: int = 16, alpha: float = 2.0, max_depth: int = 16, min_prob: float = 0.1,
                  max_query: int = 32, min_query: int = 1, max_matches: int = 1000, history_tokens: int = 262_144):
-        if max_nodes < 1 or max_depth < 1 or max_matches < 1 or alpha <= 0 or not 0 <= min_prob <= 1:
-            raise ValueError("suffix drafter needs max_nodes, max_depth, max_matches >= 1, alpha > 0 and "
-                             f"0 <= min_prob <= 1; got {max_nodes}, {max_depth}, {max_matches}, {alpha}, {min_prob}")
-        if not 1 <= min_query <= max_query:
-            raise ValueError(f"need 1 <= min_query <= max_query, got {min_query}, {max_query}")
+        Options(max_nodes, alpha, max_depth, min_prob, max_query, min_query, history_tokens)  # OptionError if not
         self.max_nodes, self.alpha, self.max_depth, self.min_prob = max_nodes, alpha, max_depth, min_prob
         self.max_query, self.min_query, self.max_matches = max_query, min_query, max_matches
+        at_least(self, 1, "max_matches")
         self.history = OutputHistory(history_tokens)
         self.output: list[int] = []
         self._report = SuffixReport()

@@ -1,11 +1,11 @@
 """Side-by-side benchmark: our methods and Hugging Face's, same process, same prompts, same token budget.
 
 For every prompt, every method runs once (methods interleaved per prompt, so slow drift of the machine
-hits all of them alike), after one warm-up run of each method. One row per (method, prompt), then one
-summary row per method (``prompt_id == "ALL"``) with ``speedup_vs_ar``: our AR loop's total wall time over
-the method's. Greedy runs are checked token for token against our AR output; where they differ, the
-first divergence is reported with the AR top-1/top-2 logit gap there, and whether that gap is within the
-rounding of the model's dtype (so a bf16 flip can be told from a bug).
+hits all of them alike), after one warm-up run of each method: :func:`run_bench` returns one row per (method,
+prompt), and :func:`specnb.eval.runner.summarize` one row per method (``prompt_id == "ALL"``) with
+``speedup_vs_ar``: our AR loop's total wall time over the method's. Greedy runs are checked token for token
+against our AR output; where they differ, the first divergence is reported with the AR top-1/top-2 logit gap
+there, and whether that gap is within the rounding of the model's dtype (so a bf16 flip can be told from a bug).
 
 The machine's read bandwidth is sampled at the start and after every prompt
 (:func:`specnb.model.ceilings.sample_read_bandwidth`; a VM's drifts from one minute to the next) and each row
@@ -25,10 +25,11 @@ run between two steps with the rows of every finished prompt kept and summarised
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,31 +39,45 @@ import torch
 
 from ..atomic import write_text
 from ..core.prompts import Prompt, encode_prompt, with_answer
+from ..core.verify import VerifyMode
 from ..model.ceilings import sample_read_bandwidth, streamed_bytes
 from ..model.device import model_device, synchronize
 from ..model.kernels.cpu import cpu_class
 from ..model.models import LoadedModel, load_model
-from .methods import HF_BASELINES, LLAMACPP_BASELINES, HfAssistedOptions, LookupOptions, make_drafter, options_for
+from .methods import (
+    HF_BASELINES,
+    LLAMACPP_BASELINES,
+    HfAssistedOptions,
+    LookupOptions,
+    make_drafter,
+    method,
+    parse_options,
+)
 from .runner import DecodeRunner, Runner, run
-from .runner import summarize as experiments_summarize
 
 
 @dataclass
 class BenchConfig:
-    """What a bench runs; every value is checked when the config is made (ValueError naming the value).
+    """What a bench runs; every value is checked when the config is made (ValueError naming the value), before a
+    model loads.
 
-    methods: method names (``ar`` is added first: it is the reference). options: {method: its options
-    dataclass} (:func:`specnb.eval.methods.options_for`); a method left out gets its defaults, with the run's
-    temperature, top_p and seed.
+    methods: labels of the methods to run (``ar`` is added first: it is the reference); a label is a method's name
+    unless ``aliases`` maps it to one (e.g. ``{"dense-id": "dense"}``: DReSD on another store). options: {label: the
+    method's options dataclass, or a mapping of option values parsed by
+    :func:`specnb.eval.methods.parse_options`}; a label left out gets its method's defaults. temperature, top_p,
+    seed: the run's sampling, given here only: a draft model's options that leave them None take these.
+    warmup_tokens: new tokens of each method's warm-up run on the first prompt (0: none).
+    After ``__post_init__``, ``options`` holds every label's typed options.
     """
 
-    methods: list[str]
+    methods: Sequence[str]
     max_new_tokens: int = 128
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
-    verify: str = "tree"
+    verify: VerifyMode = "tree"
     options: dict[str, Any] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
     warmup_tokens: int = 16
 
     def __post_init__(self) -> None:
@@ -74,20 +89,44 @@ class BenchConfig:
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.verify not in ("tree", "batch"):
             raise ValueError(f"unknown verification mode {self.verify!r}; use tree or batch")
+        if self.warmup_tokens < 0:
+            raise ValueError(f"warmup_tokens must be >= 0, got {self.warmup_tokens}")
         self.methods = list(dict.fromkeys(["ar", *self.methods]))  # AR always runs: it is the reference
+        unknown = sorted(set(self.options) - set(self.methods))
+        if unknown:
+            raise ValueError(f"options given for {', '.join(unknown)}, which the bench does not run")
+        self.options = {label: self._typed(label, self.options.get(label)) for label in self.methods}
+
+    def method(self, label: str) -> str:
+        """The method name of ``label``."""
+        return self.aliases.get(label, label)
+
+    def _typed(self, label: str, options: Any) -> Any:
+        """``label``'s typed options, their unset sampling fields (None) taken from the run."""
+        name = self.method(label)
+        if options is None or isinstance(options, Mapping):
+            options = parse_options(name, options)
+        elif not isinstance(options, method(name).options_class()):
+            raise ValueError(f"method {label} takes {method(name).options_class().__name__}, got "
+                             f"{type(options).__name__}")
         run = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
-        missing = [m for m in self.methods if m not in self.options]
-        self.options = {**options_for(missing, {}, run=run), **self.options}
+        unset = {key: value for key, value in run.items() if getattr(options, key, 0) is None}
+        return dataclasses.replace(options, **unset) if unset else options
 
 
 def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True,
               sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
-    """Run every method on every prompt (:func:`specnb.experiments.run`); returns per-prompt rows followed by
-    one summary row per method.
+    """Run every method of ``config`` on every prompt (:func:`specnb.eval.runner.run`), each method's drafter made
+    once for the whole prompt list (so what a drafter learns across requests grows as in a server); returns one
+    row per (label, prompt), with the machine's columns (``weight_bytes``, ``read_gb_per_s``: the read bandwidth
+    sampled right after the prompt, ``cpu_class``). :func:`specnb.eval.runner.summarize` turns them into one row
+    per method.
 
-    sink: called with the rows of each prompt once all its methods have run (e.g. :class:`CsvSink`).
-    Ctrl-C (KeyboardInterrupt) during the prompts stops the run: the result then holds the finished prompts
-    only, and ``result.attrs["interrupted"]`` is True. ``result.attrs["prompts_done"]`` counts them.
+    The command line's and the notebooks' one entry for named methods. sink: called with the rows of each prompt
+    once all its methods have run (e.g. :class:`CsvSink`). Ctrl-C (KeyboardInterrupt) during the prompts stops
+    the run: the result then holds the finished prompts only, and ``result.attrs["interrupted"]`` is True.
+    ``result.attrs["prompts_done"]`` counts them. ValueError before anything runs when a prompt and
+    ``max_new_tokens`` exceed the target's context.
     """
     if not prompts:
         raise ValueError("no prompts to benchmark")
@@ -99,7 +138,9 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
         if length + config.max_new_tokens > target.max_context:
             raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
                              f"exceeds the context of {target.name} ({target.max_context} tokens)")
-    methods, counter = bench_runners(target, config, {m: (m, config.options[m]) for m in config.methods})
+    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": sample_read_bandwidth(),
+               "cpu_class": cpu_class()}
+    counter = _CallCounter(target.model)
 
     def sampled(rows: list[dict]) -> None:  # the machine's read bandwidth right after this prompt's runs
         bandwidth = sample_read_bandwidth()
@@ -109,46 +150,13 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
             sink(rows)
 
     try:
-        per_prompt = run(target, prompts, methods, temperature=config.temperature, top_p=config.top_p,
-                         verify=config.verify, max_new_tokens=config.max_new_tokens, warmup=config.warmup_tokens,
-                         seed=config.seed, progress=progress, sink=sampled)
+        runners = {label: _Counted(_runner(config.method(label), target, config.options[label], config), counter,
+                                   machine) for label in config.methods}
+        return run(target, prompts, runners, temperature=config.temperature, top_p=config.top_p,
+                   verify=config.verify, max_new_tokens=config.max_new_tokens, warmup=config.warmup_tokens,
+                   seed=config.seed, progress=progress, sink=sampled)
     finally:
         counter.remove()
-    results = pd.concat([per_prompt, summarize(per_prompt)], ignore_index=True) if len(per_prompt) else per_prompt
-    results.attrs.update(per_prompt.attrs)
-    return results
-
-
-def summarize(per_prompt: pd.DataFrame) -> pd.DataFrame:
-    """:func:`specnb.experiments.summarize` (speedup vs our AR) plus the weight bytes streamed per second
-    (target calls, prefills included) and that as a fraction of the read bandwidth (the median of the run's
-    samples, ``read_gb_per_s``); and, for our methods,
-    ``decode_bandwidth_fraction``: the same over the decoding calls and their seconds only (a prefill is a
-    compute-bound call the same for every method; for ``ar`` this is how close the loop runs to the ceiling)."""
-    summary = experiments_summarize(per_prompt, baseline="ar")
-    if "weight_bytes" in per_prompt:
-        by_method = per_prompt.groupby("method", sort=False)
-        weight_bytes, read = by_method.weight_bytes.first().to_numpy(), by_method.read_gb_per_s.median().to_numpy()
-        target_calls = summary.calls.to_numpy() + summary.prompts.to_numpy()  # + one prefill per prompt
-        summary["read_gb_per_s"] = read
-        summary["weight_gb_per_s"] = weight_bytes * target_calls / summary.seconds / 1e9
-        summary["bandwidth_fraction"] = summary.weight_gb_per_s / read
-        if "decode_seconds" in per_prompt:  # the loop alone: prefills (compute-bound, the same for all) left out
-            decode = by_method.decode_seconds.sum(min_count=1).to_numpy()
-            summary["decode_bandwidth_fraction"] = weight_bytes * summary.calls.to_numpy() / decode / 1e9 / read
-    return summary
-
-
-def bench_runners(target: LoadedModel, config: BenchConfig, methods: dict[str, tuple[str, Any]]
-                  ) -> tuple[dict[str, Runner], _CallCounter]:
-    """{label: runner} for :func:`specnb.experiments.run` from {label: (method name, its options)} (one method
-    may appear under several labels, e.g. two datastores), with the machine's columns on every row and the
-    target's forward calls counted for the peers; remove the returned counter's hook after the run."""
-    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": sample_read_bandwidth(),
-               "cpu_class": cpu_class()}
-    counter = _CallCounter(target.model)
-    return {label: _Counted(_method(name, target, options, config), counter, machine)
-            for label, (name, options) in methods.items()}, counter
 
 
 class _Counted:
@@ -169,7 +177,7 @@ class _Counted:
             self.runner.clear()
 
 
-def _method(method: str, target: LoadedModel, options: Any, config: BenchConfig) -> Runner:
+def _runner(method: str, target: LoadedModel, options: Any, config: BenchConfig) -> Runner:
     """A :data:`specnb.experiments.Runner` for one method: our loop with its drafter, or a peer."""
     if method in HF_BASELINES:
         return _hf_runner(method, target, options, config)
@@ -232,9 +240,8 @@ class _CallCounter:
         self._handle.remove()
 
 
-def format_table(results: pd.DataFrame) -> str:
-    """The summary rows as a fixed-width table for the terminal."""
-    summary = results[results.prompt_id == "ALL"]
+def format_table(summary: pd.DataFrame) -> str:
+    """:func:`specnb.eval.runner.summarize`'s rows as a fixed-width table for the terminal."""
     columns = ["method", "new_tokens", "seconds", "tokens_per_s", "tokens_per_call", "speedup_vs_ar",
                "speedup_vs_ar_low", "speedup_vs_ar_high", "identical_to_ar", "weight_gb_per_s", "bandwidth_fraction",
                "decode_bandwidth_fraction", "outside_forward_fraction"]

@@ -13,23 +13,18 @@ the embedded weights (the GPU machines this project is lent) still gives the rat
 
 from __future__ import annotations
 
-import argparse
 import time
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..atomic import write_csv
 from ..core.roofline import device_name
 from ..datastores.corpus import TokenCorpus
-from ..datastores.embed import check_sizes, plan, run_batch
-from ..model.device import default_device, synchronize
-from ..model.model_names import WEIGHTS
+from ..datastores.embed import plan, run_batch
+from ..model.device import synchronize
 from ..model.models import LoadedModel, byte_tokenizer, load_model
-from .timing import random_config, random_model
+from .timing import random_model
 
 COLUMNS = ["model", "dtype", "weights", "device", "device_name", "torch", "seq_len", "overlap", "batch_tokens",
            "batches", "rows", "seconds", "rows_per_s", "padded_tokens_per_s"]
@@ -78,47 +73,3 @@ def load_target(name: str, dtype: str, device: str, weights: str = "auto") -> Lo
         model = random_model(name.removeprefix("random:"), dtype, device)
         return LoadedModel(model, byte_tokenizer(), name)
     return load_model(name, dtype=dtype, device=device, weights=weights)
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb extract-rate``: time the hidden-state extraction of models on a device, one CSV row each."""
-    parser = subparsers.add_parser("extract-rate", help="time a dense store's hidden-state extraction (rows/s)",
-                                   description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", required=True,
-                        help="an installed model or random:SHAPE (gemma-3-270m, qwen2.5-1.5b, mistral-7b, "
-                             "llama-2-7b); repeat for several")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N")
-    parser.add_argument("--weights", default="auto", choices=WEIGHTS,
-                        help="what an installed model computes over (random:SHAPE models: dense)")
-    parser.add_argument("--tokens", type=int, default=200_000, help="corpus tokens to extract per model and batch size")
-    parser.add_argument("--doc-tokens", type=int, default=2048, help="tokens per synthetic document")
-    parser.add_argument("--seq-len", type=int, default=512)
-    parser.add_argument("--overlap", type=int, default=64)
-    parser.add_argument("--batch-tokens", type=int, nargs="+", default=[4096], help="padded tokens per forward pass")
-    parser.add_argument("--out", required=True, help="CSV to write")
-    parser.set_defaults(func=run_cli)
-    return parser
-
-
-def run_cli(args: argparse.Namespace) -> None:
-    if Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out} is a folder; give a CSV file's path")
-    synthetic_corpus(args.tokens, args.doc_tokens, vocab_size=2)  # every size checked before a model loads
-    for batch_tokens in args.batch_tokens:
-        check_sizes(args.seq_len, args.overlap, batch_tokens)
-    for name in args.model:
-        if name.startswith("random:"):
-            random_config(name.removeprefix("random:"))
-    rows = []
-    for name in args.model:
-        target = load_target(name, args.dtype, args.device, args.weights)
-        corpus = synthetic_corpus(args.tokens, args.doc_tokens, target.model.config.get_text_config().vocab_size)
-        for batch_tokens in args.batch_tokens:
-            row = measure(target, corpus, seq_len=args.seq_len, overlap=args.overlap, batch_tokens=batch_tokens)
-            print(f"{name} {row['dtype']} ({target.weights}) on {row['device_name']}, {batch_tokens} tokens a batch: "
-                  f"{row['rows_per_s']:,.0f} rows/s")
-            rows.append(row)
-        del target
-    write_csv(args.out, pd.DataFrame(rows, columns=COLUMNS))
-    print(f"wrote {len(rows)} rows to {args.out}")

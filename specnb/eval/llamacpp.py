@@ -22,7 +22,7 @@ from ..model.model_names import gguf_file
 from ..model.models import EMBEDDED, LoadedModel
 
 
-def gguf_path(target: LoadedModel) -> Path:
+def embedded_gguf(target: LoadedModel) -> Path:
     """The GGUF file the embedded model was converted from (joined by ``specnb models fetch``)."""
     path = gguf_file(target.name)
     if target.name not in EMBEDDED or not path.exists():
@@ -45,7 +45,7 @@ def runner(method: str, target: LoadedModel, max_context: int, draft_tokens: int
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    path = gguf_path(target)
+    path = embedded_gguf(target)
     draft = LlamaPromptLookupDecoding(num_pred_tokens=draft_tokens) if method == "llamacpp-pld" else None
     llm = Llama(model_path=str(path), n_ctx=max_context, n_threads=torch.get_num_threads(),
                 n_threads_batch=torch.get_num_threads(), draft_model=draft, verbose=False)
@@ -78,7 +78,7 @@ def cost_curve(target: LoadedModel, tokens: tuple[int, ...] = (1, 2, 4, 8, 16, 6
     check_available()
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(gguf_path(target)), n_ctx=context + max(tokens) + 1,
+    llm = Llama(model_path=str(embedded_gguf(target)), n_ctx=context + max(tokens) + 1,
                 n_batch=max(512, max(tokens)), n_threads=torch.get_num_threads(),
                 n_threads_batch=torch.get_num_threads(), logits_all=True, verbose=False)
     generator = torch.Generator().manual_seed(seed)

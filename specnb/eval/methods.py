@@ -1,9 +1,10 @@
 """Named speculation methods for the bench and the notebooks: the name table and the command line's coercion.
 
-A method is a line of help and either a drafter (:data:`specnb.drafters.DRAFTERS`: its options dataclass and
-factory live in its drafter's module, imported on first use) or a baseline the bench runs itself (Hugging
-Face's ``hf``, ``hf-pld``, ``hf-assisted``; llama.cpp's ``llamacpp``, ``llamacpp-pld``), whose options are in
-:class:`LookupOptions`, :class:`HfAssistedOptions`. ``ar`` is plain AR through our loop.
+A method is a :class:`specnb.drafters.Method` record (name, help, display name, options, factory): a drafter
+(:data:`specnb.drafters.DRAFTERS`: its options dataclass and factory live in its drafter's module, imported on
+first use) or a baseline the bench runs itself (Hugging Face's ``hf``, ``hf-pld``, ``hf-assisted``; llama.cpp's
+``llamacpp``, ``llamacpp-pld``), whose options are :class:`LookupOptions`, :class:`HfAssistedOptions`. ``ar`` is
+plain AR through our loop. :data:`METHODS` holds them all.
 
 Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
 ``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
@@ -16,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..drafters import DRAFTERS, Entry
-from ..options import OptionError, Options, at_least
+from ..drafters import DRAFTERS, Method
+from ..options import OptionError, Options, at_least, name_list
 
 if TYPE_CHECKING:
     from ..core.drafter import Drafter
@@ -35,6 +36,7 @@ class LookupOptions(Options):
     w: int = 10
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         at_least(self, 1, "w")
 
 
@@ -45,6 +47,7 @@ class HfAssistedOptions(Options):
     draft: str | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.draft or self.draft.startswith("self:"):
             raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
         from ..model.model_names import check_installed
@@ -56,30 +59,16 @@ class HfAssistedOptions(Options):
 FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
 
 
-@dataclass(frozen=True)
-class Method:
-    """A named method: one line of help, its drafter (None for the Hugging Face and llama.cpp baselines, which
-    the bench runs itself) and, for a baseline, its options class."""
-
-    help: str
-    drafter: Entry | None = None
-    baseline_options: type = Options
-
-    @property
-    def options(self) -> type:
-        """The method's options dataclass (imports its drafter's module)."""
-        return self.drafter.options_class() if self.drafter is not None else self.baseline_options
-
-
-METHODS: dict[str, Method] = {
-    "ar": Method("autoregressive decoding through our loop (the reference; always runs)"),
-    **{name: Method(entry.help, entry) for name, entry in DRAFTERS.items()},
-    "hf": Method("Hugging Face generate (plain)"),
-    "hf-pld": Method("Hugging Face prompt lookup", baseline_options=LookupOptions),
-    "hf-assisted": Method("Hugging Face assisted generation with --draft", baseline_options=HfAssistedOptions),
-    "llamacpp": Method("llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy"),
-    "llamacpp-pld": Method("llama.cpp with its prompt-lookup drafting", baseline_options=LookupOptions),
-}
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("ar", "autoregressive decoding through our loop (the reference; always runs)", "AR (ours)"),
+    *DRAFTERS.values(),
+    Method("hf", "Hugging Face generate (plain)", "HF generate"),
+    Method("hf-pld", "Hugging Face prompt lookup", "HF prompt lookup", options=LookupOptions),
+    Method("hf-assisted", "Hugging Face assisted generation with --draft", "HF assisted", options=HfAssistedOptions),
+    Method("llamacpp", "llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy", "llama.cpp"),
+    Method("llamacpp-pld", "llama.cpp with its prompt-lookup drafting", "llama.cpp lookup", options=LookupOptions),
+)}
+"""Every named method's record (:class:`specnb.drafters.Method`): ``ar``, the drafters, the baselines."""
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
 LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.eval.llamacpp
@@ -94,39 +83,54 @@ def method(name: str) -> Method:
 
 def option_names(name: str) -> list[str]:
     """The options method ``name`` reads, in declaration order."""
-    return [f.name for f in dataclasses.fields(method(name).options)]
+    return [f.name for f in dataclasses.fields(method(name).options_class())]
 
 
 def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
-    """Method ``name``'s options dataclass from ``values`` (strings from the command line, or typed values).
+    """Method ``name``'s options dataclass from ``values`` (strings from the command line or a notebook's
+    parameters, or typed values): each string is parsed here, once, into its field's type (a field's own parser,
+    e.g. a draft shape ``"4x2x2x1"`` -> (4, 2, 2, 1); else int, float, bool, a ``Literal``, a tuple of names).
 
     Raises OptionError naming the option for an unknown key, a value of the wrong type or out of range.
     """
-    cls = method(name).options
+    cls = method(name).options_class()
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
-    known = option_names(name)
     values = values or {}
     for key in values:
-        if key not in known:
-            raise OptionError(f"method {name} has no option {key!r}; it reads {', '.join(known) or 'none'}")
+        if key not in fields:
+            raise OptionError(f"method {name} has no option {key!r}; it reads {', '.join(fields) or 'none'}")
     try:
-        return cls(**{key: _convert(key, value, hints[key]) for key, value in values.items()})
+        return cls(**{key: _convert(key, value, hints[key], fields[key].metadata.get("parse"))
+                      for key, value in values.items()})
     except OptionError as exc:
         raise OptionError(f"method {name}: {exc}") from None
 
 
-def _convert(key: str, value: Any, hint: Any) -> Any:
-    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, or one of them | None)."""
+def _convert(key: str, value: Any, hint: Any, parse: Callable[[str], Any] | None = None) -> Any:
+    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, a tuple, or one of them | None); a string
+    goes through ``parse`` when the field has one (ValueError -> OptionError naming ``key``)."""
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         if value is None or (isinstance(value, str) and value.lower() in ("", "none")):
             return None
         hint = next(a for a in args if a is not type(None))
         args = typing.get_args(hint)
+    if parse is not None and isinstance(value, str):
+        try:
+            return parse(value)
+        except OptionError:
+            raise
+        except ValueError as exc:
+            raise OptionError(f"option {key}: {exc}") from None
+    if typing.get_origin(hint) is tuple:
+        if isinstance(value, str):
+            return name_list(value)
+        if isinstance(value, list | tuple):
+            return tuple(value)
+        raise OptionError(f"option {key} must be a tuple, got {value!r}")
     if typing.get_origin(hint) is Literal:
-        if value not in args:
-            raise OptionError(f"option {key} must be one of {', '.join(map(str, args))}, got {value!r}")
-        return value
+        return value  # checked by Options.__post_init__
     if hint is bool and isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
         return value.lower() in ("true", "1", "yes")
     expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[hint]
@@ -164,13 +168,12 @@ def check_before_loading(model: str, options: Mapping[str, Any]) -> None:
         opts.check(model)
 
 
-def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Sequence[str] = (),
-                run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Sequence[str] = ()) -> dict[str, Any]:
     """Typed options of every method in ``methods``: {method: options dataclass}.
 
     given: option values from the command line (None = not given); datastores: ``--datastore`` values
-    (``PATH`` for every method, ``METHOD=PATH`` for one; a ``-priced`` method uses its base method's);
-    run: run-wide values (temperature, top_p, seed) for the methods that have such fields. Raises OptionError
+    (``PATH`` for every method, ``METHOD=PATH`` for one; a ``-priced`` method uses its base method's). The
+    run's sampling (temperature, top_p, seed) is :class:`specnb.eval.bench.BenchConfig`'s. Raises OptionError
     for an unknown method, or a value that none of ``methods`` reads (naming what each one reads).
     """
     for name in methods:
@@ -185,8 +188,7 @@ def options_for(methods: Sequence[str], given: Mapping[str, Any], datastores: Se
     result = {}
     for name in methods:
         names = option_names(name)
-        values = {key: value for key, value in (run or {}).items() if key in names}
-        values.update({key: value for key, value in given.items() if key in names})
+        values = {key: value for key, value in given.items() if key in names}
         path = per_method.get(name) or per_method.get(name.removesuffix("-priced"))
         if path is not None and "datastore" in names:
             values["datastore"] = path
@@ -208,15 +210,15 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
     calls on this target's roofline table (an empty ``roofline`` option) gets it measured first, once
     (:func:`specnb.eval.timing.cost_table`): the drafters only read it.
     """
-    spec = method(name)
-    if name != "ar" and spec.drafter is None:
+    record = method(name)
+    if name != "ar" and not record.is_drafter:
         raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.eval.bench")
     if options is None or isinstance(options, Mapping):
         options = parse_options(name, options)
-    elif not isinstance(options, spec.options):
-        raise OptionError(f"method {name} takes {spec.options.__name__}, got {type(options).__name__}")
+    elif not isinstance(options, record.options_class()):
+        raise OptionError(f"method {name} takes {record.options_class().__name__}, got {type(options).__name__}")
     if getattr(options, "roofline", None) == "":
         from .timing import cost_table
 
         cost_table(target)
-    return spec.drafter.drafter(target, options) if spec.drafter is not None else None
+    return record.make(target, options) if record.is_drafter else None

@@ -213,6 +213,12 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
     (:func:`specnb.core.metrics.ratio_interval`, :func:`specnb.core.metrics.mean_interval`).
     ``acceptance_rate`` (MAR) is the mean of the per-prompt rates, as its definition says. A column a method
     cannot report (a peer that counts no calls) gives NaN, never a made-up value.
+
+    Rows of :func:`specnb.eval.bench.run_bench` (with ``weight_bytes`` and ``read_gb_per_s``) add the weight
+    bytes streamed per second (target calls, prefills included: ``weight_gb_per_s``), that as a fraction of the
+    read bandwidth (the median of the run's samples: ``bandwidth_fraction``), and ``decode_bandwidth_fraction``:
+    the same over the decoding calls and their seconds only (a prefill is a compute-bound call the same for every
+    method; for ``ar`` this is how close the loop runs to the machine's ceiling).
     """
     col = lambda group, name: group[name].sum(min_count=len(group)) if name in group else math.nan  # noqa: E731
     base = rows.loc[rows.method == baseline, "seconds"].sum()
@@ -238,8 +244,22 @@ def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
             **dict(zip((f"speedup_vs_{baseline}_low", f"speedup_vs_{baseline}_high"),
                        intervals.get(method, (math.nan, math.nan)), strict=True)),
             **_metric_intervals(group),
+            **_bandwidth(group, calls, seconds),
         })
     return pd.DataFrame(out)
+
+
+def _bandwidth(group: pd.DataFrame, calls: float, seconds: float) -> dict[str, float]:
+    """One method's weight bytes streamed per second and its fractions of the read bandwidth (see
+    :func:`summarize`); nothing for rows without the bench's machine columns."""
+    if "weight_bytes" not in group or "read_gb_per_s" not in group:
+        return {}
+    weight_bytes, read = group.weight_bytes.iloc[0], group.read_gb_per_s.median()
+    out = {"read_gb_per_s": read, "weight_gb_per_s": weight_bytes * (calls + len(group)) / seconds / 1e9}
+    out["bandwidth_fraction"] = out["weight_gb_per_s"] / read
+    if "decode_seconds" in group:  # the loop alone: prefills (compute-bound, the same for all) left out
+        out["decode_bandwidth_fraction"] = weight_bytes * calls / group.decode_seconds.sum(min_count=1) / 1e9 / read
+    return out
 
 
 def _metric_intervals(group: pd.DataFrame) -> dict[str, float]:

@@ -13,7 +13,6 @@ of real shapes (:func:`random_model`; timings do not depend on weight values):
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import statistics
 import time
@@ -29,12 +28,12 @@ from ..atomic import write_csv
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
 from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
 from ..model.decoder import call_path
-from ..model.device import default_device, model_device, resolve_device, synchronize
+from ..model.device import model_device, resolve_device, synchronize
 from ..model.forward import forward
 from ..model.gguf_weights import uses_gguf, uses_int8
 from ..model.kernels.cpu import cpu_class
 from ..model.kv_cache import GrowingCache
-from ..model.models import LoadedModel, load_model, resolve_dtype
+from ..model.models import LoadedModel, resolve_dtype
 
 
 @dataclass(frozen=True)
@@ -252,31 +251,3 @@ def random_model(shape: str, dtype: str = "bfloat16", device: str = "cuda") -> P
     with device:
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     return model.eval()
-
-
-def add_parser(subparsers) -> argparse.ArgumentParser:
-    """``specnb roofline``: time the (k, w, context) grid for a model and write a CSV."""
-    parser = subparsers.add_parser("roofline", help="time one target call over a (k, w, context) grid")
-    parser.add_argument("--model", default="gemma-3-270m",
-                        help="model name/path, or random:SHAPE (gemma-3-270m, mistral-7b, llama-2-7b, qwen2.5-1.5b)")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
-    parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
-    parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
-    parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
-    parser.set_defaults(func=run_cli)
-    return parser
-
-
-def run_cli(args: argparse.Namespace) -> None:
-    grid = get_grid(args.grid)
-    if args.max_tokens is not None:
-        grid = Grid(grid.ks, grid.ws, grid.contexts, grid.repeats, args.max_tokens)
-    if args.model.startswith("random:"):
-        target: LoadedModel | PreTrainedModel = random_model(args.model.removeprefix("random:"), args.dtype,
-                                                             args.device)
-    else:
-        target = load_model(args.model, dtype=args.dtype, device=args.device)
-    frame = measure(target, grid, label=args.model)
-    write_csv(args.out, frame)
-    print(f"wrote {len(frame)} cells to {args.out}")

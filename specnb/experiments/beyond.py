@@ -3,12 +3,13 @@
 repeated code requests, where what a drafter remembers from earlier requests can pay.
 
 Each prompt set runs in one process with every method's drafter made once for the whole set
-(:func:`specnb.experiments.endtoend.run_specs`), so cross-request structures (the suffix history, the recycle
+(:func:`specnb.eval.bench.run_bench`), so cross-request structures (the suffix history, the recycle
 table, the router's learned rates) grow over the set as they would in a server.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,15 @@ from tqdm.auto import tqdm
 from ..core.metrics import rate_ratio_interval
 from ..core.prompts import Prompt
 from ..drafters import suffix
+from ..drafters.auto import Options as AutoOptions
+from ..eval.bench import BenchConfig, run_bench
 from ..eval.methods import make_drafter
 from ..eval.replay import longest_retrieved, modelled_speed, retrieval_ceiling, router_ceiling
 from ..eval.runner import ratio_intervals, speedup_intervals, summarize
 from ..eval.timing import cost_model_for
 from ..model.models import LoadedModel
 from ..study.verdicts import Expect
-from .endtoend import call_cost, per_call_cause, run_specs
+from .endtoend import call_cost, per_call_cause
 from .references import greedy_references
 
 METHODS = ("ar", "pld", "mixed-adaptive", "crest-priced", "suffix", "recycle", "auto")
@@ -43,23 +46,24 @@ prompt lookup on MT-Bench first turns is timed in notebook 06)."""
 CEILING_DEPTH = suffix.Options.max_depth  # the retrieval ceiling drafts as deep as suffix may
 
 
-def method_specs(crest_store: Path, methods: tuple[str, ...] = METHODS) -> dict[str, tuple[str, dict]]:
-    """{label: (bench method, {option: value})} of ``methods`` (of :data:`METHODS`); CREST (priced, and as a
-    router member) reads ``crest_store``."""
-    specs: dict[str, tuple[str, dict]] = {name: (name, {}) for name in methods}
-    if "crest-priced" in specs:
-        specs["crest-priced"] = ("crest-priced", {"datastore": str(crest_store)})
-    if "auto" in specs:
-        specs["auto"] = ("auto", {"crest": str(crest_store)})
-    return specs
+def beyond_config(crest_store: Path, methods: tuple[str, ...] = METHODS, *, max_new_tokens: int,
+                  warmup: int = 8) -> BenchConfig:
+    """The greedy :class:`~specnb.eval.bench.BenchConfig` of ``methods`` (of :data:`METHODS`); CREST (priced, and
+    as a router member) reads ``crest_store``."""
+    options: dict[str, dict] = {name: {} for name in methods}
+    if "crest-priced" in options:
+        options["crest-priced"] = {"datastore": str(crest_store)}
+    if "auto" in options:
+        options["auto"] = {"crest": str(crest_store)}
+    return BenchConfig(list(methods), max_new_tokens=max_new_tokens, options=options, warmup_tokens=warmup)
 
 
-def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, tuple], *, max_new_tokens: int,
-           warmup: int = 8, progress: bool = False, ceiling: pd.DataFrame | None = None
-           ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Greedy runs of ``specs`` on every prompt set.
+def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], config: BenchConfig, *, progress: bool = False,
+           ceiling: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Greedy runs of ``config`` (:func:`beyond_config`) on every prompt set, each set in one
+    :func:`specnb.eval.bench.run_bench` (every drafter made once per set).
 
-    Returns (summary, picks): summary has one row per (set, method) (:func:`specnb.experiments.summarize`:
+    Returns (summary, picks): summary has one row per (set, method) (:func:`specnb.eval.runner.summarize`:
     tokens/s, tokens per call, ``speedup_vs_ar``, ``identical_to_ar``, ``held_bytes`` = the most a drafter
     kept beyond the context, in bytes; ``retired``: the members a router had retired by the end of the set,
     comma-separated; ``vs_best_single_low`` / ``_high`` and ``vs_pld_low`` / ``_high``: the 90% interval of the
@@ -72,7 +76,7 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
     """
     summaries, picks = [], []
     for name, prompts in tqdm(sets.items(), desc="prompt sets", disable=not progress):
-        rows = run_specs(target, prompts, specs, temperature=0.0, max_new_tokens=max_new_tokens, warmup=warmup)
+        rows = run_bench(target, prompts, config, progress=False)
         summary = summarize(rows).assign(set=name)
         nodes = rows.groupby("method").drafted_nodes.sum(min_count=1) / rows.groupby("method").calls.sum(min_count=1)
         summary["draft_nodes_per_call"] = summary.method.map(nodes)
@@ -81,7 +85,7 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], specs: dict[str, 
             intervals = speedup_intervals(rows, baseline)
             for end, index in (("_low", 0), ("_high", 1)):
                 summary[f"vs_{label}{end}"] = summary.method.map({m: v[index] for m, v in intervals.items()})
-        if "pld" in specs:
+        if "pld" in config.methods:
             per_call = ratio_intervals(rows, "pld", "tokens_per_call")
             for end, index in (("_low", 0), ("_high", 1)):
                 summary[f"tpc_vs_pld{end}"] = summary.method.map({m: v[index] for m, v in per_call.items()})
@@ -159,7 +163,7 @@ def set_ceilings(frame: pd.DataFrame) -> dict[str, float]:
     return (sums.produced / sums.calls).to_dict()
 
 
-def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options: dict[str, Any], *,
+def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options: AutoOptions, *,
                max_new_tokens: int) -> tuple[dict[str, dict[str, float]], list[str]]:
     """How far the router's estimates leave it from a router that knew each step's outcome, per set.
 
@@ -173,7 +177,7 @@ def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options:
     cost = cost_model_for(target)
     seated = make_drafter("auto", target, auto_options).members
     members = [name for name, m in seated.items() if not (m.needs_logits or m.needs_hidden_state)]
-    options = {**auto_options, "members": ",".join(members)}
+    options = dataclasses.replace(auto_options, members=tuple(members))
     out = {}
     for name, prompts in sets.items():
         references = greedy_references(target, prompts, max_new_tokens)
@@ -183,19 +187,6 @@ def router_gap(target: LoadedModel, sets: dict[str, list[Prompt]], auto_options:
         hindsight = router_ceiling(bases, references, cost)[1]
         out[name] = {"auto_vs_pld": auto / pld, "hindsight_vs_pld": hindsight / pld}
     return out, members
-
-
-# The method whose colour a router member takes in the charts (the model bigram is mixed-adaptive's second half).
-MEMBER_METHOD = {"pld": "pld", "suffix": "suffix", "recycle": "recycle", "crest": "crest-priced",
-                 "ngram-bigram": "mixed-adaptive"}
-
-
-def member_colors(palette: dict[str, Any], members: list[str]) -> list[Any]:
-    """The colour of each router member (``members``, as :func:`pick_shares` orders them): its method's in
-    ``palette`` ({method: colour}), light grey for ``-`` (no draft), dim grey for ``merged`` (two members' trees),
-    black for a member with no method there."""
-    fixed = {"-": "lightgrey", MERGED: "dimgrey"}
-    return [fixed.get(m) or palette.get(MEMBER_METHOD.get(m, m), "black") for m in members]
 
 
 def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict[str, float]]:

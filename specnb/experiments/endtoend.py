@@ -1,5 +1,5 @@
 """The end-to-end table (notebook 09; DReSD Table 3, Spec-Bench style): the seed papers' methods and the Hugging
-Face baselines on one prompt set, one temperature, in one process (:func:`specnb.experiments.run`), and the
+Face baselines on one prompt set, one temperature, in one process (:func:`specnb.eval.bench.run_bench`), and the
 comparisons notebook 09 concludes from (:func:`compare_with_papers`), each a
 :meth:`specnb.study.results.Results.compare` whose verdict is computed from our number and its 90% interval.
 """
@@ -14,11 +14,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..core.prompts import Prompt
 from ..core.roofline import device_name
-from ..eval.bench import BenchConfig, bench_runners
-from ..eval.methods import options_for
-from ..eval.runner import run, speedup_intervals, summarize
+from ..eval.bench import BenchConfig
+from ..eval.runner import speedup_intervals, summarize
 from ..model.models import LoadedModel
 from ..study.verdicts import Expect
 
@@ -57,14 +55,16 @@ DRESD_SETUP = {"model": "CodeLlama 7B/13B, Llama-2-Chat 7B/13B", "hardware": "1 
 """DReSD's setup for Table 3 (§4, §5.5, Table 1)."""
 
 
-def method_specs(stores: dict[str, Path], draft: str | None, methods: tuple[str, ...] = METHODS,
-                 dense_shape: str | None = None, store_of: dict[str, str] | None = None) -> dict[str, tuple]:
-    """{label: (bench method, {option: value})}: each retrieval method on its study store (``-priced`` on its
-    base method's, unless ``store_of`` names another: {label: store key}, e.g. :data:`PRICED_STORES`), the
-    draft-model methods with ``draft``, DReSD (both stores) with ``dense_shape`` when given (``greedy``: DReSD's
-    3 × 20). ``hf-assisted`` needs a loadable draft model, so it is left out for a ``self:L`` draft; without a
-    draft (None) every draft-model method is."""
-    specs = {}
+def bench_config(stores: dict[str, Path], draft: str | None, methods: tuple[str, ...] = METHODS, *,
+                 max_new_tokens: int, dense_shape: str | None = None, store_of: dict[str, str] | None = None,
+                 warmup: int = 8) -> BenchConfig:
+    """The greedy :class:`~specnb.eval.bench.BenchConfig` of ``methods`` (labels of :data:`METHODS`): each retrieval
+    method on its study store (``-priced`` on its base method's, unless ``store_of`` names another: {label: store
+    key}, e.g. :data:`PRICED_STORES`), the draft-model methods with ``draft``, DReSD (both stores; ``dense-id`` is
+    ``dense`` on the ID store) with ``dense_shape`` when given (``greedy``: DReSD's 3 × 20). ``hf-assisted`` needs a
+    loadable draft model, so it is left out for a ``self:L`` draft; without a draft (None) every draft-model method
+    is."""
+    options: dict[str, dict] = {}
     for label in methods:
         name = "dense" if label == "dense-id" else label
         given: dict = {}
@@ -77,29 +77,14 @@ def method_specs(stores: dict[str, Path], draft: str | None, methods: tuple[str,
             given["draft"] = draft
         if name == "dense" and dense_shape is not None:
             given["draft_shape"] = dense_shape
-        specs[label] = (name, given)
-    return specs
-
-
-def run_specs(target: LoadedModel, prompts: list[Prompt], specs: dict[str, tuple], *, temperature: float,
-              max_new_tokens: int, warmup: int = 8, progress: bool = False) -> pd.DataFrame:
-    """:func:`specnb.experiments.run`'s rows (one per label and prompt) for {label: (bench method, {option:
-    value})}, each method's drafter made once for the whole prompt list."""
-    run_values = {"temperature": temperature, "top_p": 1.0, "seed": 0}
-    config = BenchConfig(["ar"], max_new_tokens=max_new_tokens, temperature=temperature)
-    options = {label: (name, options_for([name], given, run=run_values)[name])
-               for label, (name, given) in specs.items()}
-    runners, counter = bench_runners(target, config, options)
-    try:
-        return run(target, prompts, runners, temperature=temperature, max_new_tokens=max_new_tokens, warmup=warmup,
-                   progress=progress)
-    finally:
-        counter.remove()
+        options[label] = given
+    return BenchConfig(list(options), max_new_tokens=max_new_tokens, options=options,
+                       aliases={"dense-id": "dense"} if "dense-id" in options else {}, warmup_tokens=warmup)
 
 
 def table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One summary row per label of :func:`run_specs`' rows (:func:`specnb.experiments.summarize`: speedup vs our
-    AR with its 90% interval) plus ``draft_nodes_per_call`` (draft tokens a call verified, on average),
+    """One summary row per label of :func:`specnb.eval.bench.run_bench`'s rows (:func:`specnb.eval.runner.summarize`:
+    speedup vs our AR with its 90% interval) plus ``draft_nodes_per_call`` (draft tokens a call verified, on average),
     ``speedup_vs_hf`` / ``_low`` / ``_high`` (Hugging Face ``generate``'s wall time over the method's, paired by
     prompt) when ``hf`` ran, and, for greedy outputs that differ from our AR's, ``divergence_gap``: the largest
     top-2 logit gap of our AR at a first divergence (NaN where none differs)."""
@@ -128,7 +113,7 @@ def hardware(target: LoadedModel) -> str:
     return f"{device_name(device).split(',')[0]} ({cpu_class()}, {torch.get_num_threads()} threads)"
 
 
-def store_tokens(stores: dict[str, Path]) -> dict[str, int]:
+def store_corpus_tokens(stores: dict[str, Path]) -> dict[str, int]:
     """{store label: corpus tokens} of :func:`specnb.experiments.stores.study_stores`' REST and DReSD stores (the
     corpus their ``meta.json`` records); CREST is built from REST's corpus."""
     out = {}
@@ -140,9 +125,9 @@ def store_tokens(stores: dict[str, Path]) -> dict[str, int]:
 
 
 def identity(rows: pd.DataFrame) -> dict[str, Any]:
-    """Greedy outputs against our AR's, from :func:`run_specs` rows at temperature 0: for our methods (``ours``)
-    and Hugging Face's (``hf``), {``identical``: outputs equal token for token, ``total``: outputs compared,
-    ``max_gap``: the largest top-2 logit gap of our AR at a first divergence (NaN: none differs),
+    """Greedy outputs against our AR's, from :func:`specnb.eval.bench.run_bench` rows at temperature 0: for our
+    methods (``ours``) and Hugging Face's (``hf``), {``identical``: outputs equal token for token, ``total``:
+    outputs compared, ``max_gap``: the largest top-2 logit gap of our AR at a first divergence (NaN: none differs),
     ``within_rounding``: whether every divergence sat on a gap within the dtype's rounding}."""
     compared = rows[(rows.method != "ar") & rows.identical_to_ar.notna()]
     out = {}
@@ -191,9 +176,9 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
     the draft's share of wall time), DReSD (ID store) against REST (Table 3's ranking), DReSD's ID store against
     its OOD store (§5.3), our AR and prompt lookup against Hugging Face's, and the fastest of ours against AR.
 
-    rows / summary: :func:`run_specs` rows at temperature 0 and their :func:`table`; cost: notebook 05's cost
-    model; tokens: :func:`store_tokens`; target: the model the rows ran (its name, dtype and machine go to the
-    setup table)."""
+    rows / summary: :func:`specnb.eval.bench.run_bench` rows at temperature 0 and their :func:`table`; cost:
+    notebook 05's cost model; tokens: :func:`store_corpus_tokens`; target: the model the rows ran (its name, dtype
+    and machine go to the setup table)."""
     s = summary.set_index("method")
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     report.setup("DReSD Table 3", here={

@@ -137,7 +137,7 @@ def llamacpp_curve(target: LoadedModel, curve_grid: Grid) -> pd.DataFrame:
 
     try:
         llamacpp.check_available()
-        llamacpp.gguf_path(target)
+        llamacpp.embedded_gguf(target)
     except ValueError as exc:
         print(f"llama.cpp's curve skipped: {exc}")
         return pd.DataFrame()

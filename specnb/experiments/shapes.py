@@ -318,7 +318,7 @@ def cut(references: list[Reference], hidden: list[Tensor], prompts: int, tokens:
     return refs, [h[:len(ids) + tokens] for (ids, _), h in zip(refs, hidden[:prompts], strict=True)]
 
 
-def store_tokens(stores: dict[str, Path]) -> int:
+def study_corpus_size(stores: dict[str, Path]) -> int:
     """Tokens of the study corpus the REST, CREST and DReSD stores are built on (REST's text)."""
     return len(RestIndex.load(stores["rest"]))
 
@@ -462,7 +462,7 @@ class ShapeStudy:
                 "dtype": weights_label(self.target),
                 "prompts": self.profile.n_prompts, "max_new_tokens": self.profile.max_new_tokens,
                 "timed_prompts": self.profile.timed_prompts, "timed_tokens": self.profile.timed_tokens,
-                "store_tokens": store_tokens(self.stores), "draft_top1": float(np.mean(ranks == 0)),
+                "store_tokens": study_corpus_size(self.stores), "draft_top1": float(np.mean(ranks == 0)),
                 "draft_call_ratio": self.draft_call / self.target_call}
 
     def grid(self, shapes: list[tuple[int, int]] | None = None) -> pd.DataFrame:

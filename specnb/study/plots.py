@@ -3,7 +3,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 
 * :func:`use_style`: :data:`STYLE` applied to matplotlib (the notebooks call it; importing this module changes no
   setting).
-* :data:`METHODS` / :func:`style`: the same method has the same colour and name in every figure (a label such as
+* :data:`STYLES` / :func:`style`: the same method has the same colour and name in every figure (a label such as
   ``"DReSD-OOD 10x6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
   markers and line styles (:data:`MARKERS`, :data:`LINESTYLES`), never to colour.
 * :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn;
@@ -41,6 +41,7 @@ from matplotlib.colors import LogNorm, Normalize, to_hex
 from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
 
 from ..atomic import atomic_file, write_csv, write_text
+from ..eval.methods import METHODS
 
 STYLE = {
     "figure.figsize": (6.4, 4.0),
@@ -70,40 +71,31 @@ class MethodStyle:
     color: str
 
 
-METHODS: dict[str, MethodStyle] = {
+COLORS: dict[str, str] = {
     # baselines: greys (ours darkest), llama.cpp gold
-    "ar": MethodStyle("AR (ours)", "#636363"),
-    "hf": MethodStyle("HF generate", "#a3a3a3"),
-    "hf-pld": MethodStyle("HF prompt lookup", "#c4c4c4"),
-    "hf-assisted": MethodStyle("HF assisted", "#dedede"),
-    "llamacpp": MethodStyle("llama.cpp", "#b8860b"),
-    "llamacpp-pld": MethodStyle("llama.cpp lookup", "#e3c565"),
+    "ar": "#636363", "hf": "#a3a3a3", "hf-pld": "#c4c4c4", "hf-assisted": "#dedede",
+    "llamacpp": "#b8860b", "llamacpp-pld": "#e3c565",
     # context and model n-grams (N-Grammys)
-    "pld": MethodStyle("prompt lookup", "#1f77b4"),
-    "ngram-unigram": MethodStyle("model unigram", "#dbdb8d"),
-    "ngram-bigram": MethodStyle("model bigram", "#bcbd22"),
-    "mixed": MethodStyle("mixed", "#9edae5"),
-    "mixed-adaptive": MethodStyle("mixed, adaptive", "#17becf"),
+    "pld": "#1f77b4", "ngram-unigram": "#dbdb8d", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
+    "mixed-adaptive": "#17becf",
     # retrieval: one hue each, the priced form lighter
-    "rest": MethodStyle("REST", "#ff7f0e"),
-    "rest-priced": MethodStyle("REST, priced", "#ffbb78"),
-    "crest": MethodStyle("CREST", "#2ca02c"),
-    "crest-priced": MethodStyle("CREST, priced", "#98df8a"),
-    "dense": MethodStyle("DReSD", "#d62728"),
-    "dense-id": MethodStyle("DReSD, ID store", "#8b1a1a"),
-    "dense-priced": MethodStyle("DReSD, priced", "#ff9896"),
+    "rest": "#ff7f0e", "rest-priced": "#ffbb78", "crest": "#2ca02c", "crest-priced": "#98df8a",
+    "dense": "#d62728", "dense-id": "#8b1a1a", "dense-priced": "#ff9896",
     # draft models
-    "sd": MethodStyle("SD", "#c5b0d5"),
-    "mcsd": MethodStyle("MCSD", "#9467bd"),
+    "sd": "#c5b0d5", "mcsd": "#9467bd",
     # beyond the seed papers
-    "suffix": MethodStyle("SuffixDecoding", "#e377c2"),
-    "recycle": MethodStyle("Token Recycling", "#8c564b"),
-    "auto": MethodStyle("auto (router)", "#111111"),
+    "suffix": "#e377c2", "recycle": "#8c564b", "auto": "#111111",
     # a router's picks
-    "-": MethodStyle("no draft", "#e8e8e8"),
-    "merged": MethodStyle("two members merged", "#6f6f6f"),
+    "-": "#e8e8e8", "merged": "#6f6f6f",
 }
-"""Method key (the bench's name) -> its display name and colour, for every figure of every notebook."""
+"""Method key (the bench's name) -> its colour in every figure of every notebook; the order is the legends'."""
+
+NOT_METHODS = {"dense-id": "DReSD, ID store", "-": "no draft", "merged": "two members merged"}
+"""Display names of the keys that are not methods of the registry: DReSD on its ID store, a router's picks."""
+
+STYLES: dict[str, MethodStyle] = {key: MethodStyle(NOT_METHODS[key] if key in NOT_METHODS else METHODS[key].label,
+                                                   color) for key, color in COLORS.items()}
+"""Method key -> its display name (the registry's, :data:`specnb.eval.methods.METHODS`) and colour."""
 
 ALIASES = {
     "prompt lookup": "pld", "context n-grams": "pld", "context": "pld", "ar": "ar", "baseline (ar)": "ar",
@@ -113,7 +105,7 @@ ALIASES = {
     "draft model": "sd", "sd": "sd", "vanilla sd": "sd", "mcsd": "mcsd", "mcss": "mcsd", "mcns": "mcsd",
     "suffix": "suffix", "recycle": "recycle", "auto": "auto", "hf": "hf", "llamacpp": "llamacpp",
 }
-"""Labels the notebooks use for a method (lower case) -> its key in :data:`METHODS`."""
+"""Labels the notebooks use for a method (lower case) -> its key in :data:`STYLES`."""
 
 MARKERS = ("o", "s", "^", "D", "v", "P")
 """Markers for what is not a method (dataset, temperature, store): the i-th value gets the i-th marker."""
@@ -121,20 +113,20 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 
 def method_of(label: str) -> str:
-    """The :data:`METHODS` key of ``label``: itself, or the longest key / alias ``label`` starts with
+    """The :data:`STYLES` key of ``label``: itself, or the longest key / alias ``label`` starts with
     (``"DReSD-OOD 10x6"`` -> ``dense``, ``"REST priced"`` -> ``rest-priced``, ``"mixed (10,10)"`` -> ``mixed``).
     KeyError names the label when nothing matches: every method a figure shows needs its entry."""
     text = label.strip().lower()
-    if text in METHODS:
+    if text in STYLES:
         return text
-    names = {**{k: k for k in METHODS}, **ALIASES}
+    names = {**{k: k for k in STYLES}, **ALIASES}
     matches = [name for name in names if text.startswith(name)]
     if not matches:
-        raise KeyError(f"no colour for method {label!r}: add it to specnb.study.plots.METHODS (or ALIASES)")
+        raise KeyError(f"no colour for method {label!r}: add it to specnb.study.plots.COLORS (or ALIASES)")
     key = names[max(matches, key=len)]
-    if "priced" in text and f"{key}-priced" in METHODS:
+    if "priced" in text and f"{key}-priced" in STYLES:
         return f"{key}-priced"
-    if ("-id" in text or " id" in text) and f"{key}-id" in METHODS:
+    if ("-id" in text or " id" in text) and f"{key}-id" in STYLES:
         return f"{key}-id"
     return key
 
@@ -142,7 +134,7 @@ def method_of(label: str) -> str:
 def style(label: str) -> MethodStyle:
     """The colour of ``label``'s method and ``label``'s display name (the method's own when ``label`` is its key)."""
     key = method_of(label)
-    return METHODS[key] if label.strip().lower() == key else MethodStyle(label, METHODS[key].color)
+    return STYLES[key] if label.strip().lower() == key else MethodStyle(label, STYLES[key].color)
 
 
 def color(label: str) -> str:
@@ -151,7 +143,7 @@ def color(label: str) -> str:
 
 def label(name: str) -> str:
     """The display name of a method key (``pld`` -> ``prompt lookup``); any other label is kept."""
-    return METHODS[name].label if name in METHODS else name
+    return STYLES[name].label if name in STYLES else name
 
 
 def _method_key(label: str) -> str | None:

@@ -16,7 +16,6 @@ notebook, so changing it reruns that notebook alone). Ctrl-C keeps every noteboo
 
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import json
@@ -28,7 +27,7 @@ from typing import Any
 
 from ..atomic import write_text
 from .notebooks import find_notebooks
-from .profiles import OVERRIDABLE, PROFILES, Profile, get_profile
+from .profiles import OVERRIDABLE, Profile, get_profile
 from .reference_run import code_hash, machine, notebook_sections
 
 STATE = "study.json"
@@ -160,39 +159,3 @@ def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
             heading = f"[{stem}.ipynb]({stem}.ipynb) ({record['seconds']:.0f} s)"
             lines += notebook_sections(out / "figures", link="figures/", only=[stem[:2]], notebooks={stem[:2]: heading})
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------------ command
-
-
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """``specnb study run [--target M] [--draft D] [--prompts P] [--corpus C] [--device X] ... --out DIR [NN ...]``."""
-    parser = subparsers.add_parser("study", help="the notebooks on your model and data, into one folder")
-    sub = parser.add_subparsers(dest="study_command", required=True)
-    run = sub.add_parser("run", help="run the notebooks with papermill under your parameters into --out",
-                         description=__doc__.split("\n\n")[1] if __doc__ else None)
-    run.add_argument("names", nargs="*", help="notebooks (00, 09_end_to_end, ...; default: all)")
-    run.add_argument("--out", required=True, type=Path, help="the study folder (new, empty, or an earlier run's)")
-    run.add_argument("--profile", default="quick", choices=list(PROFILES), help="sizes not given here")
-    run.add_argument("--target", help="an embedded name, tiny-ARCH, a local folder or a Hugging Face id in the cache")
-    run.add_argument("--draft", help="a model sharing the target's tokenizer, or self:L (notebooks 07, 08, 09)")
-    run.add_argument("--prompts", help="a prompt set (humaneval, mtbench, ...) or a JSONL file (the bench's format)")
-    run.add_argument("--corpus", help="the retrieval stores' code corpus: code, a folder of text files or a JSONL")
-    run.add_argument("--device", help="cpu | cuda | cuda:N")
-    run.add_argument("--dtype", help="auto | float32 | bfloat16")
-    run.add_argument("--weights", help="auto | bf16 | gguf | gguf-int8")
-    for size in SIZES:
-        run.add_argument(f"--{size.replace('_', '-')}", type=int, dest=size, help="None: the profile's")
-    run.add_argument("-p", dest="per_notebook", action="append", default=[], metavar="NN:NAME=VALUE",
-                     help="a parameter of one notebook (e.g. 05:llamacpp=False); repeatable")
-    run.set_defaults(func=_cli_run)
-    return parser
-
-
-def _cli_run(args: argparse.Namespace) -> int:
-    given = {name: getattr(args, name) for name in OVERRIDABLE if getattr(args, name, None) is not None}
-    state = run_study(args.profile, args.names or None, args.out, given, notebook_parameters(args.per_notebook))
-    failed = [stem for stem, r in state.items() if r["status"] == "failed"]
-    print(f"{args.out / 'README.md'}: {sum(r['status'] == 'ok' for r in state.values())} ok, "
-          f"{sum(r['status'] == 'skipped' for r in state.values())} skipped, {len(failed)} failed", flush=True)
-    return 1 if failed else 0

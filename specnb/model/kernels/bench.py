@@ -20,7 +20,6 @@ formats against the bf16 kernel on the same weights dequantized (bandwidth fract
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import time
@@ -32,7 +31,6 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ...atomic import write_csv
 from ..ceilings import peak_macs, read_bandwidth
 from . import linear as fewrow_linear
 from . import memory, quant
@@ -128,7 +126,9 @@ QUANT_TENSORS = {
 }
 
 
-def _gguf_tensor(model: str, name: str):
+def gguf_tensor(model: str, name: str):
+    """Tensor ``name`` of embedded model ``model``'s GGUF file (its header entry: name, format, shape, offset);
+    ValueError (one line) when the file is not fetched or has no such tensor."""
     from ..gguf_file import open_gguf
     from ..model_names import gguf_file
 
@@ -175,7 +175,7 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
     out = []
     bar = tqdm(total=len(tensors) * 3 * len(rows), desc="quantized kernels", disable=not progress)
     for label, (model, name) in tensors.items():
-        tensor = _gguf_tensor(model, name)
+        tensor = gguf_tensor(model, name)
         weight = quant.QuantizedWeight.from_gguf(tensor)
         n, k = weight.shape
         dense = weight.dequantize().bfloat16()
@@ -241,98 +241,3 @@ def bench_top_k(vocab: int = 262144, rows: tuple[int, ...] = (1, 4, 16, 33), ks:
                         "fewrow_ms": ms["fewrow"], "torch_ms": ms["torch"], "speedup": ms["torch"] / ms["fewrow"],
                         "cpu_class": cpu_class(), "threads": torch.get_num_threads()})
     return pd.DataFrame(out)
-
-
-def add_parser(sub) -> None:
-    kernels = sub.add_parser("kernels", help="the few-row CPU kernels").add_subparsers(metavar="ACTION")
-    p = kernels.add_parser("bench", help="time linear-layer backends on decoding-sized calls",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, of {', '.join(SHAPES)}")
-    p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
-    p.add_argument("--backends", default="fewrow,torch,onednn", help=f"comma-separated, of {', '.join(BACKENDS)}")
-    p.add_argument("--inductor", action="store_true", help="add torch.compile max-autotune (slow to compile)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", help="CSV file for the table")
-    p.set_defaults(func=_run)
-    q = kernels.add_parser("quant", help="time the linear layer over GGUF blocks against bf16 on shipped tensors",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    q.add_argument("--tensors", default=",".join(QUANT_TENSORS), help=f"comma-separated, of {', '.join(QUANT_TENSORS)}")
-    q.add_argument("--rows", default="1,4,16,64", help="comma-separated row counts")
-    q.add_argument("--repeats", type=int, default=5)
-    q.add_argument("--out", help="CSV file for the table")
-    q.set_defaults(func=_run_quant)
-    t = kernels.add_parser("topk", help="time top-k / argmax of logits rows against PyTorch",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    t.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    t.add_argument("--vocab", type=int, default=262144, help="logits per row (Gemma-3: 262144)")
-    t.add_argument("--out", help="CSV file for the table")
-    t.set_defaults(func=_run_top_k)
-
-
-def _run(args) -> int:
-    shapes = {}
-    for name in args.shapes.split(","):
-        if name not in SHAPES:
-            raise ValueError(f"unknown shape {name!r}; known: {', '.join(SHAPES)}")
-        shapes[name] = SHAPES[name]
-    backends = tuple(b for b in args.backends.split(",") if b) + (("inductor",) if args.inductor else ())
-    for backend in backends:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
-    rows = _parse_rows(args.rows)
-    if args.repeats < 1:
-        raise ValueError("--repeats must be >= 1")
-    bandwidth = read_bandwidth()
-    print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
-    table = bench_linear(shapes, rows, getattr(torch, args.dtype), backends, args.repeats, bandwidth)
-    if args.out:
-        write_csv(args.out, table)
-    wide = table.pivot_table(index=["shape", "rows"], columns="backend", values=["ms", "bandwidth_fraction"],
-                             sort=False)
-    print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
-    return 0
-
-
-def _parse_rows(text: str) -> tuple[int, ...]:
-    try:
-        rows = tuple(int(r) for r in text.split(","))
-    except ValueError:
-        raise ValueError(f"--rows must be comma-separated integers, got {text!r}") from None
-    if any(r < 1 for r in rows):
-        raise ValueError("--rows must be >= 1")
-    return rows
-
-
-def _run_quant(args) -> int:
-    unknown = [t for t in args.tensors.split(",") if t not in QUANT_TENSORS]
-    if unknown:
-        raise ValueError(f"unknown tensor {unknown[0]!r}; known: {', '.join(QUANT_TENSORS)}")
-    if args.repeats < 1:
-        raise ValueError("--repeats must be >= 1")
-    rows = _parse_rows(args.rows)
-    tensors = {t: QUANT_TENSORS[t] for t in args.tensors.split(",")}
-    for model, name in tensors.values():
-        _gguf_tensor(model, name)  # every file present before the first timing
-    bandwidth = read_bandwidth()
-    peaks = {i: peak_macs(i) for i in ("fp32-fma", "bf16-dot", "int8-vnni")}
-    print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads | "
-          f"peak GMAC/s " + ", ".join(f"{i} {p / 1e9:.0f}" for i, p in peaks.items() if p))
-    table = bench_quant(tensors, rows, args.repeats, bandwidth)
-    if args.out:
-        write_csv(args.out, table)
-    wide = table.pivot_table(index=["tensor", "rows"], columns="backend", values=["ms", "roof_fraction"],
-                             sort=False)
-    print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
-    return 0
-
-
-def _run_top_k(args) -> int:
-    if args.vocab < 8:
-        raise ValueError("--vocab must be >= 8")
-    print(f"CPU class {cpu_class()} | {torch.get_num_threads()} threads")
-    table = bench_top_k(args.vocab, dtype=getattr(torch, args.dtype))
-    if args.out:
-        write_csv(args.out, table)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    return 0

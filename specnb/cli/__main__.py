@@ -1,0 +1,7 @@
+"""``python -m specnb.cli ARGS``: the ``specnb`` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

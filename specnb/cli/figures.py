@@ -1,0 +1,26 @@
+"""``specnb figures compare OLD [NEW]``: headline numbers that moved between two reference runs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    figures = sub.add_parser("figures", help=help).add_subparsers(metavar="ACTION")
+    p = figures.add_parser("compare", help="headline numbers that moved beyond their 90%% interval between runs")
+    p.add_argument("old", help="a figures folder or a git revision (its figures/), e.g. HEAD~1")
+    p.add_argument("new", nargs="?", default="figures", help="a figures folder or git revision (default: figures)")
+    p.set_defaults(func=_compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..study.reference_run import load_results, moved
+
+    old, new = load_results(args.old), load_results(args.new)
+    rows = moved(old, new)
+    for r in rows:
+        print(f"{r['notebook']} {r['claim']}: {r['old']} -> {r['new']}"
+              + (f" ({r['old_verdict']} -> {r['new_verdict']})" if r["old_verdict"] != r["new_verdict"] else ""))
+    compared = sum(len(set(old[k].get("verdicts", {})) & set(new[k].get("verdicts", {}))) for k in set(old) & set(new))
+    print(f"{len(rows)} of {compared} compared numbers moved beyond their 90% interval or changed verdict")
+    return 0

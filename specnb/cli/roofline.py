@@ -1,0 +1,39 @@
+"""``specnb roofline``: time one target call over a (k, w, context) grid and write the CSV
+(:mod:`specnb.eval.timing`); ``--model random:SHAPE`` times a random model of a real shape (a GPU machine)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    from ..eval.timing import GRIDS
+    from ..model.device import default_device
+
+    parser = sub.add_parser("roofline", help=help)
+    parser.add_argument("--model", default="gemma-3-270m",
+                        help="model name/path, or random:SHAPE (gemma-3-270m, mistral-7b, llama-2-7b, qwen2.5-1.5b)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
+    parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
+    parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
+    parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
+    parser.set_defaults(func=_measure)
+
+
+def _measure(args: argparse.Namespace) -> int:
+    from ..atomic import write_csv
+    from ..eval.timing import Grid, get_grid, measure, random_model
+    from ..model.models import load_model
+
+    grid = get_grid(args.grid)
+    if args.max_tokens is not None:
+        grid = Grid(grid.ks, grid.ws, grid.contexts, grid.repeats, args.max_tokens)
+    if args.model.startswith("random:"):
+        target = random_model(args.model.removeprefix("random:"), args.dtype, args.device)
+    else:
+        target = load_model(args.model, dtype=args.dtype, device=args.device)
+    frame = measure(target, grid, label=args.model)
+    write_csv(args.out, frame)
+    print(f"wrote {len(frame)} cells to {args.out}")
+    return 0
