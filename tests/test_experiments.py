@@ -164,3 +164,53 @@ def test_the_corpus_sweep_runs_on_a_users_corpus(tmp_path, monkeypatch):
     whole = build_corpus(folder, target, progress=False)
     assert [p.corpus for p in points] == ["50% of the dense store's", "100% of the dense store's", "whole corpus"]
     assert points[0].tokens < points[1].tokens <= whole.num_tokens == points[2].tokens
+
+
+def _gpu_table(path, models=("random:llama-2-7b", "random:mistral-7b")) -> None:
+    """A fake GPU cost table: one-token calls 1 s; (1, 10) 1.1 s; (10, 10) 2 s, at two contexts, per model (the
+    second model's calls twice as long, except the one-token call)."""
+    rows = []
+    for i, model in enumerate(models):
+        for context in (128, 512):
+            for k, w, seconds in ((1, 0, 1.0), (1, 10, 1.1 * (1 + i)), (10, 10, 2.0 * (1 + i))):
+                rows.append({"context": context, "k": k, "w": w, "seconds": seconds, "model": model,
+                             "device": "NVIDIA Fake"})
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_the_gpu_column_is_added_with_a_table_and_said_absent_without(tmp_path, capsys):
+    from specnb.experiments.gpu_price import COLUMN, add_gpu_column
+
+    grid = pd.DataFrame({"k": [1, 10], "w": [10, 10], "tokens_per_call": [2.2, 4.0]})
+    missing = tmp_path / "roofline_gpu.csv"
+    assert add_gpu_column(grid, "random:llama-2-7b", path=missing) is grid
+    line = capsys.readouterr().out.strip()
+    assert len(line.splitlines()) == 1 and COLUMN in line and "left out" in line and "roofline_gpu.csv" in line
+
+    _gpu_table(missing)
+    priced = add_gpu_column(grid, "random:llama-2-7b", path=missing)
+    assert priced[COLUMN].tolist() == pytest.approx([2.2 / 1.1, 4.0 / 2.0]) and COLUMN not in grid
+    assert add_gpu_column(grid, "random:mistral-7b", path=missing)[COLUMN].tolist() == pytest.approx([1.0, 1.0])
+    chains = pd.DataFrame({"tokens_per_call": [1.0, 2.2], "draft_nodes_per_call": [0.0, 10.2]})
+    by_nodes = add_gpu_column(chains, "random:llama-2-7b", nodes="draft_nodes_per_call", path=missing)
+    assert by_nodes[COLUMN].tolist() == pytest.approx([1.0, 2.0])  # one row of 10 draft tokens: (1, 10)
+    assert capsys.readouterr().out == ""
+
+
+def test_the_roofline_command_writes_a_table_the_gpu_column_reads_on_a_device(tmp_path):
+    """``specnb roofline --device <accelerator> --out FILE`` end to end on the pretend device: every call runs
+    there, the table names the device, and the GPU column prices a replayed table with it."""
+    from fake_device import FAKE, fake_device
+
+    from specnb.cli import main
+    from specnb.experiments.gpu_price import COLUMN, add_gpu_column
+
+    out = tmp_path / "roofline_gpu.csv"
+    with fake_device():
+        assert main(["roofline", "--model", "tiny-llama", "--device", FAKE.type, "--grid", "smoke",
+                     "--max-tokens", "4", "--out", str(out)]) in (0, None)
+    table = pd.read_csv(out)
+    assert {"context", "k", "w", "seconds", "model", "device"} <= set(table.columns)
+    assert (table.seconds > 0).all() and set(table.model) == {"tiny-llama"}
+    grid = pd.DataFrame({"k": [1, 2], "w": [1, 1], "tokens_per_call": [1.5, 2.0]})
+    assert add_gpu_column(grid, "random:llama-2-7b", path=out)[COLUMN].notna().all()

@@ -21,6 +21,7 @@ from ..eval.methods import options_for
 from ..eval.runner import run, speedup_intervals, summarize
 from ..model.models import LoadedModel
 from ..study.verdicts import EXACT, TIE, Expect
+from .gpu_price import PAPER_SHAPES, add_gpu_column
 
 METHODS = ("ar", "pld", "ngram-bigram", "mixed", "mixed-adaptive", "rest", "crest", "dense", "dense-id",
            "rest-priced", "crest-priced", "dense-priced", "sd", "mcsd", "hf", "hf-pld", "hf-assisted")
@@ -98,7 +99,9 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     AR with its 90% interval) plus ``draft_nodes_per_call`` (draft tokens a call verified, on average),
     ``speedup_vs_hf`` / ``_low`` / ``_high`` (Hugging Face ``generate``'s wall time over the method's, paired by
     prompt) when ``hf`` ran, and, for greedy outputs that differ from our AR's, ``divergence_gap``: the largest
-    top-2 logit gap of our AR at a first divergence (NaN where none differs)."""
+    top-2 logit gap of our AR at a first divergence (NaN where none differs); and ``est_speedup_gpu`` where a GPU
+    cost table exists (:func:`specnb.experiments.gpu_price.add_gpu_column`: each method's tokens per call over
+    one row of its draft tokens on the papers' GPU class)."""
     summary = summarize(rows)
     nodes = rows.groupby("method").drafted_nodes.sum(min_count=1) / rows.groupby("method").calls.sum(min_count=1)
     summary["draft_nodes_per_call"] = summary.method.map(nodes) if "drafted_nodes" in rows else math.nan
@@ -110,7 +113,7 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
     diverged = "first_divergence_gap" in rows  # only when some greedy output differs
     summary["divergence_gap"] = summary.method.map(rows.groupby("method").first_divergence_gap.max()) \
         if diverged else math.nan
-    return summary
+    return add_gpu_column(summary, PAPER_SHAPES["dresd"], nodes="draft_nodes_per_call")
 
 
 def hardware(target: LoadedModel) -> str:

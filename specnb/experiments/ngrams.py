@@ -25,6 +25,7 @@ from ..eval.runner import Variant, run, summarize
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
 from ..study.verdicts import TOKENS_PER_CALL, Expect
+from .gpu_price import PAPER_SHAPES, add_gpu_column
 from .grids import mixed_grid, replay_rows, replay_summary
 from .references import greedy_references
 
@@ -146,9 +147,11 @@ def kind_of(target: LoadedModel) -> str:
 
 def grid(table: BigramTable, references: dict[str, list[Reference]], cost) -> pd.DataFrame:
     """N-Grammys Figs. 3 / 5: :func:`specnb.experiments.grids.mixed_grid` over the paper's (k, w) grid per set,
-    with intervals (tokens per call and the speedup estimated with ``cost``, (k, w) calls priced as batches)."""
-    return pd.concat([mixed_grid(table, refs, GRID_KS, GRID_WS, cost, intervals=True).assign(set=name)
-                      for name, refs in references.items()], ignore_index=True)
+    with intervals (tokens per call and the speedup estimated with ``cost``, (k, w) calls priced as batches), and
+    ``est_speedup_gpu`` where a GPU cost table exists (:func:`specnb.experiments.gpu_price.add_gpu_column`)."""
+    return add_gpu_column(pd.concat([mixed_grid(table, refs, GRID_KS, GRID_WS, cost, intervals=True).assign(set=name)
+                                     for name, refs in references.items()], ignore_index=True),
+                          PAPER_SHAPES["ngrammys"])
 
 
 def best_shapes(grids: pd.DataFrame) -> dict[str, tuple[int, int]]:

@@ -47,6 +47,7 @@ from ..model.forward import forward
 from ..model.models import LoadedModel
 from ..study.profiles import ParameterError, Profile
 from ..study.verdicts import PREDICTION, TIE, Expect
+from .gpu_price import PAPER_SHAPES, add_gpu_column
 from .grids import replay_rows
 from .setups import weights_label
 
@@ -495,7 +496,8 @@ class ShapeStudy:
 
     def grid(self, shapes: list[tuple[int, int]] | None = None) -> pd.DataFrame:
         """:func:`grid_rows` of every family on both sets (the draft model's from its ranks, each of its calls
-        priced at its measured cost over a target call), with ``family`` and ``set``."""
+        priced at its measured cost over a target call), with ``family`` and ``set``, and ``est_speedup_gpu``
+        where a GPU cost table exists (:func:`specnb.experiments.gpu_price.add_gpu_column`: target calls only)."""
         shapes = shapes or grid_shapes()
         frames = [grid_rows(make, self.refs[name], shapes, self.cost,
                             self.hidden[name] if family == "DReSD" else None).assign(family=family, set=name)
@@ -503,7 +505,7 @@ class ShapeStudy:
         frames += [grid_rows(None, self.refs[name], shapes, self.cost, ranks=self.ranks[name],
                              draft_ratio=self.draft_call / self.target_call).assign(family="draft model", set=name)
                    for name in self.sets]
-        return pd.concat(frames, ignore_index=True)
+        return add_gpu_column(pd.concat(frames, ignore_index=True), PAPER_SHAPES["dresd"])
 
     def timed(self, grids: pd.DataFrame, timed_families: tuple[str, ...]) -> pd.DataFrame:
         """:func:`timed_cells` of each family's best estimated HumanEval shape with at least two drafts in
