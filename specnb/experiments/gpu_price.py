@@ -51,8 +51,9 @@ def add_gpu_column(frame: pd.DataFrame, model: str, nodes: str | None = None, pa
     unchanged and one printed line saying why the column is absent."""
     found = gpu_cost_model(model, path)
     if found is None:
-        print(f"{COLUMN} ({LABEL}) left out: {Path(path).name} does not exist (`specnb roofline --device cuda "
-              f"--model {model} --out {Path(path).name}` on a GPU writes it)")
+        where = f"{Path(path).parent.name}/{Path(path).name}"
+        print(f"{COLUMN} ({LABEL}) left out: {where} does not exist (`specnb roofline --device cuda --model {model} "
+              f"--out {where}` on a GPU writes it)")
         return frame
     cost, _ = found
     one = cost.seconds_at(1, 0, context)
