@@ -166,3 +166,28 @@ def test_a_cause_citing_a_number_the_file_does_not_hold_is_listed():
     assert uncited(record) == ["a: 2.19"]
     record["verdicts"]["a"]["evidence"] = {"tokens per call": 2.1912}
     assert uncited(record) == []
+
+
+def test_every_tolerance_is_a_named_one():
+    """One tolerance per kind of claim: no comparison in specnb/ or the notebooks writes its tolerance as a bare
+    number (a literal 0.02 here and 0.05 there for the same kind of claim is what this rules out)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sources = {p: p.read_text() for p in (root / "specnb").rglob("*.py")}
+    for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        cells = json.loads(p.read_text())["cells"]
+        sources[p] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    position = {"near": 1, "above": 1, "below": 1, "within": 2}
+    literal = []
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == "Expect" and \
+                    node.func.attr in position:
+                given = node.args[position[node.func.attr]:] + [k.value for k in node.keywords
+                                                                 if k.arg == "tolerance"]
+                literal += [f"{path.name}:{node.lineno}" for arg in given
+                            if isinstance(arg, ast.Constant) and arg.value != 0]
+    assert literal == []
