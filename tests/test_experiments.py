@@ -214,3 +214,32 @@ def test_the_roofline_command_writes_a_table_the_gpu_column_reads_on_a_device(tm
     assert (table.seconds > 0).all() and set(table.model) == {"tiny-llama"}
     grid = pd.DataFrame({"k": [1, 2], "w": [1, 1], "tokens_per_call": [1.5, 2.0]})
     assert add_gpu_column(grid, "random:llama-2-7b", path=out)[COLUMN].notna().all()
+
+
+def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_path, monkeypatch):
+    """The 64-d MRR is notebook 03's code-OOD MRR (same store, keys and index): counted once, there; the rest of
+    Table 2 and Fig. 5 judged with the named tolerances, their causes citing only what the file holds."""
+    import json
+
+    import numpy as np
+
+    from specnb.experiments import dresd
+    from specnb.experiments.paired import findings
+    from specnb.study.results import Results, uncited
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("02", "smoke")
+    names = ["32D", "64D", "96D", "128D", "64D, no z-score", "64D, no L2"]
+    table = pd.DataFrame({"MRR": [1.0, 1.0, 1.0, 1.0, 0.99, 0.5], "MRR_low": [1.0] * 4 + [0.98, 0.45],
+                          "MRR_high": [1.0] * 4 + [1.0, 0.55]}, index=names)
+    ranks = pd.DataFrame({"64D": [1.0] * 8, "64D, no z-score": [1.0] * 7 + [0.5], "64D, no L2": [0.5, 1.0] * 4})
+    rows = pd.DataFrame([{"method": m, "prompt_id": i, "acceptance_rate": r}
+                         for m, rates in (("64D", [0.5, 0.6, 0.4]), ("128D", [0.5, 0.55, 0.45]))
+                         for i, r in enumerate(rates)])
+    dresd.compare_table2(report, np.linspace(0.1, 1.0, 640), 10, table, ranks, rows, 27_063)
+    assert "mrr_64D" not in report.comparisons and {"mrr_32D", "mrr_128D", "drop_no_l2"} <= set(report.comparisons)
+    assert report.comparisons["variance_64"].measured().endswith("% (no interval)")  # shares to 0.1%
+    report.add(mrr=table.MRR.to_dict(), finding=findings(report))
+    text = report.render(dresd.table2_markdown(report)).data
+    assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
+    assert uncited(json.loads(report.path.read_text())) == []
