@@ -35,8 +35,8 @@ def test_judge_inside_outside_across():
     assert judge(0.5, 0.9, below) == "agrees" and judge(1.0, 1.1, below) == "disagrees"
 
 
-def test_relative_tolerance_and_description():
-    expect = Expect.relative("near", 2.5, 0.1)
+def test_a_published_band_and_descriptions():
+    expect = Expect.published([2.5])  # a published number: ± PUBLISHED of it
     assert expect.region == pytest.approx((2.25, 2.75))
     assert expect.describe() == "≈ 2.5 ± 0.25"
     assert Expect.within(10.6, 13.5).describe() == "in 10.6–13.5"

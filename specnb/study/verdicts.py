@@ -68,7 +68,7 @@ class Expect:
 
     kind: ``near`` (``value`` ± ``tolerance``), ``within`` (``[value, high]`` widened by ``tolerance`` on each
     side), ``above`` (more than ``value + tolerance``) or ``below`` (less than ``value - tolerance``).
-    ``tolerance`` is in the quantity's units (:meth:`relative` builds one from a fraction of the value).
+    ``tolerance`` is in the quantity's units (:meth:`published` builds one from a fraction of a published value).
     """
 
     kind: Kind
@@ -101,11 +101,6 @@ class Expect:
         low, high = min(values), max(values)
         tolerance = PUBLISHED * abs(sum(values) / len(values))
         return cls.near(low, tolerance) if low == high else cls.within(low, high, tolerance)
-
-    @classmethod
-    def relative(cls, kind: Kind, value: float, fraction: float, high: float | None = None) -> Expect:
-        """``kind`` with a tolerance of ``fraction`` of ``value`` (e.g. 0.1: within 10%)."""
-        return cls(kind, value, abs(value) * fraction, high)
 
     @property
     def region(self) -> tuple[float, float]:
