@@ -3,6 +3,7 @@ typed), and the retrieval ceiling per prompt."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -12,7 +13,7 @@ from conftest import tiny
 from specnb.core.prompts import Prompt
 from specnb.experiments import beyond as bt
 from specnb.experiments import endtoend as e2e
-from specnb.study.results import Results
+from specnb.study.results import Results, uncited
 from tests.test_priced import LinearCost
 
 
@@ -71,9 +72,32 @@ def test_end_to_end_comparisons_are_computed_against_table3(tmp_path, monkeypatc
     assert verdicts["dense_id_vs_rest"] == "disagrees"
     assert "dense_id_vs_ood" not in verdicts and "dense_priced_vs_dense" not in verdicts  # these did not run
     assert verdicts["rest_priced_vs_rest"] == "agrees"
-    assert report.ours["fastest"] == "pld" and verdicts["fastest_vs_ar"] == "agrees"
+    # the fastest, pld, is judged once: Table 3's range for it lies above 1
+    assert report.ours["fastest"] == "pld" and "fastest_vs_ar" not in verdicts
+    kinds = {k: (c.internal, c.direction_only) for k, c in report.comparisons.items()}
+    assert kinds["table3_pld"] == (False, False) and kinds["dense_id_vs_rest"] == (False, True)
+    assert kinds["ar_vs_hf"] == (True, False) and kinds["rest_priced_vs_rest"] == (True, False)
+    assert report.comparisons["table3_rest"].evidence["store tokens"] == 27_000
+    assert uncited(json.loads(report.write().read_text())) == []  # every number a cause cites is in the file
     assert e2e.tally(report, "table3_") == {"total": 3, "agrees": 1, "disagrees": 2, "inconclusive": 0}
     assert "DReSD Table 3" in report.setups
+
+
+def test_the_quickstart_judges_prompt_lookup_once_with_the_band_of_notebook_09(tmp_path, monkeypatch):
+    """Notebook 00: its paper numbers are endtoend's data; its prompt-lookup speedup is judged once, against DReSD
+    Table 3 with the band notebook 09 uses for the same number."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    rows = timed_rows({"ar": [1.0, 1.1, 0.9, 1.0], "pld": [0.5, 0.55, 0.45, 0.5], "hf": [2.0, 2.2, 1.8, 2.0],
+                       "hf-pld": [1.2, 1.3, 1.1, 1.2]}, {"ar": 1, "pld": 2, "hf": 1, "hf-pld": 2})
+    quick, full = Results("00", "smoke"), Results("09", "smoke")
+    here = {"model": "tiny", "dtype": "float32"}
+    e2e.judge_quickstart(quick, rows, e2e.table(rows).set_index("method"), here)
+    e2e.compare_with_papers(full, rows, e2e.table(rows), LinearCost(0.05), {}, tiny("gemma3"))
+    assert set(quick.comparisons) == {"lossless", "pld_paper", "ar_hf", "pld_hf", "hf_pld"}
+    assert quick.comparisons["pld_paper"].expect == full.comparisons["table3_pld"].expect
+    assert [k for k, c in quick.comparisons.items() if not c.internal] == ["pld_paper"]
+    assert quick.setups["DReSD Table 3, PLD column"]["paper"] == e2e.PLD_SETUP
+    assert uncited(json.loads(quick.write().read_text())) == []
 
 
 def test_a_tie_with_rest_is_not_a_win():
@@ -123,3 +147,5 @@ def test_beyond_comparisons_cover_every_set_and_the_published_numbers(tmp_path, 
     assert report.comparisons["auto_vs_pld_code"].verdict == "agrees"
     assert report.comparisons["recycle_storage"].verdict == "agrees"  # 1 MB < 2 MB
     assert set(report.setups) == {"SuffixDecoding (ArcticInference docs)", "Token Recycling (arXiv 2408.08696)"}
+    assert report.comparisons["auto_vs_pld_code"].internal and not report.comparisons["recycle_published"].internal
+    assert uncited(json.loads(report.write().read_text())) == []

@@ -184,3 +184,82 @@ def test_the_id_store_answers_the_users_held_out_prompts(tmp_path, monkeypatch, 
     few = dresd.id_responses(target, get_profile("smoke", prompts=str(mine)))
     assert not any(json.loads(line)["id"].startswith("q") for line in few.read_text().splitlines())
     assert "2 held-out prompts in" in capsys.readouterr().out
+
+
+def _gpu_table(path, models=("random:llama-2-7b", "random:mistral-7b")) -> None:
+    """A fake GPU cost table: one-token calls 1 s; (1, 10) 1.1 s; (10, 10) 2 s, at two contexts, per model (the
+    second model's calls twice as long, except the one-token call)."""
+    rows = []
+    for i, model in enumerate(models):
+        for context in (128, 512):
+            for k, w, seconds in ((1, 0, 1.0), (1, 10, 1.1 * (1 + i)), (10, 10, 2.0 * (1 + i))):
+                rows.append({"context": context, "k": k, "w": w, "seconds": seconds, "model": model,
+                             "device": "NVIDIA Fake"})
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_the_gpu_column_is_added_with_a_table_and_said_absent_without(tmp_path, capsys):
+    from specnb.experiments.gpu_price import COLUMN, add_gpu_column
+
+    grid = pd.DataFrame({"k": [1, 10], "w": [10, 10], "tokens_per_call": [2.2, 4.0]})
+    missing = tmp_path / "roofline_gpu.csv"
+    assert add_gpu_column(grid, "random:llama-2-7b", path=missing) is grid
+    line = capsys.readouterr().out.strip()
+    assert len(line.splitlines()) == 1 and COLUMN in line and "left out" in line and "roofline_gpu.csv" in line
+
+    _gpu_table(missing)
+    priced = add_gpu_column(grid, "random:llama-2-7b", path=missing)
+    assert priced[COLUMN].tolist() == pytest.approx([2.2 / 1.1, 4.0 / 2.0]) and COLUMN not in grid
+    assert add_gpu_column(grid, "random:mistral-7b", path=missing)[COLUMN].tolist() == pytest.approx([1.0, 1.0])
+    chains = pd.DataFrame({"tokens_per_call": [1.0, 2.2], "draft_nodes_per_call": [0.0, 10.2]})
+    by_nodes = add_gpu_column(chains, "random:llama-2-7b", nodes="draft_nodes_per_call", path=missing)
+    assert by_nodes[COLUMN].tolist() == pytest.approx([1.0, 2.0])  # one row of 10 draft tokens: (1, 10)
+    assert capsys.readouterr().out == ""
+
+
+def test_the_roofline_command_writes_a_table_the_gpu_column_reads_on_a_device(tmp_path):
+    """``specnb roofline --device <accelerator> --out FILE`` end to end on the pretend device: every call runs
+    there, the table names the device, and the GPU column prices a replayed table with it."""
+    from fake_device import FAKE, fake_device
+
+    from specnb.cli import main
+    from specnb.experiments.gpu_price import COLUMN, add_gpu_column
+
+    out = tmp_path / "roofline_gpu.csv"
+    with fake_device():
+        assert main(["roofline", "--model", "tiny-llama", "--device", FAKE.type, "--grid", "smoke",
+                     "--max-tokens", "4", "--out", str(out)]) in (0, None)
+    table = pd.read_csv(out)
+    assert {"context", "k", "w", "seconds", "model", "device"} <= set(table.columns)
+    assert (table.seconds > 0).all() and set(table.model) == {"tiny-llama"}
+    grid = pd.DataFrame({"k": [1, 2], "w": [1, 1], "tokens_per_call": [1.5, 2.0]})
+    assert add_gpu_column(grid, "random:llama-2-7b", path=out)[COLUMN].notna().all()
+
+
+def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_path, monkeypatch):
+    """The 64-d MRR is notebook 03's code-OOD MRR (same store, keys and index): counted once, there; the rest of
+    Table 2 and Fig. 5 judged with the named tolerances, their causes citing only what the file holds."""
+    import json
+
+    import numpy as np
+
+    from specnb.experiments import dresd
+    from specnb.experiments.paired import findings
+    from specnb.study.results import Results, uncited
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("02", "smoke")
+    names = ["32D", "64D", "96D", "128D", "64D, no z-score", "64D, no L2"]
+    table = pd.DataFrame({"MRR": [1.0, 1.0, 1.0, 1.0, 0.99, 0.5], "MRR_low": [1.0] * 4 + [0.98, 0.45],
+                          "MRR_high": [1.0] * 4 + [1.0, 0.55]}, index=names)
+    ranks = pd.DataFrame({"64D": [1.0] * 8, "64D, no z-score": [1.0] * 7 + [0.5], "64D, no L2": [0.5, 1.0] * 4})
+    rows = pd.DataFrame([{"method": m, "prompt_id": i, "acceptance_rate": r}
+                         for m, rates in (("64D", [0.5, 0.6, 0.4]), ("128D", [0.5, 0.55, 0.45]))
+                         for i, r in enumerate(rates)])
+    dresd.compare_table2(report, np.linspace(0.1, 1.0, 640), 10, table, ranks, rows, 27_063)
+    assert "mrr_64D" not in report.comparisons and {"mrr_32D", "mrr_128D", "drop_no_l2"} <= set(report.comparisons)
+    assert report.comparisons["variance_64"].measured().endswith("% (no interval)")  # shares to 0.1%
+    report.add(mrr=table.MRR.to_dict(), finding=findings(report))
+    text = report.render(dresd.table2_markdown(report)).data
+    assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
+    assert uncited(json.loads(report.path.read_text())) == []

@@ -43,9 +43,12 @@ def test_difference_pairs_the_samples():
 def test_findings_name_each_comparison_and_a_missing_value(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     report = Results("99", "smoke")
-    report.compare("faster", "a over b", 1.3, 1.2, 1.4, Expect.above(1.0, 0.02), "b")
-    report.compare("tie", "a over b", 1.0, 0.99, 1.01, Expect.above(1.0, 0.02), "b")
-    report.compare("none", "a over b", math.nan, math.nan, math.nan, Expect.above(1.0, 0.02), "b")
+    report.compare("faster", "a over b", 1.3, 1.2, 1.4, Expect.above(1.0, 0.02), "b", internal=True,
+                   direction_only=False)
+    report.compare("tie", "a over b", 1.0, 0.99, 1.01, Expect.above(1.0, 0.02), "b", internal=True,
+                   direction_only=False)
+    report.compare("none", "a over b", math.nan, math.nan, math.nan, Expect.above(1.0, 0.02), "b", internal=True,
+                   direction_only=False)
     words = findings(report)
     assert words["faster"] == FINDING_WORDS["higher"] and words["tie"] == FINDING_WORDS["tie"]
     assert words["none"].startswith("not measured")

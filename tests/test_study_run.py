@@ -45,8 +45,10 @@ def test_a_study_folder_resumes_by_code_and_parameters(fake_notebooks, tmp_path,
     readme = (out / "README.md").read_text()
     assert readme.startswith("# The study on tiny-llama") and "| target | `tiny-llama` (given) |" in readme
     assert "| claim 00 | 1.5 (1.2-1.8) | > 1 (a paper) | **agrees** |" in readme and "claim 01" in readme
-    assert "## 07_pair.ipynb\n\nSkipped: no draft for the given target" in readme
-    assert "Verdicts: 2 agree, 0 disagree, 0 inconclusive." in readme and "## [00_a.ipynb](00_a.ipynb) (" in readme
+    assert "### 07_pair.ipynb\n\nSkipped: no draft for the given target" in readme
+    assert "| other published sources | 2 | 2 (0) | 0 | 0 (0 / 0) |" in readme  # the reference run's count table
+    assert "### [00_a.ipynb](00_a.ipynb) (" in readme
+    assert readme.index("## Figures") < readme.index("## Verdicts") < readme.index("## Setup and machine")
     assert (out / "00_a.ipynb").exists() and (out / "figures" / "01_results.json").exists()
 
     assert main(["study", "run", "--profile", "smoke", "--target", "tiny-llama", "--out", str(out)]) == 0

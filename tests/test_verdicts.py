@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from specnb.eval.checks import DegenerateData, check_effect, check_partial_acceptance, check_varies
-from specnb.study.results import Results
-from specnb.study.verdicts import Comparison, Expect, finding, judge
+from specnb.study.results import Results, cited_numbers, uncited, verdict_words
+from specnb.study.verdicts import PUBLISHED, Comparison, Expect, finding, judge, source
 
 NAN = math.nan
 
@@ -35,8 +35,8 @@ def test_judge_inside_outside_across():
     assert judge(0.5, 0.9, below) == "agrees" and judge(1.0, 1.1, below) == "disagrees"
 
 
-def test_relative_tolerance_and_description():
-    expect = Expect.relative("near", 2.5, 0.1)
+def test_a_published_band_and_descriptions():
+    expect = Expect.published([2.5])  # a published number: ± PUBLISHED of it
     assert expect.region == pytest.approx((2.25, 2.75))
     assert expect.describe() == "≈ 2.5 ± 0.25"
     assert Expect.within(10.6, 13.5).describe() == "in 10.6–13.5"
@@ -59,15 +59,19 @@ def test_results_file_holds_every_verdict_and_its_inputs(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     report = Results("99", "smoke")
     verdict = report.compare("ratio", "CREST storage saving, code", 17.3, 15.1, 19.0, Expect.within(10.6, 13.5, 1.0),
-                             "CREST §5", cause="8,000 n-grams per n against the paper's 1.6-2.2 M")
+                             "CREST §5", cause="8,000 n-grams per n against the paper's 1.6-2.2 M",
+                             internal=False, direction_only=False, evidence={"n-grams per n": 8000})
     assert verdict == "disagrees"
-    report.compare("same", "tokens per call", 2.0, 1.9, 2.1, Expect.near(2.0, 0.2), "replay", cause="unused")
+    report.compare("same", "tokens per call", 2.0, 1.9, 2.1, Expect.near(2.0, 0.2), "replay", cause="unused",
+                   internal=True, direction_only=False)
     report.setup("CREST", here={"model": "Gemma-3-270M", "prompts × tokens": "10 × 128"},
                  theirs={"model": "CodeLlama-7B", "hardware": "A100"})
     rendered = report.render("{verdicts}\n\n{verdict[ratio]}\n\n{setup}").data
     stored = json.loads((tmp_path / "99_results.json").read_text())["verdicts"]
     assert stored["ratio"]["verdict"] == "disagrees" and stored["ratio"]["region"] == [9.6, 14.5]
     assert stored["same"]["verdict"] == "agrees" and stored["same"]["cause"] == ""  # a cause only for the others
+    assert stored["ratio"]["evidence"] == {"n-grams per n": 8000} and not stored["ratio"]["internal"]
+    assert stored["same"]["internal"] and stored["ratio"]["lean"] is None
     assert "**disagrees** — 17.3 (15.1–19) against in 10.6–13.5 (± 1) (CREST §5); likely cause: 8,000" in rendered
     assert "| model | Gemma-3-270M | CodeLlama-7B |" in rendered and "| hardware | — | A100 |" in rendered
 
@@ -124,3 +128,66 @@ def test_a_constant_series_is_a_sentence_not_a_figure():
     for values, kind in (([0, 0, 0], "all zero"), ([1.0, 1.0, NAN], "constant at 1"), ([3.0], "1 finite")):
         with pytest.raises(DegenerateData, match=kind):
             check_varies(values, "acceptance vs k")
+
+
+def test_an_inconclusive_verdict_leans_to_its_centre_and_flags_are_kept():
+    above = Expect.above(1.0, 0.02)
+    leaning_in = Comparison("a over b", 1.1, 0.99, 1.3, above, "DReSD Fig. 4", direction_only=True)
+    leaning_out = Comparison("a over b", 1.0, 0.9, 1.05, above, "DReSD Fig. 4", direction_only=True)
+    assert leaning_in.verdict == leaning_out.verdict == "inconclusive"
+    assert (leaning_in.lean, leaning_out.lean) == ("agrees", "disagrees")
+    agrees = Comparison("a over b", 1.2, 1.1, 1.3, above, "DReSD Fig. 4", direction_only=True)
+    assert agrees.lean is None and verdict_words(agrees.record()) == "agrees (direction only)"
+    assert verdict_words(leaning_out.record()) == "inconclusive, leans disagrees"
+    internal = Comparison("ours over AR", 1.2, 1.1, 1.3, above, "AR (ours)", internal=True).record()
+    assert verdict_words(internal) == "agrees; internal" and source(internal) == "internal"
+    assert source(agrees.record()) == "DReSD" and source(Comparison("x", 1, 1, 1, above, "ArcticInference docs")
+                                                         .record()) == "other"
+    assert Comparison("x", 1.0, NAN, NAN, above, "y").lean is None  # a point is never inconclusive but as NaN
+
+
+def test_a_published_number_gets_one_band_wherever_it_is_judged():
+    """Notebooks 00 and 09 judge DReSD Table 3's prompt-lookup speedup through one function: the same band."""
+    from specnb.experiments.endtoend import TABLE3
+
+    band = Expect.published(TABLE3["pld"])
+    mean = sum(TABLE3["pld"]) / len(TABLE3["pld"])
+    assert band.region == pytest.approx((min(TABLE3["pld"]) - PUBLISHED * mean, max(TABLE3["pld"]) + PUBLISHED * mean))
+    assert Expect.published([2.0]).region == pytest.approx((1.8, 2.2))
+
+
+def test_a_cause_citing_a_number_the_file_does_not_hold_is_listed():
+    assert [(w, v) for w, v, _, _ in cited_numbers("27,063 keys, 15% of calls, 9.4 M tokens; Fig. 4, §5.3, "
+                                                   "notebook 05, a V100 and 7B–13B models")] == \
+        [("27,063", 27063.0), ("15%", 15.0), ("9.4 M", 9.4)]
+    record = {"ours": {"keys": 27063, "share": 0.1512}, "paper": {"tokens": "19–31 M tokens"},
+              "verdicts": {"a": {"cause": "a store of 27,063 keys; 15% of calls; the paper's 19–31 M; 2.19 tokens",
+                                 "evidence": {}, "claim": "2.19 in a claim is no evidence"}}}
+    assert uncited(record) == ["a: 2.19"]
+    record["verdicts"]["a"]["evidence"] = {"tokens per call": 2.1912}
+    assert uncited(record) == []
+
+
+def test_every_tolerance_is_a_named_one():
+    """One tolerance per kind of claim: no comparison in specnb/ or the notebooks writes its tolerance as a bare
+    number (a literal 0.02 here and 0.05 there for the same kind of claim is what this rules out)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sources = {p: p.read_text() for p in (root / "specnb").rglob("*.py")}
+    for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        cells = json.loads(p.read_text())["cells"]
+        sources[p] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    position = {"near": 1, "above": 1, "below": 1, "within": 2}
+    literal = []
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    isinstance(node.func.value, ast.Name) and node.func.value.id == "Expect" and \
+                    node.func.attr in position:
+                given = node.args[position[node.func.attr]:] + [k.value for k in node.keywords
+                                                                 if k.arg == "tolerance"]
+                literal += [f"{path.name}:{node.lineno}" for arg in given
+                            if isinstance(arg, ast.Constant) and arg.value != 0]
+    assert literal == []

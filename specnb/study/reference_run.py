@@ -4,7 +4,8 @@
 stamps the run there (``figures/RUN.json``: machine, CPU class and flags, commit, date, wall times). ``specnb
 notebooks publish`` then copies the executed notebooks, outputs included, over ``notebooks/NN_*.ipynb`` (each
 stamped with the hash of its code cells, so a test can tell outputs that no longer match their code) and writes
-``figures/README.md``, one line per figure and every verdict. ``specnb figures compare OLD NEW`` lists every
+``figures/README.md``: the verdicts counted per source, each figure with its takeaway, every verdict, the notation,
+and the machine. ``specnb figures compare OLD NEW`` lists every
 headline number that moved beyond its 90% interval between two runs (folders, or git revisions of ``figures/``),
 so a change's effect on the study is visible in review.
 """
@@ -105,13 +106,55 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
         for cell in done["cells"]:
             cell.get("metadata", {}).pop("papermill", None)
             cell.get("metadata", {}).pop("execution", None)
+        final_progress(done)
         done["metadata"].pop("papermill", None)
         done["metadata"][STAMP] = {"profile": run["profile"], "commit": run["commit"], "date": run["date"],
                                    "cpu_class": run["machine"]["cpu_class"], "code_hash": code_hash(done)}
         write_text(source_path, json.dumps(done, indent=1, ensure_ascii=False) + "\n")
         written.append(source_path)
+    prune_titles(figures)
     write_text(figures / "README.md", index(figures))
     return written
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def final_progress(notebook: dict) -> None:
+    """In place: every progress-bar widget output of ``notebook`` becomes the bar's final text (tqdm's notebook
+    bar: an HBox of a prefix, a progress and a suffix, read from the saved widget state), and the widget state
+    is dropped. A saved widget output's own text is the bar as first displayed (``0/10``), which is what a
+    reader would otherwise see; an output whose state is missing is dropped."""
+    state = notebook.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in notebook["cells"]:
+        outputs = []
+        for output in cell.get("outputs", []):
+            view = output.get("data", {}).get(WIDGET_VIEW)
+            if view is None:
+                outputs.append(output)
+            elif (text := _bar_text(state, view.get("model_id", ""))) is not None:
+                outputs.append({"output_type": "display_data", "metadata": {}, "data": {"text/plain": [text]}})
+        if "outputs" in cell:
+            cell["outputs"] = outputs
+
+
+def _bar_text(state: dict, model_id: str, width: int = 10) -> str | None:
+    """tqdm's text for the widget bar ``model_id`` of a saved widget ``state`` (``prompts: 100%|██████████|
+    10/10 [...]``), or None when the state does not hold such a bar."""
+    import html
+
+    def model(ref: str) -> dict:
+        return state.get(ref.removeprefix("IPY_MODEL_"), {}).get("state", {})
+
+    children = [model(c) for c in model(model_id).get("children", [])]
+    if len(children) != 3 or "max" not in children[1]:
+        return None
+    left, bar, right = children
+    done = bar.get("value", 0) / bar["max"] if bar["max"] else 1.0
+    filled = max(0, min(width, round(done * width)))
+    text = f"{left.get('value', '')}|{'█' * filled}{' ' * (width - filled)}|{right.get('value', '')}"
+    return html.unescape(text).replace("\u2007", " ")
 
 
 # ---------------------------------------------------------------------------------------------- index
@@ -124,46 +167,135 @@ def _bandwidth_note(run: dict[str, Any]) -> str:
 
 
 def index(figures: Path) -> str:
-    """``figures/README.md``: the run's provenance, then per notebook its figures (one line each: file and what
-    it shows, from the figure's title) and its verdicts (claim, ours against the expectation, verdict, and the
-    likely cause of a disagreement or an inconclusive one)."""
+    """``figures/README.md``: the verdicts counted per source, each figure with its takeaway, the verdict tables,
+    the notation, then the run's provenance and machine (:func:`front_page`)."""
     run = json.loads((figures / "RUN.json").read_text())
     m = run["machine"]
-    lines = ["# The reference run", "",
-             f"Every file here comes from one `make figures` run (profile `{run['profile']}`) of commit "
-             f"`{run['commit']}`{' with local changes' if run['dirty'] else ''} on {run['date']}: {m['cpu']}, "
-             f"{m['cores']} cores, CPU class `{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch "
-             f"{m['torch']}; {run['total_minutes']} min of notebooks{_bandwidth_note(run)}. The executed notebooks, "
-             "with these outputs, are `notebooks/NN_*.ipynb`. `specnb figures compare OLD NEW` lists what moved "
-             "between two runs.", ""]
-    return "\n".join(lines + notebook_sections(figures))
+    machine_lines = [
+        f"Every file here comes from one `make figures` run (profile `{run['profile']}`) of commit `{run['commit']}`"
+        f"{' with local changes' if run['dirty'] else ''} on {run['date']}: {m['cpu']}, {m['cores']} cores, CPU "
+        f"class `{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}; {run['total_minutes']} min "
+        f"of notebooks{_bandwidth_note(run)}. The executed notebooks, with these outputs, are `notebooks/NN_*.ipynb`. "
+        "`specnb figures compare OLD NEW` lists what moved between two runs."]
+    return "\n".join(front_page(figures, "The reference run", machine_lines)) + "\n"
 
 
-def notebook_sections(figures: Path, link: str = "", only: list[str] | None = None,
-                      notebooks: dict[str, str] | None = None) -> list[str]:
-    """Markdown lines, per ``NN_results.json`` in ``figures`` (those of ``only``'s prefixes, when given): a heading
-    (``notebooks[NN]``, else the notebook's file name), one line per figure (``link`` + file, and what it shows,
-    from its title) and its verdicts (claim, ours against the expectation, verdict, and the likely cause of a
-    disagreement or an inconclusive one)."""
-    titles = json.loads((figures / "titles.json").read_text()) if (figures / "titles.json").exists() else {}
-    lines = []
-    for results in sorted(figures.glob("[0-9][0-9]_results.json")):
-        prefix = results.name[:2]
-        if only is not None and prefix not in only:
-            continue
-        notebook = (notebooks or {}).get(prefix) or next(
-            (p.name for p in sorted((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))), prefix)
-        lines += [f"## {notebook}", ""]
-        for png in sorted(figures.glob(f"{prefix}_*.png")):
-            lines.append(f"- [`{png.name}`]({link}{png.name}) — {titles.get(png.stem, '')}".rstrip(" —"))
-        verdicts = json.loads(results.read_text()).get("verdicts", {})
-        if verdicts:
-            lines += ["", "| claim | ours (90% interval) | expected | verdict | likely cause, where not agreeing |",
-                      "|---|---|---|---|---|"]
-            lines += [f"| {v['claim']} | {v['measured']} | {v['expected']} ({v['against']}) | **{v['verdict']}** | "
-                      f"{v.get('cause', '') if v['verdict'] != 'agrees' else ''} |" for v in verdicts.values()]
-        lines.append("")
+SOURCES = {"DReSD": "DReSD", "CREST": "CREST", "N-Grammys": "N-Grammys", "MCSD": "MCSD",
+           "other": "other published sources", "internal": "internal checks (ours)"}
+"""The rows of the front page's verdict count, in order (:func:`specnb.study.verdicts.source` of each)."""
+
+
+def results_files(figures: Path, only: list[str] | None = None) -> dict[str, dict]:
+    """{``NN``: parsed ``NN_results.json``} of ``figures`` (those of ``only``'s prefixes, when given)."""
+    return {p.name[:2]: json.loads(p.read_text()) for p in sorted(figures.glob("[0-9][0-9]_results.json"))
+            if only is None or p.name[:2] in only}
+
+
+def count_table(results: dict[str, dict]) -> list[str]:
+    """Markdown: the comparisons of ``results`` counted per source (:data:`SOURCES`): claims tested, agree (of
+    which direction only), disagree, inconclusive (leaning to agree / to disagree); the papers and other
+    published sources first, our internal checks in a table of their own."""
+    from .verdicts import source
+
+    counts: dict[str, dict[str, int]] = {}
+    for record in (r for values in results.values() for r in values.get("verdicts", {}).values()):
+        c = counts.setdefault(source(record), dict.fromkeys(("claims", "agrees", "direction", "disagrees",
+                                                              "inconclusive", "lean_agrees", "lean_disagrees"), 0))
+        c["claims"] += 1
+        c[record["verdict"]] += 1
+        c["direction"] += record["verdict"] == "agrees" and bool(record.get("direction_only"))
+        if isinstance(record.get("lean"), str):
+            c[f"lean_{record['lean']}"] += 1
+    header = ["| {} | claims tested | agree (direction only) | disagree | inconclusive (leaning agree / disagree) |",
+              "|---|---|---|---|---|"]
+    lines: list[str] = []
+    for group in ([k for k in SOURCES if k != "internal"], ["internal"]):
+        rows = [f"| {SOURCES[k]} | {c['claims']} | {c['agrees']} ({c['direction']}) | {c['disagrees']} | "
+                f"{c['inconclusive']} ({c['lean_agrees']} / {c['lean_disagrees']}) |"
+                for k in group if (c := counts.get(k))]
+        if rows:
+            lines += [header[0].format("source" if group != ["internal"] else "checks"), header[1], *rows, ""]
     return lines
+
+
+NOTATION = """\
+**How to read a verdict.** *Ours* is our number with its 90% interval (bootstrap over prompts, paired where two
+methods are compared; over timed passes for one call's cost); "no interval" marks one deterministic number (a size,
+one fit), judged as a point. *Expected* is the region where the claim holds: `≈ v ± t` (within t of v),
+`in a–b (± t)` (the range a–b widened by t on each side), `> v + t` (above v by more than t: `> 1 + 0.02` means a
+ratio must exceed 1 by more than 2%, since a ratio within 2% of 1 is a tie, not a win), `< v − t` (below v by more
+than t). A verdict **agrees** when the whole interval lies inside that region, **disagrees** when it lies wholly
+outside, and is **inconclusive** when it straddles an edge (more prompts or a quieter machine would decide);
+*leans agrees / disagrees* says on which side the interval's centre lies. **Direction only** marks an agreement
+that checks only the sign of an effect whose size the source reports; **internal** marks a check against our own
+method, baseline or aim rather than a published claim. The likely cause of a disagreement cites the measured
+quantities it rests on (their values are in the notebook's `NN_results.json`, under `evidence`).
+
+One tolerance per kind of claim (`specnb.study.verdicts`), shared by every notebook making that kind of claim:
+
+| tolerance | value | applies to |
+|---|---|---|
+"""
+
+
+def front_page(figures: Path, title: str, closing: list[str], only: list[str] | None = None, link: str = "",
+               headings: dict[str, str] | None = None, notes: dict[str, str] | None = None) -> list[str]:
+    """Markdown lines of a study's front page over the results files of ``figures`` (those of ``only``):
+    ``title``; the verdicts counted per source (:func:`count_table`); per notebook (heading ``headings[NN]``,
+    else the notebook's file name; ``notes[NN]`` a line under it: a skip or a failure) each figure with its
+    takeaway (:meth:`~specnb.study.results.Results.takeaway`, else its title; ``link`` + file); the verdict
+    tables; the notation and tolerances (:data:`NOTATION`); ``closing`` (the machine, the setup) last."""
+    from .verdicts import TOLERANCES
+
+    results = results_files(figures, only)
+    titles = json.loads((figures / "titles.json").read_text()) if (figures / "titles.json").exists() else {}
+    prefixes = sorted(set(results) | set(notes or {}))
+    lines = [f"# {title}", "", "Every comparison with a paper or another source, counted (what each column means: "
+             "[notation](#notation)):", "", *count_table(results), "## Figures", ""]
+    for prefix in prefixes:
+        lines += [f"### {_heading(prefix, headings)}", ""]
+        if prefix in (notes or {}):
+            lines += [notes[prefix], ""]
+        takeaways = results.get(prefix, {}).get("takeaways", {})
+        for png in sorted(figures.glob(f"{prefix}_*.png")):
+            text = takeaways.get(png.stem) or titles.get(png.stem, "")
+            lines.append(f"- [`{png.name}`]({link}{png.name}) — {text}".rstrip(" —"))
+        lines.append("")
+    lines += ["## Verdicts", ""]
+    for prefix in sorted(results):
+        if verdicts := results[prefix].get("verdicts", {}):
+            lines += [f"### {_heading(prefix, headings)}", "", *verdict_rows(verdicts), ""]
+    lines += ["## Notation", "", NOTATION.rstrip("\n")]
+    lines += [f"| `{name}` | {value:g} | {what} |" for name, (value, what) in TOLERANCES.items()]
+    return lines + ["", "## Setup and machine", "", *closing]
+
+
+def _heading(prefix: str, headings: dict[str, str] | None) -> str:
+    """A notebook's heading: ``headings[NN]``, else its file name in ``notebooks/``, else ``NN``."""
+    return (headings or {}).get(prefix) or next(
+        (p.name for p in sorted((ROOT / "notebooks").glob(f"{prefix}_*.ipynb"))), prefix)
+
+
+def verdict_rows(verdicts: dict[str, dict]) -> list[str]:
+    """A results file's comparisons as a Markdown table: claim, ours, expected (and whose claim), the verdict in
+    words (:func:`specnb.study.results.verdict_words`) and the likely cause where it does not agree."""
+    from .results import verdict_words
+
+    lines = ["| claim | ours (90% interval) | expected | verdict | likely cause, where not agreeing |",
+             "|---|---|---|---|---|"]
+    return lines + [f"| {v['claim']} | {v['measured']} | {v['expected']} ({v['against']}) | **{verdict_words(v)}** | "
+                    f"{v.get('cause', '') if v['verdict'] != 'agrees' else ''} |" for v in verdicts.values()]
+
+
+def prune_titles(figures: Path) -> None:
+    """Drop from ``figures/titles.json`` the titles of figures whose PNG is no longer there (a renamed or
+    retired figure), so nothing names a file that does not exist."""
+    path = figures / "titles.json"
+    if path.exists():
+        titles = json.loads(path.read_text())
+        kept = {name: t for name, t in titles.items() if (figures / f"{name}.png").exists()}
+        if kept != titles:
+            write_text(path, json.dumps(kept, indent=1, ensure_ascii=False) + "\n")
 
 
 # -------------------------------------------------------------------------------------------- compare

@@ -16,12 +16,15 @@ renders them as a table, ``{verdict[key]}`` one of them in a sentence, ``{findin
 lies against the reference (higher, lower, tie, unclear). :meth:`Results.setup` records how far
 this run's setup is from a paper's (model, hardware, datastore, prompts × tokens, task), ``{setup}`` renders
 it. :meth:`Results.claim` states an effect of our own and refuses one whose interval is wider than it.
+:meth:`Results.takeaway` gives a figure its one line for the front page, formatted from the same file.
+:func:`uncited` lists the numbers a cause line cites that its results file does not hold.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +75,9 @@ class Results:
         self.tables: list[str] = []
         self.comparisons: dict[str, Comparison] = {}
         self.setups: dict[str, dict[str, dict[str, str]]] = {}
+        self.takeaways: dict[str, str] = {}
         self.start = time.perf_counter()
+        self.started = time.time()  # wall clock: a file modified since was written by this run
 
     @property
     def path(self) -> Path:
@@ -94,11 +99,16 @@ class Results:
         self.papers.update(numbers)
 
     def compare(self, key: str, claim: str, ours: float, low: float, high: float, expect: Expect, against: str,
-                cause: str = "", fmt: str = ".3g") -> str:
+                cause: str = "", fmt: str = ".3g", *, internal: bool, direction_only: bool,
+                evidence: dict[str, Any] | None = None) -> str:
         """Record a comparison (our number, its 90% interval [low, high] or NaN ends, what ``against`` expects)
         and return its verdict. ``cause``: the most likely reason for a disagreement, one line, shown only when
-        the verdict is not *agrees*."""
-        comparison = Comparison(claim, float(ours), float(low), float(high), expect, against, cause, fmt)
+        the verdict is not *agrees*; ``evidence``: {name: value} of every measured quantity the cause cites.
+        ``internal``: against our own method, baseline or aim rather than a published claim; ``direction_only``:
+        the test checks only the sign of an effect whose size the source reports. Both are stated by the caller,
+        where the claim is written."""
+        comparison = Comparison(claim, float(ours), float(low), float(high), expect, against, cause, fmt,
+                                internal, direction_only, {k: _plain(v) for k, v in (evidence or {}).items()})
         self.comparisons[key] = comparison
         return comparison.verdict
 
@@ -110,6 +120,11 @@ class Results:
         check_effect(effect, low, high, what)
         self.add(**{key: effect, f"{key}_low": low, f"{key}_high": high})
 
+    def takeaway(self, figure: str, template: str) -> None:
+        """The one line the front page gives ``figure`` (its file stem, ``"00_quickstart_speed"``): a template
+        over the results file's keys, like :meth:`render`'s, formatted when the file is written."""
+        self.takeaways[figure] = template
+
     def setup(self, paper: str, here: dict[str, Any], theirs: dict[str, Any]) -> None:
         """How this run's setup compares with ``paper``'s: {field: value} for both sides, fields from
         :data:`SETUP_FIELDS` first; a field missing on one side renders as ``—``."""
@@ -118,12 +133,32 @@ class Results:
 
     def write(self) -> Path:
         """Write ``figures/NN_results.json``: profile, wall time so far, tables, ``ours``, ``paper``, the
-        comparisons with their verdicts and the setup tables."""
+        comparisons with their verdicts, the setup tables and the figures' takeaways (formatted from the rest).
+        A table this run wrote whose bytes equal a figure's CSV written by this run too is removed first
+        (:meth:`_drop_twins`)."""
+        self._drop_twins()
         self.values.update(wall_seconds=round(time.perf_counter() - self.start, 1), tables=self.tables,
                            ours=self.ours, paper=self.papers,
                            verdicts={k: c.record() for k, c in self.comparisons.items()}, setup=self.setups)
-        write_text(self.path, json.dumps(_plain(self.values), indent=1) + "\n")
+        values = _plain(self.values)
+        context = _nan(json.loads(json.dumps(values)))
+        values["takeaways"] = {figure: template.format_map(context) for figure, template in self.takeaways.items()}
+        write_text(self.path, json.dumps(values, indent=1) + "\n")
         return self.path
+
+    def _drop_twins(self) -> None:
+        """Unlink each table CSV of :attr:`tables` (written by this run) whose bytes equal those of a figure's CSV
+        (one beside a PNG of the same name) written since this run started; nothing else is touched."""
+        folder = figures_dir()
+        figures = [f for f in folder.glob(f"{self.prefix}_*.csv") if f.name not in self.tables
+                   and f.with_suffix(".png").exists() and f.stat().st_mtime >= self.started]
+        for name in list(self.tables):
+            table = folder / name
+            if table.exists() and table.stat().st_mtime >= self.started and any(
+                    f.stat().st_size == table.stat().st_size and f.read_bytes() == table.read_bytes()
+                    for f in figures):
+                table.unlink()
+                self.tables.remove(name)
 
     def render(self, template: str) -> Any:
         """Write the results file, read it back and format ``template`` (Markdown, ``str.format`` fields over
@@ -140,10 +175,21 @@ class Results:
                         f"{values['wall_seconds']:.0f} s of wall time).*")
 
 
+def verdict_words(record: dict) -> str:
+    """A comparison's verdict with its kind: ``agrees (direction only)``, ``inconclusive, leans agrees``,
+    ``disagrees``, and ``; internal`` for our own checks."""
+    words = record["verdict"]
+    if record["verdict"] == "agrees" and record.get("direction_only"):
+        words += " (direction only)"
+    if isinstance(record.get("lean"), str):  # None (NaN once a template reads the file) when not inconclusive
+        words += f", leans {record['lean']}"
+    return words + ("; internal" if record.get("internal") else "")
+
+
 def verdict_sentence(record: dict) -> str:
     """One comparison of a results file in words: ``**agrees** — 1.23 (0.98–1.41) against ≈ 1.2 ± 0.1
     (CREST Table 2)``, and for a disagreement its likely cause."""
-    text = f"**{record['verdict']}** — {record['measured']} against {record['expected']} ({record['against']})"
+    text = f"**{verdict_words(record)}** — {record['measured']} against {record['expected']} ({record['against']})"
     if record["verdict"] == "inconclusive" and not math.isnan(record["low"]):
         text += "; the interval crosses an edge of the expectation"
     return text + (f"; likely cause: {record['cause']}" if record.get("cause") else "")
@@ -157,7 +203,7 @@ def verdict_table(records: dict[str, dict]) -> str:
     lines = ["| claim | ours (90% interval) | expected | by | verdict | finding | likely cause |",
              "|---|---|---|---|---|---|---|"]
     for r in records.values():
-        lines.append(f"| {r['claim']} | {r['measured']} | {r['expected']} | {r['against']} | **{r['verdict']}** | "
+        lines.append(f"| {r['claim']} | {r['measured']} | {r['expected']} | {r['against']} | **{verdict_words(r)}** | "
                      f"{r['finding']} | {r.get('cause') or ''} |")
     return "\n".join(lines)
 
@@ -172,3 +218,71 @@ def setup_table(setups: dict[str, dict[str, dict[str, str]]]) -> str:
         lines += [f"| {f} | {sides['here'].get(f, '—')} | {sides['paper'].get(f, '—')} |" for f in fields]
         out.append("\n".join(lines))
     return "\n\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------- citations
+
+_REFERENCE = re.compile(r"(?:§|\b(?:Figs?|Tables?|Eqs?|Algorithms?)\.?|\bnotebooks?|\bsections?|\bAppendix)"
+                        r"\s*\d+(?:\.\d+)*(?:\s*(?:[–,-]|and|or)\s*\d+(?:\.\d+)*)*")
+"""A reference to a part of a paper or of the study (``§5.3``, ``Fig. 4``, ``Tables 1 and 5``, ``notebook 05``):
+a name, not a number a cause cites."""
+_NAME = re.compile(r"\b(?:[A-Za-z][\w.]*\d[\w.]*|\d+[A-Za-z]\w*)")
+"""A word that holds digits and letters (``V100``, ``7B``, ``bf16``, ``64D``, ``top-1024``'s ``top`` kept): a name."""
+_NUMBER = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?)(?:\s*[–-]\s*(\d[\d,]*(?:\.\d+)?))?\s*(%|k\b|M\b|G\b|MB\b|GB\b|"
+                     r"MiB\b|GiB\b)?")
+_SCALES = {None: (1.0,), "%": (0.01, 1.0), "k": (1e3,), "M": (1e6,), "G": (1e9,), "MB": (1e6, 2**20, 1.0),
+           "GB": (1e9, 2**30, 1.0), "MiB": (2**20, 1.0), "GiB": (2**30, 1.0)}
+
+
+def cited_numbers(text: str) -> list[tuple[str, float, float, tuple[float, ...]]]:
+    """The numbers a line cites, as (as written, value, half a unit of its last digit, scales its unit allows):
+    ``27,063`` -> 27063, ``15%`` -> 15 (a share of 0.15 or 15), ``9.4 M`` -> 9.4 × 10⁶, a range ``19–31 M``
+    -> both ends at the range's unit. References (``§5.3``, ``Fig. 4``, ``notebook 05``) and names holding
+    digits (``V100``, ``7B``) are not numbers."""
+    text = _NAME.sub(" ", _REFERENCE.sub(" ", text))
+    out = []
+    for match in _NUMBER.finditer(text):
+        scales = _SCALES[match.group(3)]
+        for written in filter(None, match.group(1, 2)):
+            digits = written.replace(",", "")
+            decimals = len(digits.partition(".")[2])
+            out.append((match.group(0).strip(), float(digits), 0.5 * 10.0 ** -decimals, scales))
+    return out
+
+
+def _held_numbers(results: dict) -> list[float]:
+    """Every number a results file holds: its numeric values anywhere, and the numbers written in its
+    strings (the papers' numbers, setups, expectations), causes and claims left out."""
+    numbers: list[float] = []
+
+    def walk(value: Any, key: str = "") -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k not in ("cause", "claim", "takeaways"):
+                    walk(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v, key)
+        elif isinstance(value, bool) or value is None:
+            return
+        elif isinstance(value, int | float):
+            numbers.append(float(value))
+        elif isinstance(value, str):
+            numbers.extend(v * scale for _, v, _, scales in cited_numbers(value) for scale in scales)
+
+    walk(results)
+    return numbers
+
+
+def uncited(results: dict) -> list[str]:
+    """Every number in a cause line of ``results`` (a parsed ``NN_results.json``) that the file does not hold
+    at the precision the cause writes it, as ``key: number`` (empty when every cited number is held). A cause
+    that names a measured quantity should carry it in its comparison's ``evidence``."""
+    held = np.asarray(_held_numbers(results))
+    missing = []
+    for key, record in results.get("verdicts", {}).items():
+        for written, value, half, scales in cited_numbers(record.get("cause") or ""):
+            if not any(np.any(np.abs(held - value * scale) <= (half + 1e-9) * scale * (1 + 1e-9))
+                       or scale == 0.01 and np.any(np.abs(held * 100 - value) <= half + 1e-9) for scale in scales):
+                missing.append(f"{key}: {written}")
+    return missing

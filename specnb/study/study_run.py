@@ -5,8 +5,9 @@
 Every notebook runs with papermill under the profile and the given parameters (the notebooks' ``parameters``
 cell: :data:`specnb.study.profiles.OVERRIDABLE`), all checked before any model loads, in the directory the
 command was started from (so relative paths mean what they meant at the prompt). ``DIR`` receives the
-executed notebooks, ``DIR/figures/`` their figures, tables and ``NN_results.json``, and ``DIR/README.md``: the
-setup (target, draft, prompts, corpus, machine), then per notebook its figures and every verdict. A notebook
+executed notebooks, ``DIR/figures/`` their figures, tables and ``NN_results.json``, and ``DIR/README.md`` in the
+reference run's form: the verdicts counted per source, per notebook its figures, every verdict, the notation, then
+the setup (target, draft, prompts, corpus) and the machine. A notebook
 that cannot apply (07 and 08 without a draft for the given target) is skipped with one line there saying why.
 
 Resumable: ``DIR/study.json`` records each finished notebook under a key of its code and parameters; a rerun
@@ -28,7 +29,7 @@ from typing import Any
 from ..atomic import write_text
 from .notebooks import find_notebooks
 from .profiles import OVERRIDABLE, Profile, get_profile
-from .reference_run import code_hash, machine, notebook_sections
+from .reference_run import code_hash, front_page, machine
 
 STATE = "study.json"
 SIZES = ("timed_prompts", "timed_tokens", "n_prompts", "max_new_tokens")
@@ -132,30 +133,21 @@ def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str,
 
 
 def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
-    """``DIR/README.md``: the setup table (every parameter, given or the profile's), the machine, the verdicts
-    counted and what each means, then per notebook its wall time, figures and verdicts
-    (:func:`specnb.study.reference_run.notebook_sections`), or why it was skipped or failed."""
+    """``DIR/README.md`` in the reference run's form (:func:`specnb.study.reference_run.front_page`): the verdicts
+    counted per source, per notebook its wall time and figures (or why it was skipped or failed), the verdict
+    tables, the notation; then the setup table (every parameter, given or the profile's) and the machine."""
     state = json.loads((out / STATE).read_text())["notebooks"]
     m = machine()
     values = asdict(p)
-    lines = [f"# The study on {p.target}", "",
-             f"`specnb study run` under profile `{p.name}` on {m['cpu']}, {m['cores']} cores, CPU class "
-             f"`{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}.", "",
-             "| parameter | value |", "|---|---|"]
-    lines += [f"| {name} | `{values[name]}`{' (given)' if name in given else ''} |" for name in OVERRIDABLE]
     ran = [stem[:2] for stem, record in state.items() if record["status"] == "ok"]
-    sections = "\n".join(notebook_sections(out / "figures", only=ran))
-    counts = {kind: sections.count(f"**{kind}**") for kind in ("agrees", "disagrees", "inconclusive")}
-    lines += ["", f"Verdicts: {counts['agrees']} agree, {counts['disagrees']} disagree, {counts['inconclusive']} "
-              "inconclusive. A verdict agrees when the whole 90% interval of our number (over prompts) lies inside "
-              "the expected region, widened by the tolerance written beside it; disagrees when it lies wholly "
-              "outside; inconclusive when it straddles an edge (more prompts decide).", ""]
-    for stem, record in sorted(state.items()):
-        if record["status"] == "skipped":
-            lines += [f"## {stem}.ipynb", "", f"Skipped: {record['reason']}.", ""]
-        elif record["status"] == "failed":
-            lines += [f"## {stem}.ipynb", "", f"Failed after {record['seconds']:.0f} s: `{record['error']}`.", ""]
-        else:
-            heading = f"[{stem}.ipynb]({stem}.ipynb) ({record['seconds']:.0f} s)"
-            lines += notebook_sections(out / "figures", link="figures/", only=[stem[:2]], notebooks={stem[:2]: heading})
-    return "\n".join(lines)
+    headings = {stem[:2]: f"[{stem}.ipynb]({stem}.ipynb) ({record['seconds']:.0f} s)" if record["status"] == "ok"
+                else f"{stem}.ipynb" for stem, record in state.items()}
+    notes = {stem[:2]: f"Skipped: {record['reason']}." if record["status"] == "skipped" else
+             f"Failed after {record['seconds']:.0f} s: `{record['error']}`."
+             for stem, record in state.items() if record["status"] != "ok"}
+    closing = [f"`specnb study run` under profile `{p.name}` on {m['cpu']}, {m['cores']} cores, CPU class "
+               f"`{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}.", "",
+               "| parameter | value |", "|---|---|"]
+    closing += [f"| {name} | `{values[name]}`{' (given)' if name in given else ''} |" for name in OVERRIDABLE]
+    return "\n".join(front_page(out / "figures", f"The study on {p.target}", closing, only=ran, link="figures/",
+                                headings=headings, notes=notes)) + "\n"

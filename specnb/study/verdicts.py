@@ -12,18 +12,54 @@ a reader sees what counted as agreement. Our number comes with its 90% interval 
 
 Relative to its reference value a number is also *higher*, *lower* or a *tie* (its interval inside the
 tolerance band around the reference), or *unclear*; a claim that one thing beats another, measured as a tie,
-disagrees. A number without an interval (NaN ends) is judged as a point, and says so.
+disagrees. A number without an interval (NaN ends) is judged as a point, and says so. An inconclusive verdict
+*leans* to the side its interval's centre lies on.
+
+Each comparison also says what kind of test it is, where the claim is written: *internal* (against our own
+method, baseline or aim, not a published claim) and *direction only* (it checks only the sign of an effect whose
+size the source reports). Every claim of one kind shares one tolerance, named below (:data:`TOLERANCES`), so a
+number judged in two notebooks is judged alike.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 Verdict = Literal["agrees", "disagrees", "inconclusive"]
 Finding = Literal["higher", "lower", "tie", "unclear"]
 Kind = Literal["near", "within", "above", "below"]
+Lean = Literal["agrees", "disagrees"]
+
+TIE = 0.02
+"""A ratio within 2% of 1 (a difference within 0.02 of 0) is a tie: "A beats B" needs ``> 1 + TIE``."""
+PUBLISHED = 0.10
+"""A published speedup, size or range: widened by 10% of the published value (the range's mean); papers
+report a median or one run, no interval."""
+TOKENS_PER_CALL = 0.1
+"""A published tokens per call (or its gain): ± 0.1 token per call."""
+ACCEPTANCE = 0.1
+"""A published acceptance rate: ± 0.1."""
+MRR = 0.03
+"""A published MRR: ± 0.03 (DReSD Table 1 spreads one store's MRR by about 0.02 over its models)."""
+SHARE = 0.05
+"""A published share or relative gain (a fraction: variance held, a gain over a baseline): ± 0.05."""
+PREDICTION = 0.15
+"""A cost model's prediction against the measurement it predicts: within 15%."""
+EXACT = 0.0
+"""Exact claims (lossless output, replay equal to real decoding): no tolerance."""
+
+TOLERANCES = {"TIE": (TIE, "a ratio within this of 1 (a difference within this of 0) is a tie, not a win"),
+              "PUBLISHED": (PUBLISHED, "a published speedup, size or range, widened by this fraction of its "
+                                       "value (a range: of its mean)"),
+              "TOKENS_PER_CALL": (TOKENS_PER_CALL, "a published tokens per call, ± this many tokens"),
+              "ACCEPTANCE": (ACCEPTANCE, "a published acceptance rate, ± this"),
+              "MRR": (MRR, "a published MRR, ± this"),
+              "SHARE": (SHARE, "a published share or relative gain (a fraction), ± this"),
+              "PREDICTION": (PREDICTION, "a cost model's prediction against its measurement, within this fraction"),
+              "EXACT": (EXACT, "lossless output and replay equal to real decoding: exact")}
+"""Every named tolerance with what it applies to (the front page's notation section lists them)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +68,7 @@ class Expect:
 
     kind: ``near`` (``value`` ± ``tolerance``), ``within`` (``[value, high]`` widened by ``tolerance`` on each
     side), ``above`` (more than ``value + tolerance``) or ``below`` (less than ``value - tolerance``).
-    ``tolerance`` is in the quantity's units (:meth:`relative` builds one from a fraction of the value).
+    ``tolerance`` is in the quantity's units (:meth:`published` builds one from a fraction of a published value).
     """
 
     kind: Kind
@@ -59,9 +95,12 @@ class Expect:
         return cls("below", value, tolerance)
 
     @classmethod
-    def relative(cls, kind: Kind, value: float, fraction: float, high: float | None = None) -> Expect:
-        """``kind`` with a tolerance of ``fraction`` of ``value`` (e.g. 0.1: within 10%)."""
-        return cls(kind, value, abs(value) * fraction, high)
+    def published(cls, values: tuple[float, ...] | list[float]) -> Expect:
+        """A published number or range (the spread of ``values``, e.g. over a paper's models) widened by
+        :data:`PUBLISHED` of their mean: the one band every notebook judging that number uses."""
+        low, high = min(values), max(values)
+        tolerance = PUBLISHED * abs(sum(values) / len(values))
+        return cls.near(low, tolerance) if low == high else cls.within(low, high, tolerance)
 
     @property
     def region(self) -> tuple[float, float]:
@@ -100,6 +139,15 @@ def judge(low: float, high: float, expect: Expect) -> Verdict:
     return "inconclusive"
 
 
+def lean(low: float, high: float, expect: Expect) -> Lean:
+    """The side of ``expect``'s region the centre of [low, high] lies on: ``agrees`` inside, ``disagrees``
+    outside (the way an inconclusive verdict leans)."""
+    a, b = expect.region
+    centre = (low + high) / 2
+    inside = a < centre < b if expect.kind in ("above", "below") else a <= centre <= b
+    return "agrees" if inside else "disagrees"
+
+
 def finding(low: float, high: float, reference: float, tolerance: float) -> Finding:
     """Where [low, high] sits against ``reference``: ``tie`` inside reference ± tolerance, ``higher`` /
     ``lower`` wholly beyond it, ``unclear`` across an edge (or without an interval)."""
@@ -127,6 +175,9 @@ class Comparison:
     against: str  # whose claim: "CREST Table 2", "pld (ours)", ...
     cause: str = ""  # the most likely cause of a disagreement, in one line
     fmt: str = ".3g"
+    internal: bool = False  # against our own method, baseline or aim, not a published claim
+    direction_only: bool = False  # checks only the sign of an effect whose size the source reports
+    evidence: dict[str, float] = field(default_factory=dict)  # the named quantities the cause cites
 
     @property
     def verdict(self) -> Verdict:
@@ -137,6 +188,13 @@ class Comparison:
     def point(self) -> bool:
         """No interval: judged as a single number."""
         return math.isnan(self.low) or math.isnan(self.high)
+
+    @property
+    def lean(self) -> Lean | None:
+        """Which way an inconclusive verdict leans (the side its interval's centre lies on); None otherwise."""
+        if self.verdict != "inconclusive" or self.point:  # a point is inconclusive only when it is NaN
+            return None
+        return lean(self.low, self.high, self.expect)
 
     @property
     def finding(self) -> Finding:
@@ -155,9 +213,24 @@ class Comparison:
         return f"{self.ours:{f}} ({self.low:{f}}–{self.high:{f}})"
 
     def record(self) -> dict:
-        """The comparison as the results file keeps it: inputs, region, verdict and finding."""
+        """The comparison as the results file keeps it: inputs, region, verdict, its lean, finding, the kind of
+        test (internal, direction only) and the evidence its cause cites."""
         return {"claim": self.claim, "ours": self.ours, "low": self.low, "high": self.high,
                 "expect": {k: v for k, v in asdict(self.expect).items() if v is not None},
                 "expected": self.expect.describe(self.fmt), "region": list(self.expect.region),
                 "against": self.against, "verdict": self.verdict, "finding": self.finding,
-                "measured": self.measured(), "cause": self.cause if self.verdict != "agrees" else ""}
+                "measured": self.measured(), "cause": self.cause if self.verdict != "agrees" else "",
+                "lean": self.lean, "internal": self.internal, "direction_only": self.direction_only,
+                "evidence": dict(self.evidence)}
+
+
+PAPERS = ("DReSD", "CREST", "N-Grammys", "MCSD")
+"""The four papers the study tests, as the ``against`` of their comparisons begins."""
+
+
+def source(record: dict) -> str:
+    """Whose claim a results file's comparison tests: one of :data:`PAPERS`, ``internal`` (our own checks) or
+    ``other`` (another published source)."""
+    if record.get("internal"):
+        return "internal"
+    return next((paper for paper in PAPERS if record["against"].startswith(paper)), "other")
