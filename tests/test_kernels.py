@@ -428,3 +428,23 @@ def test_a_stale_build_lock_is_removed(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="interrupted build"):
         assert kernels.extension.__wrapped__() == "built"
     assert seen == [True, False]
+
+
+def test_a_library_built_from_these_sources_is_loaded_without_ninja(tmp_path, monkeypatch):
+    """Another checkout of the same sources (one digest, one build directory) built the library: it is loaded as
+    is, where cpp_extension.load would rebuild it (its ninja file names the other checkout's paths). While a build
+    holds the lock, the build, which waits on it, runs instead."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECNB_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "kernel_isa", lambda: "avx2")
+    built = tmp_path / "kernels" / f"fewrow-{kernels.digest()}" / f"specnb_fewrow_{kernels.digest()}.so"
+    built.parent.mkdir(parents=True)
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: "built")
+    monkeypatch.setattr(kernels, "load_built", lambda name, path: ("loaded", path))
+    assert kernels.extension.__wrapped__() == "built"  # nothing built yet
+    built.touch()
+    assert kernels.extension.__wrapped__() == ("loaded", built)
+    (built.parent / "lock").touch()
+    assert kernels.extension.__wrapped__() == "built"

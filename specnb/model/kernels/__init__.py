@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import time
 import warnings
@@ -66,14 +67,28 @@ def build(flags: tuple[str, ...] = ()) -> ModuleType | None:
     if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
         warnings.warn(f"removing {lock}, left by an interrupted build", stacklevel=3)
         lock.unlink(missing_ok=True)
+    name = f"specnb_fewrow_{digest()}"
+    built = build_dir / f"{name}.so"
+    if built.exists() and not lock.exists():  # built from these very sources, perhaps by another checkout
+        return load_built(name, built)
     sources = [str(path) for path in sorted(CSRC.glob("*.cpp"))]
     try:
-        return cpp_extension.load(name=f"specnb_fewrow_{digest()}", sources=sources, build_directory=str(build_dir),
+        return cpp_extension.load(name=name, sources=sources, build_directory=str(build_dir),
                                   extra_cflags=["-O3", "-mavx2", "-mfma", *flags, "-fopenmp"],
                                   extra_ldflags=["-fopenmp"])
     except Exception as exc:  # no compiler, no ninja, a toolchain without AVX512-BF16 intrinsics, ...
         warnings.warn(f"specnb's CPU kernels could not be built ({exc}); PyTorch is used", stacklevel=3)
         return None
+
+
+def load_built(name: str, path: Path) -> ModuleType:
+    """The extension module ``name`` from its built library ``path``. ``cpp_extension.load`` would first rerun
+    ninja, whose build file names the sources' absolute paths: two checkouts of the same sources (one digest, one
+    build directory) would rebuild it in turn, minutes each."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.cache

@@ -210,12 +210,14 @@ void dot_rows_fused(const float* x, const uint8_t* row, float bias, Out* y, int6
 
 // Weight rows are handed out in runs from a shared counter (a busy core's share goes to the others), each run
 // long enough to be one sequential stream for the prefetchers (16 KB at least, so that a small projection such as
-// a 112 KB k still splits across threads); body(first, last) does rows [first, last).
+// a 112 KB k still splits across threads), at most runs_per_thread a thread; body(first, last) does rows
+// [first, last).
+constexpr int64_t RUNS_PER_THREAD = 4;
 template <typename Body>
-void for_each_row_run(int64_t N, int64_t row_bytes, const Body& body) {
-  constexpr int64_t MIN_RUN_BYTES = 16 << 10, RUNS_PER_THREAD = 4;
+void for_each_row_run(int64_t N, int64_t row_bytes, const Body& body, int64_t runs_per_thread = RUNS_PER_THREAD) {
+  constexpr int64_t MIN_RUN_BYTES = 16 << 10;
   const int64_t threads = at::get_num_threads();
-  int64_t runs = std::min(N * row_bytes / MIN_RUN_BYTES, RUNS_PER_THREAD * threads);
+  int64_t runs = std::min(N * row_bytes / MIN_RUN_BYTES, runs_per_thread * threads);
   runs = std::max<int64_t>(1, std::min(runs, N));
   const int64_t run = (N + runs - 1) / runs;
   runs = (N + run - 1) / run;

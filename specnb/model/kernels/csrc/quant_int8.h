@@ -30,6 +30,9 @@
 namespace quant {
 
 constexpr int64_t LANES = 16;    // weight rows per tile: one per int32 lane
+// Runs of tiles a thread takes from the shared counter in a call of several rows (one row: RUNS_PER_THREAD). Such a
+// call computes longer per byte; fewer, longer runs cost less (docs/kernels.md).
+constexpr int64_t MULTI_ROW_RUNS_PER_THREAD = 2;
 
 #define QUANT_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
 
@@ -392,7 +395,7 @@ void qgemm_int8(const float* x, const std::vector<Part>& parts, Out* y, int64_t 
         default: tile_all_rows<Q6_K>(p, r, t - base, y, M, N, K); break;
       }
     }
-  });
+  }, M > 1 ? MULTI_ROW_RUNS_PER_THREAD : RUNS_PER_THREAD);
 }
 
 // Bytes of a tile's block (16 weight rows x one block's weights) in the int8 route's layout.
