@@ -144,7 +144,7 @@ def bench_runners(target: LoadedModel, config: BenchConfig, methods: dict[str, t
     """{label: runner} for :func:`specnb.experiments.run` from {label: (method name, its options)} (one method
     may appear under several labels, e.g. two datastores), with the machine's columns on every row and the
     target's forward calls counted for the peers; remove the returned counter's hook after the run."""
-    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": sample_read_bandwidth(),
+    machine = {"weight_bytes": streamed_bytes(target), "read_gb_per_s": sample_read_bandwidth(),
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)
     return {label: _Counted(_method(name, target, options, config), counter, machine)
