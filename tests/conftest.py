@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import tempfile
@@ -140,14 +141,12 @@ def tiny_gguf(arch: str, dtype: torch.dtype = torch.float32, int8: bool = False)
     """A tiny model that specnb's decoder runs from a GGUF file written here (:func:`write_gguf`), with the
     weights its Hugging Face model holds (``int8``: the blocks times int8-rounded activations, another model).
     One per architecture, dtype and route for the session."""
-    from specnb.model.gguf_weights import mark
+    from specnb.model.backend import build_decoder
 
     target = tiny_model(arch, dtype=dtype)
     path = Path(_GGUF_DIR.name) / f"{arch}-{str(dtype).removeprefix('torch.')}{'-int8' if int8 else ''}.gguf"
     write_gguf(target.model, arch, path)
-    mark(target.model, path, int8=int8)
-    target.weights = "gguf-int8" if int8 else "gguf"
-    return target
+    return dataclasses.replace(target, decoder=build_decoder(target.model, "gguf-int8" if int8 else "gguf", str(path)))
 
 
 @pytest.fixture(params=ARCHS)

@@ -99,7 +99,7 @@ def sample_and_test(target, prompt: list[int], make_drafter: Callable[[], Drafte
     def conditionals(sequence: tuple[int, ...]) -> np.ndarray:
         """float64 [POSITIONS + 1, V]: the target's exact distributions of each token of ``sequence``."""
         with torch.inference_mode():
-            logits = forward(target.model, torch.tensor([prompt + list(sequence[:-1])]))[0][0, len(prompt) - 1:]
+            logits = forward(target, torch.tensor([prompt + list(sequence[:-1])]))[0][0, len(prompt) - 1:]
         return np.stack([exact_probabilities(row.float(), temperature, top_p) for row in logits])
 
     observed = np.zeros((POSITIONS, CLASSES))

@@ -23,7 +23,7 @@ def test_bandwidth_columns_follow_their_definition(monkeypatch):
     rows = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),
                      progress=False)
     summary = summarize(rows).set_index("method")
-    weight_bytes = ceilings.streamed_bytes(target.model)
+    weight_bytes = ceilings.streamed_bytes(target)
     assert (rows.weight_bytes == weight_bytes).all()  # each row: the sample after its prompt; the summary: median
     assert list(rows[rows.method == "ar"].read_gb_per_s) == [8.0, 12.0] and (summary.read_gb_per_s == 10.0).all()
     for method, group in rows.groupby("method"):
@@ -42,11 +42,12 @@ def test_bandwidth_columns_follow_their_definition(monkeypatch):
 
 
 def test_streamed_bytes_counts_a_tied_head_once_and_skips_an_untied_embedding():
-    model = tiny("llama").model  # untied: the input embedding is read a row per token, not streamed
+    target = tiny("llama")  # untied: the input embedding is read a row per token, not streamed
+    model = target.model
     everything = sum(p.numel() * p.element_size() for p in model.parameters())
     embedding = model.get_input_embeddings().weight
-    assert ceilings.streamed_bytes(model) == everything - embedding.numel() * embedding.element_size()
-    assert ceilings.matmul_parameters(model) * 4 == ceilings.streamed_bytes(model)
+    assert ceilings.streamed_bytes(target) == everything - embedding.numel() * embedding.element_size()
+    assert ceilings.matmul_parameters(model) * 4 == ceilings.streamed_bytes(target)
 
 
 def test_machine_ceilings_are_bytes_and_flops_over_the_median_time(monkeypatch):

@@ -14,8 +14,8 @@ from specnb.core.generate import generate
 from specnb.core.prompts import encode_prompt
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.eval.methods import make_drafter
-from specnb.model.decoder import stock
-from specnb.model.models import LoadedModel, byte_tokenizer, load_model
+from specnb.model.backend import HFModules
+from specnb.model.models import LoadedModel, byte_tokenizer, load_model, stock
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -75,15 +75,14 @@ def test_specnb_decoder_on_cuda_is_as_close_to_fp32_as_hugging_faces(shape):
     from specnb.datastores.embed import last_hidden_states
     from specnb.eval.timing import random_model
 
-    target = LoadedModel(random_model(shape, "bfloat16", "cuda"), byte_tokenizer(), f"random:{shape}")
-    wide = LoadedModel(copy.deepcopy(target.model).float(), target.tokenizer, target.name)
+    target = LoadedModel.of(random_model(shape, "bfloat16", "cuda"), byte_tokenizer(), f"random:{shape}")
+    wide = copy.deepcopy(target.model).float()
     ids = torch.randint(0, 32000, (2, 700), device="cuda")  # longer than Gemma-3's 512-token window
     mask = torch.ones_like(ids)
-    with stock(wide.model):
-        reference = last_hidden_states(wide, ids, mask).float()
+    reference = last_hidden_states(LoadedModel(wide, target.tokenizer, target.name, HFModules.of(wide)), ids,
+                                   mask).float()
     ours = last_hidden_states(target, ids, mask).float()
-    with stock(target.model):
-        theirs = last_hidden_states(target, ids, mask).float()
+    theirs = last_hidden_states(stock(target), ids, mask).float()
 
     def distance(x: torch.Tensor) -> float:
         return float((x - reference).norm() / reference.norm())

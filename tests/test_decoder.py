@@ -20,11 +20,12 @@ from conftest import (
 
 from specnb.core.draft import Draft
 from specnb.model import kernels
-from specnb.model.decoder import Body, body, stacked, stock
+from specnb.model.backend import build_decoder, dense_backend
+from specnb.model.decoder import Body, Stacked
 from specnb.model.forward import forward
 from specnb.model.kv_cache import GrowingCache
 from specnb.model.masks import TreeMasks
-from specnb.model.models import tiny_model
+from specnb.model.models import LoadedModel, stock, tiny_model
 
 # Skipped only where the kernels cannot exist; where they can, a failed build fails these tests (and
 # test_kernels.py::test_the_extension_builds says why).
@@ -37,8 +38,8 @@ PROMPT, STEPS = 40, 6  # the tiny Gemma's window is 16: most keys of the later c
 MODELS = [(arch, "dense") for arch in ARCHS] + [(arch, "gguf") for arch in GGUF_ARCHS]
 
 
-def tiny_model_of(arch: str, weights: str, dtype: torch.dtype):
-    return (tiny_gguf if weights == "gguf" else tiny)(arch, dtype).model
+def tiny_model_of(arch: str, weights: str, dtype: torch.dtype) -> LoadedModel:
+    return (tiny_gguf if weights == "gguf" else tiny)(arch, dtype)
 
 
 def hf(model, ids, cache, on_kernels: bool = True, **kwargs):
@@ -64,16 +65,16 @@ def assert_close(got, want, dtype):
 def test_body_matches_hugging_face(arch, weights, dtype):
     if weights == "gguf" and dtype == torch.bfloat16:
         pytest.skip("Hugging Face's bf16 weights round the blocks' fp32 values (d * q): another model")
-    model = tiny_model_of(arch, weights, dtype)
-    lean = body(model)
-    assert isinstance(lean, Body)
+    target = tiny_model_of(arch, weights, dtype)
+    model, lean = target.model, target.decoder
+    assert isinstance(lean, Body) and lean.backend == weights
     # seed 0 gives the tiny bf16 Gemma a prompt where a norm rounds the other way (see assert_close)
     ids = torch.randint(0, 256, (1, PROMPT + STEPS + 3), generator=torch.Generator().manual_seed(0))
     ours, theirs = GrowingCache(), GrowingCache()
     with torch.inference_mode():
-        assert_close(lean(ids[:, :PROMPT], past_key_values=ours), hf(model, ids[:, :PROMPT], theirs), dtype)
+        assert_close(lean.forward(ids[:, :PROMPT], ours), hf(model, ids[:, :PROMPT], theirs), dtype)
         for i in range(PROMPT, PROMPT + STEPS):  # one token at a time
-            assert_close(lean(ids[:, i:i + 1], past_key_values=ours), hf(model, ids[:, i:i + 1], theirs), dtype)
+            assert_close(lean.forward(ids[:, i:i + 1], ours), hf(model, ids[:, i:i + 1], theirs), dtype)
         # a tree call: root with two children, positions by depth, masks as the verifier builds them
         draft = Draft(ids[0, -2:], torch.tensor([-1, -1]))
         visible, depth = draft.attention()
@@ -81,7 +82,7 @@ def test_body_matches_hugging_face(arch, weights, dtype):
         positions = past + depth
         mask = TreeMasks(model)(visible, positions, positions, prefix=past)
         tree = ids[:, [-3, -2, -1]]
-        assert_close(lean(tree, past_key_values=ours, attention_mask=mask, position_ids=positions[None]),
+        assert_close(lean.forward(tree, ours, positions[None], mask),
                      hf(model, tree, theirs, attention_mask=mask, position_ids=positions[None]), dtype)
 
 
@@ -90,53 +91,52 @@ def test_body_matches_hugging_face(arch, weights, dtype):
 def test_body_without_kernels_matches_hugging_face(arch, dtype):
     """Where the kernels do not run (other devices, CPUs without AVX2) the same body runs PyTorch's ops: its
     prefill, decoding and tree calls against Hugging Face's decoder, as the kernels' are."""
-    model = tiny(arch, dtype).model
     ids = torch.randint(0, 256, (1, PROMPT + STEPS), generator=torch.Generator().manual_seed(0))
     ours, theirs = GrowingCache(), GrowingCache()
     with without_kernels(), torch.inference_mode():
-        lean = body(model)
+        target = tiny_model(arch, dtype=dtype)  # loaded where the kernels do not run
+        model, lean = target.model, target.decoder
         assert lean.specs is None and not kernels.attends(1, 16, ids.float())
-        assert_close(lean(ids[:, :PROMPT], past_key_values=ours), hf(model, ids[:, :PROMPT], theirs, False), dtype)
+        assert_close(lean.forward(ids[:, :PROMPT], ours), hf(model, ids[:, :PROMPT], theirs, False), dtype)
         chain = ids[:, PROMPT:PROMPT + 3]  # cached keys and several queries: SDPA needs the causal mask
-        assert_close(lean(chain, past_key_values=ours), hf(model, chain, theirs, False), dtype)
+        assert_close(lean.forward(chain, ours), hf(model, chain, theirs, False), dtype)
         for i in range(PROMPT + 3, PROMPT + STEPS):
             step = ids[:, i:i + 1]
-            assert_close(lean(step, past_key_values=ours), hf(model, step, theirs, False), dtype)
-    assert body(model).specs is not None  # the kernels again once they run
+            assert_close(lean.forward(step, ours), hf(model, step, theirs, False), dtype)
+    assert tiny(arch, dtype).decoder.specs is not None  # loaded where they run: the one-call stack
 
 
 def test_stacked_siblings_are_views_of_their_weights():
     """q/k/v stacked into one weight whose row slices are the projections' own weights (same values, nothing
-    stored twice), built once, and again after the model is cast."""
-    model = tiny_model("qwen2").model  # a fresh one: stacking rebinds its weights
-    attn = model.get_decoder().layers[0].self_attn
+    stored twice): what the dense decoder of a loaded model streams."""
+    target = tiny_model("qwen2")
+    attn = target.model.get_decoder().layers[0].self_attn
     siblings = [attn.q_proj, attn.k_proj, attn.v_proj]
     weights, biases = [m.weight.detach().clone() for m in siblings], [m.bias.detach().clone() for m in siblings]
-    weight, bias, sizes = stacked(siblings)
-    assert torch.equal(weight, torch.cat(weights)) and torch.equal(bias, torch.cat(biases)) and sizes == [64, 32, 32]
+    stack = Stacked.of(siblings)
+    assert torch.equal(stack.weight, torch.cat(weights)) and torch.equal(stack.bias, torch.cat(biases))
+    assert stack.sizes == (64, 32, 32)
     for module, original, start in zip(siblings, weights, (0, 64, 96), strict=True):
-        assert module.weight.data_ptr() == weight[start].data_ptr() and torch.equal(module.weight, original)
-    assert stacked(siblings)[0] is weight
-    model.to(torch.bfloat16)
-    again, _, _ = stacked(siblings)
-    assert again.dtype == torch.bfloat16 and torch.equal(again, torch.cat(weights).bfloat16())
+        assert module.weight.data_ptr() == stack.weight[start].data_ptr() and torch.equal(module.weight, original)
+    loaded = target.decoder.layers[1].projections.qkv.weight  # stacked when the model loaded
+    assert attn.q_proj.weight.data_ptr() != loaded.data_ptr()  # layer 0 was stacked again above, layer 1 not
+    assert target.model.get_decoder().layers[1].self_attn.q_proj.weight.data_ptr() == loaded.data_ptr()
 
 
 @pytest.mark.parametrize("arch, weights", MODELS)
 def test_body_rows_are_bit_independent(arch, weights):
     """A chain call, and a batch of rows on a one-row cache, give each token the bits it gets alone."""
-    model = tiny_model_of(arch, weights, torch.bfloat16)
-    lean = body(model)
+    lean = tiny_model_of(arch, weights, torch.bfloat16).decoder
     ids = torch.randint(0, 256, (1, PROMPT + 8))
     with torch.inference_mode():
         alone, chain = GrowingCache(), GrowingCache()
-        lean(ids[:, :PROMPT], past_key_values=alone)
-        lean(ids[:, :PROMPT], past_key_values=chain)
-        one = torch.cat([lean(ids[:, i:i + 1], past_key_values=alone) for i in range(PROMPT, PROMPT + 8)], 1)
-        assert torch.equal(lean(ids[:, PROMPT:], past_key_values=chain), one)
+        lean.forward(ids[:, :PROMPT], alone)
+        lean.forward(ids[:, :PROMPT], chain)
+        one = torch.cat([lean.forward(ids[:, i:i + 1], alone) for i in range(PROMPT, PROMPT + 8)], 1)
+        assert torch.equal(lean.forward(ids[:, PROMPT:], chain), one)
         chain.keep(PROMPT, torch.empty(0, dtype=torch.long))
         rows = torch.stack([ids[0, PROMPT:], ids[0, PROMPT:].flip(0)])  # [2, 8]: the first row is the chain
-        assert torch.equal(lean(rows, past_key_values=chain)[:1], one)
+        assert torch.equal(lean.forward(rows, chain)[:1], one)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -144,8 +144,8 @@ def test_body_rows_are_bit_independent(arch, weights):
 def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype, monkeypatch):
     """Decoding and tree calls run every layer in one C++ call (kernels.decoder_layers): the hidden states and
     the cache it leaves are bit-identical to the Python layers', past the sliding window too."""
-    model = tiny_model_of(arch, weights, dtype)
-    lean = body(model)
+    target = tiny_model_of(arch, weights, dtype)
+    model, lean = target.model, target.decoder
     specs, ran, stack = lean.specs, [], kernels.decoder_layers
     assert specs is not None
     monkeypatch.setattr(kernels, "decoder_layers", lambda *args: ran.append(1) or stack(*args))
@@ -153,50 +153,48 @@ def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype,
     def python_layers(*args, **kwargs):
         lean.specs = None
         try:
-            return lean(*args, **kwargs)
+            return lean.forward(*args, **kwargs)
         finally:
             lean.specs = specs
 
     ids = torch.randint(0, 256, (1, PROMPT + STEPS + 3))
     ours, theirs = GrowingCache(), GrowingCache()
     with torch.inference_mode():
-        assert torch.equal(lean(ids[:, :PROMPT], past_key_values=ours), python_layers(ids[:, :PROMPT],
-                                                                                      past_key_values=theirs))
+        assert torch.equal(lean.forward(ids[:, :PROMPT], ours), python_layers(ids[:, :PROMPT], theirs))
         assert not ran  # a prefill fills the cache's buffers in Python first
         for i in range(PROMPT, PROMPT + STEPS):
-            assert torch.equal(lean(ids[:, i:i + 1], past_key_values=ours),
-                               python_layers(ids[:, i:i + 1], past_key_values=theirs))
+            assert torch.equal(lean.forward(ids[:, i:i + 1], ours), python_layers(ids[:, i:i + 1], theirs))
         draft = Draft(ids[0, -2:], torch.tensor([-1, -1]))
         visible, depth = draft.attention()
         positions = ours.get_seq_length() + depth
         mask = TreeMasks(model)(visible, positions, positions, prefix=ours.get_seq_length())
         tree = ids[:, [-3, -2, -1]]
-        assert torch.equal(lean(tree, past_key_values=ours, attention_mask=mask, position_ids=positions[None]),
-                           python_layers(tree, past_key_values=theirs, attention_mask=mask,
-                                         position_ids=positions[None]))
+        assert torch.equal(lean.forward(tree, ours, positions[None], mask),
+                           python_layers(tree, theirs, positions[None], mask))
     assert len(ran) == STEPS + 1
     for a, b in zip(ours.layers, theirs.layers, strict=True):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
-def test_forward_uses_the_body_unless_the_model_runs_stock(monkeypatch):
-    model = tiny("llama").model
+def test_forward_runs_the_decoder_the_model_loaded_with(monkeypatch):
+    target = tiny("llama")
     calls = []
-    monkeypatch.setattr(Body, "__call__", lambda self, *args, **kwargs: calls.append(1) or hf(model, *args[:1],
-                                                                                                  None))
+    monkeypatch.setattr(Body, "forward", lambda self, ids, *args: calls.append(1) or hf(target.model, ids, None))
     ids = torch.randint(0, 256, (1, 5))
-    forward(model, ids, use_cache=False)
+    forward(target, ids)
     assert calls == [1]
-    with stock(model):
-        assert body(model) is None
-        forward(model, ids, use_cache=False)
+    reference = stock(target)
+    assert reference.backend == "hf" and reference.model is target.model and target.backend == "dense"
+    forward(reference, ids)
     assert calls == [1]
 
 
 def test_other_architectures_keep_hugging_faces_decoder(monkeypatch):
     model = tiny("llama").model
     monkeypatch.setattr(model.config, "model_type", "mistral")
-    assert body(model) is None
+    assert dense_backend(model) == "hf"
+    with pytest.raises(ValueError, match="specnb's decoder covers"):
+        build_decoder(model, "dense")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -205,10 +203,10 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
     """The norm kernel against the Hugging Face norm module; the rotary tables against Hugging Face's, bit for
     bit; the heads kernel against the norm plus Hugging Face's rotary embedding, on strided inputs (a slice of a
     fused projection)."""
-    model = tiny(arch, dtype).model
-    lean, layer = body(model), model.get_decoder().layers[0]
+    model, lean = tiny(arch, dtype).model, tiny(arch, dtype).decoder
+    layer = model.get_decoder().layers[0]
     x = torch.randn(5, 64, dtype=dtype) * 3
-    assert_close(lean.layers[0].input_norm(x), layer.input_layernorm(x), dtype)
+    assert_close(lean.layers[0].norms.input(x), layer.input_layernorm(x), dtype)
     fused = torch.randn(1, 5, 3 * 64, dtype=dtype)
     q = fused[..., :64]  # rows strided by 3 * 64
     positions = torch.arange(7, 12)[None]
@@ -221,7 +219,7 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
     cos, sin = lean.rotary(positions, dtype)["full_attention"]
     if arch == "gemma3":
         want = layer.self_attn.q_norm(q.reshape(1, 5, 4, 16)).transpose(1, 2)
-        got = kernels.heads(q, 4, lean.layers[0].q_norm.scale, lean.layers[0].q_norm.eps, False, cos, sin)
+        got = kernels.heads(q, 4, lean.layers[0].norms.q.scale, lean.layers[0].norms.q.eps, False, cos, sin)
     else:
         want = q.reshape(1, 5, 4, 16).transpose(1, 2)
         got = kernels.heads(q, 4, None, 0.0, False, cos, sin)
@@ -232,16 +230,14 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
 def test_timing_tables_are_keyed_by_the_body_too(monkeypatch):
     """Roofline tables timed before a change to the body (or without it) are not reused."""
     from specnb.core.roofline import cost_table_path
-    from specnb.model.decoder import call_path
 
     target = tiny("gemma3")
-    name = call_path(target.model)
+    name = target.decoder.call_path()
     assert name.startswith(kernels.routed(target.model)) and "-body" in name
     assert name in cost_table_path(target).name
     monkeypatch.setattr("specnb.model.decoder._digest", lambda: "changed0")
-    assert call_path(target.model) != name
-    with stock(target.model):
-        assert call_path(target.model) == ""
+    assert target.decoder.call_path() != name
+    assert stock(target).decoder.call_path() == "" and "-body" not in cost_table_path(stock(target)).name
 
 
 def test_a_family_specnb_does_not_cover_runs_on_hugging_faces_modules_said_once(tmp_path, capsys):
@@ -251,7 +247,6 @@ def test_a_family_specnb_does_not_cover_runs_on_hugging_faces_modules_said_once(
 
     from specnb import generate, load_model
     from specnb.drafters.context import ContextNgramDrafter
-    from specnb.model.decoder import body
     from specnb.model.models import _say_which_decoder, byte_tokenizer
 
     _say_which_decoder.cache_clear()
@@ -265,7 +260,7 @@ def test_a_family_specnb_does_not_cover_runs_on_hugging_faces_modules_said_once(
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("specnb: ")]
     assert said == ["specnb: gpt2 models run on Hugging Face's modules (specnb's decoder covers gemma3_text, llama, "
                     "qwen2)"]
-    assert body(target.model) is None
+    assert target.backend == "hf" and target.weights == "bf16"
     prompt = "abcabcabc"
     ar = generate(target, prompt, max_new_tokens=20, stop_at_eos=False)
     for verify in ("tree", "batch"):

@@ -230,7 +230,7 @@ def test_roofline_times_on_the_device(monkeypatch):
         perf_counter=lambda: events.append("clock") or time.perf_counter()))
     grid = Grid((1, 2), (0, 1), (8, 30), repeats=1)
     with fake_device():
-        frame = time_cells(fake_target().model, grid, progress=False)
+        frame = time_cells(fake_target(), grid, progress=False)
     assert len(frame) == 8 and frame.passes.tolist() == [1] * 8
     assert events[:2] == ["prefill", "prefill"]
     calls = 2 * len(grid.cells()) * (grid.repeats + 1)  # each cell and its one-token partner, every pass

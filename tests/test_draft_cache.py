@@ -37,7 +37,7 @@ def fresh_cache(arch: str, dtype: str, ids: tuple[int, ...]) -> GrowingCache:
     draft = self_draft(tiny(arch, DTYPES[dtype]), 2)
     cache = GrowingCache()
     with torch.inference_mode():
-        forward(draft.model, torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        forward(draft, torch.tensor([ids]), cache=cache)
     return cache
 
 
@@ -204,7 +204,7 @@ def test_every_candidates_q_is_the_drafts_distribution_at_its_parent(arch: str, 
         parent_path = path_to(tree, int(tree.parents[i])) if tree.parents[i] >= 0 else []
         ids = torch.tensor([text + tree.tokens[parent_path].tolist()])
         with torch.inference_mode():
-            logits = forward(draft.model, ids, last_only=True)[0][0, -1]
+            logits = forward(draft, ids, last_only=True)[0][0, -1]
         expected = probabilities(logits, config)
         torch.testing.assert_close(tree.q[i].float(), expected, rtol=1e-4, atol=1e-6)
         assert expected[tree.tokens[i]] > 0, i

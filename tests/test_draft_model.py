@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -82,6 +83,10 @@ def test_self_draft_shares_weights_and_leaves_the_target_alone():
     assert draft.model.get_output_embeddings().weight is target.model.get_output_embeddings().weight
     assert draft.model.model.layers[0] is target.model.model.layers[0]
     assert len(target.model.model.layers) == 4 and draft.model.model is not target.model.model
+    # its decoder runs the target's own first layer objects and head: nothing rebuilt, nothing copied
+    assert (len(draft.decoder.layers), len(target.decoder.layers)) == (2, 4)
+    assert all(a is b for a, b in zip(draft.decoder.layers, target.decoder.layers, strict=False))
+    assert draft.decoder.head is target.decoder.head and draft.decoder.norm is target.decoder.norm
     with pytest.raises(ValueError, match="1 <= L < 4"):
         self_draft(target, 4)
     with pytest.raises(ValueError, match="self:L"):
@@ -92,7 +97,7 @@ def test_draft_with_another_vocabulary_is_refused():
     target = tiny("qwen2")
     tokenizer = byte_tokenizer()
     tokenizer.add_tokens(["<extra>"])
-    other = LoadedModel(tiny("llama").model, tokenizer, "other-vocab")
+    other = dataclasses.replace(tiny("llama"), tokenizer=tokenizer, name="other-vocab")
     with pytest.raises(VocabularyError, match="different vocabulary"):
         check_vocabulary(target, other)
     check_vocabulary(target, tiny("llama"))  # same byte tokenizer: accepted
@@ -123,9 +128,9 @@ def test_gemma_self_draft_is_lossless_past_the_sliding_window():
     assert generate(target, prompt, drafter, max_new_tokens=16).tokens == ar
 
 
-def truncated_reference(target: LoadedModel, layers: int):
-    """Hugging Face's own model of the target's first ``layers`` layers (same weights, stock attention): what a
-    self-draft must compute."""
+def truncated_reference(target: LoadedModel, layers: int) -> LoadedModel:
+    """Hugging Face's own model of the target's first ``layers`` layers (same weights, stock attention), loaded as
+    any model is (its own decoder over its own weights): what a self-draft must compute."""
     import copy
 
     from transformers import AutoModelForCausalLM
@@ -139,15 +144,16 @@ def truncated_reference(target: LoadedModel, layers: int):
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype).eval()  # as tiny_model builds it
     missing, _ = model.load_state_dict(target.model.state_dict(), strict=False)
     assert not missing
-    return model
+    return LoadedModel.of(model, target.tokenizer, f"{target.name}-{layers}-layers")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch,layers", [("llama", 2), ("qwen2", 1), ("gemma3", 2), ("gemma3", 1)])
 def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype):
-    """A self:L draft computes the L-layer model on the kernel path, also once the target has run (its decoder
-    body was cached on the model object the draft is a shallow copy of), and its logits differ from the
-    target's. gemma3 self:1 keeps only a sliding-window layer: the target's full-attention layers must not run.
+    """A self:L draft computes the L-layer model on the kernel path, also once the target has run (a decoder
+    body cached on the model object the draft is a shallow copy of once ran the target's layers), and its logits
+    differ from the target's. gemma3 self:1 keeps only a sliding-window layer: the target's full-attention layers
+    must not run.
     A 40-token prompt, then single tokens, through the draft's own cache (the tiny Gemma's window is 16). The
     reference: an L-layer model of the same weights, on specnb's decoder bit for bit and on Hugging Face's
     within fp32 summation order."""
@@ -159,16 +165,16 @@ def test_self_draft_runs_its_own_layers_after_the_target_ran(arch, layers, dtype
     target = tiny(arch, dtype)
     ids = torch.randint(0, 256, (1, 44), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
-        target_logits = forward(target.model, ids[:, :40], past_key_values=GrowingCache())[0]
+        target_logits = forward(target, ids[:, :40], cache=GrowingCache())[0]
         draft = self_draft(target, layers)
         reference = truncated_reference(target, layers)
-        cache, ref_cache, hf_cache = GrowingCache(), GrowingCache(), DynamicCache(config=reference.config)
+        cache, ref_cache, hf_cache = GrowingCache(), GrowingCache(), DynamicCache(config=reference.model.config)
         calls = [ids[:, :40]] + [ids[:, i:i + 1] for i in range(40, 44)]  # then the decoding calls (C++ stack)
         for call in calls:
-            logits, hidden = forward(draft.model, call, past_key_values=cache)
-            assert torch.equal(hidden, forward(reference, call, past_key_values=ref_cache)[1])
+            logits, hidden = forward(draft, call, cache=cache)
+            assert torch.equal(hidden, forward(reference, call, cache=ref_cache)[1])
             if dtype == torch.float32:  # Hugging Face's decoder: only the summation order differs
-                want = reference.model(call, cache=hf_cache, use_cache=True).last_hidden_state
+                want = reference.model.model(call, cache=hf_cache, use_cache=True).last_hidden_state
                 torch.testing.assert_close(hidden, want, rtol=1e-5, atol=1e-4)
             if call.shape[1] == 40:
                 gap = (logits.float() - target_logits.float()).abs().amax()

@@ -103,8 +103,8 @@ CASES = [pytest.param(name, arch, path, id=f"{name}-{arch}-{path}") for path in 
 
 @functools.cache
 def path_target(arch: str, dtype: str, path: str) -> Any:
-    """The tiny model a path runs: the shared one on the kernels, a copy of it for PyTorch's ops (so the two
-    never rebuild each other's decoder body), the GGUF-written one over its blocks."""
+    """The tiny model a path runs: the shared one on the kernels, one loaded where the kernels are off for
+    PyTorch's ops (its decoder has no one-call stack: :func:`on_path` first), the GGUF-written one over its blocks."""
     if path == "gguf":
         return tiny_gguf(arch, DTYPES[dtype])
     return tiny_model(arch, dtype=DTYPES[dtype]) if path == "torch" else tiny(arch, DTYPES[dtype])
@@ -225,7 +225,7 @@ def assert_equal_up_to_a_near_tie(target: Any, got: list[int], want: list[int]) 
         return
     i = next(i for i, (a, b) in enumerate(zip(got, want, strict=True)) if a != b)
     with torch.inference_mode(), without_kernels():
-        logits = forward(target.model, torch.tensor([PROMPT + want[:i]]), past_key_values=GrowingCache())[0]
+        logits = forward(target, torch.tensor([PROMPT + want[:i]]), cache=GrowingCache())[0]
     last = logits[0, -1].float()
     gap = float((last[want[i]] - last[got[i]]).abs() / last.abs().max())
     assert gap < 1e-2, f"differs from AR at token {i}, where AR's choice led by {gap:.1%} of the largest logit"

@@ -15,12 +15,12 @@ from specnb.core.datasets import humaneval
 from specnb.drafters.context import ContextNgramDrafter
 from specnb.model import kernels, weights_choice
 from specnb.model.ceilings import streamed_bytes
-from specnb.model.decoder import Body, body, call_path, stock
+from specnb.model.decoder import BlockProjections, Body, DenseProjections
 from specnb.model.forward import forward
 from specnb.model.gguf_weights import read
 from specnb.model.kernels.quant import QuantizedWeight, int8_supported
 from specnb.model.model_names import ModelError, gguf_file
-from specnb.model.models import resolve_weights
+from specnb.model.models import resolve_weights, stock
 from specnb.paths import cache_dir
 
 
@@ -157,20 +157,19 @@ def test_auto_weights_follow_the_machines_table_for_embedded_models(monkeypatch,
 @pytest.mark.parametrize("arch", GGUF_ARCHS)
 def test_a_tiny_model_over_blocks_computes_the_stock_model_of_their_values(arch):
     target = tiny_gguf(arch)
-    lean = body(target.model)
-    assert isinstance(lean.head.weight, QuantizedWeight) and all(layer.blocks for layer in lean.layers)
-    assert "-gguf" in call_path(target.model)
-    assert read(target.model._specnb_gguf) is lean.source  # read once while a decoder holds it
-    settings = read(target.model._specnb_gguf).settings
+    lean = target.decoder
+    assert isinstance(lean.head.weight, QuantizedWeight)
+    assert all(isinstance(layer.projections, BlockProjections) for layer in lean.layers)
+    assert "-gguf" in lean.call_path() and target.backend == "gguf"
+    settings = lean.source.settings
     if arch == "gemma3":  # the sliding layers, their window and their rotary base from the file's metadata
         assert settings.layer_types == tuple(target.model.config.layer_types) and settings.window == 16
         assert settings.rope_base == {"full_attention": 1e6, "sliding_attention": 1e4}
     ids = torch.randint(0, 256, (1, 150), generator=torch.Generator().manual_seed(1))  # 150 > 128: SDPA attends
     for length in (20, 150):
         with torch.inference_mode():
-            logits, _ = forward(target.model, ids[:, :length])
-            with stock(target.model) as model:
-                reference = model(ids[:, :length]).logits
+            logits, _ = forward(target, ids[:, :length])
+            reference = target.model(ids[:, :length]).logits  # Hugging Face's model of the blocks' values
         # fp32 sums in another order, through 4 layers (a wrong row order or scale is off by far more)
         assert (logits - reference).abs().max() <= 1e-4 * reference.abs().max()
 
@@ -208,7 +207,7 @@ def test_a_gguf_file_is_a_model_name(weights, tmp_path, monkeypatch, capsys):
     written = tiny_gguf("llama", int8=weights == "gguf-int8")
     kernels.extension()  # loaded from the real cache before the test's own replaces it (a build takes a minute)
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
-    path = str(written.model._specnb_gguf)
+    path = written.decoder.source.path
     mine = load_model(path, dtype="float32", weights=weights)
     assert "converting" in capsys.readouterr().err
     assert mine.weights in ("gguf", "gguf-int8", "bf16") and (weights == "auto" or mine.weights == weights)
@@ -236,22 +235,25 @@ pytestmark = pytest.mark.usefixtures("all_threads")
 @needs_gemma
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_blocks_are_the_checkpoints_weights_in_its_row_order(dtype):
-    model = gemma(dtype, "gguf").model
-    lean, dense = body(model), Body.from_hf(model)  # the file's, and the converted checkpoint's
+    target = gemma(dtype, "gguf")
+    model = target.model
+    lean, dense = target.decoder, Body.from_hf(model)  # the file's, and the converted checkpoint's
     assert len(lean.layers) == model.config.num_hidden_layers
     for ours, theirs in zip(lean.layers, dense.layers, strict=True):
-        assert ours.blocks and not theirs.blocks
-        weights = [w.dequantize().to(model.dtype) for w, _ in ours.weights()]
-        stacked = [*theirs.qkv[0].split(theirs.qkv[2]), *theirs.gate_up[0].split(theirs.gate_up[2]),
-                   theirs.o[0], theirs.down[0]]
+        blocks, stacks = ours.projections, theirs.projections
+        assert isinstance(blocks, BlockProjections) and isinstance(stacks, DenseProjections)
+        weights = [w.dequantize().to(model.dtype) for w, _ in blocks.linears()]
+        stacked = [*stacks.qkv.weight.split(stacks.qkv.sizes), *stacks.gate_up.weight.split(stacks.gate_up.sizes),
+                   stacks.o[0], stacks.down[0]]
         assert all(torch.equal(a, b) for a, b in zip(weights, stacked, strict=True))
-        assert all(torch.allclose(a.scale, b.scale) for a, b in zip(ours.norms(), theirs.norms(), strict=True))
+        assert all(torch.allclose(a.scale, b.scale)
+                   for a, b in zip(ours.norms.all(), theirs.norms.all(), strict=True))
     assert torch.equal(lean.head.weight.dequantize().to(model.dtype), model.get_output_embeddings().weight)
     ids = torch.tensor([[2, 100, 5000, 262143]])
     assert torch.equal(lean.embed(ids), model.get_input_embeddings()(ids))  # rows decoded from the blocks
-    assert streamed_bytes(model) == lean.weight_bytes() < streamed_bytes(gemma(dtype, "bf16").model) / 2
-    assert "-gguf" in call_path(model)  # its timing tables and greedy references are its own
-    assert "-gguf" not in call_path(gemma(dtype, "bf16").model)
+    assert streamed_bytes(target) == lean.weight_bytes() < streamed_bytes(gemma(dtype, "bf16")) / 2
+    assert "-gguf" in lean.call_path()  # its timing tables and greedy references are its own
+    assert "-gguf" not in gemma(dtype, "bf16").decoder.call_path()
     assert (gemma(dtype, "gguf").weights, gemma(dtype, "bf16").weights) == ("gguf", "bf16")
 
 
@@ -266,15 +268,12 @@ def test_fp32_logits_and_greedy_tokens_equal_the_stock_fp32_models():
     """The converted checkpoint holds the file's values in fp32: the stock model is the same model."""
     target = gemma("float32", "gguf")
     ids = target.tokenizer(prompts()[0], return_tensors="pt").input_ids
-    logits, _ = forward(target.model, ids)
-    with stock(target.model) as model:
-        reference = model(ids).logits
+    logits, _ = forward(target, ids)
+    reference = target.model(ids).logits
     assert (logits - reference).abs().max() <= 1e-3 * reference.abs().max()
     for prompt in prompts():
         ours = generate(target, prompt, max_new_tokens=12).tokens
-        with stock(target.model):
-            theirs = generate(target, prompt, max_new_tokens=12).tokens
-        assert ours == theirs
+        assert ours == generate(stock(target), prompt, max_new_tokens=12).tokens
 
 
 @pytest.mark.slow

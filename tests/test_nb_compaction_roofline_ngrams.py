@@ -72,7 +72,7 @@ def test_storage_summary_and_its_verdicts_carry_intervals():
 
 
 def test_a_timed_cell_reports_its_spread_over_passes():
-    frame = time_cells(tiny("llama").model, Grid((1, 2), (0, 3), (8,), repeats=3), progress=False)
+    frame = time_cells(tiny("llama"), Grid((1, 2), (0, 3), (8,), repeats=3), progress=False)
     assert (frame.passes == 3).all()
     assert (frame.slowdown_low <= frame.slowdown + 1e-12).all()
     assert (frame.slowdown <= frame.slowdown_high + 1e-12).all()

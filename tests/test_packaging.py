@@ -55,7 +55,7 @@ def test_transformers_is_kept_below_the_release_that_removes_past_key_values():
 def test_a_decoding_step_raises_no_future_warning(path: str) -> None:
     """Greedy speculative decoding (tree and batch verification, a Gemma-3 context past its window, a self-draft
     with its own cache) on specnb's decoder with its kernels, with PyTorch's ops (what runs where the kernels
-    cannot) and on Hugging Face's own decoder (:func:`specnb.model.decoder.stock`: what runs other architectures)
+    cannot) and on Hugging Face's own decoder (:func:`specnb.model.models.stock`: what runs other architectures)
     raises no FutureWarning: nothing it calls is deprecated for removal."""
     import contextlib
 
@@ -64,16 +64,14 @@ def test_a_decoding_step_raises_no_future_warning(path: str) -> None:
     from specnb import generate
     from specnb.drafters.context import ContextNgramDrafter
     from specnb.eval.methods import make_drafter
-    from specnb.model.decoder import stock
+    from specnb.model.models import stock, tiny_model
 
     for arch in ARCHS:
-        target = tiny(arch)
         prompt = [256, *range(40, 46)] * 3
         with contextlib.ExitStack() as stack:
             if path == "torch":
                 stack.enter_context(without_kernels())
-            if path == "hugging-face":
-                stack.enter_context(stock(target.model))
+            target = {"torch": tiny_model, "hugging-face": lambda arch: stock(tiny(arch))}.get(path, tiny)(arch)
             stack.enter_context(warnings.catch_warnings())
             warnings.simplefilter("error", FutureWarning)
             for verify in ("tree", "batch"):

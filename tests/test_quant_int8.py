@@ -14,7 +14,6 @@ import torch
 from conftest import GGUF_ARCHS, kernel_path_exists, tiny_gguf
 from test_quant import random_weight, reference
 
-from specnb.model.decoder import body, call_path
 from specnb.model.forward import forward
 from specnb.model.kernels import quant
 from specnb.model.kernels.quant import FORMATS, INT8_LANES, QuantizedWeight
@@ -102,14 +101,14 @@ def test_int8_needs_whole_tiles_of_rows():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_model_over_int8_activations_is_close_to_the_exact_one(arch, dtype):
     target, exact = tiny_gguf(arch, dtype, int8=True), tiny_gguf(arch, dtype)
-    weights = [w for layer in body(target.model).layers for w, _ in layer.weights()]
+    weights = [w for layer in target.decoder.layers for w, _ in layer.projections.linears()]
     assert all(w.int8 == (w.shape[0] % INT8_LANES == 0) for w in weights)
     assert any(w.int8 for w in weights)
-    assert call_path(target.model).endswith("-gguf-int8") and call_path(exact.model).endswith("-gguf")
+    assert target.decoder.call_path().endswith("-gguf-int8") and exact.decoder.call_path().endswith("-gguf")
     prompt = [256] + list(range(40, 60)) * 3
     ids = torch.tensor([prompt])
     with torch.inference_mode():
-        ours, theirs = forward(target.model, ids)[0].double(), forward(exact.model, ids)[0].double()
+        ours, theirs = forward(target, ids)[0].double(), forward(exact, ids)[0].double()
     assert not torch.equal(ours, theirs)  # the int8 route really runs
     # and nearly the same model (the kernel tests above pin what it computes; these random 4-layer models amplify
     # rounding)

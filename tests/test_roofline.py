@@ -25,7 +25,7 @@ def test_grid_cells_put_the_reference_first_and_respect_the_token_cap():
 
 
 def test_time_cells_on_a_tiny_model():
-    frame = time_cells(tiny("llama").model, Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
+    frame = time_cells(tiny("llama"), Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
     assert len(frame) == 8 and set(frame.columns) >= {"context", "k", "w", "tokens", "seconds", "slowdown"}
     assert np.isfinite(frame.seconds).all() and (frame.seconds > 0).all()
     assert frame.set_index(["k", "w"]).loc[(3, 2)].tokens.tolist() == [9, 9]
@@ -41,15 +41,15 @@ def test_time_cells_measures_what_calls_cost(monkeypatch):
     now = [0.0]
     context_of: dict[int, int] = {}  # id of a context's cache -> the context it was filled with
 
-    def forward(model, ids, past_key_values=None, last_only=False, **kwargs):
+    def forward(model, ids, cache=None, last_only=False, **kwargs):
         if last_only:  # the prefill of a context's cache
-            context_of[id(past_key_values)] = ids.shape[1]
+            context_of[id(cache)] = ids.shape[1]
             return
-        now[0] += (1 + (ids.numel() - 1) / 2) * (1 + context_of[id(past_key_values)] / 10) / 1e3
+        now[0] += (1 + (ids.numel() - 1) / 2) * (1 + context_of[id(cache)] / 10) / 1e3
 
     monkeypatch.setattr(timing, "forward", forward)
     monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
-    frame = time_cells(tiny("llama").model, Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
+    frame = time_cells(tiny("llama"), Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
     slowdown = 1 + (frame.tokens - 1) / 2
     assert frame.slowdown.to_numpy() == pytest.approx(slowdown.to_numpy(), rel=1e-9)
     assert frame.seconds.to_numpy() == pytest.approx((slowdown * (1 + frame.context / 10) / 1e3).to_numpy(),
@@ -75,7 +75,7 @@ def test_the_cost_table_holds_when_the_machine_slows_down_midway(monkeypatch):
 
     monkeypatch.setattr(timing, "forward", forward)
     monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
-    frame = time_cells(tiny("llama").model, Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
+    frame = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
     assert len(calls) == 1 + 2 * 6 * 4  # the prefill; a warm-up pass and three timed passes of paired calls
     assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
 

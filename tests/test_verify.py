@@ -15,6 +15,7 @@ from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.model.forward import forward
 from specnb.model.kv_cache import GrowingCache
 from specnb.model.masks import TreeMasks
+from specnb.model.models import LoadedModel
 
 # 24 prompt tokens: longer than the tiny Gemma3's sliding window (16), so its local-layer masks matter.
 PROMPT = torch.tensor([5, 17, 42, 99, 3, 250, 8, 61, 77, 12, 140, 33, 200, 9, 64, 128, 7, 19, 88, 101, 45, 2, 230, 56])
@@ -24,15 +25,15 @@ TREE = Draft(torch.tensor([10, 11, 12, 20, 21, 13]), torch.tensor([-1, 0, 1, -1,
 
 
 @torch.inference_mode()
-def fresh_logits(model, ids: torch.Tensor) -> torch.Tensor:
+def fresh_logits(model: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     """Logits [L, V] of one causal call over ``ids`` from an empty cache."""
     return forward(model, ids[None])[0][0]
 
 
 @torch.inference_mode()
-def fresh_cache(model, ids: torch.Tensor) -> GrowingCache:
+def fresh_cache(model: LoadedModel, ids: torch.Tensor) -> GrowingCache:
     cache = GrowingCache()
-    forward(model, ids[None], past_key_values=cache, use_cache=True)
+    forward(model, ids[None], cache=cache)
     return cache
 
 
@@ -56,7 +57,7 @@ def assert_same_cache(cache: GrowingCache, expected: GrowingCache) -> None:
 @pytest.mark.parametrize("mode", ["tree", "batch"])
 def test_every_node_sees_exactly_its_ancestors(arch, mode):
     """Row i+1 of the call's logits equals a fresh causal call over prompt + root + the path to node i."""
-    model = tiny(arch).model
+    model = tiny(arch)
     verifier = Verifier(model, mode)
     verifier.prefill(PROMPT)
     verification = verifier.forward(ROOT, TREE)
@@ -73,7 +74,7 @@ def test_every_node_sees_exactly_its_ancestors(arch, mode):
 def test_keep_leaves_the_cache_of_the_accepted_text(arch, mode, accepted):
     """After keep(), the cache equals a fresh prefill of prompt + root + accepted tokens (non-contiguous
     nodes included), and the next call's logits equal a fresh call's."""
-    model = tiny(arch).model
+    model = tiny(arch)
     verifier = Verifier(model, mode)
     verifier.prefill(PROMPT)
     verifier.forward(ROOT, TREE)
@@ -228,7 +229,7 @@ def test_draft_model_cache_after_a_partial_acceptance(accepted):
         drafter.update(torch.tensor([*tokens, bonus]), torch.tensor(nodes, dtype=torch.long))
     text = torch.cat([context, torch.tensor(tokens, dtype=torch.long)])
     assert drafter.prefix == text.shape[0]
-    assert_same_cache(drafter.cache, fresh_cache(draft.model, text))
+    assert_same_cache(drafter.cache, fresh_cache(draft, text))
     following = torch.cat([text, torch.tensor([bonus])])
     again, fresh = drafter.propose(state(following)), DraftModelDrafter(draft, "3x2x2", target.vocab_size)
     expected = fresh.propose(state(following))

@@ -72,7 +72,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
     eos = torch.tensor(sorted(target.eos_token_ids) if stop_at_eos else [], dtype=torch.long)
     device = model_device(target.model)
     generator = make_generator(device, seed)  # sampling draws from probabilities on the model's device
-    verifier = Verifier(target.model, verify, want_hidden=bool(drafter and drafter.needs_hidden_state))
+    verifier = Verifier(target, verify, want_hidden=bool(drafter and drafter.needs_hidden_state))
     # One buffer for prompt + output; drafters see a view of its filled part (no copies per step).
     buffer = torch.empty(prompt_ids.shape[0] + max_new_tokens, dtype=torch.long)
     buffer[:prompt_ids.shape[0]] = prompt_ids

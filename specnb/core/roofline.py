@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model.decoder import call_path
 from ..model.kernels.cpu import cpu_model
 from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
@@ -131,7 +130,7 @@ def machine_key(target: LoadedModel) -> str:
     share cached outputs."""
     dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
-    kernel = call_path(target.model)
+    kernel = target.decoder.call_path()
     return "-".join(part for part in (safe_name(target.name, whole=True), dtype, host, kernel) if part)
 
 

@@ -30,12 +30,12 @@ from typing import Literal
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from ..model.device import model_device
 from ..model.forward import forward
 from ..model.kv_cache import GrowingCache
 from ..model.masks import TreeMasks
+from ..model.models import LoadedModel
 from .draft import Draft
 
 VerifyMode = Literal["tree", "batch"]
@@ -60,15 +60,15 @@ class Verifier:
     matrix it ran), so :meth:`keep` needs only the accepted nodes.
     """
 
-    def __init__(self, model: PreTrainedModel, mode: VerifyMode = "tree", want_hidden: bool = False):
+    def __init__(self, target: LoadedModel, mode: VerifyMode = "tree", want_hidden: bool = False):
         if mode not in ("tree", "batch"):
             raise ValueError(f"verification mode must be 'tree' or 'batch', got {mode!r}")
-        self.model = model
+        self.target = target
         self.mode = mode
         self.want_hidden = want_hidden
-        self.device = model_device(model)
+        self.device = model_device(target.model)
         self.cache = GrowingCache()
-        self.masks = TreeMasks(model)
+        self.masks = TreeMasks(target.model)
         self._past = 0  # cache length before the last forward call
         self._paths: Tensor | None = None  # batch mode: the [P, D] paths (full indices) the last call ran
 
@@ -77,8 +77,7 @@ class Verifier:
         return self.cache.get_seq_length()
 
     def _call(self, input_ids: Tensor, last_only: bool = False, **kwargs) -> tuple[Tensor, Tensor | None]:
-        logits, hidden = forward(self.model, input_ids, last_only=last_only, past_key_values=self.cache,
-                                 use_cache=True, **kwargs)
+        logits, hidden = forward(self.target, input_ids, last_only=last_only, cache=self.cache, **kwargs)
         return logits, (hidden if self.want_hidden else None)
 
     @torch.inference_mode()
@@ -91,7 +90,7 @@ class Verifier:
     def forward(self, root: int, draft: Draft) -> Verification:
         """One target call over ``[root] + draft`` (host tensors) appended to the cache; the result's
         logits [n+1, V] and hidden states [n+1, d] are on the model's device."""
-        if draft.num_nodes and int(draft.tokens.max()) >= self.model.get_output_embeddings().weight.shape[0]:
+        if draft.num_nodes and int(draft.tokens.max()) >= self.target.vocab_size:
             raise ValueError("draft contains a token id outside the target's vocabulary")
         ids = torch.cat([torch.tensor([root]), draft.tokens])
         self._past, self._paths = self.cache_len, None
@@ -108,7 +107,7 @@ class Verifier:
         positions = past + depth
         # Every node sees the whole cache and, among the new entries, exactly itself and its ancestors.
         mask = self.masks(visible, positions, positions, prefix=past)
-        logits, hidden = self._call(ids[None], attention_mask=mask, position_ids=positions[None])
+        logits, hidden = self._call(ids[None], mask=mask, positions=positions[None])
         return Verification(logits[0], None if hidden is None else hidden[0])
 
     def _forward_batch(self, ids: Tensor, draft: Draft) -> Verification:

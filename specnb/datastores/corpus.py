@@ -43,7 +43,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..atomic import atomic_folder, check_replaceable
 from ..model.model_names import ModelError, resolve_name
-from ..model.models import LoadedModel, byte_tokenizer, checkpoint, fetch
+from ..model.models import LoadedModel, byte_tokenizer, checkpoint, fetch, vocabulary_fingerprint
 from ..paths import artifact_path, safe_name
 from . import CorpusError
 from .manifest import check_files, read_meta, write_meta
@@ -54,40 +54,25 @@ FORMAT_VERSION = 1
 
 # ---------------------------------------------------------------------------------------- tokenizers
 
-def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
-    """A short hash of the tokenizer's vocabulary (token string -> id), equal for equal vocabularies.
-
-    Two models sharing a tokenizer (Qwen2.5-Coder 0.5B and 1.5B, the tiny test models) share datastores.
-    Hashing a 262k vocabulary takes ~0.3 s, so the result is kept on the tokenizer (keyed by its length,
-    which changes when tokens are added).
-    """
-    cached = getattr(tokenizer, "_specnb_fingerprint", None)
-    if cached is not None and cached[0] == len(tokenizer):
-        return cached[1]
-    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
-    fingerprint = hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
-    tokenizer._specnb_fingerprint = (len(tokenizer), fingerprint)
-    return fingerprint
-
-
 @dataclass(frozen=True)
 class TokenizerInfo:
     """What identifies the tokenizer a corpus or datastore was built with."""
 
     name: str  # model name it came from (informational)
     vocab_size: int  # len(tokenizer): every stored id is below it
-    fingerprint: str  # tokenizer_fingerprint(), the check
+    fingerprint: str  # specnb.model.models.vocabulary_fingerprint(), the check
 
     @classmethod
     def of(cls, source: str | LoadedModel | PreTrainedTokenizerBase) -> tuple[TokenizerInfo, PreTrainedTokenizerBase]:
-        """(info, tokenizer) for a model name, a loaded model or a tokenizer."""
+        """(info, tokenizer) for a model name, a loaded model (its fingerprint computed once,
+        :attr:`~specnb.model.models.LoadedModel.vocabulary_fingerprint`) or a tokenizer."""
         if isinstance(source, LoadedModel):
-            name, tokenizer = source.name, source.tokenizer
-        elif isinstance(source, str):
+            return cls(source.name, len(source.tokenizer), source.vocabulary_fingerprint), source.tokenizer
+        if isinstance(source, str):
             name, tokenizer = source, load_tokenizer(source)
         else:
             name, tokenizer = getattr(source, "name_or_path", "") or type(source).__name__, source
-        return cls(name, len(tokenizer), tokenizer_fingerprint(tokenizer)), tokenizer
+        return cls(name, len(tokenizer), vocabulary_fingerprint(tokenizer)), tokenizer
 
     def check(self, target: str | LoadedModel | PreTrainedTokenizerBase, what: str) -> None:
         """Raise CorpusError when ``target``'s tokenizer (a model name, a loaded model or a tokenizer) differs from

@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..atomic import write_text
-from ..model.decoder import body
+from ..model.backend import HFModules
 from ..model.models import LoadedModel
 from .corpus import TokenCorpus, corpus_digest
 
@@ -109,13 +109,13 @@ def batches(segs: list[Segment], batch_tokens: int) -> list[list[Segment]]:
 def last_hidden_states(target: LoadedModel, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """float [B, T, d]: final-norm hidden states of right-padded ids [B, T] (the decoder only, no LM head).
 
-    Computed by the decoder the decoding loop runs (:func:`specnb.model.decoder.body`), so they are what it hands a
-    drafter: right padding needs no mask there, as causal attention never lets a token see the pads after it.
+    Computed by the decoder the decoding loop runs (:attr:`specnb.model.models.LoadedModel.decoder`), so they are what
+    it hands a drafter: right padding needs no mask on specnb's decoder, as causal attention never lets a token see
+    the pads after it; Hugging Face's modules get ``attention_mask`` [B, T] (1 = token, 0 = pad).
     """
-    lean = body(target.model)
-    if lean is not None:
-        return lean(ids, use_cache=False)
-    return target.model.get_decoder()(input_ids=ids, attention_mask=attention_mask).last_hidden_state
+    if isinstance(target.decoder, HFModules):
+        return target.decoder.forward(ids, mask=attention_mask)
+    return target.decoder.forward(ids)
 
 
 @dataclass(frozen=True)

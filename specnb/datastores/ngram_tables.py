@@ -245,7 +245,7 @@ def _compute_rows(target: LoadedModel, tokens: np.ndarray, k_max: int, batch_siz
     bar = tqdm(total=ids.shape[0], desc=f"bigram rows ({target.name})", unit="tok", disable=not progress)
     for start in range(0, ids.shape[0], batch_size):
         batch = ids[start:start + batch_size]
-        logits = forward(target.model, batch, last_only=True, use_cache=False)[0][:, -1].float()
+        logits = forward(target, batch, last_only=True)[0][:, -1].float()
         top = torch.topk(torch.log_softmax(logits, -1), k_max, dim=-1)
         out_ids.append(top.indices)
         out_lp.append(top.values)

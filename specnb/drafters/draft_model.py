@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from ..core.accept import SCHEMES, CandidateDraft, Scheme
 from ..core.draft import Draft
@@ -30,6 +29,8 @@ from ..core.drafter import DecodeState, Drafter
 from ..core.report import Report
 from ..core.sampling import SamplingConfig, probabilities
 from ..draft_shapes import check_self_layers, self_layers, tree_shape
+from ..model.backend import HFModules
+from ..model.decoder import Body
 from ..model.device import generator as make_generator
 from ..model.device import model_device
 from ..model.forward import forward
@@ -116,9 +117,10 @@ class VocabularyError(ValueError):
 def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
     """The target truncated to its first ``layers`` decoder layers, sharing every weight with it.
 
-    Hugging Face decoders run ``self.layers[:config.num_hidden_layers]``, so a shallow copy of the model
-    objects with a config of ``layers`` layers is the whole early-exit model: same embeddings, first layers,
-    final norm and LM head, no copied tensors.
+    Its decoder is the target's own on its first layers (:meth:`specnb.model.decoder.Body.first_layers`: the same
+    layer objects, final norm and head). Its Hugging Face model, which gives the config (and runs the ``hf``
+    backend: Hugging Face decoders run ``self.layers[:config.num_hidden_layers]``), is a shallow copy of the
+    target's model objects with a config of ``layers`` layers: no copied tensors.
     """
     config = copy.deepcopy(target.model.config)
     text = config.get_text_config()
@@ -132,9 +134,11 @@ def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
     base.config = text
     model = copy.copy(outer)
     model._modules = {**outer._modules, outer.base_model_prefix: base}  # never mutate the target's dict
-    vars(model).pop("_specnb_body", None)  # the target's cached decoder body runs all of its layers
     model.config = config
-    return LoadedModel(model, target.tokenizer, f"{target.name}:self:{layers}", target.chat, target.eos_token_ids)
+    decoder = target.decoder
+    draft = decoder.first_layers(layers) if isinstance(decoder, Body) else HFModules(model, decoder.head)
+    return LoadedModel(model, target.tokenizer, f"{target.name}:self:{layers}", draft, target.chat,
+                       target.eos_token_ids)
 
 
 def check_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
@@ -184,7 +188,6 @@ class DraftModelDrafter(Drafter):
         if scheme not in SCHEMES:
             raise ValueError(f"unknown acceptance scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
         self.draft = draft
-        self.model: PreTrainedModel = draft.model
         self.shape = tree_shape(shape) if isinstance(shape, str) else tuple(shape)
         if not self.shape or min(self.shape) < 1:
             raise ValueError(f"invalid draft shape {self.shape}")
@@ -193,8 +196,8 @@ class DraftModelDrafter(Drafter):
         self.config = SamplingConfig(temperature, top_p)
         # One generator for the drafter's life, not reseeded per generation: repeated generations from the
         # same prompt must draw fresh candidates, or their outputs would not follow the target distribution.
-        self.generator = make_generator(model_device(self.model), seed)
-        self.masks = TreeMasks(self.model)
+        self.generator = make_generator(model_device(draft.model), seed)
+        self.masks = TreeMasks(draft.model)
         self.reset(torch.empty(0, dtype=torch.long))
 
     # -------------------------------------------------------------- protocol
@@ -224,7 +227,7 @@ class DraftModelDrafter(Drafter):
         self.cache.keep(self.prefix, torch.empty(0, dtype=torch.long))  # drop a tree update() did not see
         # Level 0: the tokens the draft has not seen yet (accepted leaves, the root) as one causal chain.
         pending = state.tokens[self.prefix:]
-        logits, _ = forward(self.model, pending[None], last_only=True, past_key_values=self.cache, use_cache=True)
+        logits, _ = forward(self.draft, pending[None], last_only=True, cache=self.cache)
         logits = self._fit(logits[0])  # [1, V]
         self.prefix = context
         frontier = torch.tensor([-1])  # nodes whose children are drawn next (-1 = the root)
@@ -300,8 +303,8 @@ class DraftModelDrafter(Drafter):
         query_pos = context - 1 + depth[frontier]
         mask = self.masks(ancestors[frontier][:, key_nodes], query_pos, context - 1 + depth[key_nodes],
                           prefix=self.prefix)
-        logits, _ = forward(self.model, tokens[frontier][None], past_key_values=self.cache, use_cache=True,
-                            attention_mask=mask, position_ids=query_pos[None])
+        logits, _ = forward(self.draft, tokens[frontier][None], cache=self.cache, mask=mask,
+                            positions=query_pos[None])
         return self._fit(logits[0])
 
     def _fit(self, logits: Tensor) -> Tensor:

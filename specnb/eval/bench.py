@@ -138,7 +138,7 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
         if length + config.max_new_tokens > target.max_context:
             raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
                              f"exceeds the context of {target.name} ({target.max_context} tokens)")
-    machine = {"weight_bytes": streamed_bytes(target.model), "read_gb_per_s": sample_read_bandwidth(),
+    machine = {"weight_bytes": streamed_bytes(target), "read_gb_per_s": sample_read_bandwidth(),
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)
 

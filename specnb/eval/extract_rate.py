@@ -71,5 +71,5 @@ def load_target(name: str, dtype: str, device: str, weights: str = "auto") -> Lo
     byte tokenizer."""
     if name.startswith("random:"):
         model = random_model(name.removeprefix("random:"), dtype, device)
-        return LoadedModel(model, byte_tokenizer(), name)
+        return LoadedModel.of(model, byte_tokenizer(), name)
     return load_model(name, dtype=dtype, device=device, weights=weights)

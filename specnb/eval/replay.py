@@ -78,7 +78,7 @@ def replay_many(make: Callable[[], Drafter], references: list[Reference],
 def teacher_forced_hidden(target: LoadedModel, prompt_ids: Tensor, output: Tensor) -> Tensor:
     """float32 [L + T, d]: the target's last hidden states over prompt + output in one forward pass."""
     ids = torch.cat([torch.as_tensor(prompt_ids, dtype=torch.long), torch.as_tensor(output, dtype=torch.long)])
-    _, hidden = forward(target.model, ids[None], last_only=True)
+    _, hidden = forward(target, ids[None], last_only=True)
     return hidden[0].float()
 
 

@@ -27,13 +27,11 @@ from transformers import PretrainedConfig, PreTrainedModel
 from ..atomic import write_csv
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
 from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
-from ..model.decoder import call_path
 from ..model.device import model_device, resolve_device, synchronize
 from ..model.forward import forward
-from ..model.gguf_weights import uses_gguf, uses_int8
 from ..model.kernels.cpu import cpu_class
 from ..model.kv_cache import GrowingCache
-from ..model.models import LoadedModel, resolve_dtype
+from ..model.models import LoadedModel, byte_tokenizer, resolve_dtype
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def get_grid(name: str) -> Grid:
 
 
 @torch.inference_mode()
-def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool = True,
+def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = True,
                desc: str = "roofline") -> pd.DataFrame:
     """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown, and the spread
     of the slow-down over the timed passes (``slowdown_low`` / ``slowdown_high``: the cell's smallest and
@@ -107,14 +105,14 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
     and allocations differ per shape, notably on a GPU). Why, measured: docs/forward_pass.md, "Measurements
     behind the code".
     """
-    device = model_device(model)
-    vocab = model.get_output_embeddings().weight.shape[0]
+    device = model_device(target.model)
+    vocab = target.vocab_size
     generator = torch.Generator().manual_seed(seed)
     caches = {}
     for context in grid.contexts:
         caches[context] = GrowingCache()
         prompt = torch.randint(vocab, (1, context), generator=generator)
-        forward(model, prompt, last_only=True, past_key_values=caches[context], use_cache=True)
+        forward(target, prompt, last_only=True, cache=caches[context])
     cells = grid.cells()
     blocks = {cell: torch.randint(vocab, (cell[1], cell[2] + 1), generator=generator).to(device) for cell in cells}
     one = {context: torch.randint(vocab, (1, 1), generator=generator).to(device) for context in grid.contexts}
@@ -125,7 +123,7 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
         caches[context].keep(context, torch.empty(0, dtype=torch.long))
         synchronize(device)
         start = time.perf_counter()
-        forward(model, block, past_key_values=caches[context], use_cache=True)
+        forward(target, block, cache=caches[context])
         synchronize(device)
         return time.perf_counter() - start
 
@@ -152,13 +150,11 @@ def time_cells(model: PreTrainedModel, grid: Grid, seed: int = 0, progress: bool
     return frame.drop(columns=["ratio_min", "ratio_max", "ratio_median"])
 
 
-def timing_label(model: PreTrainedModel) -> str:
+def timing_label(target: LoadedModel) -> str:
     """The ``dtype`` column of a timing: the weights' dtype (``"bfloat16"``), with ``-gguf`` where the projections
     and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations; ``-gguf-int8`` rounded to int8)."""
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    if not uses_gguf(model):
-        return dtype
-    return f"{dtype}-gguf-int8" if uses_int8(model) else f"{dtype}-gguf"
+    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    return dtype if target.weights == "bf16" else f"{dtype}-{target.weights}"
 
 
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
@@ -168,24 +164,26 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     measured read bandwidth) and ``compute_floor_s`` (parameters x tokens multiply-adds at the peak of the
     instruction the path uses, ``compute_instruction``: :func:`specnb.model.ceilings.path_instruction`; PyTorch's
     best GEMM FLOP/s where specnb's kernels do not run the model)."""
-    model = target.model if isinstance(target, LoadedModel) else target
-    name = label or (target.name if isinstance(target, LoadedModel) else type(model).__name__)
+    if not isinstance(target, LoadedModel):
+        target = LoadedModel.of(target, byte_tokenizer(), type(target).__name__)
+    model = target.model
+    name = label or target.name
     param = next(model.parameters())
-    dtype = timing_label(model)
-    frame = time_cells(model, grid, progress=progress, desc=f"roofline {name} {dtype}")
+    dtype = timing_label(target)
+    frame = time_cells(target, grid, progress=progress, desc=f"roofline {name} {dtype}")
     frame["model"] = name
     frame["dtype"] = dtype
     frame["device"] = device_name(param.device)
     frame["torch"] = torch.__version__
-    frame["kernel"] = call_path(model) or "torch"
+    frame["kernel"] = target.decoder.call_path() or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
     if param.device.type == "cpu":
         frame["cpu_class"] = cpu_class()
         frame["read_gb_per_s"] = read_bandwidth()
         frame["gemm_gflops"] = gemm_flops(param.dtype) / 1e9
-        frame["bandwidth_floor_s"] = streamed_bytes(model) / (frame.read_gb_per_s * 1e9)
-        instruction = path_instruction(model)
+        frame["bandwidth_floor_s"] = streamed_bytes(target) / (frame.read_gb_per_s * 1e9)
+        instruction = path_instruction(target)
         macs = peak_macs(instruction) if instruction else None
         frame["compute_instruction"] = instruction or "torch-gemm"
         frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2

@@ -203,7 +203,7 @@ def prompt_state(target: LoadedModel, prompt: Prompt) -> tuple[np.ndarray, int]:
 
     ids = encode_prompt(target, prompt)[None]
     with torch.inference_mode():
-        logits, hidden = forward(target.model, ids, last_only=True)
+        logits, hidden = forward(target, ids, last_only=True)
     return hidden[0, -1].float().cpu().numpy(), int(logits[0, -1].argmax())
 
 

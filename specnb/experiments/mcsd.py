@@ -48,7 +48,7 @@ from ..drafters.draft_model import DraftModelDrafter
 from ..eval.checks import check_partial_acceptance
 from ..eval.runner import Variant, ratio_intervals, run, summarize
 from ..model.device import model_device, synchronize
-from ..model.forward import forward, output_head
+from ..model.forward import forward
 from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel
 from ..study.profiles import Profile
@@ -133,8 +133,8 @@ def humaneval_solutions(target: LoadedModel, n: int, max_tokens: int, chat: bool
 def forced_logits(model: LoadedModel, text: ForcedText, vocab: int) -> Tensor:
     """float32 [n, vocab]: ``model``'s logits at the positions that predict ``text``'s scored tokens (one
     teacher-forced forward pass), cut or padded with -inf to the target's ``vocab`` rows."""
-    _, hidden = forward(model.model, text.ids[None], last_only=True)  # the LM head only where it is needed
-    rows = output_head(model.model)(hidden[:, text.start - 1:text.ids.shape[0] - 1])[0].float()
+    _, hidden = forward(model, text.ids[None], last_only=True)  # the LM head only where it is needed
+    rows = model.decoder.head(hidden[:, text.start - 1:text.ids.shape[0] - 1])[0].float()
     if rows.shape[-1] > vocab:
         return rows[:, :vocab]
     if rows.shape[-1] < vocab:
@@ -298,10 +298,9 @@ def call_costs(models: list[LoadedModel], context: int = 128, repeats: int = 9, 
     generator = torch.Generator().manual_seed(seed)
     caches, tokens = [], []
     for model in models:
-        vocab = model.model.get_output_embeddings().weight.shape[0]
+        vocab = model.vocab_size
         cache = GrowingCache()
-        forward(model.model, torch.randint(vocab, (1, context), generator=generator), last_only=True,
-                past_key_values=cache, use_cache=True)
+        forward(model, torch.randint(vocab, (1, context), generator=generator), last_only=True, cache=cache)
         caches.append(cache)
         tokens.append(torch.randint(vocab, (1, 1), generator=generator))
     times: list[list[float]] = [[] for _ in models]
@@ -311,7 +310,7 @@ def call_costs(models: list[LoadedModel], context: int = 128, repeats: int = 9, 
             device = model_device(model.model)
             synchronize(device)
             start = time.perf_counter()
-            forward(model.model, tokens[i].to(device), past_key_values=caches[i], use_cache=True)
+            forward(model, tokens[i].to(device), cache=caches[i])
             synchronize(device)
             if round_:
                 times[i].append(time.perf_counter() - start)

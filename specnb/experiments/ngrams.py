@@ -208,7 +208,7 @@ def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], ta
 def block_cost(target: LoadedModel, contexts: tuple[int, ...] = (100, 500), repeats: int = 3) -> pd.DataFrame:
     """The slow-down of one (10, 10) batch call (and of (1, 10), (10, 0)) over (1, 0) on this machine now
     (:func:`specnb.eval.timing.time_cells`: paired calls, median over ``repeats`` passes, with the spread)."""
-    return time_cells(target.model, Grid((1, TABLE1_BLOCK[0]), (0, TABLE1_BLOCK[1]), contexts, repeats),
+    return time_cells(target, Grid((1, TABLE1_BLOCK[0]), (0, TABLE1_BLOCK[1]), contexts, repeats),
                       progress=False)
 
 

@@ -39,7 +39,7 @@ def heatmap_dtypes(profile: str, models: dict[str, LoadedModel], default: Loaded
     every model's cost curve is timed always."""
     if get_profile(profile).roofline.heatmap_all_dtypes:
         return tuple(models)
-    return (timing_label(default.model),)
+    return (timing_label(default),)
 
 
 def measure_all(models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, heatmap: tuple[str, ...] | None = None

@@ -90,13 +90,12 @@ def draft_ranks(draft: LoadedModel, references: list[Reference], vocab: int, chu
     output, ranked as :func:`specnb.model.kernels.top_k` ranks (largest first, ties to the lower id; 0 = the draft's
     top-1). The first entry (the prefill's token, never drafted) is included for alignment. ``vocab``: the
     target's LM-head rows (the draft's logits are cut or padded to them, as the drafter does)."""
-    from ..model.forward import output_head
     from .mcsd import rank_of
 
-    head, out = output_head(draft.model), []
+    head, out = draft.decoder.head, []
     for prompt, output in references:
         ids = torch.cat([torch.as_tensor(prompt), torch.as_tensor(output)])
-        _, hidden = forward(draft.model, ids[None], last_only=True)
+        _, hidden = forward(draft, ids[None], last_only=True)
         rows = hidden[0, len(prompt) - 1:ids.shape[0] - 1]  # [T, d]: the states that predict output[0..T-1]
         ranks = []
         for start in range(0, rows.shape[0], chunk):

@@ -1,2 +1,2 @@
-"""The target model: loading, specnb's decoder over GGUF blocks or checkpoint weights, one forward call, the
-CPU kernels, devices."""
+"""The target model: loading, the backend chosen once (Hugging Face's modules, or specnb's decoder over checkpoint
+weights or GGUF blocks), one forward call, the KV cache, the CPU kernels, devices."""

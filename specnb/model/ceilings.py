@@ -12,10 +12,14 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from .kernels import memory
+
+if TYPE_CHECKING:
+    from .models import LoadedModel
 
 
 @functools.cache
@@ -75,30 +79,29 @@ def peak_macs(instruction: str) -> float | None:
     return ext.peak_rate(INSTRUCTIONS[instruction], kernel_isa() == "avx512bf16", 0.2)
 
 
-def path_instruction(model: torch.nn.Module) -> str | None:
-    """The instruction ``model``'s projections multiply with (one of :data:`INSTRUCTIONS`), or None where
+def path_instruction(target: LoadedModel) -> str | None:
+    """The instruction ``target``'s projections multiply with (one of :data:`INSTRUCTIONS`), or None where
     specnb's kernels do not run it (PyTorch's GEMMs: :func:`gemm_flops` is their roof)."""
-    from .gguf_weights import uses_gguf, uses_int8
     from .kernels import routed
     from .kernels.cpu import kernel_isa
 
-    if uses_gguf(model):
-        return "int8-vnni" if uses_int8(model) else "fp32-fma"
-    if not routed(model):
+    if target.decoder.uses_gguf:
+        return "int8-vnni" if target.decoder.uses_int8 else "fp32-fma"
+    if not routed(target.model):
         return None
-    bf16 = next(model.parameters()).dtype == torch.bfloat16
+    bf16 = next(target.model.parameters()).dtype == torch.bfloat16
     return "bf16-dot" if bf16 and kernel_isa() == "avx512bf16" else "fp32-fma"
 
 
-def streamed_bytes(model: torch.nn.Module) -> int:
-    """Bytes of weights one target call reads: every parameter once (a tied head counted once), less an input
-    embedding that is not also the output head (a call reads only the rows of its tokens); for a model that
-    runs over a GGUF file (:mod:`specnb.model.gguf_weights`), the bytes the file's blocks hold."""
-    from .decoder import body
-    from .gguf_weights import uses_gguf
+def streamed_bytes(target: LoadedModel) -> int:
+    """Bytes of weights one call of ``target`` reads: every parameter once (a tied head counted once), less an input
+    embedding that is not also the output head (a call reads only the rows of its tokens); over a GGUF file's blocks
+    (:mod:`specnb.model.gguf_weights`), the bytes the blocks hold."""
+    from .decoder import Body
 
-    if uses_gguf(model) and (lean := body(model)) is not None:
-        return lean.weight_bytes()
+    if isinstance(target.decoder, Body) and target.decoder.uses_gguf:
+        return target.decoder.weight_bytes()
+    model = target.model
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
     if embedding is not None and head is not None and embedding.weight is not head.weight:

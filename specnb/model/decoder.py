@@ -1,12 +1,14 @@
 """specnb's decoder: the body of a Llama, Qwen2 or Gemma-3 model as a few screens of explicit tensor code.
 
 :class:`Body` maps token ids to final hidden states (the output head's input) and owns what it computes
-with: the embedding, one :class:`Layer` of weights and settings per decoder layer, the final norm, the rotary
-tables and the output head. Two loaders build it: :meth:`Body.from_gguf` reads a GGUF file (settings from its
-metadata, projections and head as the file's quantized blocks, :mod:`specnb.model.gguf_weights`), the default for
-the embedded models; :meth:`Body.from_hf` reads a Hugging Face model's dense weights (any Llama, Qwen2 or
-Gemma-3 checkpoint, the tiny test models). The KV cache (:class:`specnb.model.kv_cache.GrowingCache`) and the masks
-(:class:`specnb.model.masks.TreeMasks`) are passed in by the caller.
+with: the embedding, one :class:`Layer` per decoder layer, the final norm, the rotary tables and the output head.
+A layer's weights are typed by format: :class:`DenseProjections` (a checkpoint's weights, q/k/v and gate/up stacked
+once at load) or :class:`BlockProjections` (a GGUF file's quantized blocks). Two loaders build it:
+:meth:`Body.from_gguf` reads a GGUF file (settings from its metadata, projections and head as the file's blocks,
+:mod:`specnb.model.gguf_weights`), the default for the embedded models; :meth:`Body.from_hf` reads a Hugging Face
+model's dense weights (any Llama, Qwen2 or Gemma-3 checkpoint, the tiny test models). The KV cache
+(:class:`specnb.model.kv_cache.GrowingCache`) and the masks (:class:`specnb.model.masks.TreeMasks`) are passed in by
+the caller; :mod:`specnb.model.backend` chooses between this body and Hugging Face's modules.
 
 Each step is one kernel call: the norm (:func:`specnb.model.kernels.rms_norm`), the split into heads with the q/k
 norm and rotary embedding (:func:`specnb.model.kernels.heads`), the projections (:func:`specnb.model.kernels.linear` on
@@ -20,19 +22,17 @@ The arithmetic is Hugging Face's, rounded at the same places (norms in fp32, bf1
 round), so logits agree with its model to rounding; every step keeps rows bit-independent, so a verified
 draft gets the bits of decoding its tokens one at a time. The kernels run on x86 CPUs; on other devices
 (and CPUs without them) each step is PyTorch's op instead, on the same path. Hugging Face's decoder runs only
-for other architectures and inside :func:`stock` (the reference of the tests).
+for other architectures and on the ``hf`` backend (:func:`specnb.model.models.stock`, the reference of the tests).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -40,14 +40,15 @@ from torch import Tensor, nn
 from transformers import PreTrainedModel
 
 from . import kernels
-from .gguf_weights import GGUFWeights, check_matches, gguf_path, read, uses_gguf, uses_int8
+from .gguf_weights import GGUFWeights, check_matches, read
 from .kernels import memory, quant
 from .kernels.quant import FORMATS, QuantizedWeight
+from .kv_cache import GrowingCache
 from .masks import TreeMasks
 
 ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
 Weight = Tensor | QuantizedWeight  # [N, K]: dense in the activations' dtype, or GGUF blocks
-Linear = tuple[Weight, Tensor | None]  # a weight and its bias [N] (or None)
+Linear = tuple[Tensor, Tensor | None]  # a dense weight [N, K] and its bias [N] (or None)
 
 
 @dataclass
@@ -164,60 +165,194 @@ class OutputHead:
         return logits.reshape(*hidden.shape[:-1], -1)
 
 
-# (id of the head's weight, its device, its dtype) -> its OutputHead, dropped with the weight. Device and dtype
-# are part of the key because moving or casting a model (``model.to(...)``) keeps the Parameter object and
-# replaces its data.
-_HEADS: dict[tuple[int, torch.device, torch.dtype], OutputHead] = {}
-
-
-def dense_head(model: PreTrainedModel) -> OutputHead:
-    """The :class:`OutputHead` of the model's own head weight, built once per weight and device (a self-draft
-    shares its target's)."""
+def head_of(model: PreTrainedModel) -> OutputHead:
+    """An :class:`OutputHead` over ``model``'s own head weight (shared, not copied), with its logit softcapping."""
     module = model.get_output_embeddings()
-    weight = module.weight
-    key = (id(weight), weight.device, weight.dtype)
-    if key not in _HEADS:
-        softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
-        _HEADS[key] = OutputHead(weight.detach(), getattr(module, "bias", None), softcap)
-        weakref.finalize(weight, _HEADS.pop, key, None)
-    return _HEADS[key]
+    softcap = getattr(model.config.get_text_config(), "final_logit_softcapping", None)
+    return OutputHead(module.weight.detach(), getattr(module, "bias", None), softcap)
 
 
-# the first projection of stacked siblings -> (their stacked weight [sum N, K], bias, sizes), dropped with it
-_STACKS: weakref.WeakKeyDictionary[nn.Linear, tuple[Tensor, Tensor | None, list[int]]] = weakref.WeakKeyDictionary()
-
-
-def stacked(siblings: list[nn.Linear]) -> tuple[Tensor, Tensor | None, list[int]]:
+@dataclass(frozen=True)
+class Stacked:
     """Sibling projections that read the same input (q/k/v, gate/up) as one weight [sum N, K], its bias [sum N]
-    (or None) and their output sizes, so that a call streams them in one pass.
+    (or None) and their output sizes, so that a call streams them in one kernel call."""
 
-    The siblings' weights become row slices (views) of the stacked buffer (huge pages where large,
-    :mod:`specnb.model.kernels.memory`): nothing is stored twice, the state dict and Hugging Face's own modules are
-    unchanged, and a self-draft shares its target's stack. Stacked again when the model was moved or cast."""
-    first = siblings[0]
-    done = _STACKS.get(first)
-    if done is not None and first.weight.data_ptr() == done[0].data_ptr() and first.weight.dtype == done[0].dtype:
-        return done
-    weights = [layer.weight.detach() for layer in siblings]
-    sizes = [w.shape[0] for w in weights]
-    shape, dtype = (sum(sizes), weights[0].shape[1]), weights[0].dtype
-    huge = weights[0].device.type == "cpu" and memory.available() \
-        and shape[0] * shape[1] * weights[0].element_size() >= memory.MIN_BYTES
-    biases = [layer.bias for layer in siblings]
-    # the stack is the kind of tensor the weights were (made inside inference mode or not): autograd may use
-    # ordinary weights later
-    with torch.inference_mode(weights[0].is_inference()):
-        weight = torch.cat(weights, out=memory.empty(shape, dtype) if huge else None)
-        bias = None if all(b is None for b in biases) else torch.cat(
-            [b.detach() if b is not None else weight.new_zeros(n) for b, n in zip(biases, sizes, strict=True)])
-    start = 0
-    for layer, size in zip(siblings, sizes, strict=True):
-        layer.weight.data = weight[start:start + size]
-        if layer.bias is not None:
-            layer.bias.data = bias[start:start + size]
-        start += size
-    _STACKS[first] = weight, bias, sizes
-    return _STACKS[first]
+    weight: Tensor
+    bias: Tensor | None
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, siblings: list[nn.Linear]) -> Stacked:
+        """The siblings stacked, once, at load. Their weights become row slices (views) of the stacked buffer
+        (huge pages where large, :mod:`specnb.model.kernels.memory`): nothing is stored twice, and Hugging Face's
+        modules compute what they computed (the same values, in the same Parameters)."""
+        weights = [layer.weight.detach() for layer in siblings]
+        sizes = tuple(w.shape[0] for w in weights)
+        shape, dtype = (sum(sizes), weights[0].shape[1]), weights[0].dtype
+        huge = weights[0].device.type == "cpu" and memory.available() \
+            and shape[0] * shape[1] * weights[0].element_size() >= memory.MIN_BYTES
+        biases = [layer.bias for layer in siblings]
+        # the stack is the kind of tensor the weights were (made inside inference mode or not): autograd may use
+        # ordinary weights later
+        with torch.inference_mode(weights[0].is_inference()):
+            weight = torch.cat(weights, out=memory.empty(shape, dtype) if huge else None)
+            bias = None if all(b is None for b in biases) else torch.cat(
+                [b.detach() if b is not None else weight.new_zeros(n) for b, n in zip(biases, sizes, strict=True)])
+        start = 0
+        for layer, size in zip(siblings, sizes, strict=True):
+            layer.weight.data = weight[start:start + size]
+            if layer.bias is not None:
+                layer.bias.data = bias[start:start + size]
+            start += size
+        return cls(weight, bias, sizes)
+
+    def __call__(self, h: Tensor) -> list[Tensor]:
+        """h [..., K] -> each sibling's output [..., N_i]."""
+        return list(kernels.linear(h, self.weight, self.bias).split(self.sizes, dim=-1))
+
+
+@dataclass(frozen=True)
+class DenseProjections:
+    """A layer's projections over dense weights in the activations' dtype: q/k/v and gate/up stacked
+    (:class:`Stacked`), the output projections as they are; every call through :func:`specnb.model.kernels.linear`."""
+
+    qkv: Stacked
+    gate_up: Stacked
+    o: Linear
+    down: Linear
+
+    @classmethod
+    def of(cls, attn: nn.Module, mlp: nn.Module) -> DenseProjections:
+        """The projections of a Hugging Face attention and MLP module (their weights shared, siblings stacked)."""
+        return cls(Stacked.of([attn.q_proj, attn.k_proj, attn.v_proj]), Stacked.of([mlp.gate_proj, mlp.up_proj]),
+                   (attn.o_proj.weight, attn.o_proj.bias), (mlp.down_proj.weight, mlp.down_proj.bias))
+
+    @property
+    def q_size(self) -> int:
+        return self.qkv.sizes[0]
+
+    def q_k_v(self, h: Tensor) -> list[Tensor]:
+        return self.qkv(h)
+
+    def gate_and_up(self, h: Tensor) -> list[Tensor]:
+        return self.gate_up(h)
+
+    def attention_out(self, x: Tensor) -> Tensor:
+        return kernels.linear(x, *self.o)
+
+    def mlp_out(self, x: Tensor) -> Tensor:
+        return kernels.linear(x, *self.down)
+
+    def linears(self) -> list[Linear]:
+        """Every weight a call streams, with its bias: the stacked siblings as one."""
+        return [(self.qkv.weight, self.qkv.bias), (self.gate_up.weight, self.gate_up.bias), self.o, self.down]
+
+
+
+BlockLinear = tuple[QuantizedWeight, Tensor | None]  # a weight of GGUF blocks and its bias [N] (or None)
+
+
+@dataclass(frozen=True)
+class BlockProjections:
+    """A layer's projections over a GGUF file's blocks, one :func:`specnb.model.kernels.quant.linear` call each
+    (siblings are not stacked: their block formats may differ)."""
+
+    q: BlockLinear
+    k: BlockLinear
+    v: BlockLinear
+    gate: BlockLinear
+    up: BlockLinear
+    o: BlockLinear
+    down: BlockLinear
+
+    @classmethod
+    def of(cls, weights: GGUFWeights, index: int, dtype: torch.dtype) -> BlockProjections:
+        """Layer ``index``'s projections as the file stores them (each must be in a block format), biases
+        rounded to ``dtype`` as a checkpoint loaded in it rounds them."""
+        def linear(name: str) -> BlockLinear:
+            weight = weights.tensor(f"blk.{index}.{name}.weight")
+            if not isinstance(weight, QuantizedWeight):
+                raise ValueError(f"GGUF weights: {weights.path}'s blk.{index}.{name} is stored dense; specnb's "
+                                 f"decoder multiplies block formats ({', '.join(FORMATS)})")
+            bias = weights.optional(f"blk.{index}.{name}.bias")
+            return weight, None if bias is None else bias.to(dtype)
+
+        return cls(q=linear("attn_q"), k=linear("attn_k"), v=linear("attn_v"), gate=linear("ffn_gate"),
+                   up=linear("ffn_up"), o=linear("attn_output"), down=linear("ffn_down"))
+
+    @property
+    def q_size(self) -> int:
+        return self.q[0].shape[0]
+
+    def q_k_v(self, h: Tensor) -> list[Tensor]:
+        return [quant.linear(h, *linear) for linear in (self.q, self.k, self.v)]
+
+    def gate_and_up(self, h: Tensor) -> list[Tensor]:
+        return [quant.linear(h, *linear) for linear in (self.gate, self.up)]
+
+    def attention_out(self, x: Tensor) -> Tensor:
+        return quant.linear(x, *self.o)
+
+    def mlp_out(self, x: Tensor) -> Tensor:
+        return quant.linear(x, *self.down)
+
+    def linears(self) -> list[BlockLinear]:
+        """Every projection's (weight, bias): q, k, v, gate, up, o, down."""
+        return [self.q, self.k, self.v, self.gate, self.up, self.o, self.down]
+
+
+
+Projections = DenseProjections | BlockProjections
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The MLP's activation and the extension's constant for it (None: the one-call stack cannot run it)."""
+
+    fn: Callable[[Tensor], Tensor]
+    code: str | None
+
+    @classmethod
+    def of(cls, act: nn.Module) -> Activation:
+        """A Hugging Face activation module; the extension computes it with the same ATen op where it is SiLU or
+        Gemma's tanh GELU (unless set to its Python formula)."""
+        name, inner = type(act).__name__, getattr(act, "act", None)
+        if name in ("SiLUActivation", "SiLU"):
+            return cls(act, "ACT_SILU")
+        if name == "GELUTanh" and isinstance(inner, functools.partial) and inner.func is F.gelu \
+                and inner.keywords == {"approximate": "tanh"}:
+            return cls(act, "ACT_GELU_TANH")
+        return cls(act, None)
+
+
+GELU_TANH = Activation(functools.partial(F.gelu, approximate="tanh"), "ACT_GELU_TANH")
+SILU = Activation(F.silu, "ACT_SILU")
+
+
+@dataclass(frozen=True)
+class LayerNorms:
+    """A layer's norms: before attention and after it; Gemma also before and after the MLP (``pre_mlp`` /
+    ``post_mlp``, else None) and on each query / key head (``q`` / ``k``, else None)."""
+
+    input: Norm
+    post_attention: Norm
+    pre_mlp: Norm | None = None
+    post_mlp: Norm | None = None
+    q: Norm | None = None
+    k: Norm | None = None
+
+    def all(self) -> list[Norm]:
+        return [n for n in (self.input, self.post_attention, self.pre_mlp, self.post_mlp, self.q, self.k)
+                if n is not None]
+
+
+
+def _blocks(ext: Any, weight: QuantizedWeight, bias: Tensor | None) -> Any:
+    """A projection of GGUF blocks as the extension's ``Blocks``."""
+    out = ext.Blocks()
+    out.blocks = weight.packed if weight.int8 else weight.blocks
+    out.type, out.bias, out.int8 = FORMATS[weight.format][0], bias, weight.int8
+    return out
 
 
 class _Grouped(nn.Module):
@@ -231,155 +366,111 @@ class _Grouped(nn.Module):
 
 @dataclass
 class Layer:
-    """One decoder layer's weights and settings.
-
-    ``qkv`` / ``gate_up``: over GGUF blocks (``blocks``) a list of one :data:`Linear` per projection (formats
-    differ between siblings); dense, the siblings stacked into one weight (:func:`stacked`:
-    weight [sum N, K], bias, sizes) so that each is one kernel call."""
+    """One decoder layer: its projections (dense or GGUF blocks), activation, norms and attention settings
+    (``heads`` / ``kv_heads`` query and key-value heads, the score ``scaling`` and ``softcap``)."""
 
     index: int
     kind: str  # "full_attention" | "sliding_attention"
-    blocks: bool
-    qkv: Any
-    gate_up: Any
-    o: Linear
-    down: Linear
-    act: Callable[[Tensor], Tensor]
-    act_code: str | None  # the extension's constant for ``act`` (None: the one-call stack cannot run it)
+    projections: Projections
+    activation: Activation
+    norms: LayerNorms
     heads: int
     kv_heads: int
     scaling: float
-    softcap: float | None
-    input_norm: Norm
-    post_attention_norm: Norm
-    pre_mlp_norm: Norm | None = None  # Gemma: norms before and after each block
-    post_mlp_norm: Norm | None = None
-    q_norm: Norm | None = None
-    k_norm: Norm | None = None
+    softcap: float | None = None
 
     def __post_init__(self) -> None:
         self.grouped = _Grouped(self.heads // self.kv_heads)
 
     @classmethod
     def from_hf(cls, layer: nn.Module, index: int, kind: str, gemma: bool) -> Layer:
-        """A Hugging Face decoder layer over its own weights, q/k/v and gate/up stacked (:func:`stacked`)."""
+        """A Hugging Face decoder layer over its own weights, q/k/v and gate/up stacked (:class:`Stacked`)."""
         attn, mlp = layer.self_attn, layer.mlp
-        qkv = stacked([attn.q_proj, attn.k_proj, attn.v_proj])
-        gate_up = stacked([mlp.gate_proj, mlp.up_proj])
+        projections = DenseProjections.of(attn, mlp)
         config = attn.config
         heads = config.num_attention_heads
-        sandwich = hasattr(layer, "pre_feedforward_layernorm")
 
         def norm(name: str, owner: nn.Module = layer) -> Norm | None:
             return Norm.of(getattr(owner, name), gemma) if hasattr(owner, name) else None
 
-        return cls(index, kind, False, qkv, gate_up, (attn.o_proj.weight, attn.o_proj.bias),
-                   (mlp.down_proj.weight, mlp.down_proj.bias), mlp.act_fn, _activation(mlp.act_fn), heads,
-                   config.num_key_value_heads,
-                   attn.scaling if attn.scaling is not None else (qkv[2][0] // heads) ** -0.5,
-                   getattr(config, "attn_logit_softcapping", None), norm("input_layernorm"),
-                   norm("post_attention_layernorm"), norm("pre_feedforward_layernorm") if sandwich else None,
-                   norm("post_feedforward_layernorm") if sandwich else None, norm("q_norm", attn), norm("k_norm", attn))
+        sandwich = hasattr(layer, "pre_feedforward_layernorm")
+        norms = LayerNorms(norm("input_layernorm"), norm("post_attention_layernorm"),
+                           pre_mlp=norm("pre_feedforward_layernorm") if sandwich else None,
+                           post_mlp=norm("post_feedforward_layernorm") if sandwich else None,
+                           q=norm("q_norm", attn), k=norm("k_norm", attn))
+        scaling = attn.scaling if attn.scaling is not None else (projections.q_size // heads) ** -0.5
+        return cls(index, kind, projections, Activation.of(mlp.act_fn), norms, heads=heads,
+                   kv_heads=config.num_key_value_heads, scaling=scaling,
+                   softcap=getattr(config, "attn_logit_softcapping", None))
 
     @classmethod
     def from_gguf(cls, weights: GGUFWeights, index: int, kind: str, dtype: torch.dtype) -> Layer:
-        """Layer ``index`` of a GGUF file: projections as stored (each must be in a block format), biases
-        rounded to ``dtype`` as a checkpoint loaded in it rounds them, norms in fp32."""
+        """Layer ``index`` of a GGUF file: projections as stored (:meth:`BlockProjections.of`), norms in fp32."""
         s = weights.settings
-
-        def linear(name: str) -> Linear:
-            weight = weights.tensor(f"blk.{index}.{name}.weight")
-            if not isinstance(weight, QuantizedWeight):
-                raise ValueError(f"GGUF weights: {weights.path}'s blk.{index}.{name} is stored dense; specnb's "
-                                 f"decoder multiplies block formats ({', '.join(FORMATS)})")
-            bias = weights.optional(f"blk.{index}.{name}.bias")
-            return weight, None if bias is None else bias.to(dtype)
 
         def norm(name: str) -> Norm | None:
             scale = weights.optional(f"blk.{index}.{name}.weight")
             return None if scale is None else Norm(scale, s.eps, not s.gemma)
 
-        act, code = (functools.partial(F.gelu, approximate="tanh"), "ACT_GELU_TANH") if s.gemma \
-            else (F.silu, "ACT_SILU")
-        return cls(index, kind, True, [linear(n) for n in ("attn_q", "attn_k", "attn_v")],
-                   [linear(n) for n in ("ffn_gate", "ffn_up")], linear("attn_output"), linear("ffn_down"), act,
-                   code, s.heads, s.kv_heads, s.scaling, s.attn_softcap, norm("attn_norm"),
-                   norm("post_attention_norm") if s.gemma else norm("ffn_norm"),
-                   norm("ffn_norm") if s.gemma else None, norm("post_ffw_norm"), norm("attn_q_norm"),
-                   norm("attn_k_norm"))
-
-    def weights(self) -> list[Linear]:
-        """Every projection's (weight, bias), the stacked siblings as one."""
-        siblings = self.qkv + self.gate_up if self.blocks else [self.qkv[:2], self.gate_up[:2]]
-        return [*siblings, self.o, self.down]
-
-    def norms(self) -> list[Norm]:
-        return [n for n in (self.input_norm, self.post_attention_norm, self.pre_mlp_norm, self.post_mlp_norm,
-                            self.q_norm, self.k_norm) if n is not None]
+        norms = LayerNorms(norm("attn_norm"), norm("post_attention_norm") if s.gemma else norm("ffn_norm"),
+                           pre_mlp=norm("ffn_norm") if s.gemma else None, post_mlp=norm("post_ffw_norm"),
+                           q=norm("attn_q_norm"), k=norm("attn_k_norm"))
+        return cls(index, kind, BlockProjections.of(weights, index, dtype), GELU_TANH if s.gemma else SILU, norms,
+                   heads=s.heads, kv_heads=s.kv_heads, scaling=s.scaling, softcap=s.attn_softcap)
 
     def spec(self, ext: Any) -> Any | None:
         """This layer as the extension's ``LayerSpec`` (for :func:`specnb.model.kernels.decoder_layers`), or None
         where the one-call stack cannot run it (an activation other than SiLU / tanh-GELU)."""
-        if self.act_code is None:
+        if self.activation.code is None:
             return None
-        spec = ext.LayerSpec()
-        if self.blocks:  # one Blocks per projection
-            def blocks(weight: QuantizedWeight, bias: Tensor | None) -> Any:
-                out = ext.Blocks()
-                out.blocks = weight.packed if weight.int8 else weight.blocks
-                out.type, out.bias, out.int8 = FORMATS[weight.format][0], bias, weight.int8
-                return out
-
-            spec.qkv_blocks = [blocks(*wb) for wb in self.qkv]
-            spec.gate_up_blocks = [blocks(*wb) for wb in self.gate_up]
-            spec.o_blocks, spec.down_blocks = [blocks(*self.o)], [blocks(*self.down)]
-            spec.q_size, spec.k_size = self.qkv[0][0].shape[0], self.qkv[1][0].shape[0]
-            spec.gate_size = self.gate_up[0][0].shape[0]
+        spec, p, norms = ext.LayerSpec(), self.projections, self.norms
+        if isinstance(p, BlockProjections):  # one Blocks per projection
+            spec.qkv_blocks = [_blocks(ext, *linear) for linear in (p.q, p.k, p.v)]
+            spec.gate_up_blocks = [_blocks(ext, *linear) for linear in (p.gate, p.up)]
+            spec.o_blocks, spec.down_blocks = [_blocks(ext, *p.o)], [_blocks(ext, *p.down)]
+            spec.q_size, spec.k_size, spec.gate_size = p.q_size, p.k[0].shape[0], p.gate[0].shape[0]
         else:
-            spec.qkv, spec.qkv_bias, (spec.q_size, spec.k_size, _) = self.qkv
-            spec.o, spec.o_bias = self.o
-            spec.gate_up, spec.gate_up_bias, (spec.gate_size, _) = self.gate_up
-            spec.down, spec.down_bias = self.down
-        spec.heads, spec.kv_heads, spec.act = self.heads, self.kv_heads, getattr(ext, self.act_code)
+            spec.qkv, spec.qkv_bias, (spec.q_size, spec.k_size, _) = p.qkv.weight, p.qkv.bias, p.qkv.sizes
+            spec.gate_up, spec.gate_up_bias, (spec.gate_size, _) = p.gate_up.weight, p.gate_up.bias, p.gate_up.sizes
+            spec.o, spec.o_bias = p.o
+            spec.down, spec.down_bias = p.down
+        spec.input_norm, spec.post_attention_norm = norms.input.spec(ext), norms.post_attention.spec(ext)
+        if norms.pre_mlp is not None:
+            spec.pre_mlp_norm = norms.pre_mlp.spec(ext)
+        if norms.post_mlp is not None:
+            spec.post_mlp_norm = norms.post_mlp.spec(ext)
+        if norms.q is not None:
+            spec.q_norm = norms.q.spec(ext)
+        if norms.k is not None:
+            spec.k_norm = norms.k.spec(ext)
+        spec.heads, spec.kv_heads, spec.act = self.heads, self.kv_heads, getattr(ext, self.activation.code)
         spec.scaling, spec.softcap = self.scaling, float(self.softcap or 0.0)
-        for name in ("q_norm", "k_norm", "input_norm", "post_attention_norm", "pre_mlp_norm", "post_mlp_norm"):
-            norm = getattr(self, name)
-            if norm is not None:
-                setattr(spec, name, norm.spec(ext))
         return spec
 
-    def __call__(self, x: Tensor, rotary: tuple[Tensor, Tensor], mask: Tensor | None, cache) -> Tensor:
+    def __call__(self, x: Tensor, rotary: tuple[Tensor, Tensor], mask: Tensor | None,
+                 cache: GrowingCache | None) -> Tensor:
         """x [B, S, d] -> [B, S, d]; appends the call's keys and values to ``cache`` (None: no cache)."""
         B, S, _ = x.shape
         cos, sin = rotary
-        h = self.input_norm(x)
-        q, k, v = self._siblings(h, self.qkv)
-        q = self._heads(q, self.heads, self.q_norm, cos, sin)  # [B, H, S, D]
-        k = self._heads(k, self.kv_heads, self.k_norm, cos, sin)  # [B, Hk, S, D]
+        norms, projections = self.norms, self.projections
+        h = norms.input(x)
+        q, k, v = projections.q_k_v(h)
+        q = self._heads(q, self.heads, norms.q, cos, sin)  # [B, H, S, D]
+        k = self._heads(k, self.kv_heads, norms.k, cos, sin)  # [B, Hk, S, D]
         v = v.view(B, S, self.kv_heads, -1).transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.index)
         out, _ = kernels.attention(self.grouped, q, k, v, mask, scaling=self.scaling, softcap=self.softcap)
-        out = self._linear(out.reshape(B, S, -1), *self.o)  # [B, S, H, D] -> [B, S, d]
-        if self.pre_mlp_norm is None:  # Llama, Qwen2
+        out = projections.attention_out(out.reshape(B, S, -1))  # [B, S, H, D] -> [B, S, d]
+        if norms.pre_mlp is None:  # Llama, Qwen2
             x = x + out
-            h = self.post_attention_norm(x)
+            h = norms.post_attention(x)
         else:  # Gemma
-            x = x + self.post_attention_norm(out)
-            h = self.pre_mlp_norm(x)
-        gate, up = self._siblings(h, self.gate_up)
-        out = self._linear(self.act(gate) * up, *self.down)
-        return x + (out if self.post_mlp_norm is None else self.post_mlp_norm(out))
-
-    def _linear(self, x: Tensor, weight: Weight, bias: Tensor | None) -> Tensor:
-        return quant.linear(x, weight, bias) if self.blocks else kernels.linear(x, weight, bias)
-
-    def _siblings(self, h: Tensor, weights: Any) -> list[Tensor]:
-        """q, k, v (or gate, up) of h: one call over the stacked weight, or one per projection's blocks."""
-        if self.blocks:
-            return [quant.linear(h, weight, bias) for weight, bias in weights]
-        weight, bias, sizes = weights
-        return list(kernels.linear(h, weight, bias).split(sizes, dim=-1))
+            x = x + norms.post_attention(out)
+            h = norms.pre_mlp(x)
+        gate, up = projections.gate_and_up(h)
+        out = projections.mlp_out(self.activation.fn(gate) * up)
+        return x + (out if norms.post_mlp is None else norms.post_mlp(out))
 
     @staticmethod
     def _heads(x: Tensor, heads: int, norm: Norm | None, cos: Tensor, sin: Tensor) -> Tensor:
@@ -388,93 +479,117 @@ class Layer:
         return kernels.heads(x, heads, norm.scale, norm.eps, norm.round_first, cos, sin)
 
 
-def _activation(act: nn.Module) -> str | None:
-    """The extension's constant for a Hugging Face activation module that it computes with the same ATen op
-    (SiLU; Gemma's tanh GELU unless set to its Python formula), else None."""
-    name, inner = type(act).__name__, getattr(act, "act", None)
-    if name in ("SiLUActivation", "SiLU"):
-        return "ACT_SILU"
-    if name == "GELUTanh" and isinstance(inner, functools.partial) and inner.func is F.gelu \
-            and inner.keywords == {"approximate": "tanh"}:
-        return "ACT_GELU_TANH"
-    return None
+BodyBackend = Literal["dense", "gguf", "gguf-int8"]
 
 
 class Body:
-    """Token ids [B, S] -> final hidden states [B, S, d] (after the last norm), with the KV cache, mask and
-    position arguments of a Hugging Face decoder; :attr:`head` maps them to logits."""
+    """specnb's decoder: token ids [B, S] -> final hidden states [B, S, d] (after the last norm), with the KV
+    cache, mask and positions of a Hugging Face decoder call; :attr:`head` maps them to logits.
 
-    def __init__(self, embed: Callable[[Tensor], Tensor], layers: list[Layer], norm: Norm, rotary: Rotary,
-                 head: OutputHead, masks: TreeMasks, window: int | None, kernels_run: bool):
+    backend: what its projections and head compute over (``dense``: the checkpoint's weights; ``gguf``: a GGUF file's
+    blocks; ``gguf-int8``: those blocks times int8-rounded activations). source: the GGUF file's weights it was read
+    from (None for dense). dtype / device: the activations' (the weights' where dense).
+    """
+
+    def __init__(self, *, embed: Callable[[Tensor], Tensor], layers: list[Layer], norm: Norm, rotary: Rotary,
+                 head: OutputHead, masks: TreeMasks, window: int | None, backend: BodyBackend, dtype: torch.dtype,
+                 device: torch.device, source: GGUFWeights | None = None):
         self.embed, self.layers, self.norm, self.rotary, self.head = embed, layers, norm, rotary, head
-        self.masks, self.window = masks, window
+        self.masks, self.window, self.backend, self.source = masks, window, backend, source
+        self.dtype, self.device = dtype, device
         self.kinds = sorted(rotary.inv_freq)
         self.head_dim = 2 * len(next(iter(rotary.inv_freq.values())))
         # the layers as one C++ call (kernels.decoder_layers) where the extension runs them all; else None
-        specs = [layer.spec(kernels.extension()) for layer in self.layers] if kernels_run else []
+        specs = [layer.spec(kernels.extension()) for layer in self.layers] if kernels.route(device, dtype) else []
         self.specs = specs if specs and all(spec is not None for spec in specs) else None
 
     @classmethod
     def from_hf(cls, model: PreTrainedModel) -> Body:
-        """Over a Hugging Face model's own weights (shared, not copied) and output head."""
+        """Over a Hugging Face model's own weights (shared, not copied: q/k/v and gate/up stacked once,
+        :class:`Stacked`) and output head."""
         decoder = model.get_decoder()
         config = model.config.get_text_config()
         gemma = ARCHITECTURES[config.model_type]
         kinds = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
-        layers = decoder.layers[:config.num_hidden_layers]  # a self-draft runs the first layers of its target
-        return cls(decoder.embed_tokens, [Layer.from_hf(layer, i, kinds[i], gemma) for i, layer in enumerate(layers)],
-                   Norm.of(decoder.norm, gemma), Rotary.of(decoder.rotary_emb, sorted(set(kinds))),
-                   dense_head(model), TreeMasks(model), getattr(config, "sliding_window", None),
-                   bool(kernels.routed(model)))
+        layers = [Layer.from_hf(layer, i, kinds[i], gemma) for i, layer in enumerate(decoder.layers)]
+        return cls(embed=decoder.embed_tokens, layers=layers, norm=Norm.of(decoder.norm, gemma),
+                   rotary=Rotary.of(decoder.rotary_emb, sorted(set(kinds))), head=head_of(model),
+                   masks=TreeMasks(model), window=getattr(config, "sliding_window", None), backend="dense",
+                   **_placement(model))
 
     @classmethod
-    def from_gguf(cls, model: PreTrainedModel) -> Body:
-        """Over the GGUF file ``model`` was loaded with (:func:`specnb.model.gguf_weights.mark`): its first
-        ``num_hidden_layers`` layers, activations in the model's dtype. The Hugging Face model gives only the
-        dtype, the layer count and the masks' device; the file's settings must agree with its config."""
-        weights = read(gguf_path(model), uses_int8(model))
+    def from_gguf(cls, model: PreTrainedModel, path: str, int8: bool = False) -> Body:
+        """Over the GGUF file at ``path`` (``int8``: its blocks take int8-rounded activations): its layers,
+        activations in the model's dtype. The Hugging Face model ``model`` (the same checkpoint, converted) gives only
+        the dtype, the layer count and the masks' device; the file's settings must agree with its config."""
+        weights = read(path, int8)
         config = model.config.get_text_config()
         check_matches(weights.path, weights.settings, config)
         s, dtype = weights.settings, model.get_input_embeddings().weight.dtype
         layers = [Layer.from_gguf(weights, i, s.layer_types[i], dtype) for i in range(config.num_hidden_layers)]
         head = weights.tensor(weights.head_name)
         head = head if isinstance(head, QuantizedWeight) else head.to(dtype)
-        lean = cls(Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers,
-                   Norm(weights.tensor("output_norm.weight"), s.eps, not s.gemma),
-                   Rotary.default(s.head_dim, {k: s.rope_base[k] for k in sorted(set(s.layer_types))}),
-                   OutputHead(head, None, s.final_softcap), TreeMasks(model), s.window,
-                   bool(kernels.routed(model)))
-        lean.source = weights  # keeps the file's tensors shared while this body lives (gguf_weights.read)
-        return lean
+        return cls(embed=Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers=layers,
+                   norm=Norm(weights.tensor("output_norm.weight"), s.eps, not s.gemma),
+                   rotary=Rotary.default(s.head_dim, {k: s.rope_base[k] for k in sorted(set(s.layer_types))}),
+                   head=OutputHead(head, None, s.final_softcap), masks=TreeMasks(model), window=s.window,
+                   backend="gguf-int8" if int8 else "gguf", **_placement(model), source=weights)
+
+    def first_layers(self, layers: int) -> Body:
+        """The early-exit model of this body's first ``layers`` layers (a ``self:L`` draft): the same layer objects,
+        embedding, final norm and head, no weight copied."""
+        kept = self.layers[:layers]
+        kinds = sorted({layer.kind for layer in kept})
+        rotary = Rotary({k: self.rotary.inv_freq[k] for k in kinds}, {k: self.rotary.scaling[k] for k in kinds})
+        return Body(embed=self.embed, layers=kept, norm=self.norm, rotary=rotary, head=self.head, masks=self.masks,
+                    window=self.window, backend=self.backend, dtype=self.dtype, device=self.device, source=self.source)
+
+    @property
+    def uses_gguf(self) -> bool:
+        """Whether the projections and head multiply a GGUF file's blocks."""
+        return self.backend != "dense"
+
+    @property
+    def uses_int8(self) -> bool:
+        """Whether those blocks multiply int8-rounded activations."""
+        return self.backend == "gguf-int8"
+
+    def call_path(self) -> str:
+        """What runs a call: the kernels' :func:`~specnb.model.kernels.routed` name (``"torch"`` where they do not
+        run) plus ``-body<hash of this file and the GGUF reader>``, and ``-gguf`` (``-gguf-int8``) over GGUF blocks
+        (the routed name hashes their kernels too). Timing tables and greedy references are cached under it, so a
+        change to the kernels, the body or the weights measures them again."""
+        path = f"{kernels.route(self.device, self.dtype) or 'torch'}-body{_digest()}"
+        return path if self.backend == "dense" else f"{path}-{self.backend}"
 
     def weight_bytes(self) -> int:
         """Bytes of weights one call streams: every projection, norm and the head once (the input embedding
         reads only its tokens' rows)."""
-        tensors = [t for layer in self.layers for linear in layer.weights() for t in linear if t is not None]
-        tensors += [n.scale for layer in self.layers for n in layer.norms()] + [self.norm.scale, self.head.weight]
+        tensors = [t for layer in self.layers for linear in layer.projections.linears() for t in linear
+                   if t is not None]
+        tensors += [n.scale for layer in self.layers for n in layer.norms.all()] + [self.norm.scale, self.head.weight]
         return sum(t.nbytes if isinstance(t, QuantizedWeight) else t.numel() * t.element_size() for t in tensors)
 
-    def __call__(self, input_ids: Tensor, past_key_values=None, attention_mask: Tensor | dict | None = None,
-                 position_ids: Tensor | None = None, use_cache: bool = True) -> Tensor:
-        """Hidden states [B, S, d] in the model's dtype.
+    def forward(self, input_ids: Tensor, cache: GrowingCache | None = None, positions: Tensor | None = None,
+                mask: Tensor | dict[str, Tensor] | None = None) -> Tensor:
+        """Hidden states [B, S, d] in the model's dtype of ids [B, S] (on the model's device).
 
-        attention_mask: None (causal over the cache and the call) or a float mask [1, 1, S, K] / a dict of them
-        per layer type, as :class:`~specnb.model.masks.TreeMasks` builds. position_ids [1, S]: default, the cache
-        length onwards.
+        cache: the KV cache the call's keys and values are appended to (None: none kept). positions [1, S]:
+        default, the cache length onwards. mask: None (causal over the cache and the call) or a float mask
+        [1, 1, S, K] / a dict of them per layer type, as :class:`~specnb.model.masks.TreeMasks` builds.
         """
-        cache = past_key_values if use_cache else None
         past = cache.get_seq_length() if cache is not None else 0
         S = input_ids.shape[1]
-        if position_ids is None:
-            position_ids = torch.arange(past, past + S, device=input_ids.device)[None]
+        if positions is None:
+            positions = torch.arange(past, past + S, device=input_ids.device)[None]
         x = self.embed(input_ids)
-        if attention_mask is None:
+        if mask is None:
             masks = self._causal(past, S, x)
-        elif isinstance(attention_mask, dict):
-            masks = attention_mask
+        elif isinstance(mask, dict):
+            masks = mask
         else:
-            masks = dict.fromkeys(self.kinds, attention_mask)
-        rotary = self.rotary(position_ids, x.dtype)
+            masks = dict.fromkeys(self.kinds, mask)
+        rotary = self.rotary(positions, x.dtype)
         # Decoding and verification calls (one row, a few dozen tokens, masks none or float, no autograd): every
         # layer in one C++ call, the same steps as Layer.__call__ with the same bits, without Python between them.
         if self.specs is not None and cache is not None and x.shape[0] == 1 and S <= kernels.MAX_QUERIES \
@@ -506,36 +621,10 @@ class Body:
                 for kind in self.kinds}
 
 
-def body(model: PreTrainedModel) -> Body | None:
-    """The model's :class:`Body`: over its GGUF file where it was loaded with one, else over its own weights;
-    None for other architectures and inside :func:`stock`, where Hugging Face's decoder runs. Built once per
-    model object, weights' device and dtype, layer count, file and kernel path, and kept on the model. The
-    model object and the layer count are part of the key because a self-draft is a shallow copy of its target
-    (same weights, fewer layers): it must never run the target's body."""
-    config = model.config.get_text_config()
-    if config.model_type not in ARCHITECTURES or getattr(model, "_specnb_stock", False):
-        return None
+def _placement(model: PreTrainedModel) -> dict[str, torch.dtype | torch.device]:
+    """The dtype and device of ``model``'s weights, as :class:`Body` takes them."""
     weight = model.get_input_embeddings().weight
-    key = (id(model), weight.device, weight.dtype, weight.data_ptr(), config.num_hidden_layers,
-           tuple(getattr(config, "layer_types", None) or ()), gguf_path(model), uses_int8(model),
-           kernels.routed(model))
-    cached = getattr(model, "_specnb_body", None)
-    if cached is None or cached[0] != key:
-        cached = model._specnb_body = (key, Body.from_gguf(model) if uses_gguf(model) else Body.from_hf(model))
-    return cached[1]
-
-
-@contextlib.contextmanager
-def stock(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
-    """Within the block, :func:`specnb.model.forward.forward` runs ``model`` on Hugging Face's decoder as shipped
-    (PyTorch's GEMM and its own attention, the dense weights): the reference specnb's decoder is tested
-    against. Hugging Face's own calls (``model(...)``, ``generate``) run it so at any time."""
-    saved = getattr(model, "_specnb_stock", False)
-    model._specnb_stock = True
-    try:
-        yield model
-    finally:
-        model._specnb_stock = saved
+    return {"dtype": weight.dtype, "device": weight.device}
 
 
 @functools.cache
@@ -544,17 +633,3 @@ def _digest() -> str:
     for source in (__file__, Path(__file__).with_name("gguf_weights.py")):
         digest.update(Path(source).read_bytes())
     return digest.hexdigest()[:8]
-
-
-def call_path(model: PreTrainedModel) -> str:
-    """What runs a call of ``model``: the kernels' :func:`~specnb.model.kernels.routed` name (``"torch"`` where they
-    do not run) plus ``-body<hash of this file and the GGUF reader>`` where the :class:`Body` runs and
-    ``-gguf`` where it computes over GGUF blocks (``-gguf-int8`` with int8 activations; the routed name hashes
-    their kernels too); ``""`` where Hugging Face's decoder runs. Timing tables and greedy references are cached
-    under it, so a change to the kernels, the body or the weights measures them again."""
-    if body(model) is None:
-        return ""
-    path = f"{kernels.routed(model) or 'torch'}-body{_digest()}"
-    if not uses_gguf(model):
-        return path
-    return f"{path}-gguf-int8" if uses_int8(model) else f"{path}-gguf"

@@ -6,19 +6,17 @@ multiply the file's quantized blocks (:func:`specnb.model.kernels.quant.linear`:
 rounding), norms and biases are the file's fp32 values, the input embedding decodes the rows of a call's
 tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (repacked once for that route)
 with input rows rounded to int8 per block: another model, with its own greedy references. The Hugging Face
-model loaded beside it keeps its dense weights and runs only as the stock baseline (and the fallback where
-specnb's kernels do not run): nothing of it is patched.
+model loaded beside it keeps its dense weights and runs only on the ``hf`` backend (the stock baseline,
+:func:`specnb.model.models.stock`): nothing of it is patched.
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .gguf_file import GGUFTensor, open_gguf
 from .kernels.quant import FORMATS, QuantizedWeight
@@ -120,19 +118,12 @@ def _settings(fields: dict, path: str) -> Settings:
         embed_scale=math.sqrt(dim) if gemma else None)
 
 
-# (path, int8) -> the file's weights, while a decoder built from them (which keeps a reference) is alive
-_OPEN: weakref.WeakValueDictionary[tuple[str, bool], GGUFWeights] = weakref.WeakValueDictionary()
-
-
 def read(path: str, int8: bool = False) -> GGUFWeights:
-    """The file at ``path`` (``int8``: block weights take int8 activations, :meth:`QuantizedWeight.from_gguf`), read
-    once while anything holds the result: a self-draft and its target share the blocks, and they are freed with the
-    last model that uses them. Raises ValueError for an unsupported architecture or setting."""
+    """The settings and tensors of the file at ``path`` (``int8``: block weights take int8 activations,
+    :meth:`QuantizedWeight.from_gguf`): blocks as stored, the rest decoded to float32. Raises ValueError for an
+    unsupported architecture or setting."""
     import gguf
     import numpy as np
-
-    if (open_weights := _OPEN.get((path, int8))) is not None:
-        return open_weights
 
     file = open_gguf(path)
     if any(t.name == "rope_freqs.weight" for t in file.tensors):  # llama.cpp's form of Llama 3's rope scaling
@@ -152,8 +143,7 @@ def read(path: str, int8: bool = False) -> GGUFWeights:
         else:
             raise ValueError(f"GGUF weights: {path}'s {t.name} is {kind}; specnb decodes {', '.join(FORMATS)}, "
                              f"F32, F16 and BF16")
-    weights = _OPEN[(path, int8)] = GGUFWeights(path, settings, tensors)
-    return weights
+    return GGUFWeights(path, settings, tensors)
 
 
 def unpermute_rows(tensor: GGUFTensor, heads: int) -> GGUFTensor:
@@ -181,24 +171,3 @@ def check_matches(path: str, s: Settings, config) -> None:
     if types[:config.num_hidden_layers] != s.layer_types[:config.num_hidden_layers] \
             or (s.window is not None and getattr(config, "sliding_window", None) != s.window):
         raise ValueError(f"GGUF weights: {path}'s sliding layers or window differ from the model's config")
-
-
-def mark(model: nn.Module, path: str | Path, int8: bool = False) -> None:
-    """Record that ``model`` runs over the GGUF file at ``path`` (``int8``: with int8 activations)."""
-    model._specnb_gguf = str(path)
-    model._specnb_int8 = int8
-
-
-def gguf_path(model: nn.Module) -> str | None:
-    """The GGUF file ``model`` runs over (:func:`mark`), or None."""
-    return getattr(model, "_specnb_gguf", None)
-
-
-def uses_gguf(model: nn.Module) -> bool:
-    """Whether ``model`` computes over a GGUF file's blocks (:func:`mark`)."""
-    return gguf_path(model) is not None
-
-
-def uses_int8(model: nn.Module) -> bool:
-    """Whether ``model``'s blocks multiply int8-rounded activations (``mark(..., int8=True)``)."""
-    return getattr(model, "_specnb_int8", False)

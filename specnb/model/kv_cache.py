@@ -30,11 +30,12 @@ MIN_CAPACITY = 256  # positions allocated at least, so short generations never r
 class GrowingLayer(DynamicLayer):
     """One layer's keys / values [B, H, S, D] as views of buffers [B, H, capacity, D].
 
-    pending: (keys, values) [P, H, s, D] of the last broadcast call (P rows on a B = 1 cache), or None.
+    key_buffer / value_buffer: None until the first write. pending: (keys, values) [P, H, s, D] of the last
+    broadcast call (P rows on a B = 1 cache), or None.
     """
 
-    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.key_buffer: Tensor | None = None
         self.value_buffer: Tensor | None = None
         self.pending: tuple[Tensor, Tensor] | None = None
@@ -96,7 +97,11 @@ def _grow(buffer: Tensor | None, length: int, total: int, new: Tensor) -> Tensor
 
 
 class GrowingCache(DynamicCache):
-    """A config-less ``DynamicCache`` whose layers are :class:`GrowingLayer`."""
+    """A config-less ``DynamicCache`` whose layers are :class:`GrowingLayer`: the cache every model call in specnb
+    takes (Hugging Face's decoder reads it as a ``DynamicCache``; specnb's decoder also writes its buffers directly,
+    :meth:`reserve` / :meth:`extend`)."""
+
+    layers: list[GrowingLayer]
 
     def __init__(self) -> None:
         super().__init__()
@@ -110,8 +115,8 @@ class GrowingCache(DynamicCache):
         layer stack): the key and value buffers [1, H, capacity >= end, D] of all ``layers`` layers, or None
         unless every layer holds a one-row buffer (not yet filled, or a broadcast call pending). Follow the
         writes with :meth:`extend`."""
-        if len(self.layers) != layers or not all(getattr(layer, "key_buffer", None) is not None
-                                                 and layer.key_buffer.shape[0] == 1 for layer in self.layers):
+        if len(self.layers) != layers or not all(layer.key_buffer is not None and layer.key_buffer.shape[0] == 1
+                                                 for layer in self.layers):
             return None
         buffers = [layer.reserve(end) for layer in self.layers]
         return [k for k, _ in buffers], [v for _, v in buffers]

@@ -25,16 +25,16 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 
 import torch
-from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..atomic import atomic_file, atomic_folder, write_text
 from . import kernels
+from .backend import Backend, Decoder, HFModules, build_decoder, dense_backend
 from .device import resolve_device
 from .kernels.cpu import kernel_isa
 from .model_names import (
@@ -54,14 +54,27 @@ from .model_names import (
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for decoding: the module (eval mode), its tokenizer and how to format prompts."""
+    """A causal LM ready for decoding: Hugging Face's model (eval mode: its config, dense weights and ``generate``),
+    its tokenizer, how to format prompts, and the :data:`~specnb.model.backend.Decoder` that runs every specnb call
+    (:func:`specnb.model.forward.forward`), chosen once by :func:`load_model`."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
+    decoder: Decoder
     chat: bool = False  # apply the chat template to chat prompts
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
-    weights: str = "bf16"  # what the projections and head compute over: "bf16" (dense), "gguf" / "gguf-int8" (blocks)
+
+    @property
+    def backend(self) -> Backend:
+        """What runs a call: ``hf``, ``dense``, ``gguf`` or ``gguf-int8`` (:data:`specnb.model.backend.Backend`)."""
+        return self.decoder.backend
+
+    @property
+    def weights(self) -> str:
+        """What the projections and head compute over: ``"bf16"`` (the dense checkpoint, in whatever dtype), ``"gguf"``
+        / ``"gguf-int8"`` (the GGUF file's blocks): one of :data:`specnb.model.model_names.WEIGHTS` but ``auto``."""
+        return "bf16" if self.backend in ("hf", "dense") else self.backend
 
     @property
     def vocab_size(self) -> int:
@@ -72,6 +85,30 @@ class LoadedModel:
     def max_context(self) -> int:
         """Longest sequence (prompt + new tokens) the model's positions allow."""
         return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 1 << 30))
+
+    @classmethod
+    def of(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str, **fields) -> LoadedModel:
+        """A model built in code (tiny and random models) on the backend its dense weights get
+        (:func:`specnb.model.backend.dense_backend`); ``fields``: the other fields."""
+        return cls(model, tokenizer, name, build_decoder(model, dense_backend(model)), **fields)
+
+    @functools.cached_property
+    def vocabulary_fingerprint(self) -> str:
+        """:func:`vocabulary_fingerprint` of the tokenizer, computed once."""
+        return vocabulary_fingerprint(self.tokenizer)
+
+
+def vocabulary_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A short hash of the tokenizer's vocabulary (token string -> id), equal for equal vocabularies (~0.3 s for a
+    262k vocabulary)."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
+
+
+def stock(target: LoadedModel) -> LoadedModel:
+    """``target`` on Hugging Face's modules as shipped (the ``hf`` backend: PyTorch's GEMM and attention, the dense
+    weights): the reference specnb's decoder is tested against. The same model object, tokenizer and settings."""
+    return replace(target, decoder=HFModules.of(target.model))
 
 
 # ----------------------------------------------------------------------------------------------- dtype
@@ -121,8 +158,8 @@ def resolve_weights(name: str, weights: str, device: torch.device, dtype: torch.
 
     blocks = weights_choice.blocks_route()
 
-    def load(route: str) -> nn.Module:
-        return load_model(name, dtype=dtype, device="cpu", weights=route).model
+    def load(route: str) -> LoadedModel:
+        return load_model(name, dtype=dtype, device="cpu", weights=route)
 
     return weights_choice.choose(weights_choice.cost_table(name, dtype, blocks, load), blocks)
 
@@ -328,7 +365,7 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
     config._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device=device, dtype=dtype).eval()
-    return LoadedModel(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
+    return LoadedModel.of(model, byte_tokenizer(), f"tiny-{arch}", chat=False, eos_token_ids=frozenset({257}))
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -347,7 +384,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     output head over the file's quantized blocks, activations still in ``dtype``; ``"gguf-int8"``: the same blocks times
     activations rounded to int8 (AVX512 CPUs with VNNI); ``"bf16"``: over the dense checkpoint;
     ``"auto"``: the fastest of these on this machine, measured once (:func:`resolve_weights`). The result's
-    ``weights`` says which ran.
+    ``decoder`` runs every call from then on (``backend``: ``dense`` or, for families specnb's decoder does not
+    cover, ``hf``; ``gguf`` / ``gguf-int8``), and its ``weights`` says which of these ran.
     """
     check_weights(name, weights)
     where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
@@ -373,22 +411,27 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
         chat = tokenizer.chat_template is not None
     _say_which_decoder(model.config.get_text_config().model_type)
     installed = kernels.rehome(model)
-    if weights.startswith("gguf"):
-        if not installed:
-            raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
-                             f"(got {device}, {torch_dtype})")
-        from .gguf_weights import check_matches, mark, read_settings
-        from .kernels.quant import int8_supported
+    return LoadedModel(model, tokenizer, name, _decoder(name, model, weights, installed, device, torch_dtype),
+                       chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
 
-        if weights == "gguf-int8" and not int8_supported():
-            raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
-        path = str(gguf_file(name))
-        try:
-            check_matches(path, read_settings(path), model.config.get_text_config())
-        except ValueError as exc:
-            raise ModelError(str(exc)) from None
-        mark(model, path, int8=weights == "gguf-int8")
-    return LoadedModel(model, tokenizer, name, chat=chat, eos_token_ids=_eos_ids(model, tokenizer), weights=weights)
+
+def _decoder(name: str, model: PreTrainedModel, weights: str, installed: bool, device: torch.device,
+             dtype: torch.dtype) -> Decoder:
+    """The decoder of ``weights`` (resolved: ``bf16``, ``gguf`` or ``gguf-int8``) for model ``name`` loaded as
+    ``model``; ``installed``: whether specnb's kernels run it. ModelError where that cannot run here."""
+    if not weights.startswith("gguf"):
+        return build_decoder(model, dense_backend(model))
+    if not installed:
+        raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
+                         f"(got {device}, {dtype})")
+    from .kernels.quant import int8_supported
+
+    if weights == "gguf-int8" and not int8_supported():
+        raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
+    try:  # the file's settings must agree with the converted checkpoint's config
+        return build_decoder(model, "gguf-int8" if weights == "gguf-int8" else "gguf", str(gguf_file(name)))
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
 
 
 @functools.cache

@@ -14,13 +14,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
-from torch import nn
 
 from ..atomic import write_csv
 from ..paths import artifact_path, safe_name
+
+if TYPE_CHECKING:
+    from .models import LoadedModel
 
 TOKENS = (1, 4, 16)  # tokens per call: one decoding step, and the verification calls speculation makes
 CONTEXT = 256
@@ -54,7 +57,7 @@ def table_path(name: str, dtype: torch.dtype, blocks: str):
     return artifact_path("roofline", f"weights-{safe_name(name)}-{dtype_name}-{blocks}-{host}-{kernels.digest()}.csv")
 
 
-def measure(load: Callable[[str], nn.Module], blocks: str, repeats: int = REPEATS) -> pd.DataFrame:
+def measure(load: Callable[[str], LoadedModel], blocks: str, repeats: int = REPEATS) -> pd.DataFrame:
     """Median seconds of one call of each of :data:`TOKENS` after a :data:`CONTEXT`-token prefill, over ``bf16`` and
     ``blocks`` (``load(weights)``: the model over those weights): both models loaded side by side, every call of
     one paired with the same call of the other in alternating order. Columns ``weights``, ``tokens``,
@@ -66,17 +69,17 @@ def measure(load: Callable[[str], nn.Module], blocks: str, repeats: int = REPEAT
     models, caches = {}, {}
     for weights in ("bf16", blocks):
         models[weights], caches[weights] = load(weights), GrowingCache()
-    vocab = models["bf16"].get_output_embeddings().weight.shape[0]
+    vocab = models["bf16"].vocab_size
     prompt = torch.randint(vocab, (1, CONTEXT), generator=generator)
     calls = {t: torch.randint(vocab, (1, t), generator=generator) for t in TOKENS}
     with torch.inference_mode():
         for weights, model in models.items():
-            forward(model, prompt, last_only=True, past_key_values=caches[weights], use_cache=True)
+            forward(model, prompt, last_only=True, cache=caches[weights])
 
         def call(weights: str, tokens: int) -> float:
             caches[weights].keep(CONTEXT, torch.empty(0, dtype=torch.long))
             start = time.perf_counter()
-            forward(models[weights], calls[tokens], past_key_values=caches[weights], use_cache=True)
+            forward(models[weights], calls[tokens], cache=caches[weights])
             return time.perf_counter() - start
 
         times: dict[tuple[str, int], list[float]] = {(w, t): [] for w in models for t in TOKENS}
@@ -91,7 +94,7 @@ def measure(load: Callable[[str], nn.Module], blocks: str, repeats: int = REPEAT
                           "repeats": repeats} for (w, t), s in times.items()])
 
 
-def cost_table(name: str, dtype: torch.dtype, blocks: str, load: Callable[[str], nn.Module]) -> pd.DataFrame:
+def cost_table(name: str, dtype: torch.dtype, blocks: str, load: Callable[[str], LoadedModel]) -> pd.DataFrame:
     """:func:`measure`'s table for model ``name`` in ``dtype`` (``load(weights)`` loads it), measured on first use
     (a line on stderr says so) and cached (:func:`table_path`)."""
     path = table_path(name, dtype, blocks)

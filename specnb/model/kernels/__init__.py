@@ -228,8 +228,12 @@ def routed(model: nn.Module) -> str:
     under names that include it; ``<dtype>``: what a bf16 prefill's GEMMs compute in,
     :func:`specnb.model.kernels.cpu.batch_dtype`)."""
     param = next(model.parameters(), None)
-    if param is None or param.dtype not in (torch.float32, torch.bfloat16) or param.device.type != "cpu" \
-            or extension() is None:
+    return "" if param is None else route(param.device, param.dtype)
+
+
+def route(device: torch.device, dtype: torch.dtype) -> str:
+    """:func:`routed`'s name for weights of ``dtype`` on ``device``."""
+    if dtype not in (torch.float32, torch.bfloat16) or device.type != "cpu" or extension() is None:
         return ""
     gemm = "fp32" if batch_dtype("bfloat16") == "float32" else "bf16"
     return f"fewrow-{digest()}-{kernel_isa()}-gemm{gemm}"
