@@ -109,9 +109,9 @@ def batches(segs: list[Segment], batch_tokens: int) -> list[list[Segment]]:
 def last_hidden_states(target: LoadedModel, ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """float [B, T, d]: final-norm hidden states of right-padded ids [B, T] (the decoder only, no LM head).
 
-    Computed by the decoder the decoding loop runs (:attr:`specnb.model.models.LoadedModel.decoder`), so they are what
-    it hands a drafter: right padding needs no mask on specnb's decoder, as causal attention never lets a token see
-    the pads after it; Hugging Face's modules get ``attention_mask`` [B, T] (1 = token, 0 = pad).
+    Computed by the decoder the decoding loop runs (``decoder`` of :class:`specnb.model.models.LoadedModel`), so
+    they are what it hands a drafter: right padding needs no mask on specnb's decoder, as causal attention never
+    lets a token see the pads after it; Hugging Face's modules get ``attention_mask`` [B, T] (1 = token, 0 = pad).
     """
     if isinstance(target.decoder, HFModules):
         return target.decoder.forward(ids, mask=attention_mask)

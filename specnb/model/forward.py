@@ -1,5 +1,5 @@
-"""One target call: the decoder the target loaded with (:attr:`specnb.model.models.LoadedModel.decoder`), then its
-output head.
+"""One target call: the decoder the target loaded with (``decoder`` of
+:class:`specnb.model.models.LoadedModel`), then its output head.
 
 Hugging Face's ``model(...)`` does both, but its head is a plain ``F.linear`` over the whole vocabulary; every decoder
 here ends in :class:`specnb.model.decoder.OutputHead` (the model's own head weight, or the GGUF file's blocks).
