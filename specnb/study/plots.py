@@ -322,8 +322,8 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
 
     small_multiples: a method's name: one panel per series value, its curve in the method's colour with a band
     (one per panel, named in the legend), for series whose intervals would overlap. None: the series overlaid
-    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars; a
-    series near-constant in a panel (:func:`near_constant`) is left out and named in the panel's title.
+    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars;
+    every series is drawn, a flat one included (beside the others its level is the comparison).
     Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
     shape = (len(rows), len(values)) if small_multiples else (1, len(rows))
@@ -331,12 +331,10 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
                              squeeze=False)
     hues = series_colors(len(values))
     for r, row in enumerate(rows):
-        flat = []
         for i, value in enumerate(values):
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
             curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
-            if d.empty or (not small_multiples and near_constant(*curve[1:])):
-                flat += [] if d.empty else [name.format(value)]
+            if d.empty:
                 continue
             line_with_interval(axes[r, i] if small_multiples else axes[0, r], *curve, band=bool(small_multiples),
                                label=small_multiples or name.format(value),
@@ -344,8 +342,7 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
                                marker=MARKERS[0 if small_multiples else i % len(MARKERS)], ms=3.5, lw=1)
         for c in range(len(values)) if small_multiples else [r]:
             title = f"{titles[row]}, {name.format(values[c])}" if small_multiples else titles[row]
-            axes[r if small_multiples else 0, c].set_title(title + (f"\n({', '.join(flat)}: flat, not drawn)"
-                                                                    if flat else ""))
+            axes[r if small_multiples else 0, c].set_title(title)
     return fig, axes
 
 
