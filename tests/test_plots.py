@@ -91,7 +91,7 @@ def test_every_speedup_heatmap_has_one_fixed_diverging_scale_with_arrows_when_cl
         plots.heatmap(pd.DataFrame(values), ax, norm=norm, cmap=plots.SPEEDUP_CMAP, colorbar=False)
         plots.shared_colorbar(fig, [ax], norm, plots.SPEEDUP_CMAP, "speedup")
         bars.append(fig.axes[-1])
-        plots.legend_outside(fig, "below")  # names the hatched, unmeasured cell
+        plots.legend_outside(fig, "below")  # names the grey, unmeasured cell
         assert plots.layout_problems(fig) == []
     near, far = bars
     assert near.get_ylim() == far.get_ylim()  # the same limits for a near-tie and for a wide spread

@@ -23,6 +23,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -39,6 +40,7 @@ import seaborn as sns
 from matplotlib import patheffects
 from matplotlib.colors import LogNorm, Normalize, to_hex
 from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
+from PIL import Image
 
 from ..atomic import atomic_file, write_csv, write_text
 from ..eval.methods import METHODS
@@ -413,7 +415,7 @@ SPEEDUP_CMAP = "RdBu"  # red: slower than the baseline, blue: faster
 SEQUENTIAL_CMAP = "viridis"
 
 
-MISSING = "not measured"  # the legend name of a heatmap's hatched (blank) cells
+MISSING = "not measured"  # the legend name of a heatmap's grey (blank) cells
 OUTLINE = "tab:cyan"  # the colour of a heatmap's outlined cells
 
 
@@ -423,7 +425,7 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     """A grid such as (k, w) -> value as an annotated seaborn heatmap, first row of ``table`` at the bottom.
 
     table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``); NaN
-    cells stay blank over a hatched background named :data:`MISSING` (for the figure's legend:
+    cells stay blank over a grey background named :data:`MISSING` (for the figure's legend:
     :func:`legend_outside`). norm: the colour scale, shared by every panel of the figure that shows this metric
     (:func:`shared_norm`, :data:`SPEEDUP_NORM`). colorbar: draw this panel's colour bar (one per metric is
     enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
@@ -431,8 +433,8 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     """
     values = table.to_numpy(dtype=float)
     if np.isnan(values).any():
-        ax.add_patch(plt.Rectangle((0, 0), values.shape[1], values.shape[0], hatch="//", fill=False, color="0.6",
-                                   lw=0, zorder=0, label=MISSING))
+        ax.add_patch(plt.Rectangle((0, 0), values.shape[1], values.shape[0], facecolor="0.88", edgecolor="none",
+                                   lw=0, zorder=0, label=MISSING))  # plain grey: a hatch costs tens of kB a PNG
     sns.heatmap(table, ax=ax, annot=True, fmt=fmt, cmap=cmap, norm=norm, annot_kws={"fontsize": 6.5},
                 cbar=colorbar, cbar_kws={"label": label} if colorbar else None)
     ax.invert_yaxis()
@@ -480,7 +482,7 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
     """One :func:`heatmap` per context length of a roofline table (:func:`specnb.eval.timing.measure` rows: context,
     k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
-    panel, cells above ``threshold`` outlined (past the memory-bound regime), unmeasured cells hatched."""
+    panel, cells above ``threshold`` outlined (past the memory-bound regime), unmeasured cells grey."""
     from ..eval.timing import heatmap_table
 
     contexts = sorted(frame.context.unique())
@@ -617,8 +619,12 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
     if os.environ.get("SPECNB_STRICT_FIGURES") == "1" and (problems := layout_problems(fig)):
         raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
     out = figures_dir() / f"{name}.png"
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    # a 256-colour palette: a third of the bytes of RGBA for the same picture (committed figures stay small)
+    image = Image.open(buffer).convert("RGB").quantize(256, method=Image.Quantize.FASTOCTREE, dither=Image.Dither.NONE)
     with atomic_file(out) as tmp:
-        fig.savefig(tmp, pil_kwargs={"optimize": True})
+        image.save(tmp, format="png", optimize=True)
     _record_title(out.parent, name, fig)
     if data is not None:
         write_csv(out.with_suffix(".csv"), data)
