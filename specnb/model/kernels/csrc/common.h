@@ -61,6 +61,26 @@ inline void store4(at::BFloat16* y, __m128 v) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(y), _mm_packus_epi32(r, r));
 }
 
+// Eight fp32 values rounded as at::BFloat16 rounds each (to the nearest bf16, ties to even, every NaN to 0x7fc0),
+// kept as fp32; round8(v, float{}) leaves them as they are.
+inline __m256 round8(__m256 v, float) { return v; }
+inline __m256 round8(__m256 v, bf16) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i half = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)),
+                                        _mm256_set1_epi32(0x7fff));
+  __m256i r = _mm256_slli_epi32(_mm256_srli_epi32(_mm256_add_epi32(u, half), 16), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7fc00000), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  return _mm256_castsi256_ps(r);
+}
+
+// Eight values stored as eight calls of store() store them.
+inline void store8(float* y, __m256 v) { _mm256_storeu_ps(y, v); }
+inline void store8(at::BFloat16* y, __m256 v) {
+  const __m256i r = _mm256_srli_epi32(_mm256_castps_si256(round8(v, bf16{})), 16);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y),
+                   _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+}
+
 template <typename W>
 inline __m256 load8(const W* p);
 template <>
