@@ -8,6 +8,8 @@
 
 namespace {
 
+constexpr int64_t ACT_WORK = int64_t(1) << 13;  // elements of a share of the activation worth a thread
+
 torch::Tensor normed(const torch::Tensor& x, const Norm& n) {  // x [R, d]
   return rms_norm(x, n.scale, n.eps, n.round_first);
 }
@@ -27,6 +29,22 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t H, const c10::optional
                           const torch::Tensor& sin) {
   if (!n.has_value()) return heads(x, H, c10::nullopt, 0.0, false, cos, sin);
   return heads(x, H, n->scale, n->eps, n->round_first, cos, sin);
+}
+
+// act(gate) * up [S, N] (gate, up: [S, N] views of the gate/up output), the ATen ops of the Python layer on each
+// thread's share of the rows: each element takes the same steps, and a 16-row call's GELU runs on every thread.
+torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int64_t act) {
+  const int64_t S = gate.size(0), N = gate.size(1);
+  auto out = torch::empty({S, N}, gate.options());
+  const bool inference = c10::InferenceMode::is_enabled();
+  at::parallel_for(0, S, std::max<int64_t>(1, ACT_WORK / N), [&](int64_t r0, int64_t r1) {
+    c10::InferenceMode guard(inference);  // the worker threads' mode is the caller's
+    const auto g = gate.narrow(0, r0, r1 - r0);
+    auto share = out.narrow(0, r0, r1 - r0);
+    at::mul_out(share, act == ACT_GELU_TANH ? at::gelu(g, "tanh") : at::silu(g),
+                up.narrow(0, r0, r1 - r0));
+  });
+  return out;
 }
 
 }  // namespace
@@ -69,8 +87,7 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
     }
     const auto gu = project(x2, L.gate_up, L.gate_up_bias, L.gate_up_blocks, isa);
     const auto gate = gu.narrow(1, 0, L.gate_size), up = gu.narrow(1, L.gate_size, gu.size(1) - L.gate_size);
-    const auto a = (L.act == ACT_GELU_TANH ? at::gelu(gate, "tanh") : at::silu(gate)) * up;
-    auto down = project(a.contiguous(), L.down, L.down_bias, L.down_blocks, isa);
+    auto down = project(activated(gate, up, L.act), L.down, L.down_bias, L.down_blocks, isa);
     x = (x + (L.post_mlp_norm.has_value() ? normed(down, *L.post_mlp_norm) : down)).view({1, S, d});
   }
   return x;
