@@ -18,6 +18,123 @@ constexpr int PV_CHUNK = 16;  // output elements per task (two ymm accumulators 
 constexpr int PV_ROWS_512 = 8, PV_CHUNK_512 = 32;
 constexpr int64_t PARALLEL_WORK = int64_t(1) << 20;  // multiply-adds per KV head (R * S * D) worth a fork
 
+// exp of 8 floats with the bits of glibc's expf (2.27 and later, its FMA variant, which std::exp calls on every
+// x86 class specnb builds for): the same double-precision steps, fused where it fuses them, with its 32-entry table
+// of 2^(i/32). Lanes with |x| >= 88 or NaN (overflow, underflow, the special values) take std::exp itself, but
+// those set in `skip` (their result unused).
+constexpr uint64_t EXP2_TABLE[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+inline double bits_double(uint64_t u) {
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+}
+
+inline __m128 exp4(__m128 x) {
+  const __m256d inv_ln2_n = _mm256_set1_pd(bits_double(0x40471547652b82fe));  // 32 / ln 2
+  const __m256d shift = _mm256_set1_pd(bits_double(0x4338000000000000));      // 0x1.8p52
+  const __m256d xd = _mm256_cvtps_pd(x);
+  const __m256d kd_shifted = _mm256_fmadd_pd(inv_ln2_n, xd, shift);
+  const __m256i ki = _mm256_castpd_si256(kd_shifted);
+  const __m256d kd = _mm256_sub_pd(kd_shifted, shift);
+  const __m256d r = _mm256_fmsub_pd(inv_ln2_n, xd, kd);
+  const __m256i t = _mm256_add_epi64(
+      _mm256_i64gather_epi64(reinterpret_cast<const long long*>(EXP2_TABLE), _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8),
+      _mm256_slli_epi64(ki, 47));
+  const __m256d z = _mm256_fmadd_pd(r, _mm256_set1_pd(bits_double(0x3ebc6af84b912394)),
+                                    _mm256_set1_pd(bits_double(0x3f2ebfce50fac4f3)));
+  const __m256d r2 = _mm256_mul_pd(r, r);
+  __m256d y = _mm256_fmadd_pd(r, _mm256_set1_pd(bits_double(0x3f962e42ff0c52d6)), _mm256_set1_pd(1.0));
+  y = _mm256_fmadd_pd(z, r2, y);
+  return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
+}
+
+inline __m256 exp8(__m256 x, int skip) {
+  __m256 y = _mm256_set_m128(exp4(_mm256_extractf128_ps(x, 1)), exp4(_mm256_castps256_ps128(x)));
+  const __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+  const int special =
+      _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a)))) & ~skip;
+  if (special) {
+    alignas(32) float xs[8], ys[8];
+    _mm256_store_ps(xs, x);
+    _mm256_store_ps(ys, y);
+    for (int k = 0; k < 8; k++)
+      if (special >> k & 1) ys[k] = std::exp(xs[k]);
+    y = _mm256_load_ps(ys);
+  }
+  return y;
+}
+
+// One row of scores [S] -> its softmax weights before the division: each key after `last` (causal) or blocked by
+// the mask row (a value below -1e30; mask stride ms) weighs exactly 0, the others exp(s - max) of the scaled
+// (softcapped, masked) score s; in the order and with the bits of one scalar pass over the keys.
+inline void weights_row(float* row, int64_t S, int64_t last, const float* mrow, int64_t ms, float scale,
+                        float softcap) {
+  const float inf = std::numeric_limits<float>::infinity();
+  float best = -inf;
+  int64_t j = 0;
+  if (softcap == 0.0f && (!mrow || ms == 1)) {
+    __m256 top = _mm256_set1_ps(-inf);
+    for (; j + 8 <= S; j += 8) {
+      __m256 s = _mm256_mul_ps(_mm256_loadu_ps(row + j), _mm256_set1_ps(scale));
+      __m256 hidden;
+      if (mrow) {
+        const __m256 m = _mm256_loadu_ps(mrow + j);
+        hidden = _mm256_cmp_ps(m, _mm256_set1_ps(-1e30f), _CMP_NGT_UQ);
+        s = _mm256_add_ps(s, m);
+      } else {
+        const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(int(j)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        hidden = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(int(last))));
+      }
+      s = _mm256_blendv_ps(s, _mm256_set1_ps(-inf), hidden);
+      _mm256_storeu_ps(row + j, s);
+      top = _mm256_max_ps(s, top);
+    }
+    alignas(32) float tops[8];
+    _mm256_store_ps(tops, top);
+    for (int k = 0; k < 8; k++) best = std::max(best, tops[k]);
+  }
+  for (; j < S; j++) {
+    const bool visible = mrow ? mrow[j * ms] > -1e30f : j <= last;
+    float s = -inf;
+    if (visible) {
+      s = row[j] * scale;
+      if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;
+      if (mrow) s += mrow[j * ms];
+    }
+    row[j] = s;
+    best = std::max(best, s);
+  }
+  j = 0;
+  for (; j + 8 <= S; j += 8) {
+    const __m256 s = _mm256_loadu_ps(row + j), blocked = _mm256_cmp_ps(s, _mm256_set1_ps(-inf), _CMP_EQ_OQ);
+    const __m256 e = exp8(_mm256_sub_ps(s, _mm256_set1_ps(best)), _mm256_movemask_ps(blocked));
+    _mm256_storeu_ps(row + j, _mm256_blendv_ps(e, _mm256_setzero_ps(), blocked));
+  }
+  for (; j < S; j++) row[j] = row[j] == -inf ? 0.0f : std::exp(row[j] - best);
+}
+
+// totals[r] = the sum of row r's weights in key order, for rows r0..r1-1 of w [*, S]: 8 rows' chains side by side.
+inline void sum_rows(const float* w, int64_t S, int64_t r0, int64_t r1, float* totals) {
+  constexpr int ROWS = 8;
+  for (int64_t r = r0; r < r1; r += ROWS) {
+    const int n = int(std::min<int64_t>(ROWS, r1 - r));
+    float t[ROWS] = {};
+    for (int64_t j = 0; j < S; j++)
+#pragma GCC unroll 8
+      for (int k = 0; k < ROWS; k++)
+        if (k < n) t[k] += w[(r + k) * S + j];
+    for (int k = 0; k < n; k++) totals[r + k] = t[k];
+  }
+}
+
 template <typename T>
 void pv_block(const float* p, int64_t lds, int rows, const T* v, int64_t ldv, int64_t S, int64_t d0, int64_t width,
               float* acc, int64_t lda) {
@@ -118,26 +235,10 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         for (int64_t r = r0; r < r1; r++) {
           const int64_t g = r / Q, i = r % Q, h = hk * G + g;
           const float* mrow = mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
-          float* row = scores.data() + r * S;
-          float best = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < S; j++) {
-            const bool visible = mrow ? mrow[j * mstride[3]] > -1e30f : j <= S - Q + i;  // no mask: causal
-            float s = -std::numeric_limits<float>::infinity();
-            if (visible) {
-              s = row[j] * scale;
-              if (softcap > 0.0f) s = std::tanh(s / softcap) * softcap;
-              if (mrow) s += mrow[j * mstride[3]];
-            }
-            row[j] = s;
-            best = std::max(best, s);
-          }
-          float total = 0.0f;
-          for (int64_t j = 0; j < S; j++) {
-            row[j] = row[j] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(row[j] - best);
-            total += row[j];
-          }
-          totals[r] = total;
+          const int64_t last = mrow ? S - 1 : S - Q + i;  // no mask: causal
+          weights_row(scores.data() + r * S, S, last, mrow, mstride[3], scale, softcap);
         }
+        sum_rows(scores.data(), S, r0, r1, totals.data());
       });
       const T* vb = reinterpret_cast<const T*>(v.data_ptr()) + b * v.stride(0) + hk * v.stride(1);
       const int64_t ldv = v.stride(2);
@@ -156,12 +257,17 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
           pv_block<T>(scores.data() + r0 * S, S, int(std::min<int64_t>(PV_ROWS, R - r0)), vb, ldv, S, d0,
                       std::min<int64_t>(PV_CHUNK, D - d0), acc.data() + r0 * D, D);
         });
-      for (int64_t r = 0; r < R; r++) {
-        const int64_t g = r / Q, i = r % Q;
-        const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
-        Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
-        for (int64_t d = 0; d < D; d++) store(o + d, acc[r * D + d] * inv);
-      }
+      at::parallel_for(0, R, grain, [&](int64_t r0, int64_t r1) {
+        const int64_t D8 = D - D % 8;
+        for (int64_t r = r0; r < r1; r++) {
+          const int64_t g = r / Q, i = r % Q;
+          const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
+          Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
+          const float* a = acc.data() + r * D;
+          for (int64_t d = 0; d < D8; d += 8) store8(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), _mm256_set1_ps(inv)));
+          for (int64_t d = D8; d < D; d++) store(o + d, a[d] * inv);
+        }
+      });
     }
   }
 }
