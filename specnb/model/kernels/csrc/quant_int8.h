@@ -265,10 +265,11 @@ QUANT_VNNI inline __attribute__((always_inline)) void dots(const uint8_t* p, int
 }
 
 // y[m, 0..15] for m < mb: one tile (16 weight rows, all K) times a chunk of mb quantized rows (q, dx, sums: the
-// chunk's, QRows' layout). Per block and row, acc = fma(float(dot), d * dx, acc), dot exact in int32.
+// chunk's, QRows' layout). Per block and row, acc = fma(float(dot), d * dx, acc), dot exact in int32. fetch: prefetch
+// the weights ahead (the first chunk of a call's rows; the later ones find the tile in cache).
 template <int type, int mb, typename Out>
 QUANT_VNNI void tile_rows(const int32_t* q, const float* dx, const int32_t* sums, const uint8_t* tile,
-                          const float* bias, Out* y, int64_t ldy, int64_t K) {
+                          const float* bias, Out* y, int64_t ldy, int64_t K, bool fetch) {
   using T = Tile<type>;
   const int64_t blocks = K / T::weights;
   __m512 acc[mb];
@@ -279,7 +280,8 @@ QUANT_VNNI void tile_rows(const int32_t* q, const float* dx, const int32_t* sums
     const uint8_t* p = tile + b * T::bytes;
     const int32_t* qb = q + b * (T::weights / 4) * mb;
     const float* dxb = dx + b * mb;
-    for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
+    if (fetch)
+      for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     if constexpr (type == Q8_0 || type == Q5_0) {  // one group: dot from -offset * sum
 #pragma GCC unroll 16
@@ -337,7 +339,7 @@ QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_
     using T = Tile<type>;
     const int64_t slots = type == Q4_K ? K / T::sub / 2 : K / T::sub;
     tile_rows<type, mb>(r.q.data() + m0 * K / 4, r.dx.data() + m0 * (K / T::weights), r.sums.data() + m0 * slots,
-                        tile, bias, y + m0 * N, N, K);
+                        tile, bias, y + m0 * N, N, K, m0 == 0);
   }
 }
 
