@@ -40,6 +40,7 @@ from ..model.masks import TreeMasks
 from ..model.model_names import check_installed, layer_count
 from ..model.models import LoadedModel, load_model
 from ..options import OptionError, Options, at_least, parsed_by, positive_shape
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -343,3 +344,9 @@ def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
 def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:
     """The ``mcsd`` drafter: a ``draft_shape`` tree of candidates."""
     return _make(target, options, options.draft_shape)
+
+
+METHODS = (
+    Method("sd", "vanilla speculative decoding with a draft model, one chain", "SD", SdOptions, make_sd),
+    Method("mcsd", "MCSD: draft-model candidate tree, multi-candidate sampling", "MCSD", McsdOptions, make_mcsd),
+)

@@ -106,8 +106,8 @@ class BenchConfig:
         name = self.method(label)
         if options is None or isinstance(options, Mapping):
             options = parse_options(name, options)
-        elif not isinstance(options, method(name).options_class()):
-            raise ValueError(f"method {label} takes {method(name).options_class().__name__}, got "
+        elif not isinstance(options, method(name).options):
+            raise ValueError(f"method {label} takes {method(name).options.__name__}, got "
                              f"{type(options).__name__}")
         run = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
         unset = {key: value for key, value in run.items() if getattr(options, key, 0) is None}

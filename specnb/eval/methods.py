@@ -1,10 +1,11 @@
 """Named speculation methods for the bench and the notebooks: the name table and the command line's coercion.
 
 A method is a :class:`specnb.drafters.Method` record (name, help, display name, options, factory): a drafter
-(:data:`specnb.drafters.DRAFTERS`: its options dataclass and factory live in its drafter's module, imported on
-first use) or a baseline the bench runs itself (Hugging Face's ``hf``, ``hf-pld``, ``hf-assisted``; llama.cpp's
-``llamacpp``, ``llamacpp-pld``), whose options are :class:`LookupOptions`, :class:`HfAssistedOptions`. ``ar`` is
-plain AR through our loop. :data:`METHODS` holds them all.
+(declared in its drafter's module; :data:`specnb.drafters.DRAFTERS` holds its :class:`~specnb.drafters.Entry`,
+read without importing that module) or a baseline the bench runs itself (Hugging Face's ``hf``, ``hf-pld``,
+``hf-assisted``; llama.cpp's ``llamacpp``, ``llamacpp-pld``), whose options are :class:`LookupOptions`,
+:class:`HfAssistedOptions`. ``ar`` is plain AR through our loop. :data:`METHODS` holds them all by name, and
+:func:`method` gives a name's full record.
 
 Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
 ``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..drafters import DRAFTERS, Method
+from ..drafters import DRAFTERS, Entry, Method
 from ..options import OptionError, Options, at_least, name_list
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class HfAssistedOptions(Options):
 FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (
+METHODS: dict[str, Method | Entry] = {m.name: m for m in (
     Method("ar", "autoregressive decoding through our loop (the reference; always runs)", "AR (ours)"),
     *DRAFTERS.values(),
     Method("hf", "Hugging Face generate (plain)", "HF generate"),
@@ -68,22 +69,26 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("llamacpp", "llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy", "llama.cpp"),
     Method("llamacpp-pld", "llama.cpp with its prompt-lookup drafting", "llama.cpp lookup", options=LookupOptions),
 )}
-"""Every named method's record (:class:`specnb.drafters.Method`): ``ar``, the drafters, the baselines."""
+"""Every named method, in the order of ``specnb bench --help`` and the figures: ``ar``, the drafters (their
+:class:`~specnb.drafters.Entry`: name, help, label, routable), the baselines (their
+:class:`~specnb.drafters.Method`)."""
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
 LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.eval.llamacpp
 
 
 def method(name: str) -> Method:
-    """The method called ``name``; OptionError naming the known ones otherwise."""
+    """The record of the method called ``name`` (a drafter's imports its module); OptionError naming the known ones
+    otherwise."""
     if name not in METHODS:
         raise OptionError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
-    return METHODS[name]
+    record = METHODS[name]
+    return record.method() if isinstance(record, Entry) else record
 
 
 def option_names(name: str) -> list[str]:
     """The options method ``name`` reads, in declaration order."""
-    return [f.name for f in dataclasses.fields(method(name).options_class())]
+    return [f.name for f in dataclasses.fields(method(name).options)]
 
 
 def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
@@ -93,7 +98,7 @@ def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
 
     Raises OptionError naming the option for an unknown key, a value of the wrong type or out of range.
     """
-    cls = method(name).options_class()
+    cls = method(name).options
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = values or {}
@@ -215,8 +220,8 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
         raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.eval.bench")
     if options is None or isinstance(options, Mapping):
         options = parse_options(name, options)
-    elif not isinstance(options, record.options_class()):
-        raise OptionError(f"method {name} takes {record.options_class().__name__}, got {type(options).__name__}")
+    elif not isinstance(options, record.options):
+        raise OptionError(f"method {name} takes {record.options.__name__}, got {type(options).__name__}")
     if getattr(options, "roofline", None) == "":
         from .timing import cost_table
 
