@@ -22,8 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..draft_shapes import SelfDraft, parse_draft
 from ..drafters import DRAFTERS, Entry, Method
-from ..options import OptionError, Options, at_least, name_list
+from ..options import OptionError, Options, at_least, name_list, parsed_by
 
 if TYPE_CHECKING:
     from ..core.drafter import Drafter
@@ -45,11 +46,11 @@ class LookupOptions(Options):
 class HfAssistedOptions(Options):
     """Hugging Face assisted generation with the draft model ``draft`` (same tokenizer as the target)."""
 
-    draft: str | None = None
+    draft: str | SelfDraft | None = parsed_by(parse_draft, None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.draft or self.draft.startswith("self:"):
+        if not isinstance(self.draft, str) or not self.draft:
             raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
         from ..model.model_names import check_installed
 
@@ -113,14 +114,16 @@ def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
 
 
 def _convert(key: str, value: Any, hint: Any, parse: Callable[[str], Any] | None = None) -> Any:
-    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, a tuple, or one of them | None); a string
-    goes through ``parse`` when the field has one (ValueError -> OptionError naming ``key``)."""
+    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, a tuple, or one of them | None; a field
+    with a parser may be a union, e.g. ``str | SelfDraft | None``); a string goes through ``parse`` when the field
+    has one (ValueError -> OptionError naming ``key``)."""
+    members = (hint,)
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         if value is None or (isinstance(value, str) and value.lower() in ("", "none")):
             return None
-        hint = next(a for a in args if a is not type(None))
-        args = typing.get_args(hint)
+        members = tuple(a for a in args if a is not type(None))
+        hint = members[0]
     if parse is not None and isinstance(value, str):
         try:
             return parse(value)
@@ -128,6 +131,10 @@ def _convert(key: str, value: Any, hint: Any, parse: Callable[[str], Any] | None
             raise
         except ValueError as exc:
             raise OptionError(f"option {key}: {exc}") from None
+    if len(members) > 1:  # a typed value of one of the union's types
+        if isinstance(value, members):
+            return value
+        raise OptionError(f"option {key} must be {' or '.join(m.__name__ for m in members)}, got {value!r}")
     if typing.get_origin(hint) is tuple:
         if isinstance(value, str):
             return name_list(value)
