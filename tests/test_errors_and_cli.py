@@ -354,6 +354,16 @@ def test_seed_and_temperature_reach_the_draft_model():
     assert own.options["sd"].temperature == 0.0  # a draft's own setting is kept
 
 
+def test_the_bench_runs_a_callers_drafters_beside_the_named_methods():
+    """``made``: a study's own drafters go through the one entry, after the named methods; they take no options."""
+    from specnb.eval.bench import BenchConfig
+
+    config = BenchConfig(["pld"], made={"mine": None})
+    assert config.methods == ["ar", "pld", "mine"] and list(config.options) == ["ar", "pld"]
+    with pytest.raises(ValueError, match="options given for mine, which the caller made"):
+        BenchConfig([], made={"mine": None}, options={"mine": {}})
+
+
 def test_strings_are_parsed_once_into_typed_options():
     assert parse_options("mcsd", {"draft_shape": "4x2x2x1"}).draft_shape == (4, 2, 2, 1)
     assert parse_options("dense", {"datastore": "d", "draft_shape": "greedy"}).draft_shape == (3, 20)
