@@ -5,10 +5,13 @@ option checks (:mod:`specnb.eval.methods`, before anything loads) and the drafte
   draft level, :func:`tree_shape`;
 * a retrieval shape ``"KxW"`` (DReSD, :mod:`specnb.drafters.dense`): K drafts of W tokens, or the paper's named
   best shapes, :func:`retrieval_shape`;
-* a ``self:L`` draft name: the target's first L layers, :func:`self_layers`.
+* a ``--draft`` value: a model name, or ``self:L`` (the target's first L layers) parsed into a :class:`SelfDraft`,
+  :func:`parse_draft`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 SAMPLING_SHAPE = (10, 10)  # k drafts x w tokens: DReSD's best shape for nucleus sampling
 GREEDY_SHAPE = (3, 20)  # DReSD's best shape for greedy decoding
@@ -37,14 +40,30 @@ def retrieval_shape(shape: str) -> tuple[int, int]:
     return k, w
 
 
-def self_layers(name: str) -> int | None:
-    """L of a ``self:L`` draft name (ValueError unless L is a positive integer), None for any other name."""
-    if not name.startswith("self:"):
-        return None
-    layers = name.removeprefix("self:")
+@dataclass(frozen=True)
+class SelfDraft:
+    """The draft that is the target's own first ``layers`` decoder layers (with its final norm and head), spelt
+    ``self:L`` at the edge; ``str()`` gives that spelling back. A draft model is named by a ``str`` instead."""
+
+    layers: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
+            raise ValueError(f"invalid self-draft: L must be an integer >= 1, got {self.layers!r}")
+
+    def __str__(self) -> str:
+        return f"self:{self.layers}"
+
+
+def parse_draft(text: str) -> str | SelfDraft:
+    """A ``--draft`` value: ``"self:L"`` -> SelfDraft(L) (ValueError unless L is an integer >= 1), any other text
+    -> that model name."""
+    if not text.startswith("self:"):
+        return text
+    layers = text.removeprefix("self:")
     if not layers.isdigit() or int(layers) < 1:
-        raise ValueError(f"invalid self-draft {name!r}: expected self:L with an integer L >= 1")
-    return int(layers)
+        raise ValueError(f"invalid self-draft {text!r}: expected self:L with an integer L >= 1")
+    return SelfDraft(int(layers))
 
 
 def check_self_layers(layers: int, total: int) -> None:

@@ -12,6 +12,7 @@ import torch
 
 from specnb.core.generate import generate
 from specnb.core.prompts import encode_prompt
+from specnb.draft_shapes import SelfDraft
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.eval.methods import make_drafter
 from specnb.model.backend import HFModules
@@ -27,7 +28,7 @@ def drafter(family: str, target: LoadedModel):
     if family in ("pld", "ngram-unigram"):
         return make_drafter(family, target)
     scheme, shape = {"sd": ("mcss", "3x1x1"), "mcsd": ("mcss-wor", "3x2x1")}[family]
-    return DraftModelDrafter(load_draft(target, "self:2"), shape, target.vocab_size, scheme=scheme)
+    return DraftModelDrafter(load_draft(target, SelfDraft(2)), shape, target.vocab_size, scheme=scheme)
 
 
 def margin(target: LoadedModel, prompt: str, tokens: list[int], a: int, b: int) -> float:

@@ -20,6 +20,7 @@ from specnb.datastores.crest import build_crest
 from specnb.datastores.dense import build_datastore
 from specnb.datastores.ngram_tables import bigram_table
 from specnb.datastores.rest import RestIndex
+from specnb.draft_shapes import SelfDraft
 from specnb.drafters.crest import CrestDrafter
 from specnb.drafters.dense import DenseDrafter
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
@@ -73,7 +74,7 @@ def drafter_for(family: str, target: LoadedModel, stores: dict, temperature: flo
     if family == "dense":
         return DenseDrafter(stores["dense"], 3, 4)
     scheme, shape = {"sd": ("mcss", "1x1x1"), "mcsd": ("mcss-wor", "3x2x1"), "mcns": ("mcns", "2x2")}[family]
-    return DraftModelDrafter(load_draft(target, "self:2"), shape, target.vocab_size, scheme=scheme,
+    return DraftModelDrafter(load_draft(target, SelfDraft(2)), shape, target.vocab_size, scheme=scheme,
                              temperature=temperature)
 
 

@@ -11,7 +11,7 @@ from conftest import ARCHS, gemma, tiny
 
 from specnb.core.datasets import humaneval
 from specnb.core.generate import generate
-from specnb.draft_shapes import tree_shape
+from specnb.draft_shapes import SelfDraft, parse_draft, tree_shape
 from specnb.drafters.draft_model import (
     DraftModelDrafter,
     VocabularyError,
@@ -90,7 +90,9 @@ def test_self_draft_shares_weights_and_leaves_the_target_alone():
     with pytest.raises(ValueError, match="1 <= L < 4"):
         self_draft(target, 4)
     with pytest.raises(ValueError, match="self:L"):
-        load_draft(target, "self:two")
+        parse_draft("self:two")
+    assert (parse_draft("self:2"), str(SelfDraft(2))) == (SelfDraft(2), "self:2")
+    assert parse_draft("tiny-llama") == "tiny-llama"
 
 
 def test_draft_with_another_vocabulary_is_refused():
@@ -124,7 +126,7 @@ def test_gemma_self_draft_is_lossless_past_the_sliding_window():
     prompt = "\n".join(p.text for p in humaneval(12)[3:12])
     assert len(target.tokenizer(prompt).input_ids) > 600
     ar = generate(target, prompt, max_new_tokens=16).tokens
-    drafter = DraftModelDrafter(load_draft(target, "self:6"), "4x2x1", target.vocab_size)
+    drafter = DraftModelDrafter(load_draft(target, SelfDraft(6)), "4x2x1", target.vocab_size)
     assert generate(target, prompt, drafter, max_new_tokens=16).tokens == ar
 
 

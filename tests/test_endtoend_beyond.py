@@ -11,6 +11,7 @@ import pytest
 from conftest import tiny
 
 from specnb.core.prompts import Prompt
+from specnb.draft_shapes import SelfDraft
 from specnb.experiments import beyond as bt
 from specnb.experiments import endtoend as e2e
 from specnb.study.results import Results, uncited
@@ -31,7 +32,7 @@ def timed_rows(seconds: dict[str, list[float]], per_call: dict[str, float], new_
 
 def test_priced_dresd_reads_the_id_store():
     stores = {"rest": "r", "crest": "c", "dense": "ood", "dense-id": "id"}
-    config = e2e.bench_config(stores, "self:2", ("dense-id", "dense-priced", "rest-priced"), max_new_tokens=8,
+    config = e2e.bench_config(stores, SelfDraft(2), ("dense-id", "dense-priced", "rest-priced"), max_new_tokens=8,
                               dense_shape=e2e.DRESD_SHAPE, store_of=e2e.PRICED_STORES)
     assert config.methods == ["ar", "dense-id", "dense-priced", "rest-priced"]
     assert config.method("dense-id") == "dense" and config.method("dense-priced") == "dense-priced"

@@ -279,6 +279,20 @@ def test_existing_stores_pass_the_check(tmp_path):
     check_before_loading("tiny-llama", options_for(["ar", "sd"], {"draft": "self:3"}))
 
 
+def test_a_self_draft_is_typed_once_at_the_edge():
+    """``self:L`` becomes a SelfDraft when the options are parsed; past that edge only the typed value is taken."""
+    from specnb.draft_shapes import SelfDraft
+    from specnb.eval.methods import parse_options
+
+    options = options_for(["sd", "mcsd"], {"draft": "self:3"})
+    assert options["sd"].draft == options["mcsd"].draft == SelfDraft(3)
+    assert parse_options("sd", {"draft": SelfDraft(2)}).draft == SelfDraft(2)
+    with pytest.raises(ValueError, match="option draft must be str or SelfDraft, got 3"):
+        parse_options("sd", {"draft": 3})
+    with pytest.raises(ValueError, match="L must be an integer >= 1"):
+        SelfDraft(0)
+
+
 def test_datastore_per_method():
     assert split_datastores([]) == (None, {})
     assert split_datastores(["a/b", "dense=x/y", "rest=z"]) == ("a/b", {"dense": "x/y", "rest": "z"})
@@ -340,6 +354,16 @@ def test_seed_and_temperature_reach_the_draft_model():
     assert own.options["sd"].temperature == 0.0  # a draft's own setting is kept
 
 
+def test_the_bench_runs_a_callers_drafters_beside_the_named_methods():
+    """``made``: a study's own drafters go through the one entry, after the named methods; they take no options."""
+    from specnb.eval.bench import BenchConfig
+
+    config = BenchConfig(["pld"], made={"mine": None})
+    assert config.methods == ["ar", "pld", "mine"] and list(config.options) == ["ar", "pld"]
+    with pytest.raises(ValueError, match="options given for mine, which the caller made"):
+        BenchConfig([], made={"mine": None}, options={"mine": {}})
+
+
 def test_strings_are_parsed_once_into_typed_options():
     assert parse_options("mcsd", {"draft_shape": "4x2x2x1"}).draft_shape == (4, 2, 2, 1)
     assert parse_options("dense", {"datastore": "d", "draft_shape": "greedy"}).draft_shape == (3, 20)
@@ -393,6 +417,7 @@ BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
     (["--methods", "sd", "-o", "scheme=best"], "option scheme must be one of"),
     (["--methods", "hf-assisted"], "hf-assisted needs --draft"),
     (["--methods", "sd", "--draft", "self:x"], "invalid self-draft 'self:x'"),
+    (["--methods", "hf-assisted", "--draft", "self:2"], "hf-assisted needs --draft NAME"),
     (["--methods", "mcsd", "-o", "temperature=abc"], "method mcsd: option temperature must be a number"),
     (["--dtype", "float8"], "invalid choice: 'float8'"),
     (["--weights", "q4"], "invalid choice: 'q4'"),

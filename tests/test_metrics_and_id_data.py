@@ -95,7 +95,8 @@ def test_the_reference_records_each_positions_top_logit_and_its_margin(dtype):
 def test_identical_to_ar_says_whether_a_method_gave_the_references_tokens():
     """The bench's ``identical_to_ar`` (greedy runs): True for a method whose tokens are AR's, False where one token
     differs, with the index it differs at in ``first_divergence``; the summary's is the share of identical prompts."""
-    from specnb.eval.runner import run, summarize
+    from specnb.eval.bench import BenchConfig, run_bench
+    from specnb.eval.runner import summarize
 
     target = tiny("llama")
 
@@ -108,8 +109,8 @@ def test_identical_to_ar_says_whether_a_method_gave_the_references_tokens():
         return decode
 
     prompts = [Prompt("a", [256, 40, 41, 42]), Prompt("b", [256, 50, 51])]
-    rows = run(target, prompts, {"ar": decoding(0), "same": decoding(0), "other": decoding(1)}, max_new_tokens=8,
-               warmup=0, progress=False)
+    made = {"ar": decoding(0), "same": decoding(0), "other": decoding(1)}  # "ar" replaces the bench's own
+    rows = run_bench(target, prompts, BenchConfig([], max_new_tokens=8, made=made, warmup_tokens=0), progress=False)
     assert rows.identical_to_ar.tolist() == [True, True, False] * 2
     assert rows[rows.method == "other"].first_divergence.tolist() == [3, 3]
     summary = summarize(rows).set_index("method").identical_to_ar

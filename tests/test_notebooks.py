@@ -200,7 +200,8 @@ def test_a_bad_parameter_is_one_line_naming_it(given, message):
 
 
 def test_parameters_replace_the_profiles_values_and_none_keeps_them():
-    from specnb.study.profiles import PROFILES, get_profile
+    from specnb.draft_shapes import SelfDraft
+    from specnb.study.profiles import PROFILES, ParameterError, get_profile
 
     p = get_profile("smoke", timed_tokens=5, draft=None, weights="bf16")
     assert (p.timed_tokens, p.weights) == (5, "bf16")
@@ -209,8 +210,10 @@ def test_parameters_replace_the_profiles_values_and_none_keeps_them():
     other = get_profile("smoke", target="tiny-qwen2")
     assert (other.target, other.draft, other.pair) == ("tiny-qwen2", None, None)
     # ... unless a draft is given with it
-    paired = get_profile("smoke", target="tiny-qwen2", draft="self:1")
-    assert (paired.draft, paired.pair) == ("self:1", ("tiny-qwen2", "self:1"))
+    paired = get_profile("smoke", target="tiny-qwen2", draft="self:1")  # a notebook's string, parsed once here
+    assert (paired.draft, paired.pair) == (SelfDraft(1), ("tiny-qwen2", SelfDraft(1)))
+    with pytest.raises(ParameterError, match="parameter draft: invalid self-draft 'self:0'"):
+        get_profile("smoke", draft="self:0")
 
 
 @pytest.mark.repeat  # make test-full: tests/test_study_run.py runs every notebook on another target in make test

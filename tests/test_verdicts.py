@@ -102,13 +102,13 @@ def test_a_draft_accepting_everything_at_temperature_one_is_stopped():
 
 
 def test_the_runner_applies_the_acceptance_rule():
-    """A draft model that *is* the target accepts everything at T = 1: run() stops it (check=False lets a test
-    that means it through)."""
+    """A draft model that *is* the target accepts everything at T = 1: run_bench() stops it (check=False lets a
+    test that means it through)."""
     from conftest import tiny
 
     from specnb.core.prompts import Prompt
     from specnb.drafters.draft_model import DraftModelDrafter
-    from specnb.experiments import run
+    from specnb.eval.bench import BenchConfig, run_bench
 
     target = tiny("llama")
     itself = DraftModelDrafter(target, "1x1x1x1x1x1x1x1", target.vocab_size, temperature=1.0)
@@ -116,10 +116,10 @@ def test_the_runner_applies_the_acceptance_rule():
              "while True:\n", "# a comment\n", "print('hello')\n"]
     prompts = [Prompt(f"p{i}", text) for i, text in enumerate(texts)]  # ~900 drafted tokens, all accepted
     with pytest.raises(DegenerateData, match="sd"):
-        run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=150, warmup=0,
-            progress=False)
-    out = run(target, prompts, {"ar": None, "sd": itself}, temperature=1.0, max_new_tokens=150, warmup=0,
-              progress=False, check=False)
+        run_bench(target, prompts, BenchConfig([], 150, temperature=1.0, made={"sd": itself}, warmup_tokens=0),
+                  progress=False)
+    out = run_bench(target, prompts, BenchConfig([], 150, temperature=1.0, made={"sd": itself}, warmup_tokens=0,
+                                                 check=False), progress=False)
     assert (out[out.method == "sd"].accepted == out[out.method == "sd"].draft_depth).all()
 
 

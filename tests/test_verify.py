@@ -11,6 +11,7 @@ from specnb.core.accept import accept_greedy, longest_path, path_accepted
 from specnb.core.draft import Draft
 from specnb.core.drafter import DecodeState
 from specnb.core.verify import Verifier
+from specnb.draft_shapes import SelfDraft
 from specnb.drafters.draft_model import DraftModelDrafter, load_draft
 from specnb.model.forward import forward
 from specnb.model.kv_cache import GrowingCache
@@ -212,7 +213,7 @@ def test_draft_model_cache_after_a_partial_acceptance(accepted):
     """The draft keeps exactly the slots of the accepted nodes it computed: its cache equals a fresh prefill
     of the accepted text, and its next draft equals a fresh drafter's."""
     target = tiny("llama")
-    draft = load_draft(target, "self:2")
+    draft = load_draft(target, SelfDraft(2))
 
     def state(tokens: torch.Tensor) -> DecodeState:
         return DecodeState(tokens, None, max_depth=8, prompt_len=PROMPT.shape[0])

@@ -9,7 +9,7 @@ from conftest import tiny
 from specnb import generate
 from specnb.core.datasets import load_prompts
 from specnb.core.prompts import Prompt, encode_prompt, with_answer
-from specnb.eval.runner import run
+from specnb.eval.bench import BenchConfig, run_bench
 
 
 def test_humaneval2_asks_every_problem_twice_in_order():
@@ -50,7 +50,8 @@ def test_the_second_turn_sees_the_reference_answer_to_the_first():
         seen.append(prompt)
         return {"new_tokens": 0, "seconds": 1.0}
 
-    run(target, [first, other, second], {"ar": None, "spy": spy}, max_new_tokens=6, warmup=0, progress=False)
+    run_bench(target, [first, other, second], BenchConfig([], max_new_tokens=6, made={"spy": spy}, warmup_tokens=0),
+              progress=False)
     answer, other_answer = (target.tokenizer.decode(generate(target, p, max_new_tokens=6).tokens,
                                                     skip_special_tokens=True) for p in (first, other))
     assert answer != other_answer  # the test can tell the right answer from the latest one
@@ -81,7 +82,7 @@ def test_greedy_references_give_a_follow_up_its_earlier_reference_as_the_answer(
 def test_an_orphan_follow_up_fails_before_anything_runs():
     follow_up = load_prompts("mtbench2", 2)[1]
     with pytest.raises(ValueError, match=follow_up.id):
-        run(tiny("llama"), [follow_up], {"ar": None}, max_new_tokens=4, progress=False)
+        run_bench(tiny("llama"), [follow_up], BenchConfig([], max_new_tokens=4), progress=False)
 
 
 def test_the_bench_runs_both_turns():

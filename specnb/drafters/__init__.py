@@ -1,18 +1,25 @@
 """Drafters: one module per speculation method, all behind :class:`~specnb.core.drafter.Drafter`, and the method
 registry.
 
-:class:`Method` is a method's record: its name, one line of help, its display name in figures, where its options
-dataclass and factory ``make(target, options) -> Drafter`` live, and whether the router may use it.
-:data:`DRAFTERS` holds one record per drafter; :data:`specnb.eval.methods.METHODS` adds ``ar`` and the Hugging
-Face / llama.cpp baselines as records of the same kind. Records name their module, options and factory by
-string, and the module is imported on first use, so reading the table loads neither torch nor a method's
-dependencies (hnswlib, a draft model): ``specnb bench --help`` and the model-name checks read it.
+:class:`Method` is a method's record: its name, one line of help, its display name in figures, its options
+dataclass, its factory ``make(target, options) -> Drafter`` and whether the router may use it. Each drafter module
+declares its records beside its options and factory, as ``METHODS = (Method(...), ...)``; :data:`MODULES` names
+those modules. :data:`specnb.eval.methods.METHODS` adds ``ar`` and the Hugging Face / llama.cpp baselines.
+
+A drafter module imports torch, and ``specnb bench --help`` and the model-name checks must not: :data:`DRAFTERS`
+holds each record's :class:`Entry` (name, help, label, routable), read from its module's source without importing
+it, and :meth:`Entry.method` imports the module for the options and the factory. The source stays the one place
+a record is written.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..options import Options
@@ -27,72 +34,92 @@ class Method:
     """A named method.
 
     name: the bench's name (``pld``); help: one line for ``specnb bench --help``; label: its display name in every
-    figure; module: the module holding its options class and factory (``specnb.drafters.context``; "" for a
-    method with neither, ``ar``); options: the options class's name in ``module``, or the class itself (the
-    baselines'); factory: the name in ``module`` of ``make(target, options) -> Drafter`` ("" for a baseline, which
-    the bench runs itself); routable: whether the router (``auto``) may choose it (model-free, not already priced).
+    figure; options: its options dataclass (:class:`specnb.options.Options` for a method with none); factory:
+    ``make(target, options) -> Drafter`` (None for ``ar`` and the baselines, which the bench runs itself);
+    routable: whether the router (``auto``) may choose it (model-free, not already priced). In a drafter module,
+    name, help, label and routable are written as literals (:data:`DRAFTERS` reads them from the source).
     """
 
     name: str
     help: str
     label: str
-    module: str = ""
-    options: str | type = "Options"
-    factory: str = "make"
+    options: type = Options
+    factory: Callable[[LoadedModel, Any], Drafter] | None = None
     routable: bool = False
 
     @property
     def is_drafter(self) -> bool:
         """Whether the method drafts through our loop (``ar`` and the baselines do not)."""
-        return bool(self.module and self.factory)
-
-    def options_class(self) -> type:
-        """The method's options dataclass (imports its module the first time)."""
-        if isinstance(self.options, type):
-            return self.options
-        return getattr(importlib.import_module(self.module), self.options) if self.module else Options
+        return self.factory is not None
 
     def make(self, target: LoadedModel, options: Any) -> Drafter:
-        """The method's drafter for ``target`` with ``options`` (an instance of :meth:`options_class`)."""
-        if not self.is_drafter:
+        """The method's drafter for ``target`` with ``options`` (an instance of :attr:`options`)."""
+        if self.factory is None:
             raise ValueError(f"{self.name} is not a drafter")
-        return getattr(importlib.import_module(self.module), self.factory)(target, options)
+        return self.factory(target, options)
 
 
-def _drafter(name: str, help: str, label: str, module: str, options: str = "Options", factory: str = "make",
-             routable: bool = False) -> Method:
-    return Method(name, help, label, f"{__name__}.{module}", options, factory, routable)
+@dataclass(frozen=True)
+class Entry:
+    """What the registry knows of a drafter's record without importing its module: name, help, label, routable
+    (the record's literals) and ``module``, the module that declares it."""
+
+    name: str
+    help: str
+    label: str
+    routable: bool
+    module: str
+
+    def method(self) -> Method:
+        """The full record (imports :attr:`module`, and so torch, the first time)."""
+        return next(m for m in importlib.import_module(self.module).METHODS if m.name == self.name)
 
 
-DRAFTERS: dict[str, Method] = {m.name: m for m in (
-    _drafter("pld", "prompt lookup: n-gram matches in the prompt and output", "prompt lookup", "context",
-             routable=True),
-    _drafter("ngram-unigram", "model-derived unigrams (N-Grammys)", "model unigram", "model_ngram",
-             "UnigramOptions", "make_unigram", routable=True),
-    _drafter("ngram-bigram", "model-derived bigram chains (N-Grammys)", "model bigram", "model_ngram",
-             "BigramOptions", "make_bigram", routable=True),
-    _drafter("mixed", "context n-grams, then model bigrams (N-Grammys)", "mixed", "mixed", "MixedOptions",
-             "make_mixed", routable=True),
-    _drafter("mixed-adaptive", "mixed, its shape chosen per call from the roofline", "mixed, adaptive", "mixed",
-             "AdaptiveOptions", "make_adaptive"),
-    _drafter("dense", "DReSD dense retrieval of hidden states (needs --datastore)", "DReSD", "dense", routable=True),
-    _drafter("rest", "REST suffix-array retrieval, token tree", "REST", "rest", routable=True),
-    _drafter("crest", "CREST n-gram -> precomputed tree store", "CREST", "crest", routable=True),
-    _drafter("rest-priced", "REST's tree cut to the budget that pays", "REST, priced", "priced", "RestPricedOptions",
-             "make_rest"),
-    _drafter("crest-priced", "CREST's tree cut to the budget that pays", "CREST, priced", "priced",
-             "CrestPricedOptions", "make_crest"),
-    _drafter("dense-priced", "DReSD vote-merged tree cut to the budget that pays", "DReSD, priced", "priced",
-             "DensePricedOptions", "make_dense"),
-    _drafter("suffix", "SuffixDecoding: suffix matches in this request and earlier outputs", "SuffixDecoding",
-             "suffix", routable=True),
-    _drafter("recycle", "Token Recycling: trees from the target's own earlier top-k successors", "Token Recycling",
-             "recycle", routable=True),
-    _drafter("auto", "router: each step, the drafter with the best expected tokens/s on this machine",
-             "auto (router)", "auto"),
-    _drafter("sd", "vanilla speculative decoding with a draft model, one chain", "SD", "draft_model", "SdOptions",
-             "make_sd"),
-    _drafter("mcsd", "MCSD: draft-model candidate tree, multi-candidate sampling", "MCSD", "draft_model",
-             "McsdOptions", "make_mcsd"),
-)}
-"""Every drafter's record, by method name (the order of ``specnb bench --help``)."""
+MODULES = ("context", "model_ngram", "mixed", "dense", "rest", "crest", "priced", "suffix", "recycle", "auto",
+           "draft_model")
+"""The modules of this package that declare ``METHODS``, in the order of ``specnb bench --help`` and the figures."""
+
+_LITERALS = ("name", "help", "label", "routable")
+
+
+def read_entries(module: str) -> list[Entry]:
+    """The records module ``module`` of this package declares in ``METHODS`` (a tuple of ``Method(...)`` calls),
+    read from its source; ValueError if it declares none or writes a literal field as an expression."""
+    path = Path(__file__).with_name(f"{module}.py")
+    calls = _declared(ast.parse(path.read_text(encoding="utf-8")))
+    if not calls:
+        raise ValueError(f"{path} declares no METHODS = (Method(...), ...)")
+    fields = [f.name for f in dataclasses.fields(Method)]
+    entries = []
+    for call in calls:
+        given = dict(zip(fields, call.args, strict=False)) | {k.arg: k.value for k in call.keywords}
+        try:
+            values = {key: ast.literal_eval(given[key]) for key in _LITERALS if key in given}
+        except ValueError:
+            raise ValueError(f"{path}:{call.lineno}: write a Method's {', '.join(_LITERALS)} as literals") from None
+        entries.append(Entry(**{"routable": False, **values}, module=f"{__name__}.{module}"))
+    return entries
+
+
+def _declared(tree: ast.Module) -> list[ast.expr]:
+    """The elements of the tuple a module assigns to ``METHODS`` at its top level ([] if none)."""
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(t, ast.Name) and t.id == "METHODS" for t in targets) and isinstance(node.value, ast.Tuple):
+            return node.value.elts
+    return []
+
+
+def registry(modules: tuple[str, ...]) -> dict[str, Entry]:
+    """{name: entry} of every record ``modules`` declare, in order; ValueError for a name declared twice."""
+    out: dict[str, Entry] = {}
+    for entry in (entry for module in modules for entry in read_entries(module)):
+        if entry.name in out:
+            raise ValueError(f"method {entry.name!r} is declared by {out[entry.name].module} and {entry.module}")
+        out[entry.name] = entry
+    return out
+
+
+DRAFTERS: dict[str, Entry] = registry(MODULES)
+"""Every drafter's entry, by method name (the order of ``specnb bench --help``)."""

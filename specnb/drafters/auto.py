@@ -30,7 +30,7 @@ from ..core.drafter import DecodeState, Drafter, Hindsight
 from ..core.report import Report
 from ..options import OptionError, at_least, name_list, parsed_by
 from ..options import Options as BaseOptions
-from . import DRAFTERS
+from . import DRAFTERS, Method
 from .priced import PricedTreeDrafter, accepted_by_budget, cut
 
 NO_NODES = torch.empty(0, dtype=torch.long)
@@ -272,7 +272,13 @@ def make(target: Any, options: Options) -> AutoDrafter:
             if not Path(stores[name]).exists():
                 raise OptionError(f"auto: the {name} store {stores[name]} does not exist")
             values["datastore"] = stores[name]
-        method = DRAFTERS[name]
-        members[name] = method.make(target, method.options_class()(**values))
+        method = DRAFTERS[name].method()
+        members[name] = method.make(target, method.options(**values))
     return AutoDrafter(members, cached_cost_model(target, options.roofline), options.window, options.merge,
                        options.merge_z)
+
+
+METHODS = (
+    Method("auto", "router: each step, the drafter with the best expected tokens/s on this machine", "auto (router)",
+           Options, make),
+)

@@ -18,6 +18,7 @@ from ..core.drafter import DecodeState, Drafter
 from ..core.report import Report
 from ..options import Options as BaseOptions
 from ..options import at_least, ordered
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,9 @@ def continuations(context: np.ndarray, q: int, w: int) -> list[list[int]]:
 def make(target: Any, options: Options) -> ContextNgramDrafter:
     """The ``pld`` drafter."""
     return ContextNgramDrafter(k=options.k, w=options.w, max_ngram=options.max_ngram, min_ngram=options.min_ngram)
+
+
+METHODS = (
+    Method("pld", "prompt lookup: n-gram matches in the prompt and output", "prompt lookup", Options, make,
+           routable=True),
+)

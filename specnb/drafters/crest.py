@@ -19,6 +19,7 @@ from ..core.report import Matched
 from ..datastores.crest import CrestStore, open_crest
 from ..options import Options as BaseOptions
 from ..options import at_least
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -73,3 +74,8 @@ def make(target: Any, options: Options) -> CrestDrafter:
     """The ``crest`` drafter on ``--datastore PATH.sqlite`` or the default code store built for the target,
     its trees cut to their ``max_nodes`` most common nodes."""
     return CrestDrafter(open_crest(target, options.datastore), options.max_nodes)
+
+
+METHODS = (
+    Method("crest", "CREST n-gram -> precomputed tree store", "CREST", Options, make, routable=True),
+)

@@ -27,6 +27,7 @@ from ..draft_shapes import SAMPLING_SHAPE, retrieval_shape
 from ..model.models import LoadedModel
 from ..options import OptionError, at_least, parsed_by, positive_shape
 from ..options import Options as BaseOptions
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -155,3 +156,9 @@ def make(target: LoadedModel, options: Options) -> DenseDrafter:
     k, w = options.draft_shape or SAMPLING_SHAPE
     return DenseDrafter(store, k=options.k or k, w=options.w or w, neighbours=options.neighbours, ef=options.ef,
                         merge=options.merge)
+
+
+METHODS = (
+    Method("dense", "DReSD dense retrieval of hidden states (needs --datastore)", "DReSD", Options, make,
+           routable=True),
+)

@@ -8,9 +8,9 @@ per-node positions, on top of the draft's own KV cache. After verification the d
 context plus the accepted nodes it already computed; nothing is ever recomputed.
 
 Draft models: any model with the target's vocabulary (``qwen2.5-coder-0.5b-instruct`` for the 1.5B
-target), or ``self:L``, the target's own first L layers with its final norm and LM head (no extra
-weights). Temperature 0 drafting is deterministic (the top-k_l tokens, or the top-1 chain when drawing
-with replacement, as in the MCSD paper) and carries no q; temperature > 0 returns a
+target), or a :class:`~specnb.draft_shapes.SelfDraft` (``self:L``), the target's own first L layers with its
+final norm and LM head (no extra weights). Temperature 0 drafting is deterministic (the top-k_l tokens, or the
+top-1 chain when drawing with replacement, as in the MCSD paper) and carries no q; temperature > 0 returns a
 :class:`~specnb.core.accept.CandidateDraft` whose ``q`` and ``scheme`` drive :func:`~specnb.core.accept.accept_mcss`.
 """
 
@@ -28,7 +28,7 @@ from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter
 from ..core.report import Report
 from ..core.sampling import SamplingConfig, probabilities
-from ..draft_shapes import check_self_layers, self_layers, tree_shape
+from ..draft_shapes import SelfDraft, check_self_layers, parse_draft, tree_shape
 from ..model.backend import HFModules
 from ..model.decoder import Body
 from ..model.device import generator as make_generator
@@ -40,15 +40,17 @@ from ..model.masks import TreeMasks
 from ..model.model_names import check_installed, layer_count
 from ..model.models import LoadedModel, load_model
 from ..options import OptionError, Options, at_least, parsed_by, positive_shape
+from . import Method
 
 
 @dataclass(frozen=True)
 class DraftModelOptions(Options):
-    """A draft model (``draft``: a name or ``self:L``; ``self:2`` for tiny targets) sampling at ``temperature``
+    """A draft model (``draft``: a model name or a :class:`~specnb.draft_shapes.SelfDraft`, ``self:L`` at the edge;
+    None: ``self:2`` for tiny targets) sampling at ``temperature``
     / ``top_p`` with ``seed`` (None: the run's, :class:`specnb.eval.bench.BenchConfig`; 0, 1, 0 outside a
     bench), accepted by ``scheme``."""
 
-    draft: str | None = None
+    draft: str | SelfDraft | None = parsed_by(parse_draft, None)
     scheme: Scheme = "mcss"
     temperature: float | None = None
     top_p: float | None = None
@@ -56,18 +58,17 @@ class DraftModelOptions(Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.draft is not None and self_layers(self.draft) is None:
+        if isinstance(self.draft, str):
             check_installed(self.draft)  # a mistyped or missing draft fails before the target loads
         if (self.temperature or 0.0) < 0 or not 0 < (1.0 if self.top_p is None else self.top_p) <= 1:
             raise OptionError(f"options temperature >= 0 and 0 < top_p <= 1 needed, got {self.temperature}, "
                               f"{self.top_p}")
 
     def check(self, model: str) -> None:
-        """A ``self:L`` draft must be shallower than the target (where its config file is at hand)."""
+        """A self-draft must be shallower than the target (where its config file is at hand)."""
         super().check(model)
-        layers = self_layers(self.draft or "")
-        if layers is not None and (total := layer_count(model)) is not None:
-            check_self_layers(layers, total)
+        if isinstance(self.draft, SelfDraft) and (total := layer_count(model)) is not None:
+            check_self_layers(self.draft.layers, total)
 
 
 @dataclass(frozen=True)
@@ -157,16 +158,16 @@ def _load_cached(name: str, dtype: torch.dtype, device: torch.device) -> LoadedM
     return load_model(name, dtype=dtype, device=device)
 
 
-def load_draft(target: LoadedModel, name: str, device: str | torch.device | None = None) -> LoadedModel:
-    """A draft model by name: ``self:L`` (the target's first L layers) or any :func:`load_model` name,
-    loaded in the target's dtype on ``device`` (default: the target's) and checked to share its vocabulary."""
-    layers = self_layers(name)
-    if layers is not None:
-        return self_draft(target, layers)
-    draft = _load_cached(name, next(target.model.parameters()).dtype,
+def load_draft(target: LoadedModel, draft: str | SelfDraft, device: str | torch.device | None = None) -> LoadedModel:
+    """The draft model ``draft``: the target's first layers (a :class:`~specnb.draft_shapes.SelfDraft`), or the model
+    of a :func:`load_model` name loaded in the target's dtype on ``device`` (default: the target's) and checked to
+    share its vocabulary."""
+    if isinstance(draft, SelfDraft):
+        return self_draft(target, draft.layers)
+    model = _load_cached(draft, next(target.model.parameters()).dtype,
                          model_device(target.model) if device is None else torch.device(device))
-    check_vocabulary(target, draft)
-    return draft
+    check_vocabulary(target, model)
+    return model
 
 
 # ------------------------------------------------------------------------------------------ drafter
@@ -327,10 +328,10 @@ def _earlier(k: int) -> Tensor:
 
 
 def _make(target: LoadedModel, options: DraftModelOptions, shape: tuple[int, ...]) -> DraftModelDrafter:
-    name = options.draft or ("self:2" if target.name.startswith("tiny-") else None)
-    if name is None:
+    draft = options.draft or (SelfDraft(2) if target.name.startswith("tiny-") else None)
+    if draft is None:
         raise ValueError("draft-model methods need --draft NAME or --draft self:L")
-    return DraftModelDrafter(load_draft(target, name), shape, target.vocab_size, scheme=options.scheme,
+    return DraftModelDrafter(load_draft(target, draft), shape, target.vocab_size, scheme=options.scheme,
                              temperature=options.temperature or 0.0,
                              top_p=1.0 if options.top_p is None else options.top_p, seed=options.seed or 0)
 
@@ -343,3 +344,9 @@ def make_sd(target: LoadedModel, options: SdOptions) -> DraftModelDrafter:
 def make_mcsd(target: LoadedModel, options: McsdOptions) -> DraftModelDrafter:
     """The ``mcsd`` drafter: a ``draft_shape`` tree of candidates."""
     return _make(target, options, options.draft_shape)
+
+
+METHODS = (
+    Method("sd", "vanilla speculative decoding with a draft model, one chain", "SD", SdOptions, make_sd),
+    Method("mcsd", "MCSD: draft-model candidate tree, multi-candidate sampling", "MCSD", McsdOptions, make_mcsd),
+)

@@ -34,7 +34,7 @@ from ..core.metrics import CallStats
 from ..core.report import Report
 from ..datastores.ngram_tables import BigramTable
 from ..options import Options, ordered
-from . import context
+from . import Method, context
 from .context import ContextNgramDrafter, continuations
 from .model_ngram import table_for
 
@@ -297,3 +297,11 @@ def make_adaptive(target: Any, options: AdaptiveOptions) -> AdaptiveShapeDrafter
     base = MixedDrafter(table_for(target, options.bigram_tokens), k=1, w=1, max_ngram=options.max_ngram,
                         min_ngram=options.min_ngram)
     return AdaptiveShapeDrafter(base, cached_cost_model(target, options.roofline))
+
+
+METHODS = (
+    Method("mixed", "context n-grams, then model bigrams (N-Grammys)", "mixed", MixedOptions, make_mixed,
+           routable=True),
+    Method("mixed-adaptive", "mixed, its shape chosen per call from the roofline", "mixed, adaptive", AdaptiveOptions,
+           make_adaptive),
+)

@@ -21,6 +21,7 @@ from ..core.report import Report
 from ..datastores.ngram_tables import BigramTable, bigram_table, default_restriction, unigram_ranking
 from ..model.models import LoadedModel
 from ..options import Options, at_least
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -113,3 +114,11 @@ def make_unigram(target: LoadedModel, options: UnigramOptions) -> UnigramDrafter
 def make_bigram(target: LoadedModel, options: BigramOptions) -> BigramDrafter:
     """The ``ngram-bigram`` drafter."""
     return BigramDrafter(table_for(target, options.bigram_tokens), k=options.k, w=options.w)
+
+
+METHODS = (
+    Method("ngram-unigram", "model-derived unigrams (N-Grammys)", "model unigram", UnigramOptions, make_unigram,
+           routable=True),
+    Method("ngram-bigram", "model-derived bigram chains (N-Grammys)", "model bigram", BigramOptions, make_bigram,
+           routable=True),
+)

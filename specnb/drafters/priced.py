@@ -30,7 +30,7 @@ from ..core.accept import equals_output, passes_with_ancestors
 from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter, Hindsight
 from ..core.report import NO_REPORT, Report
-from . import crest, dense, rest
+from . import Method, crest, dense, rest
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
@@ -191,3 +191,11 @@ def make_crest(target: Any, options: CrestPricedOptions) -> PricedTreeDrafter:
 def make_dense(target: Any, options: DensePricedOptions) -> PricedTreeDrafter:
     """The ``dense-priced`` drafter."""
     return _priced(dense.make(target, options), target, options.roofline)
+
+
+METHODS = (
+    Method("rest-priced", "REST's tree cut to the budget that pays", "REST, priced", RestPricedOptions, make_rest),
+    Method("crest-priced", "CREST's tree cut to the budget that pays", "CREST, priced", CrestPricedOptions, make_crest),
+    Method("dense-priced", "DReSD vote-merged tree cut to the budget that pays", "DReSD, priced", DensePricedOptions,
+           make_dense),
+)

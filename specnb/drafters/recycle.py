@@ -31,6 +31,7 @@ from ..core.drafter import DecodeState, Drafter
 from ..model.kernels import top_k
 from ..options import Options as BaseOptions
 from ..options import at_least
+from . import Method
 
 # Candidates kept per node at each depth: wide near the root, where the table is least sure, then the top-1
 # chain (greedy output follows the target's own top-1, so the long paths that pay are chains).
@@ -111,3 +112,9 @@ class RecycleDrafter(Drafter):
 def make(target: Any, options: Options) -> RecycleDrafter:
     """The ``recycle`` drafter: a table of the target's vocabulary, ``k`` successors per token."""
     return RecycleDrafter(target.vocab_size, k=options.k, max_nodes=options.max_nodes)
+
+
+METHODS = (
+    Method("recycle", "Token Recycling: trees from the target's own earlier top-k successors", "Token Recycling",
+           Options, make, routable=True),
+)

@@ -17,6 +17,7 @@ from ..core.report import Matched
 from ..datastores.rest import DEFAULT_SEARCH, RestIndex, SearchConfig, open_rest
 from ..options import Options as BaseOptions
 from ..options import at_least, ordered
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -74,3 +75,8 @@ def search_config(options: Options) -> SearchConfig:
 def make(target: Any, options: Options) -> RestDrafter:
     """The ``rest`` drafter on ``--datastore PATH`` or the default code store built for the target."""
     return RestDrafter(open_rest(target, options.datastore), search_config(options))
+
+
+METHODS = (
+    Method("rest", "REST suffix-array retrieval, token tree", "REST", Options, make, routable=True),
+)

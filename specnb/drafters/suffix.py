@@ -30,6 +30,7 @@ from ..datastores.history import OutputHistory, earlier_match, rows_after
 from ..datastores.retrieval_tree import build_tree, sort_rows
 from ..options import OptionError, at_least, ordered
 from ..options import Options as BaseOptions
+from . import Method
 
 
 @dataclass(frozen=True)
@@ -140,3 +141,9 @@ def make(target: Any, options: Options) -> SuffixDrafter:
     return SuffixDrafter(max_nodes=options.max_nodes, alpha=options.alpha, max_depth=options.max_depth,
                          min_prob=options.min_prob, max_query=options.max_query, min_query=options.min_query,
                          history_tokens=options.history_tokens)
+
+
+METHODS = (
+    Method("suffix", "SuffixDecoding: suffix matches in this request and earlier outputs", "SuffixDecoding", Options,
+           make, routable=True),
+)

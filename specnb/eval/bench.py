@@ -38,7 +38,8 @@ import pandas as pd
 import torch
 
 from ..atomic import write_text
-from ..core.prompts import Prompt, encode_prompt, with_answer
+from ..core.drafter import Drafter
+from ..core.prompts import Prompt, check_follow_ups, encode_prompt, with_answer
 from ..core.verify import VerifyMode
 from ..model.ceilings import sample_read_bandwidth, streamed_bytes
 from ..model.device import model_device, synchronize
@@ -53,7 +54,7 @@ from .methods import (
     method,
     parse_options,
 )
-from .runner import DecodeRunner, Runner, run
+from .runner import DecodeRunner, Runner, Variant, _run
 
 
 @dataclass
@@ -67,7 +68,14 @@ class BenchConfig:
     :func:`specnb.eval.methods.parse_options`}; a label left out gets its method's defaults. temperature, top_p,
     seed: the run's sampling, given here only: a draft model's options that leave them None take these.
     warmup_tokens: new tokens of each method's warm-up run on the first prompt (0: none).
-    After ``__post_init__``, ``options`` holds every label's typed options.
+    made: {label: what the caller made and the bench runs as it is: a drafter (None: AR), a
+    :class:`~specnb.eval.runner.Variant` (a drafter with its own verification) or a
+    :data:`~specnb.eval.runner.Runner`}, for a study's unnamed drafters; their labels follow ``methods`` (``ar``
+    among them replaces the named one). check: at temperature > 0, raise
+    :class:`~specnb.eval.checks.DegenerateData` when a method other than ``ar`` accepted every token it drafted
+    (:func:`~specnb.eval.checks.check_partial_acceptance`: only a draft that is the target does that); False when
+    the caller judges that itself.
+    After ``__post_init__``, ``options`` holds every named label's typed options.
     """
 
     methods: Sequence[str]
@@ -79,6 +87,8 @@ class BenchConfig:
     options: dict[str, Any] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)
     warmup_tokens: int = 16
+    made: dict[str, Drafter | Variant | Runner | None] = field(default_factory=dict)
+    check: bool = True
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -91,11 +101,14 @@ class BenchConfig:
             raise ValueError(f"unknown verification mode {self.verify!r}; use tree or batch")
         if self.warmup_tokens < 0:
             raise ValueError(f"warmup_tokens must be >= 0, got {self.warmup_tokens}")
-        self.methods = list(dict.fromkeys(["ar", *self.methods]))  # AR always runs: it is the reference
+        self.methods = list(dict.fromkeys(["ar", *self.methods, *self.made]))  # AR always runs: the reference
         unknown = sorted(set(self.options) - set(self.methods))
         if unknown:
             raise ValueError(f"options given for {', '.join(unknown)}, which the bench does not run")
-        self.options = {label: self._typed(label, self.options.get(label)) for label in self.methods}
+        if made := sorted(set(self.options) & set(self.made)):
+            raise ValueError(f"options given for {', '.join(made)}, which the caller made")
+        self.options = {label: self._typed(label, self.options.get(label)) for label in self.methods
+                        if label not in self.made}
 
     def method(self, label: str) -> str:
         """The method name of ``label``."""
@@ -106,8 +119,8 @@ class BenchConfig:
         name = self.method(label)
         if options is None or isinstance(options, Mapping):
             options = parse_options(name, options)
-        elif not isinstance(options, method(name).options_class()):
-            raise ValueError(f"method {label} takes {method(name).options_class().__name__}, got "
+        elif not isinstance(options, method(name).options):
+            raise ValueError(f"method {label} takes {method(name).options.__name__}, got "
                              f"{type(options).__name__}")
         run = {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
         unset = {key: value for key, value in run.items() if getattr(options, key, 0) is None}
@@ -116,20 +129,22 @@ class BenchConfig:
 
 def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True,
               sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
-    """Run every method of ``config`` on every prompt (:func:`specnb.eval.runner.run`), each method's drafter made
-    once for the whole prompt list (so what a drafter learns across requests grows as in a server); returns one
-    row per (label, prompt), with the machine's columns (``weight_bytes``, ``read_gb_per_s``: the read bandwidth
-    sampled right after the prompt, ``cpu_class``). :func:`specnb.eval.runner.summarize` turns them into one row
-    per method.
+    """Run every method of ``config`` on every prompt, each named method's drafter made once for the whole prompt
+    list (so what a drafter learns across requests grows as in a server); returns one row per (label, prompt),
+    in run order (``ar`` first on each prompt; its output is the answer a follow-up prompt sees for every method),
+    with the machine's columns (``weight_bytes``, ``read_gb_per_s``: the read bandwidth sampled right after the
+    prompt, ``cpu_class``). :func:`specnb.eval.runner.summarize` turns them into one row per method.
 
-    The command line's and the notebooks' one entry for named methods. sink: called with the rows of each prompt
-    once all its methods have run (e.g. :class:`CsvSink`). Ctrl-C (KeyboardInterrupt) during the prompts stops
-    the run: the result then holds the finished prompts only, and ``result.attrs["interrupted"]`` is True.
-    ``result.attrs["prompts_done"]`` counts them. ValueError before anything runs when a prompt and
-    ``max_new_tokens`` exceed the target's context.
+    The one entry for running methods: the command line's, the notebooks' and the studies' (their own drafters
+    as ``config.made``). sink: called with the rows of each prompt once all its methods have run (e.g.
+    :class:`CsvSink`). Ctrl-C (KeyboardInterrupt) during the prompts stops the run: the result then holds the
+    finished prompts only, and ``result.attrs["interrupted"]`` is True. ``result.attrs["prompts_done"]`` counts
+    them. ValueError before anything runs when a follow-up prompt comes without its earlier prompt before it, or a
+    prompt and ``max_new_tokens`` exceed the target's context.
     """
     if not prompts:
         raise ValueError("no prompts to benchmark")
+    check_follow_ups(prompts)
     for prompt in prompts:  # the user's budget, checked before any method runs (warm-up included)
         if prompt.follows is None:
             length = encode_prompt(target, prompt).shape[0]
@@ -150,11 +165,9 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
             sink(rows)
 
     try:
-        runners = {label: _Counted(_runner(config.method(label), target, config.options[label], config), counter,
-                                   machine) for label in config.methods}
-        return run(target, prompts, runners, temperature=config.temperature, top_p=config.top_p,
-                   verify=config.verify, max_new_tokens=config.max_new_tokens, warmup=config.warmup_tokens,
-                   seed=config.seed, progress=progress, sink=sampled)
+        runners = {label: _Counted(_runner(label, target, config), counter, machine) for label in config.methods}
+        return _run(target, prompts, runners, temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                    warmup=config.warmup_tokens, progress=progress, sink=sampled, check=config.check)
     finally:
         counter.remove()
 
@@ -177,20 +190,27 @@ class _Counted:
             self.runner.clear()
 
 
-def _runner(method: str, target: LoadedModel, options: Any, config: BenchConfig) -> Runner:
-    """A :data:`specnb.experiments.Runner` for one method: our loop with its drafter, or a peer."""
-    if method in HF_BASELINES:
-        return _hf_runner(method, target, options, config)
-    if method in LLAMACPP_BASELINES:
-        from . import llamacpp
+def _runner(label: str, target: LoadedModel, config: BenchConfig) -> Runner:
+    """The :data:`~specnb.eval.runner.Runner` of one label: the caller's, our loop with a drafter (the caller's or
+    the named method's), or a peer."""
+    made = config.made.get(label)
+    if made is not None and not isinstance(made, Drafter | Variant):
+        return made
+    if label not in config.made:
+        method, options = config.method(label), config.options[label]
+        if method in HF_BASELINES:
+            return _hf_runner(method, target, options, config)
+        if method in LLAMACPP_BASELINES:
+            from . import llamacpp
 
-        peer = llamacpp.runner(method, target, target.max_context,
-                               draft_tokens=options.w if isinstance(options, LookupOptions) else 10)
-        # llama.cpp runs other weights: its tokens are not compared with our AR's
-        return lambda prompt, max_new_tokens: {k: v for k, v in peer(prompt, max_new_tokens).items() if k != "tokens"}
-    return DecodeRunner(target, make_drafter(method, target, options), temperature=config.temperature,
-                        top_p=config.top_p, verify=config.verify, seed=config.seed,
-                        record_gaps=method == "ar" and config.temperature == 0)
+            peer = llamacpp.runner(method, target, target.max_context,
+                                   draft_tokens=options.w if isinstance(options, LookupOptions) else 10)
+            # llama.cpp runs other weights: its tokens are not compared with our AR's
+            return lambda prompt, max_new_tokens: {k: v for k, v in peer(prompt, max_new_tokens).items()
+                                                   if k != "tokens"}
+        made = make_drafter(method, target, options)
+    return DecodeRunner(target, made, temperature=config.temperature, top_p=config.top_p, verify=config.verify,
+                        seed=config.seed, record_gaps=label == "ar" and config.temperature == 0)
 
 
 def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):

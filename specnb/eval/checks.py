@@ -33,7 +33,7 @@ def check_partial_acceptance(rows: pd.DataFrame, temperature: float, *, exempt: 
     that a draft accepting each with probability ``plausible_rate`` would do so with probability below
     ``chance`` (0.99^459 < 1%: 459 tokens at the defaults).
 
-    rows: :func:`specnb.experiments.run` rows (``method``, ``accepted``, ``draft_depth``) of one temperature,
+    rows: :func:`specnb.eval.bench.run_bench` rows (``method``, ``accepted``, ``draft_depth``) of one temperature,
     pooled over prompts; ``exempt`` methods (AR, a runner that reports no acceptance) are not judged. Greedy runs
     (temperature 0) are not judged either: a deterministic drafter copying a repetitive output can be right
     every time. A close pair (a draft accepting 95% of tokens, many candidates per level) passes a short run.

@@ -1,10 +1,11 @@
 """Named speculation methods for the bench and the notebooks: the name table and the command line's coercion.
 
 A method is a :class:`specnb.drafters.Method` record (name, help, display name, options, factory): a drafter
-(:data:`specnb.drafters.DRAFTERS`: its options dataclass and factory live in its drafter's module, imported on
-first use) or a baseline the bench runs itself (Hugging Face's ``hf``, ``hf-pld``, ``hf-assisted``; llama.cpp's
-``llamacpp``, ``llamacpp-pld``), whose options are :class:`LookupOptions`, :class:`HfAssistedOptions`. ``ar`` is
-plain AR through our loop. :data:`METHODS` holds them all.
+(declared in its drafter's module; :data:`specnb.drafters.DRAFTERS` holds its :class:`~specnb.drafters.Entry`,
+read without importing that module) or a baseline the bench runs itself (Hugging Face's ``hf``, ``hf-pld``,
+``hf-assisted``; llama.cpp's ``llamacpp``, ``llamacpp-pld``), whose options are :class:`LookupOptions`,
+:class:`HfAssistedOptions`. ``ar`` is plain AR through our loop. :data:`METHODS` holds them all by name, and
+:func:`method` gives a name's full record.
 
 Options come from the command line's shared flags (``--k``, ``--w``, ``--datastore``, ``--draft``,
 ``--draft-shape``) and ``-o KEY=VALUE``; each is parsed once, to its field's type, by :func:`parse_options`
@@ -21,8 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..drafters import DRAFTERS, Method
-from ..options import OptionError, Options, at_least, name_list
+from ..draft_shapes import SelfDraft, parse_draft
+from ..drafters import DRAFTERS, Entry, Method
+from ..options import OptionError, Options, at_least, name_list, parsed_by
 
 if TYPE_CHECKING:
     from ..core.drafter import Drafter
@@ -44,11 +46,11 @@ class LookupOptions(Options):
 class HfAssistedOptions(Options):
     """Hugging Face assisted generation with the draft model ``draft`` (same tokenizer as the target)."""
 
-    draft: str | None = None
+    draft: str | SelfDraft | None = parsed_by(parse_draft, None)
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.draft or self.draft.startswith("self:"):
+        if not isinstance(self.draft, str) or not self.draft:
             raise OptionError("hf-assisted needs --draft NAME (a model with the target's tokenizer)")
         from ..model.model_names import check_installed
 
@@ -59,7 +61,7 @@ class HfAssistedOptions(Options):
 FLAGS = {"k": "--k", "w": "--w", "datastore": "--datastore", "draft": "--draft", "draft_shape": "--draft-shape"}
 
 
-METHODS: dict[str, Method] = {m.name: m for m in (
+METHODS: dict[str, Method | Entry] = {m.name: m for m in (
     Method("ar", "autoregressive decoding through our loop (the reference; always runs)", "AR (ours)"),
     *DRAFTERS.values(),
     Method("hf", "Hugging Face generate (plain)", "HF generate"),
@@ -68,22 +70,26 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("llamacpp", "llama.cpp (llama-cpp-python) on the embedded model's GGUF, greedy", "llama.cpp"),
     Method("llamacpp-pld", "llama.cpp with its prompt-lookup drafting", "llama.cpp lookup", options=LookupOptions),
 )}
-"""Every named method's record (:class:`specnb.drafters.Method`): ``ar``, the drafters, the baselines."""
+"""Every named method, in the order of ``specnb bench --help`` and the figures: ``ar``, the drafters (their
+:class:`~specnb.drafters.Entry`: name, help, label, routable), the baselines (their
+:class:`~specnb.drafters.Method`)."""
 
 HF_BASELINES = ("hf", "hf-pld", "hf-assisted")
 LLAMACPP_BASELINES = ("llamacpp", "llamacpp-pld")  # specnb.eval.llamacpp
 
 
 def method(name: str) -> Method:
-    """The method called ``name``; OptionError naming the known ones otherwise."""
+    """The record of the method called ``name`` (a drafter's imports its module); OptionError naming the known ones
+    otherwise."""
     if name not in METHODS:
         raise OptionError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
-    return METHODS[name]
+    record = METHODS[name]
+    return record.method() if isinstance(record, Entry) else record
 
 
 def option_names(name: str) -> list[str]:
     """The options method ``name`` reads, in declaration order."""
-    return [f.name for f in dataclasses.fields(method(name).options_class())]
+    return [f.name for f in dataclasses.fields(method(name).options)]
 
 
 def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
@@ -93,7 +99,7 @@ def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
 
     Raises OptionError naming the option for an unknown key, a value of the wrong type or out of range.
     """
-    cls = method(name).options_class()
+    cls = method(name).options
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     values = values or {}
@@ -108,14 +114,16 @@ def parse_options(name: str, values: Mapping[str, Any] | None = None) -> Any:
 
 
 def _convert(key: str, value: Any, hint: Any, parse: Callable[[str], Any] | None = None) -> Any:
-    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, a tuple, or one of them | None); a string
-    goes through ``parse`` when the field has one (ValueError -> OptionError naming ``key``)."""
+    """``value`` as the type ``hint`` (int, float, str, bool, a Literal, a tuple, or one of them | None; a field
+    with a parser may be a union, e.g. ``str | SelfDraft | None``); a string goes through ``parse`` when the field
+    has one (ValueError -> OptionError naming ``key``)."""
+    members = (hint,)
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         if value is None or (isinstance(value, str) and value.lower() in ("", "none")):
             return None
-        hint = next(a for a in args if a is not type(None))
-        args = typing.get_args(hint)
+        members = tuple(a for a in args if a is not type(None))
+        hint = members[0]
     if parse is not None and isinstance(value, str):
         try:
             return parse(value)
@@ -123,6 +131,10 @@ def _convert(key: str, value: Any, hint: Any, parse: Callable[[str], Any] | None
             raise
         except ValueError as exc:
             raise OptionError(f"option {key}: {exc}") from None
+    if len(members) > 1:  # a typed value of one of the union's types
+        if isinstance(value, members):
+            return value
+        raise OptionError(f"option {key} must be {' or '.join(m.__name__ for m in members)}, got {value!r}")
     if typing.get_origin(hint) is tuple:
         if isinstance(value, str):
             return name_list(value)
@@ -215,8 +227,8 @@ def make_drafter(name: str, target: LoadedModel, options: Any = None) -> Drafter
         raise OptionError(f"{name} is a baseline, not a drafter; run it with specnb.eval.bench")
     if options is None or isinstance(options, Mapping):
         options = parse_options(name, options)
-    elif not isinstance(options, record.options_class()):
-        raise OptionError(f"method {name} takes {record.options_class().__name__}, got {type(options).__name__}")
+    elif not isinstance(options, record.options):
+        raise OptionError(f"method {name} takes {record.options.__name__}, got {type(options).__name__}")
     if getattr(options, "roofline", None) == "":
         from .timing import cost_table
 

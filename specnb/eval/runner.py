@@ -1,16 +1,16 @@
-"""One runner for every timed experiment, and one summary.
+"""The runner's loop behind :func:`specnb.eval.bench.run_bench` (the one entry), and the one summary.
 
-:func:`run` decodes every prompt with every method in one process: one short warm-up per method first,
+:func:`_run` decodes every prompt with every method in one process: one short warm-up per method first,
 then methods interleaved per prompt (slow drift of the machine hits all of them alike). It returns a tidy
 DataFrame, one row per (method, prompt), holding every :class:`~specnb.core.metrics.CallStats` aggregate of the
-generation (:func:`generation_row`) and, for greedy runs, whether the output equals the reference method's
-(``ar`` by default) token for token. :func:`summarize` turns those rows into one row per method following
-:mod:`specnb.core.metrics`: ratios of totals over prompts (tokens per call, accepted length, tokens/s, speedup),
-except the acceptance rate (MAR), which is averaged per prompt as its definition says.
+generation (:func:`generation_row`) and, for greedy runs, whether the output equals ``ar``'s token for token.
+:func:`summarize` turns those rows into one row per method following :mod:`specnb.core.metrics`: ratios of
+totals over prompts (tokens per call, accepted length, tokens/s, speedup), except the acceptance rate (MAR),
+which is averaged per prompt as its definition says.
 
-A *method* is a drafter (``None``: AR through the same loop), a :class:`Variant` (a drafter with its own
-verification mode), or a :data:`Runner`: any function ``(prompt, max_new_tokens) -> dict`` of row fields
-(the bench's Hugging Face and llama.cpp peers); a runner with a ``clear()`` method (:class:`DecodeRunner`) is
+Every method runs as a :data:`Runner`: any function ``(prompt, max_new_tokens) -> dict`` of row fields, a
+:class:`DecodeRunner` for a drafter (``None``: AR through the same loop) or a :class:`Variant` (a drafter with its
+own verification mode), or the bench's Hugging Face and llama.cpp peers; a runner with a ``clear()`` method is
 cleared after its warm-up. A runner's ``tokens`` (the new token ids) are compared with
 the reference's and not kept; fields whose name starts with ``_`` are read by the comparison and dropped.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
 
 import numpy as np
 import pandas as pd
@@ -30,7 +29,7 @@ from tqdm.auto import tqdm
 from ..core.drafter import Drafter
 from ..core.generate import CallHook, generate
 from ..core.metrics import RunStats, first_divergence, mean_interval, rate_ratio_interval, ratio_interval
-from ..core.prompts import Conversation, Prompt, check_follow_ups
+from ..core.prompts import Conversation, Prompt
 from ..core.verify import VerifyMode
 from ..drafters.auto import Routed
 from ..model.kernels import top_k
@@ -39,6 +38,9 @@ from .checks import check_partial_acceptance
 
 Runner = Callable[[Prompt, int], dict]
 """(prompt, max_new_tokens) -> row fields: at least ``new_tokens`` and ``seconds``; ``tokens`` to compare."""
+
+REFERENCE = "ar"
+"""The method every other is compared with, token for token (greedy runs)."""
 
 # Relative precision of a logit in each dtype (unit roundoff); a top-2 gap below a few units of the top
 # logit's magnitude can flip between two mathematically equal computations.
@@ -51,9 +53,6 @@ class Variant:
 
     drafter: Drafter | None
     verify: VerifyMode = "tree"
-
-
-MethodLike = Union[Drafter, Variant, Runner, None]  # noqa: UP007 - a runtime alias
 
 
 class TopTwo:
@@ -89,7 +88,7 @@ def generation_row(stats: RunStats) -> dict[str, float]:
 class DecodeRunner:
     """A :data:`Runner` decoding with one drafter (``None``: AR) through :func:`specnb.core.generate.generate`; with
     ``record_gaps`` its rows carry the target's top-2 margins (``_gaps``, ``_top1``) for comparisons.
-    :meth:`clear` makes the drafter forget earlier requests (:func:`run` calls it after the warm-up)."""
+    :meth:`clear` makes the drafter forget earlier requests (:func:`_run` calls it after the warm-up)."""
 
     def __init__(self, target: LoadedModel, method: Drafter | Variant | None, *, temperature: float, top_p: float,
                  verify: VerifyMode, seed: int, record_gaps: bool = False):
@@ -115,32 +114,18 @@ class DecodeRunner:
             self.drafter.clear()
 
 
-def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, MethodLike], *,
-        temperature: float = 0.0, top_p: float = 1.0, verify: VerifyMode = "tree", max_new_tokens: int = 128,
-        warmup: int = 16, seed: int = 0, reference: str = "ar", progress: bool = True,
-        sink: Callable[[list[dict]], None] | None = None, check: bool = True) -> pd.DataFrame:
-    """Run every method on every prompt; one row per (method, prompt), in run order.
+def _run(target: LoadedModel, prompts: list[Prompt], runners: Mapping[str, Runner], *, temperature: float,
+         max_new_tokens: int, warmup: int, progress: bool, sink: Callable[[list[dict]], None], check: bool
+         ) -> pd.DataFrame:
+    """Run every runner on every prompt (their follow-ups already checked); one row per (method, prompt), in run
+    order. :func:`specnb.eval.bench.run_bench` documents the arguments.
 
-    warmup: new tokens of the warm-up run of each method on the first prompt (0: none). reference: the
-    method the others are compared with (greedy only: ``identical_to_ar``, ``first_divergence`` and, where
-    it differs, the reference's top-2 logit gap there); listed first or not, it runs first on each prompt,
-    and its output is the answer a follow-up prompt (:attr:`Prompt.follows`) sees for every method; a
-    follow-up without its earlier prompt before it is a ValueError before anything runs.
-    sink: called with each prompt's rows as soon as all its methods ran (e.g. a CSV writer). Ctrl-C stops
-    the run between two prompts' methods: the result then holds the finished prompts, and
-    ``result.attrs["interrupted"]`` is True; ``result.attrs["prompts_done"]`` counts them.
-    check: at temperature > 0, raise :class:`~specnb.eval.checks.DegenerateData` when a method other
-    than the reference accepted every token it drafted (:func:`~specnb.eval.checks.check_partial_acceptance`:
-    only a draft that is the target does that).
+    :data:`REFERENCE` is the method the others are compared with (greedy only: ``identical_to_ar``,
+    ``first_divergence`` and, where it differs, its top-2 logit gap there); it runs first on each prompt, and its
+    output is the answer a follow-up prompt (:attr:`Prompt.follows`) sees for every method.
     """
-    if not prompts:
-        raise ValueError("no prompts to run")
-    check_follow_ups(prompts)
-    names = sorted(methods, key=lambda name: name != reference)  # the reference first, the rest in order
-    runners = {name: _as_runner(target, methods[name], temperature=temperature, top_p=top_p, verify=verify,
-                                seed=seed, record_gaps=name == reference and temperature == 0)
-               for name in names}
-    for runner in runners.values():  # warm-up: allocator, kernels, lazily built tables
+    names = sorted(runners, key=lambda name: name != REFERENCE)  # the reference first, the rest in order
+    for runner in (runners[name] for name in names):  # warm-up: allocator, kernels, lazily built tables
         if warmup > 0:
             runner(prompts[0], min(warmup, max_new_tokens))
             if hasattr(runner, "clear"):  # the warm-up's output must not be an "earlier request" of the first prompt
@@ -156,28 +141,21 @@ def run(target: LoadedModel, prompts: list[Prompt], methods: Mapping[str, Method
             prompt_rows = []
             for name in names:
                 out = runners[name](prompt, max_new_tokens)
-                if name == reference:
+                if name == REFERENCE:
                     ref = out
                 prompt_rows.append(_compare({"method": name, "prompt_id": prompt.id, **out}, ref,
                                             greedy=temperature == 0, dtype=dtype))
             conversation.record(prompt.id, ref.get("tokens", []))
             rows += prompt_rows
             done += 1
-            if sink is not None:
-                sink(prompt_rows)
+            sink(prompt_rows)
     except KeyboardInterrupt:
         interrupted = True
     frame = pd.DataFrame(rows)
     frame.attrs.update(interrupted=interrupted, prompts_done=done)
     if check and rows:
-        check_partial_acceptance(frame, temperature, exempt=(reference,))
+        check_partial_acceptance(frame, temperature, exempt=(REFERENCE,))
     return frame
-
-
-def _as_runner(target: LoadedModel, method: MethodLike, **settings: Any) -> Runner:
-    if method is None or isinstance(method, Drafter | Variant):
-        return DecodeRunner(target, method, **settings)
-    return method
 
 
 def _compare(row: dict, reference: dict, *, greedy: bool, dtype: torch.dtype) -> dict:
@@ -201,7 +179,8 @@ def _compare(row: dict, reference: dict, *, greedy: bool, dtype: torch.dtype) ->
 
 
 def summarize(rows: pd.DataFrame, baseline: str = "ar") -> pd.DataFrame:
-    """One row per method (``prompt_id == "ALL"``) from :func:`run`'s rows, following :mod:`specnb.core.metrics`.
+    """One row per method (``prompt_id == "ALL"``) from :func:`specnb.eval.bench.run_bench`'s rows, following
+    :mod:`specnb.core.metrics`.
 
     Ratios of totals over prompts: tokens/s (all new tokens / all seconds), tokens per call ((new tokens -
     one prefill token per prompt) / calls), accepted length (accepted / calls), the MCSD step acceptance rate
@@ -287,7 +266,8 @@ def speedup_intervals(rows: pd.DataFrame, baseline: str) -> dict[str, tuple[floa
 
 RATIOS = {"tokens_per_call": ("new_tokens_after_prefill", "calls"), "accepted_length": ("accepted", "calls"),
           "tokens_per_s": ("new_tokens", "seconds")}
-"""A per-method metric as (numerator, denominator) columns of :func:`run` rows, summed over prompts."""
+"""A per-method metric as (numerator, denominator) columns of :func:`specnb.eval.bench.run_bench` rows, summed over
+prompts."""
 
 
 def ratio_intervals(rows: pd.DataFrame, baseline: str, metric: str | tuple[str, str]) -> dict[str, tuple[float, float]]:

@@ -1,6 +1,6 @@
 """The DReSD experiments of notebooks 01-03: datastores sized by profile, projection variants, the nearest
 neighbours of a prompt's state, hnswlib parameters, MRR per datastore, and DReSD vs REST (Fig. 4; the drafters
-themselves run through :func:`specnb.experiments.run` or greedy replay).
+themselves run through :func:`specnb.eval.bench.run_bench` or greedy replay).
 
 Datastores (cached under ``<cache>/datastores/dense``, built on first use):
 

@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from ..core.roofline import device_name
+from ..draft_shapes import SelfDraft
 from ..eval.bench import BenchConfig
 from ..eval.runner import speedup_intervals, summarize
 from ..model.models import LoadedModel
@@ -52,15 +53,15 @@ DRESD_SETUP = {"model": "CodeLlama 7B/13B, Llama-2-Chat 7B/13B", "hardware": "1 
 """DReSD's setup for Table 3 (§4, §5.5, Table 1)."""
 
 
-def bench_config(stores: dict[str, Path], draft: str | None, methods: tuple[str, ...] = METHODS, *,
+def bench_config(stores: dict[str, Path], draft: str | SelfDraft | None, methods: tuple[str, ...] = METHODS, *,
                  max_new_tokens: int, dense_shape: str | None = None, store_of: dict[str, str] | None = None,
                  warmup: int = 8) -> BenchConfig:
     """The greedy :class:`~specnb.eval.bench.BenchConfig` of ``methods`` (labels of :data:`METHODS`): each retrieval
     method on its study store (``-priced`` on its base method's, unless ``store_of`` names another: {label: store
     key}, e.g. :data:`PRICED_STORES`), the draft-model methods with ``draft``, DReSD (both stores; ``dense-id`` is
     ``dense`` on the ID store) with ``dense_shape`` when given (``greedy``: DReSD's 3 × 20). ``hf-assisted`` needs a
-    loadable draft model, so it is left out for a ``self:L`` draft; without a draft (None) every draft-model method
-    is."""
+    loadable draft model, so it is left out for a :class:`~specnb.draft_shapes.SelfDraft`; without a draft (None)
+    every draft-model method is."""
     options: dict[str, dict] = {}
     for label in methods:
         name = "dense" if label == "dense-id" else label
@@ -69,7 +70,7 @@ def bench_config(stores: dict[str, Path], draft: str | None, methods: tuple[str,
         if base in stores:
             given["datastore"] = str(stores[base])
         if name in ("sd", "mcsd", "hf-assisted"):
-            if draft is None or name == "hf-assisted" and draft.startswith("self:"):
+            if draft is None or name == "hf-assisted" and isinstance(draft, SelfDraft):
                 continue
             given["draft"] = draft
         if name == "dense" and dense_shape is not None:

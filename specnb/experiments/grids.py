@@ -23,7 +23,7 @@ from ..eval.runner import generation_row, summarize
 
 
 def replay_rows(name: str, runs: list[RunStats]) -> pd.DataFrame:
-    """Replayed runs (one per reference) as :func:`specnb.experiments.run` rows of method ``name`` (prompt_id =
+    """Replayed runs (one per reference) as :func:`specnb.eval.bench.run_bench` rows of method ``name`` (prompt_id =
     the reference's index; times are 0), ready for :func:`specnb.experiments.summarize`."""
     return pd.DataFrame([{"method": name, "prompt_id": i, **generation_row(stats)} for i, stats in enumerate(runs)])
 

@@ -45,8 +45,9 @@ from ..core.metrics import bootstrap_interval
 from ..core.prompts import Prompt, encode_prompt
 from ..core.verify import VerifyMode
 from ..drafters.draft_model import DraftModelDrafter
+from ..eval.bench import BenchConfig, run_bench
 from ..eval.checks import check_partial_acceptance
-from ..eval.runner import Variant, ratio_intervals, run, summarize
+from ..eval.runner import Variant, ratio_intervals, summarize
 from ..model.device import model_device, synchronize
 from ..model.forward import forward
 from ..model.kv_cache import GrowingCache
@@ -355,7 +356,7 @@ class Study:
     (:func:`specnb.eval.checks.check_partial_acceptance`) is applied to the variants for which that
     outcome is improbable (below 1%) for a draft with these per-level rates over the calls it ran; the others,
     with the probability of the outcome, are listed in :attr:`unjudged`. Without them every variant is checked
-    (after 20 calls), as :func:`specnb.experiments.run` does.
+    (after 20 calls), as :func:`specnb.eval.bench.run_bench` does.
     """
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, prompts: dict[str, list[Prompt]],
@@ -372,13 +373,14 @@ class Study:
 
     def timed(self, variants: dict[str, Variant], dataset: str, temperature: float
               ) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """Decode ``dataset`` with every variant (``AR`` is the reference; one short warm-up each): (the
-        :func:`specnb.experiments.run` rows, their :func:`specnb.experiments.summarize` rows renamed for MCSD:
+        """Decode ``dataset`` with AR (method ``AR``, the reference) and every variant (one short warm-up each): (the
+        :func:`specnb.eval.bench.run_bench` rows, their :func:`specnb.experiments.summarize` rows renamed for MCSD:
         ``variant``, ``speedup`` / ``speedup_low`` / ``speedup_high`` vs AR, ``acceptance_rate`` = the paper's
         step acceptance rate, ``dataset``, ``temperature``)."""
-        rows = run(self.target, self.prompts[dataset], variants, temperature=temperature,
-                   max_new_tokens=self.max_new_tokens, warmup=4, reference="AR", progress=False,
-                   check=self.level_rates is None)
+        config = BenchConfig([], max_new_tokens=self.max_new_tokens, temperature=temperature, made=variants,
+                             warmup_tokens=4, check=self.level_rates is None)
+        rows = run_bench(self.target, self.prompts[dataset], config, progress=False)
+        rows = rows.assign(method=rows.method.replace({"ar": "AR"}))
         if self.level_rates is not None and temperature > 0:
             judged = ["AR"]
             for name, variant in variants.items():
@@ -408,8 +410,7 @@ class Study:
         dataset = dataset or next(iter(self.prompts))
         runs, summaries = [], []
         for t in temperatures:
-            rows, summary = self.timed({"AR": Variant(None), sd: self.variant(sd, t, "mcss"),
-                                        mcsd: self.variant(mcsd, t)}, dataset, t)
+            rows, summary = self.timed({sd: self.variant(sd, t, "mcss"), mcsd: self.variant(mcsd, t)}, dataset, t)
             runs.append(rows)
             summaries.append(summary.assign(method=summary.variant.map({"AR": "AR", sd: "SD", mcsd: "MCSD"}),
                                             config=summary.variant))

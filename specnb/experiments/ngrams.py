@@ -20,8 +20,9 @@ from ..datastores.ngram_tables import BigramTable, bigram_table, default_restric
 from ..drafters.context import ContextNgramDrafter
 from ..drafters.mixed import MixedDrafter, accepted_rank, accepted_strategy
 from ..drafters.model_ngram import BigramDrafter, UnigramDrafter
+from ..eval.bench import BenchConfig, run_bench
 from ..eval.replay import Reference, ar_priced_seconds, replay_many
-from ..eval.runner import Variant, run, summarize
+from ..eval.runner import Variant, summarize
 from ..eval.timing import Grid, cost_table, time_cells
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
@@ -221,9 +222,10 @@ def timed(target: LoadedModel, sets: dict[str, list[Prompt]], table: BigramTable
     out = []
     for name, prompts in sets.items():
         k, w = best[name]
-        methods = {"ar": None, "pld": ContextNgramDrafter(k=1, w=10, max_ngram=3),
+        methods = {"pld": ContextNgramDrafter(k=1, w=10, max_ngram=3),
                    f"mixed ({k}, {w})": Variant(MixedDrafter(table, k, w), verify="batch")}
-        rows = run(target, prompts, methods, max_new_tokens=max_new_tokens, warmup=8, progress=False)
+        config = BenchConfig([], max_new_tokens=max_new_tokens, made=methods, warmup_tokens=8)
+        rows = run_bench(target, prompts, config, progress=False)
         summary = summarize(rows).assign(set=name)
         summary["k"], summary["w"] = summary.method.map({"pld": 1, f"mixed ({k}, {w})": k}), \
             summary.method.map({"pld": 10, f"mixed ({k}, {w})": w})

@@ -1,7 +1,7 @@
 """One method against another on the same prompts, as (value, 90% low, 90% high) ready for
 :meth:`specnb.study.results.Results.compare`.
 
-Both functions read :func:`specnb.experiments.run` rows (timed runs) or
+Both functions read :func:`specnb.eval.bench.run_bench` rows (timed runs) or
 :func:`specnb.experiments.grids.replay_rows` (replayed runs): one row per (method, prompt). They pair the two
 methods prompt by prompt and resample prompts (:mod:`specnb.core.metrics`), so a difference shared by every prompt
 shows even when the prompts themselves differ a lot.

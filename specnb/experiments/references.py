@@ -46,7 +46,7 @@ def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens
     """(prompt ids int64 [L], greedy output int64 [T <= max_new_tokens]) per prompt, from the cache or decoded
     (plain AR through :func:`specnb.core.generate.generate`) and cached; a cached longer output is cut (greedy decoding
     to a shorter budget gives its first tokens). A follow-up prompt (:attr:`Prompt.follows`)
-    sees its earlier turn's reference as the answer, as in :func:`specnb.experiments.run`."""
+    sees its earlier turn's reference as the answer, as in :func:`specnb.eval.bench.run_bench`."""
     check_follow_ups(prompts)
     references, conversation = [], Conversation(target)
     for prompt in prompts:

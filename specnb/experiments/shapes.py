@@ -41,8 +41,9 @@ from ..drafters.mixed import MixedDrafter
 from ..drafters.model_ngram import BigramDrafter
 from ..drafters.rest import RestDrafter
 from ..drafters.shaped import Shaped
+from ..eval.bench import BenchConfig, run_bench
 from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
-from ..eval.runner import Variant, run
+from ..eval.runner import Variant
 from ..model.forward import forward
 from ..model.models import LoadedModel
 from ..study.profiles import ParameterError, Profile
@@ -251,7 +252,7 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
                 cells: list[tuple[str, int, int]], prompts: list[Prompt], references: list[Reference],
                 hidden: list[Tensor], cost, max_new_tokens: int) -> pd.DataFrame:
     """Real decoding of every (family, k, w) of ``cells`` in both verification modes (tree attention, one batch
-    row per path) on the same drafts, AR alongside (:func:`specnb.experiments.run`), next to the cost model's
+    row per path) on the same drafts, AR alongside (:func:`specnb.eval.bench.run_bench`), next to the cost model's
     prediction for the same prompts and tokens (replayed on ``references``, the target's greedy outputs of
     ``prompts`` cut to ``max_new_tokens``, with their ``hidden`` states).
 
@@ -259,9 +260,9 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
     prefill excluded as the prediction excludes it), est_seconds and ar_seconds (predicted), new_tokens, calls,
     identical_to_ar.
     """
-    methods = {"ar": None} | {f"{family} {k}x{w} {mode}": Variant(makers[family](k, w), mode)
-                              for family, k, w in cells for mode in ("tree", "batch")}
-    rows = run(target, prompts, methods, max_new_tokens=max_new_tokens, warmup=4, progress=True)
+    methods = {f"{family} {k}x{w} {mode}": Variant(makers[family](k, w), mode)
+               for family, k, w in cells for mode in ("tree", "batch")}
+    rows = run_bench(target, prompts, BenchConfig([], max_new_tokens=max_new_tokens, made=methods, warmup_tokens=4))
     ar = rows[rows.method == "ar"].set_index("prompt_id").decode_seconds
     out = []
     for family, k, w in cells:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..draft_shapes import SelfDraft, parse_draft
 from ..model.device import default_device
 
 
@@ -102,12 +103,12 @@ class StudyStoreSizes:
 class Profile:
     name: str
     target: str  # model name for specnb.load_model
-    draft: str | None  # draft model name (or "self:L") for draft-model methods; None: none (they are left out)
+    draft: str | SelfDraft | None  # draft model name or self-draft for draft-model methods; None: none (left out)
     n_prompts: int  # prompts per prompt set, for replay and reference-token analyses
     max_new_tokens: int  # the greedy references' length
     timed_prompts: int  # prompts per set of a timed run
     timed_tokens: int  # new tokens per prompt of a timed run
-    pair: tuple[str, str] | None  # (target, draft) of the draft-model study (notebook 07); None: no pair given
+    pair: tuple[str, str | SelfDraft] | None  # (target, draft) of the draft-model study (notebook 07); None: none
     cost_grid: str  # roofline grid of the cost tables of notebooks 06 and 08
     dresd: DresdSizes
     corpus_sweep: CorpusSweepSizes
@@ -129,8 +130,8 @@ class Profile:
 # behind the code".
 PROFILES = {
     "smoke": Profile(
-        "smoke", target="tiny-gemma3", draft="self:2", n_prompts=2, max_new_tokens=16,
-        timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", "self:2"), cost_grid="smoke",
+        "smoke", target="tiny-gemma3", draft=SelfDraft(2), n_prompts=2, max_new_tokens=16,
+        timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", SelfDraft(2)), cost_grid="smoke",
         dresd=DresdSizes({"code": 2_000, "chat": 1_000},
                          {"dims": 16, "n_components": 64, "seq_len": 128, "overlap": 16, "batch_tokens": 2048},
                          id_generated=(6, 48), random_vectors=5_000, index_scale=(2_000, 5_000)),
@@ -140,7 +141,7 @@ PROFILES = {
         mcsd=McsdSizes(2, 12, (0.0, 1.0)),
         study_stores=StudyStoreSizes(crest_t=200)),
     "quick": Profile(
-        "quick", target="gemma-3-270m", draft="self:12", n_prompts=10, max_new_tokens=128,
+        "quick", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=10, max_new_tokens=128,
         timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
         cost_grid="adaptive",
         dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, id_generated=(48, 128), random_vectors=200_000,
@@ -176,9 +177,10 @@ OVERRIDABLE = ("target", "draft", "prompts", "corpus", "device", "dtype", "weigh
 
 def get_profile(name: str, **parameters: object) -> Profile:
     """The profile ``name`` with every parameter of :data:`OVERRIDABLE` that is not None in its place, each
-    checked before anything loads (names resolved, files found, sizes positive). A given target or draft makes
-    notebook 07's ``pair`` (target, draft); a target given without a draft has none (``draft`` and ``pair``
-    None: the profile's draft belongs to its own target). Raises ParameterError in one line naming the
+    checked before anything loads (names resolved, files found, sizes positive); a ``draft`` string is parsed here,
+    the notebooks' edge, into a model name or a :class:`~specnb.draft_shapes.SelfDraft` (``self:L``). A given target
+    or draft makes notebook 07's ``pair`` (target, draft); a target given without a draft has none (``draft`` and
+    ``pair`` None: the profile's draft belongs to its own target). Raises ParameterError in one line naming the
     parameter."""
     if name not in PROFILES:
         raise ParameterError(f"parameter profile: unknown profile {name!r}; use one of {', '.join(PROFILES)}")
@@ -186,6 +188,11 @@ def get_profile(name: str, **parameters: object) -> Profile:
     if unknown := sorted(set(given) - set(OVERRIDABLE)):
         raise ParameterError(f"unknown parameter {unknown[0]!r}; a profile's values that can be replaced: "
                              f"{', '.join(OVERRIDABLE)}")
+    if isinstance(given.get("draft"), str):
+        try:
+            given["draft"] = parse_draft(given["draft"])
+        except ValueError as exc:
+            raise ParameterError(f"parameter draft: {exc}") from None
     profile = replace(PROFILES[name], **given)
     if "target" in given and "draft" not in given:  # the profile's draft (self:12, ...) is its own target's
         profile = replace(profile, draft=None, pair=None)
@@ -209,11 +216,11 @@ def _check(key: str, p: Profile) -> None:
     if key in ("timed_prompts", "timed_tokens", "n_prompts", "max_new_tokens"):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"must be a whole number >= 1, got {value!r}")
+    elif key == "draft" and isinstance(value, SelfDraft):
+        return  # its depth is checked against the target's when the draft is made
     elif not isinstance(value, str):
         raise TypeError(f"must be a string, got {value!r}")
-    elif key == "target":
-        resolve_name(value)
-    elif key == "draft" and not value.startswith("self:"):
+    elif key in ("target", "draft"):
         resolve_name(value)
     elif key == "prompts" and value not in PROMPT_SETS and not Path(value).is_file():
         raise ValueError(f"{value!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a JSONL file")

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +137,6 @@ def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
     tables, the notation; then the setup table (every parameter, given or the profile's) and the machine."""
     state = json.loads((out / STATE).read_text())["notebooks"]
     m = machine()
-    values = asdict(p)
     ran = [stem[:2] for stem, record in state.items() if record["status"] == "ok"]
     headings = {stem[:2]: f"[{stem}.ipynb]({stem}.ipynb) ({record['seconds']:.0f} s)" if record["status"] == "ok"
                 else f"{stem}.ipynb" for stem, record in state.items()}
@@ -148,6 +146,6 @@ def readme(out: Path, p: Profile, given: dict[str, Any]) -> str:
     closing = [f"`specnb study run` under profile `{p.name}` on {m['cpu']}, {m['cores']} cores, CPU class "
                f"`{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}.", "",
                "| parameter | value |", "|---|---|"]
-    closing += [f"| {name} | `{values[name]}`{' (given)' if name in given else ''} |" for name in OVERRIDABLE]
+    closing += [f"| {name} | `{getattr(p, name)}`{' (given)' if name in given else ''} |" for name in OVERRIDABLE]
     return "\n".join(front_page(out / "figures", f"The study on {p.target}", closing, only=ran, link="figures/",
                                 headings=headings, notes=notes)) + "\n"
