@@ -23,7 +23,7 @@ def notebook_style():
 def test_every_label_of_a_method_gets_its_colour():
     assert plots.method_of("DReSD-OOD 10x6") == "dense"
     assert plots.method_of("DReSD-OOD 10x6 votes priced") == "dense-priced"
-    assert plots.method_of("REST-ID") == "rest"
+    assert plots.method_of("REST-ID") == "rest-id" and plots.method_of("REST-OOD") == "rest"
     assert plots.method_of("prompt lookup") == "pld" and plots.method_of("pld") == "pld"
     assert plots.method_of("mixed (10,10)") == "mixed" and plots.method_of("mixed-adaptive") == "mixed-adaptive"
     assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
@@ -46,7 +46,8 @@ def test_display_names_come_from_the_method_registry():
         ("ar", "AR (ours)"), ("hf", "HF generate"), ("hf-pld", "HF prompt lookup"), ("hf-assisted", "HF assisted"),
         ("llamacpp", "llama.cpp"), ("llamacpp-pld", "llama.cpp lookup"), ("pld", "prompt lookup"),
         ("ngram-unigram", "model unigram"), ("ngram-bigram", "model bigram"), ("mixed", "mixed"),
-        ("mixed-adaptive", "mixed, adaptive"), ("rest", "REST"), ("rest-priced", "REST, priced"), ("crest", "CREST"),
+        ("mixed-adaptive", "mixed, adaptive"), ("rest", "REST"), ("rest-id", "REST, ID store"),
+        ("rest-priced", "REST, priced"), ("crest", "CREST"),
         ("crest-priced", "CREST, priced"), ("dense", "DReSD"), ("dense-id", "DReSD, ID store"),
         ("dense-priced", "DReSD, priced"), ("sd", "SD"), ("mcsd", "MCSD"), ("suffix", "SuffixDecoding"),
         ("recycle", "Token Recycling"), ("auto", "auto (router)"), ("-", "no draft"), ("merged", "two members merged")]
@@ -208,6 +209,31 @@ def test_strict_save_refuses_a_hatch_outline_or_band_no_legend_names(tmp_path, m
     plots.legend_outside(ax)
     plots.save_figure(fig, "00_series")
     assert (tmp_path / "00_named.png").exists() and (tmp_path / "00_series.png").exists()
+    plt.close("all")
+
+
+def test_a_methods_shades_get_a_key_when_saved_and_none_is_refused(tmp_path, monkeypatch):
+    """A darker (ID store) or lighter (priced) shade of a method's colour on a bar or a dot is named in a key:
+    layout_problems finds one no legend names, and save_figure adds the key (each shade and the method's own
+    colour beside it), in the study's method order, so the strict save passes."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+    labels = ["REST-OOD", "REST-ID", "DReSD-OOD 10x6", "DReSD-ID 10x6", "rest-priced"]
+    for ax in axes:
+        plots.hbars(ax, labels, [1.2, 1.4, 1.3, 1.8, 1.1], xlabel="tokens per call")
+    assert any("the shade 'DReSD, ID store'" in p for p in plots.layout_problems(fig))
+    assert plots.method_rank("DReSD-ID 10x6") == plots.method_rank("dense")
+    plots.save_figure(fig, "00_shades")
+    [key] = fig.legends
+    assert [t.get_text() for t in key.get_texts()] == ["DReSD, OOD store", "DReSD, ID store",
+                                                       "REST, OOD store, whole tree", "REST, ID store", "REST, priced"]
+    assert "dark: the in-distribution (ID) store" in key.get_title().get_text()
+    assert plots.layout_problems(fig) == []
+    fig, ax = plt.subplots()  # no shade, no key
+    plots.hbars(ax, ["pld", "rest"], [1.5, 1.2])
+    plots.save_figure(fig, "00_plain")
+    assert not fig.legends
     plt.close("all")
 
 
