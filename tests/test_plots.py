@@ -237,6 +237,26 @@ def test_a_methods_shades_get_a_key_when_saved_and_none_is_refused(tmp_path, mon
     plt.close("all")
 
 
+def test_stacked_shares_draw_one_opaque_bar_per_row_with_its_shares_printed(tmp_path, monkeypatch):
+    """A router's picks: one bar per prompt (first on top), the pooled row set apart at the bottom, segments in the
+    members' colours named in the legend, shares of at least 12% printed; the strict save passes."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    shares = pd.DataFrame({"pld": [0.6, 0.1, 0.35], "suffix": [0.3, 0.85, 0.575], "-": [0.1, 0.05, 0.075]},
+                          index=["prompt 1", "prompt 2", "all calls"])
+    fig, ax = plt.subplots(figsize=(5, 2))
+    plots.stacked_shares(ax, shares)
+    plots.legend_outside(fig)
+    at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
+    assert at["prompt 1"] - at["prompt 2"] == 1 and at["prompt 2"] - at["all calls"] > 1  # the pooled row apart
+    assert sorted(t.get_text() for t in ax.texts) == ["30%", "35%", "57%", "60%", "85%"]  # not 10%, 5%, 7%
+    assert {p.get_facecolor()[:3] for p in ax.patches} == {plt.matplotlib.colors.to_rgb(plots.color(k))
+                                                           for k in shares.columns}
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["prompt lookup", "SuffixDecoding", "no draft"]
+    plots.save_figure(fig, "00_picks")
+    plt.close("all")
+
+
 def test_layout_audit_finds_overlaps_legends_on_data_and_single_values():
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.bar(range(8), range(1, 9))

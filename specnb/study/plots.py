@@ -9,6 +9,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn;
   :func:`dots` for values near a ceiling (a bar from zero hides their differences). One row order per figure: the
   first panel's, kept in every later panel; legends list methods in one order study-wide (:func:`method_rank`).
+* :func:`stacked_shares`: shares of calls (a router's picks) as stacked horizontal bars, one per row, values printed.
 * :func:`series_colors` (distinct hues for three or more series that are not methods) and
   :func:`line_with_interval` (a band for a lone series, capped error bars when several share a panel).
 * :func:`shared_norm`, :data:`SPEEDUP_NORM`, :data:`TOKENS_PER_CALL_NORM` and :func:`heatmap`: every panel of a
@@ -324,6 +325,38 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
             tick.set(fontsize=7, color="0.3")
     ax.set_ylim(-0.6, y - 0.4)
     ax.set_xlim(lo - 0.08 * span, hi + 0.25 * span)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+    return ax
+
+
+def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0.12, fmt: str = "{:.0%}",
+                   xlabel: str = "share of calls") -> plt.Axes:
+    """One horizontal bar per row of ``shares`` (index: row labels, first on top; columns: method keys such as a
+    router's members, ``-`` and ``merged`` included; each row sums to 1), split into opaque segments in the
+    methods' colours (named in the legend: :func:`legend_outside`) in the columns' order, each share of at least
+    ``min_printed`` printed inside its segment (dark text on a light colour, white on a dark one). A last row
+    that pools the others (``all calls``) is set off from them by a gap."""
+    from matplotlib.colors import to_rgb
+
+    rows = list(shares.index)
+    gap = 0.6 if len(rows) > 2 and str(rows[-1]).startswith("all") else 0.0
+    y = np.array([len(rows) - 1 - i + gap for i in range(len(rows) - 1)] + [0.0]) if gap else \
+        np.arange(len(rows))[::-1].astype(float)
+    left = np.zeros(len(rows))
+    for key in shares.columns:
+        width = shares[key].to_numpy(dtype=float)
+        fill = color(key)
+        ax.barh(y, width, left=left, height=0.8, color=fill, edgecolor="white", linewidth=0.6, label=label(key))
+        dark = float(np.dot(to_rgb(fill), (0.299, 0.587, 0.114))) < 0.5
+        for yi, x0, w in zip(y, left, width, strict=True):
+            if w >= min_printed:
+                ax.text(x0 + w / 2, yi, fmt.format(w), ha="center", va="center", fontsize=6.5,
+                        color="white" if dark else "0.1")
+        left = left + width
+    ax.set_yticks(y, rows)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.6, float(y.max()) + 0.6)
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
