@@ -68,6 +68,17 @@ def test_bars_are_sorted_labelled_and_carry_their_interval():
     plt.close("all")
 
 
+def test_bars_draw_a_second_statistic_as_a_named_tick_and_print_past_it():
+    fig, ax = plt.subplots()
+    plots.hbars(ax, ["pld", "rest"], [1.0, 2.0], also=("90th percentile", [3.0, 2.5]), xlabel="ms")
+    plots.legend_outside(ax)
+    [ticks] = [c for c in ax.collections if c.get_label() == "90th percentile"]
+    assert sorted(ticks.get_offsets()[:, 0]) == [2.5, 3.0]
+    assert min(t.get_position()[0] for t in ax.texts) > 2.5  # each value printed past its tick
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["90th percentile"]
+    plt.close("all")
+
+
 def test_bars_on_panels_sharing_x_keep_every_panels_labels_in_view():
     """Panels sharing their x axis: a later panel with shorter bars must not shrink the axis under an earlier
     panel's labels (which then ran into the next panel's tick labels: notebook 06's timed figure, by timing)."""

@@ -244,14 +244,18 @@ def _print_value(ax: plt.Axes, x: float, y: float, text: str, ha: str) -> None:
 
 def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
-          colors: Sequence[str] | None = None, xlabel: str = "") -> plt.Axes:
+          colors: Sequence[str] | None = None, xlabel: str = "",
+          also: tuple[str, Sequence[float]] | None = None) -> plt.Axes:
     """Horizontal bars in the figure's row order (the first panel's: sorted by value, largest on top), each value
     printed past its bar (and past its interval), the 90% interval [low, high] drawn as an error bar;
     ``reference`` draws a thin vertical line (1 for speedups), always in view. Negative values extend left of 0
     (a difference, a gain). On a panel sharing its x axis with one drawn before, the axis only grows, so every
     panel's labels stay in view.
-    Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names."""
+    Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names.
+    also: (name, values): a second statistic of each row (a 90th percentile beside a median), drawn as a black
+    tick on its row and named ``name`` in the legend (:func:`legend_outside`); the printed value goes past it."""
     frame = _value_rows(ax, labels, values, low, high, colors, f"bars of {xlabel or ax.get_title() or 'a panel'}")
+    extra = frame.label.map(dict(zip(labels, np.asarray(also[1], dtype=float), strict=True))) if also else None
     y = np.arange(len(frame))
     ax.barh(y, frame.value, color=frame.color, edgecolor="0.3", linewidth=0.4, height=0.7)
     has = frame.low.notna() & frame.high.notna()
@@ -260,7 +264,10 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
         bars = ax.errorbar(frame.value[has], y[has], xerr=err, fmt="none", ecolor="0.1", elinewidth=0.9, capsize=2.5)
         for line in [*bars.lines[1], *bars.lines[2]]:  # a white rim: visible on dark bars too
             line.set_path_effects([patheffects.withStroke(linewidth=2.4, foreground="white")])
+    if extra is not None:
+        ax.scatter(extra, y, marker="|", s=90, linewidths=1.6, color="black", zorder=3, label=also[0])
     right = np.fmax(frame.value, frame.high.fillna(-np.inf))  # where a positive bar's label goes
+    right = right if extra is None else np.fmax(right, extra.fillna(-np.inf))
     left = np.fmin(frame.value, frame.low.fillna(np.inf))  # and a negative one's
     marks = np.asarray([0.0, *right, *left] + ([reference] if reference is not None else []), dtype=float)
     marks = marks[np.isfinite(marks)]  # a missing value (NaN, no bar) has no end
