@@ -69,6 +69,9 @@ def test_storage_summary_and_its_verdicts_carry_intervals():
     cx.judge_storage(report, summary, t_max=100)
     assert set(report.comparisons) == {"storage_ratio_code", "gain_code"}
     assert report.ours["judged"]["gain_code"] in ("agrees", "disagrees", "inconclusive")
+    takeaway = report.takeaways["04_accepted_length_vs_storage"]  # in the plotted metric, then the paper's
+    assert takeaway.startswith(f"best tokens per call, CREST vs REST: {1 + row.crest_best_accepted:.2f} vs "
+                               f"{1 + row.rest_best_accepted:.2f} on code; in accepted length")
 
 
 def test_a_timed_cell_reports_its_spread_over_passes():
