@@ -109,27 +109,24 @@ def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():
     assert verdict["ceiling_vs_pld_tokens_per_call"] == pytest.approx(1.25)
 
 
-def test_pick_shares_fold_every_merged_pair_into_one_series():
+def test_pick_shares_per_prompt_fold_every_merged_pair_into_one_series():
+    """One row per prompt in the order they ran, then all calls; members in the study's method order, then no
+    draft and merged pairs, the same columns for every set."""
     import pandas as pd
 
-    from specnb.experiments.beyond import pick_shares
-
-    picks = pd.DataFrame({"set": ["a"] * 4 + ["b"] * 2, "step": [0, 1, 2, 3, 0, 1],
-                          "picked": ["pld", "pld+suffix", "suffix+recycle", "-", "suffix", "suffix"]})
-    shares = pick_shares(picks, window=4)
-    assert list(shares["a"].columns) == list(shares["b"].columns) == ["-", "merged", "pld", "suffix"]
-    assert shares["a"].iloc[-1].to_dict() == {"-": 0.25, "merged": 0.5, "pld": 0.25, "suffix": 0.0}
-    assert shares["b"].iloc[-1].to_dict() == {"-": 0.0, "merged": 0.0, "pld": 0.0, "suffix": 1.0}
-
-
-def test_prompt_starts_mark_each_new_request_in_a_set():
-    import pandas as pd
-
-    from specnb.experiments.beyond import prompt_starts
+    from specnb.experiments.beyond import ALL_CALLS, pick_shares
 
     picks = pd.DataFrame({"set": ["a"] * 5 + ["b"] * 2, "step": [0, 1, 2, 3, 4, 0, 1],
-                          "prompt_id": ["p1", "p1", "p2", "p3", "p3", "q1", "q1"], "picked": ["pld"] * 7})
-    assert prompt_starts(picks) == {"a": [2, 3], "b": []}
+                          "prompt_id": ["p2", "p2", "p1", "p1", "p1", "q1", "q1"],
+                          "picked": ["suffix", "pld+suffix", "suffix+recycle", "-", "pld", "suffix", "suffix"]})
+    shares = pick_shares(picks)
+    assert list(shares["a"].columns) == list(shares["b"].columns) == ["pld", "suffix", "-", "merged"]
+    assert list(shares["a"].index) == ["prompt 1", "prompt 2", ALL_CALLS]
+    assert shares["a"].loc["prompt 1"].to_dict() == {"pld": 0.0, "suffix": 0.5, "-": 0.0, "merged": 0.5}
+    assert shares["a"].loc["prompt 2"].to_dict() == pytest.approx({"pld": 1 / 3, "suffix": 0.0, "-": 1 / 3,
+                                                                  "merged": 1 / 3})
+    assert shares["a"].loc[ALL_CALLS].to_dict() == {"pld": 0.2, "suffix": 0.2, "-": 0.2, "merged": 0.4}
+    assert shares["b"].loc[ALL_CALLS].to_dict() == {"pld": 0.0, "suffix": 1.0, "-": 0.0, "merged": 0.0}
 
 
 def test_the_corpus_sweep_runs_on_a_users_corpus(tmp_path, monkeypatch):

@@ -3,6 +3,8 @@ against MCSS itself, and the teacher-forced replay of greedy draft-model trees a
 
 from __future__ import annotations
 
+import itertools
+
 import pandas as pd
 import pytest
 import torch
@@ -57,6 +59,47 @@ def test_without_replacement_accepts_at_least_as_often_and_one_candidate_agrees(
     assert torch.allclose(wor[:, 0], wr[:, 0], atol=0.03)
     assert (wor[:, -1] >= wr[:, -1] - 0.02).all()
     assert (wr[:, 1:] >= wr[:, :-1] - 1e-6).all()  # more candidates never accept less
+
+
+def _exact_level(p: torch.Tensor, q: torch.Tensor, k: int) -> tuple[float, float]:
+    """(MCSS without replacement, MCNS): the exact probability that one level of k candidates drawn from q
+    without replacement is accepted, by enumerating every ordered draw (small vocabularies only)."""
+    mcss_rate = naive_rate = 0.0
+    for seq in itertools.permutations(range(p.shape[0]), k):
+        weight, left = 1.0, 1.0
+        for x in seq:
+            weight, left = weight * float(q[x]) / left, left - float(q[x])
+        pc, qc, rejected = p.clone(), q.clone(), 1.0
+        for x in seq:
+            rejected *= 1 - min(1.0, float(pc[x] / qc[x]))
+            residual = (pc - qc).clamp(min=0)
+            pc = residual / residual.sum() if residual.sum() > 0 else pc
+            qc = qc.clone()
+            qc[x] = 0
+            qc = qc / qc.sum()
+        mcss_rate += weight * (1 - rejected)
+        naive_rate += weight * float(p[list(seq)].sum())  # the target's own draw is one of the candidates
+    return mcss_rate, naive_rate
+
+
+def test_mcns_is_naive_sampling_below_mcss_and_equal_to_sum_pq_at_one_candidate():
+    """MCNS is the MCSD paper's naive sampling (footnote 5: the target samples x from p and the level is accepted
+    when x is a candidate), not MCSS with another way of drawing: at k = 1 it accepts sum(p q), below MCSS's
+    sum(min(p, q)) wherever p != q (the paper's Section 2 and Appendix C), and it never accepts more than MCSS
+    without replacement. Both simulated schemes also match an exact enumeration on a small vocabulary."""
+    p, q = distributions(5, rows=4, vocab=6)
+    wr = mcsd.with_replacement_level(p, q, 3)
+    wor, mcns = mcsd.without_replacement_level(p, q, 3, 20_000, torch.Generator().manual_seed(2))
+    naive_one = (p * q).sum(1)
+    assert torch.allclose(mcns[:, 0], naive_one, atol=0.01)
+    assert (wr[:, 0] - naive_one > 0.05).all()  # the gap at k = 1 is real, not noise
+    assert torch.allclose(wor[:, 0], wr[:, 0], atol=0.01)  # with and without replacement agree at k = 1
+    for row in range(p.shape[0]):
+        for k in (1, 2, 3):
+            exact_mcss, exact_naive = _exact_level(p[row].double(), q[row].double(), k)
+            assert abs(float(wor[row, k - 1]) - exact_mcss) < 0.01
+            assert abs(float(mcns[row, k - 1]) - exact_naive) < 0.01
+            assert exact_naive <= exact_mcss + 1e-9
 
 
 def test_greedy_level_is_top_k_membership():

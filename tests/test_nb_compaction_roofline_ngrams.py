@@ -69,6 +69,9 @@ def test_storage_summary_and_its_verdicts_carry_intervals():
     cx.judge_storage(report, summary, t_max=100)
     assert set(report.comparisons) == {"storage_ratio_code", "gain_code"}
     assert report.ours["judged"]["gain_code"] in ("agrees", "disagrees", "inconclusive")
+    takeaway = report.takeaways["04_accepted_length_vs_storage"]  # in the plotted metric, then the paper's
+    assert takeaway.startswith(f"best tokens per call, CREST vs REST: {1 + row.crest_best_accepted:.2f} vs "
+                               f"{1 + row.rest_best_accepted:.2f} on code; in accepted length")
 
 
 def test_a_timed_cell_reports_its_spread_over_passes():
@@ -106,3 +109,23 @@ def test_replay_grid_intervals_are_opt_in_and_contain_the_value():
     assert row.tokens_per_call_low <= row.tokens_per_call <= row.tokens_per_call_high
     assert row.est_speedup_low <= row.est_speedup <= row.est_speedup_high
     assert row.est_speedup == pytest.approx(plain.iloc[0].est_speedup)
+
+
+def test_fig2_takeaway_gives_the_plotted_tokens_per_call_and_its_difference_over_ar():
+    """06's Fig. 2 line quotes what the figure plots (tokens per call) and the claim's quantity (a difference of
+    tokens per call over AR's 1), both from the curves, never a speedup."""
+    from types import SimpleNamespace
+
+    from specnb.experiments import ngrams
+
+    curves = pd.DataFrame({"set": ["HumanEval"] * 2 + ["MT-Bench"] * 2, "strategy": ["extended bigram (w=2)"] * 4,
+                           "k": [1, 25] * 2, "tokens_per_call": [1.1, 1.7, 1.2, 1.74],
+                           "tokens_per_call_low": [1.0, 1.56, 1.1, 1.68],
+                           "tokens_per_call_high": [1.2, 1.84, 1.3, 1.82]})
+    report = Results("99", "smoke")
+    ngrams.judge_fig2(report, curves, SimpleNamespace(name="tiny", vocab_size=100, chat=False))
+    assert report.comparisons["fig2_HumanEval"].ours == pytest.approx(0.7)
+    assert report.takeaways["06_ngram_topk_tokens_per_call"].startswith(
+        "the extended bigram (w = 2) at top 25: 1.70 tokens per call on HumanEval "
+        "({verdicts[fig2_HumanEval][ours]:+.2f} over AR's 1), 1.74 tokens per call on MT-Bench")
+    assert "not a speedup" in report.takeaways["06_ngram_topk_tokens_per_call"]

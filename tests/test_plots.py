@@ -23,7 +23,7 @@ def notebook_style():
 def test_every_label_of_a_method_gets_its_colour():
     assert plots.method_of("DReSD-OOD 10x6") == "dense"
     assert plots.method_of("DReSD-OOD 10x6 votes priced") == "dense-priced"
-    assert plots.method_of("REST-ID") == "rest"
+    assert plots.method_of("REST-ID") == "rest-id" and plots.method_of("REST-OOD") == "rest"
     assert plots.method_of("prompt lookup") == "pld" and plots.method_of("pld") == "pld"
     assert plots.method_of("mixed (10,10)") == "mixed" and plots.method_of("mixed-adaptive") == "mixed-adaptive"
     assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
@@ -46,7 +46,8 @@ def test_display_names_come_from_the_method_registry():
         ("ar", "AR (ours)"), ("hf", "HF generate"), ("hf-pld", "HF prompt lookup"), ("hf-assisted", "HF assisted"),
         ("llamacpp", "llama.cpp"), ("llamacpp-pld", "llama.cpp lookup"), ("pld", "prompt lookup"),
         ("ngram-unigram", "model unigram"), ("ngram-bigram", "model bigram"), ("mixed", "mixed"),
-        ("mixed-adaptive", "mixed, adaptive"), ("rest", "REST"), ("rest-priced", "REST, priced"), ("crest", "CREST"),
+        ("mixed-adaptive", "mixed, adaptive"), ("rest", "REST"), ("rest-id", "REST, ID store"),
+        ("rest-priced", "REST, priced"), ("crest", "CREST"),
         ("crest-priced", "CREST, priced"), ("dense", "DReSD"), ("dense-id", "DReSD, ID store"),
         ("dense-priced", "DReSD, priced"), ("sd", "SD"), ("mcsd", "MCSD"), ("suffix", "SuffixDecoding"),
         ("recycle", "Token Recycling"), ("auto", "auto (router)"), ("-", "no draft"), ("merged", "two members merged")]
@@ -64,6 +65,17 @@ def test_bars_are_sorted_labelled_and_carry_their_interval():
     plots.hbars(ax, ["pld", "rest"], [-0.2, 0.3], reference=0.8)  # a loss, a gain, a reference past both
     lo, hi = ax.get_xlim()
     assert lo < -0.2 and hi > 0.8 and plots.layout_problems(fig) == []
+    plt.close("all")
+
+
+def test_bars_draw_a_second_statistic_as_a_named_tick_and_print_past_it():
+    fig, ax = plt.subplots()
+    plots.hbars(ax, ["pld", "rest"], [1.0, 2.0], also=("90th percentile", [3.0, 2.5]), xlabel="ms")
+    plots.legend_outside(ax)
+    [ticks] = [c for c in ax.collections if c.get_label() == "90th percentile"]
+    assert sorted(ticks.get_offsets()[:, 0]) == [2.5, 3.0]
+    assert min(t.get_position()[0] for t in ax.texts) > 2.5  # each value printed past its tick
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["90th percentile"]
     plt.close("all")
 
 
@@ -208,6 +220,51 @@ def test_strict_save_refuses_a_hatch_outline_or_band_no_legend_names(tmp_path, m
     plots.legend_outside(ax)
     plots.save_figure(fig, "00_series")
     assert (tmp_path / "00_named.png").exists() and (tmp_path / "00_series.png").exists()
+    plt.close("all")
+
+
+def test_a_methods_shades_get_a_key_when_saved_and_none_is_refused(tmp_path, monkeypatch):
+    """A darker (ID store) or lighter (priced) shade of a method's colour on a bar or a dot is named in a key:
+    layout_problems finds one no legend names, and save_figure adds the key (each shade and the method's own
+    colour beside it), in the study's method order, so the strict save passes."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3))
+    labels = ["REST-OOD", "REST-ID", "DReSD-OOD 10x6", "DReSD-ID 10x6", "rest-priced"]
+    for ax in axes:
+        plots.hbars(ax, labels, [1.2, 1.4, 1.3, 1.8, 1.1], xlabel="tokens per call")
+    assert any("the shade 'DReSD, ID store'" in p for p in plots.layout_problems(fig))
+    assert plots.method_rank("DReSD-ID 10x6") == plots.method_rank("dense")
+    plots.save_figure(fig, "00_shades")
+    [key] = fig.legends
+    assert [t.get_text() for t in key.get_texts()] == ["DReSD, OOD store", "DReSD, ID store",
+                                                       "REST, OOD store, whole tree", "REST, ID store", "REST, priced"]
+    assert "dark: the in-distribution (ID) store" in key.get_title().get_text()
+    assert plots.layout_problems(fig) == []
+    fig, ax = plt.subplots()  # no shade, no key
+    plots.hbars(ax, ["pld", "rest"], [1.5, 1.2])
+    plots.save_figure(fig, "00_plain")
+    assert not fig.legends
+    plt.close("all")
+
+
+def test_stacked_shares_draw_one_opaque_bar_per_row_with_its_shares_printed(tmp_path, monkeypatch):
+    """A router's picks: one bar per prompt (first on top), the pooled row set apart at the bottom, segments in the
+    members' colours named in the legend, shares of at least 12% printed; the strict save passes."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    shares = pd.DataFrame({"pld": [0.6, 0.1, 0.35], "suffix": [0.3, 0.85, 0.575], "-": [0.1, 0.05, 0.075]},
+                          index=["prompt 1", "prompt 2", "all calls"])
+    fig, ax = plt.subplots(figsize=(5, 2))
+    plots.stacked_shares(ax, shares)
+    plots.legend_outside(fig)
+    at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
+    assert at["prompt 1"] - at["prompt 2"] == 1 and at["prompt 2"] - at["all calls"] > 1  # the pooled row apart
+    assert sorted(t.get_text() for t in ax.texts) == ["30%", "35%", "57%", "60%", "85%"]  # not 10%, 5%, 7%
+    assert {p.get_facecolor()[:3] for p in ax.patches} == {plt.matplotlib.colors.to_rgb(plots.color(k))
+                                                           for k in shares.columns}
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["prompt lookup", "SuffixDecoding", "no draft"]
+    plots.save_figure(fig, "00_picks")
     plt.close("all")
 
 

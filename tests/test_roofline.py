@@ -157,6 +157,17 @@ def test_llamacpps_curve_is_skipped_with_one_line_where_it_cannot_run(capsys):
     assert capsys.readouterr().out.count("llama.cpp's curve skipped") == 1
 
 
+def test_the_machine_in_a_cost_figures_title_comes_from_the_timed_rows():
+    """05's llama.cpp figure names the machine as its heatmaps do: the rows' CPU model, kernel class and threads."""
+    import pandas as pd
+
+    from specnb.experiments import roofline_study
+
+    rows = pd.DataFrame({"device": ["AMD EPYC, 2 torch threads"], "cpu_class": ["avx512bf16"]})
+    assert roofline_study.machine(rows) == "AMD EPYC (avx512bf16), 2 threads"
+    assert roofline_study.machine(pd.DataFrame()).startswith(roofline_study.device_name("cpu").split(", ")[0])
+
+
 def test_the_cached_cost_model_reads_and_never_measures(monkeypatch, tmp_path):
     """``core.roofline.cached_cost_model`` reads a given CSV or the target's cached table and says so when there is
     none; ``eval.timing.cost_model_for`` measures that table once (here: a fake measurement) and caches it where

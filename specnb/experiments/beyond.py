@@ -106,24 +106,28 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], config: BenchConf
 MERGED = "merged"  # the picks' label, in the charts, for every pair of members whose trees were verified together
 
 
-def pick_shares(picks: pd.DataFrame, window: int = 25) -> dict[str, pd.DataFrame]:
-    """{set: [steps, members]} share of the last ``window`` calls each member drafted (``-``: none; ``merged``:
-    two members' trees together, whichever), for a stacked-area chart of what the router picked over a run; the
-    same columns, in the same order, for every set (so that a member keeps its colour)."""
+ALL_CALLS = "all calls"  # the row of :func:`pick_shares` that pools a set's prompts
+
+
+def pick_shares(picks: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """{set: [rows, members]} the share of a prompt's target calls each member drafted (``-``: none; ``merged``:
+    two members' trees together, whichever), one row per prompt in the order they ran (``prompt 1`` ...; the
+    router goes on learning from one to the next), then :data:`ALL_CALLS` over the set, for a stacked bar per row
+    (:func:`specnb.study.plots.stacked_shares`); the same columns, members in the study's method order then
+    ``-`` and ``merged``, for every set (so that a member keeps its colour and its place)."""
+    from ..study.plots import method_rank
+
     picked = picks.picked.where(~picks.picked.str.contains("+", regex=False), MERGED)
-    members = ["-", *sorted(set(picked) - {"-"})]
+    others = sorted(set(picked) - {"-", MERGED}, key=lambda m: (method_rank(m) is None, method_rank(m) or 0, m))
+    members = [*others, *(["-"] if (picked == "-").any() else []), *([MERGED] if (picked == MERGED).any() else [])]
     shares = {}
     for name, group in picks.assign(picked=picked).groupby("set", sort=False):
-        onehot = pd.get_dummies(group.set_index("step").picked).reindex(columns=members, fill_value=0).astype(float)
-        shares[name] = onehot.rolling(window, min_periods=1).mean()
+        order = list(dict.fromkeys(group.prompt_id))
+        counts = pd.crosstab(group.prompt_id, group.picked).reindex(index=order, columns=members, fill_value=0)
+        counts.index = [f"prompt {i}" for i in range(1, len(order) + 1)]
+        counts.loc[ALL_CALLS] = counts.sum()
+        shares[name] = counts.div(counts.sum(axis=1), axis=0).astype(float)
     return shares
-
-
-def prompt_starts(picks: pd.DataFrame) -> dict[str, list[int]]:
-    """{set: the step at which each prompt after the first begins}: where a chart of :func:`pick_shares` marks a
-    new request (the router keeps learning across them; the window does not restart)."""
-    return {name: group.step[group.prompt_id.ne(group.prompt_id.shift()) & (group.step > group.step.min())].tolist()
-            for name, group in picks.groupby("set", sort=False)}
 
 
 def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_tokens: int,

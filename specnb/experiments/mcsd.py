@@ -56,8 +56,10 @@ from ..study.profiles import Profile
 from ..study.verdicts import ACCEPTANCE, TIE, Expect
 from .setups import weights_label
 
-SCHEMES = {"mcss-wor": "MCSS w/o replacement", "mcss": "MCSS w/ replacement", "mcns": "MCNS"}
-"""Acceptance schemes of :func:`acceptance_vs_k` -> display names (MCSD Table 4's rows)."""
+SCHEMES = {"mcss-wor": "MCSS w/o replacement", "mcss": "MCSS w/ replacement", "mcns": "MCNS (naive sampling)"}
+"""Acceptance schemes of :func:`acceptance_vs_k` -> display names (MCSD Table 4's rows). MCNS is the paper's naive
+sampling (its footnote 5: the target draws x from p, the level is accepted when x is a candidate), named so in the
+figures: at k = 1 it accepts sum(p q), below MCSS's sum(min(p, q)), by design, not by a different draw."""
 
 
 def timed_sizes(profile: Profile) -> tuple[int, int]:

@@ -128,18 +128,21 @@ def fig2_headlines(curves: pd.DataFrame) -> dict:
 
 def judge_fig2(report, curves: pd.DataFrame, target: LoadedModel) -> None:
     """The extended bigram (w = 2) at the largest k against N-Grammys' ~50% more tokens per call, per set."""
-    k = curves.k.max()
+    k, reached = curves.k.max(), {}
     for name, sub in curves.groupby("set", sort=False):
         row = sub[(sub.strategy == "extended bigram (w=2)") & (sub.k == k)].iloc[0]
+        reached[name] = row.tokens_per_call
         report.compare(f"fig2_{name}", f"{name}: extended bigram (w = 2, top {k}), tokens per call − 1 (replayed)",
                        row.tokens_per_call - 1, row.tokens_per_call_low - 1, row.tokens_per_call_high - 1,
                        Expect.near(PAPER_FIG2_GAIN, TOKENS_PER_CALL), "N-Grammys §4.1, Fig. 2 (Mistral-7B-Instruct)",
                        fmt=".2f", internal=False, direction_only=False, evidence={"vocabulary": target.vocab_size},
                        cause=f"another target and tokenizer: {target.name} ({kind_of(target)}) with "
                              f"{target.vocab_size:,} tokens, the paper an instruction-tuned 7B model with 32,000")
-    report.takeaway("06_ngram_topk_tokens_per_call", f"the extended bigram at top {k} adds " + ", ".join(
-        f"{{verdicts[fig2_{name}][ours]:.2f}} tokens per call on {name}" for name in curves.set.unique())
-        + f" (N-Grammys Fig. 2: ≈ {PAPER_FIG2_GAIN})")
+    # the figure plots tokens per call; the claim is a difference of tokens per call over AR's 1, not a speedup
+    report.takeaway("06_ngram_topk_tokens_per_call", f"the extended bigram (w = 2) at top {k}: " + ", ".join(
+        f"{tpc:.2f} tokens per call on {name} ({{verdicts[fig2_{name}][ours]:+.2f}} over AR's 1)"
+        for name, tpc in reached.items()) + f" (N-Grammys Fig. 2: ≈ {1 + PAPER_FIG2_GAIN:.1f}, i.e. "
+        f"{PAPER_FIG2_GAIN:+.1f}; tokens per call, not a speedup)")
 
 
 def kind_of(target: LoadedModel) -> str:

@@ -135,6 +135,18 @@ def judge_free_row(report, frame: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
+def machine(frame: pd.DataFrame) -> str:
+    """The machine a timed frame (:func:`specnb.eval.timing.measure` rows) ran on, for a figure's title, as the
+    heatmaps and curves of notebook 05 carry it: the CPU model with its kernel class and the threads
+    (``"AMD EPYC (avx512bf16), 2 threads"``); this machine's when the frame does not say."""
+    from ..model.kernels.cpu import cpu_class
+
+    device = str(frame.device.iloc[0]) if "device" in frame and len(frame) else device_name("cpu")
+    isa = str(frame.cpu_class.iloc[0]) if "cpu_class" in frame and len(frame) else cpu_class()
+    model, _, threads = device.partition(", ")
+    return f"{model} ({isa}), {threads.replace(' torch', '')}" if threads else f"{model} ({isa})"
+
+
 def llamacpp_curve(target: LoadedModel, curve_grid: Grid) -> pd.DataFrame:
     """llama.cpp's one-row calls of the cost curve's token counts at each of its contexts, on the target's GGUF
     file (:func:`specnb.eval.llamacpp.cost_curve`): rows tokens, seconds, slowdown, context, passes, dtype

@@ -9,11 +9,13 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn;
   :func:`dots` for values near a ceiling (a bar from zero hides their differences). One row order per figure: the
   first panel's, kept in every later panel; legends list methods in one order study-wide (:func:`method_rank`).
+* :func:`stacked_shares`: shares of calls (a router's picks) as stacked horizontal bars, one per row, values printed.
 * :func:`series_colors` (distinct hues for three or more series that are not methods) and
   :func:`line_with_interval` (a band for a lone series, capped error bars when several share a panel).
 * :func:`shared_norm`, :data:`SPEEDUP_NORM`, :data:`TOKENS_PER_CALL_NORM` and :func:`heatmap`: every panel of a
   figure on one colour scale per metric; every speedup of the study on one fixed diverging scale centred at 1.
 * :func:`legend_outside`, :func:`log_axis` (major ticks only, plain numbers).
+* :func:`add_shade_key`: a key to every shade of a method's colour (ID store darker, priced lighter) a figure fills.
 * :func:`save_figure`: ``figures/NAME.png`` and ``figures/NAME.csv``, so a reader can re-plot or check any number.
   Under ``specnb notebooks run`` (``SPECNB_STRICT_FIGURES=1``) it first refuses a figure whose text artists
   overlap, whose panel shows a single value, or whose hatch, outline or tint no legend names
@@ -80,8 +82,8 @@ COLORS: dict[str, str] = {
     # context and model n-grams (N-Grammys)
     "pld": "#1f77b4", "ngram-unigram": "#dbdb8d", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
     "mixed-adaptive": "#17becf",
-    # retrieval: one hue each, the priced form lighter
-    "rest": "#ff7f0e", "rest-priced": "#ffbb78", "crest": "#2ca02c", "crest-priced": "#98df8a",
+    # retrieval: one hue each, the ID store darker, the priced form lighter (:data:`SHADES`: a key names them)
+    "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffbb78", "crest": "#2ca02c", "crest-priced": "#98df8a",
     "dense": "#d62728", "dense-id": "#8b1a1a", "dense-priced": "#ff9896",
     # draft models
     "sd": "#c5b0d5", "mcsd": "#9467bd",
@@ -92,8 +94,19 @@ COLORS: dict[str, str] = {
 }
 """Method key (the bench's name) -> its colour in every figure of every notebook; the order is the legends'."""
 
-NOT_METHODS = {"dense-id": "DReSD, ID store", "-": "no draft", "merged": "two members merged"}
-"""Display names of the keys that are not methods of the registry: DReSD on its ID store, a router's picks."""
+NOT_METHODS = {"rest-id": "REST, ID store", "dense-id": "DReSD, ID store", "-": "no draft",
+               "merged": "two members merged"}
+"""Display names of the keys that are not methods of the registry: REST and DReSD on their ID stores, a router's
+picks."""
+
+SHADES: dict[str, tuple[str, str, str]] = {
+    "-id": ("ID store", "OOD store", "dark: the in-distribution (ID) store"),
+    "-priced": ("priced", "whole tree", "light: priced, the tree cut to the node budget that pays on this machine"),
+}
+"""Suffix of a shade's key (``dense-id``, ``rest-priced``) -> (what the shade's row is, what its base colour's row is
+then, the legend title's note): a figure that fills a bar or a dot with a shade gets a key naming each shade and the
+base colour beside it (:func:`add_shade_key`, called by :func:`save_figure`; :func:`key_problems` refuses one
+without)."""
 
 STYLES: dict[str, MethodStyle] = {key: MethodStyle(NOT_METHODS[key] if key in NOT_METHODS else METHODS[key].label,
                                                    color) for key, color in COLORS.items()}
@@ -163,7 +176,9 @@ def method_rank(label: str) -> int | None:
     n-grams, retrieval, draft models, the rest), or None for a label that names no method: legends list methods
     in this order in every figure, so a reader finds a method at the same place everywhere."""
     key = _method_key(label)
-    return None if key is None else list(METHODS).index(key)
+    for suffix in SHADES:  # a shade (DReSD on its ID store) sits with its method
+        key = key.removesuffix(suffix) if key is not None and key not in METHODS else key
+    return list(METHODS).index(key) if key in METHODS else None
 
 
 def series_colors(n: int) -> list[str]:
@@ -229,14 +244,18 @@ def _print_value(ax: plt.Axes, x: float, y: float, text: str, ha: str) -> None:
 
 def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
-          colors: Sequence[str] | None = None, xlabel: str = "") -> plt.Axes:
+          colors: Sequence[str] | None = None, xlabel: str = "",
+          also: tuple[str, Sequence[float]] | None = None) -> plt.Axes:
     """Horizontal bars in the figure's row order (the first panel's: sorted by value, largest on top), each value
     printed past its bar (and past its interval), the 90% interval [low, high] drawn as an error bar;
     ``reference`` draws a thin vertical line (1 for speedups), always in view. Negative values extend left of 0
     (a difference, a gain). On a panel sharing its x axis with one drawn before, the axis only grows, so every
     panel's labels stay in view.
-    Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names."""
+    Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names.
+    also: (name, values): a second statistic of each row (a 90th percentile beside a median), drawn as a black
+    tick on its row and named ``name`` in the legend (:func:`legend_outside`); the printed value goes past it."""
     frame = _value_rows(ax, labels, values, low, high, colors, f"bars of {xlabel or ax.get_title() or 'a panel'}")
+    extra = frame.label.map(dict(zip(labels, np.asarray(also[1], dtype=float), strict=True))) if also else None
     y = np.arange(len(frame))
     ax.barh(y, frame.value, color=frame.color, edgecolor="0.3", linewidth=0.4, height=0.7)
     has = frame.low.notna() & frame.high.notna()
@@ -245,7 +264,10 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
         bars = ax.errorbar(frame.value[has], y[has], xerr=err, fmt="none", ecolor="0.1", elinewidth=0.9, capsize=2.5)
         for line in [*bars.lines[1], *bars.lines[2]]:  # a white rim: visible on dark bars too
             line.set_path_effects([patheffects.withStroke(linewidth=2.4, foreground="white")])
+    if extra is not None:
+        ax.scatter(extra, y, marker="|", s=90, linewidths=1.6, color="black", zorder=3, label=also[0])
     right = np.fmax(frame.value, frame.high.fillna(-np.inf))  # where a positive bar's label goes
+    right = right if extra is None else np.fmax(right, extra.fillna(-np.inf))
     left = np.fmin(frame.value, frame.low.fillna(np.inf))  # and a negative one's
     marks = np.asarray([0.0, *right, *left] + ([reference] if reference is not None else []), dtype=float)
     marks = marks[np.isfinite(marks)]  # a missing value (NaN, no bar) has no end
@@ -310,6 +332,38 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
             tick.set(fontsize=7, color="0.3")
     ax.set_ylim(-0.6, y - 0.4)
     ax.set_xlim(lo - 0.08 * span, hi + 0.25 * span)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+    return ax
+
+
+def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0.12, fmt: str = "{:.0%}",
+                   xlabel: str = "share of calls") -> plt.Axes:
+    """One horizontal bar per row of ``shares`` (index: row labels, first on top; columns: method keys such as a
+    router's members, ``-`` and ``merged`` included; each row sums to 1), split into opaque segments in the
+    methods' colours (named in the legend: :func:`legend_outside`) in the columns' order, each share of at least
+    ``min_printed`` printed inside its segment (dark text on a light colour, white on a dark one). A last row
+    that pools the others (``all calls``) is set off from them by a gap."""
+    from matplotlib.colors import to_rgb
+
+    rows = list(shares.index)
+    gap = 0.6 if len(rows) > 2 and str(rows[-1]).startswith("all") else 0.0
+    y = np.array([len(rows) - 1 - i + gap for i in range(len(rows) - 1)] + [0.0]) if gap else \
+        np.arange(len(rows))[::-1].astype(float)
+    left = np.zeros(len(rows))
+    for key in shares.columns:
+        width = shares[key].to_numpy(dtype=float)
+        fill = color(key)
+        ax.barh(y, width, left=left, height=0.8, color=fill, edgecolor="white", linewidth=0.6, label=label(key))
+        dark = float(np.dot(to_rgb(fill), (0.299, 0.587, 0.114))) < 0.5
+        for yi, x0, w in zip(y, left, width, strict=True):
+            if w >= min_printed:
+                ax.text(x0 + w / 2, yi, fmt.format(w), ha="center", va="center", fontsize=6.5,
+                        color="white" if dark else "0.1")
+        left = left + width
+    ax.set_yticks(y, rows)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.6, float(y.max()) + 0.6)
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
@@ -503,6 +557,95 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
 # --------------------------------------------------------------------------------------- axes and legends
 
 
+def _filled_keys(fig: plt.Figure) -> list[str]:
+    """The :data:`COLORS` keys whose colour fills a bar (a patch) or a dot (a scatter's marker) of ``fig``, first
+    seen first."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.patches import Rectangle
+
+    by_color = {to_hex(c): key for key, c in COLORS.items()}
+    seen: dict[str, None] = {}
+    for ax in fig.axes:
+        faces = [patch.get_facecolor() for patch in ax.patches if isinstance(patch, Rectangle) and patch.get_fill()]
+        faces += [face for c in ax.collections if isinstance(c, PathCollection) for face in c.get_facecolors()]
+        for face in faces:
+            if (key := by_color.get(to_hex(face, keep_alpha=False))) is not None:
+                seen.setdefault(key)
+    return list(seen)
+
+
+def shade_entries(fig: plt.Figure) -> tuple[list[tuple[str, str]], list[str]]:
+    """What a key to ``fig``'s shades holds: ([(entry, colour)], [title notes]). For every shade (:data:`SHADES`:
+    ``dense-id``, ``rest-priced``) filling a bar or a dot, an entry "<method>, <shade>"; for its method's own
+    colour beside it, an entry "<method>, <what the base is then>" (``DReSD, OOD store``). Empty when no shade
+    is drawn."""
+    keys = _filled_keys(fig)
+    entries: dict[str, list[str]] = {}  # key -> what its rows are
+    notes: list[str] = []
+    for suffix, (shade, base_is, note) in SHADES.items():
+        for key in keys:
+            base = key.removesuffix(suffix)
+            if base == key or base not in STYLES:
+                continue
+            entries.setdefault(key, []).append(shade)
+            if base in keys:
+                entries.setdefault(base, []).append(base_is)
+            if note not in notes:
+                notes.append(note)
+
+    def base_of(key: str) -> str:
+        return next((key.removesuffix(s) for s in SHADES if key.endswith(s) and key.removesuffix(s) in STYLES), key)
+
+    def rank(key: str) -> tuple[int, int]:  # by method, its own colour first, then its shades in SHADES' order
+        base, suffixes = base_of(key), list(SHADES)
+        shade = next((1 + suffixes.index(s) for s in suffixes if base != key and key.endswith(s)), 0)
+        return (list(METHODS).index(base) if base in METHODS else len(METHODS), shade)
+
+    ordered = sorted(entries, key=lambda k: (*rank(k), keys.index(k)))
+    return [(f"{STYLES[base_of(k)].label}, {', '.join(dict.fromkeys(entries[k]))}", COLORS[k]) for k in ordered], notes
+
+
+def add_shade_key(fig: plt.Figure) -> None:
+    """A figure legend naming every shade of a method's colour that fills a bar or a dot of ``fig`` (DReSD on its
+    ID store darker, a priced tree lighter) and the method's own colour beside it (:func:`shade_entries`), unless
+    a legend of ``fig`` already names each of them: below the panels, or right of them when a figure legend is
+    already below. A reader must not have to guess what a darker bar means."""
+    from matplotlib.patches import Patch
+
+    entries, notes = shade_entries(fig)
+    if not entries or not _unnamed_shades(fig, entries):
+        return
+    handles = [Patch(facecolor=c, edgecolor="0.3", lw=0.4, label=text) for text, c in entries]
+    where = "outside right center" if fig.legends else "outside lower center"
+    fig.legend(handles=handles, loc=where, ncols=1 if "right" in where else min(len(handles), 3),
+               title="; ".join(notes), title_fontsize=8)
+
+
+def _legend_colors(fig: plt.Figure) -> list[tuple]:
+    """The face colours (patches) and line colours of every legend entry of ``fig``."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    out = []
+    for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]:
+        for handle in legend.legend_handles if legend is not None else []:
+            if isinstance(handle, Patch):
+                out.append(to_rgba(handle.get_facecolor()))
+            elif isinstance(handle, Line2D):
+                out.append(to_rgba(handle.get_color()))
+    return out
+
+
+def _unnamed_shades(fig: plt.Figure, entries: list[tuple[str, str]]) -> list[str]:
+    """The entries of :func:`shade_entries` whose colour no legend entry of ``fig`` carries."""
+    from matplotlib.colors import to_rgba
+
+    named = _legend_colors(fig)
+    return [text for text, c in entries if not any(np.allclose(to_rgba(c), k, atol=1e-3) for k in named)]
+
+
+
 def legend_outside(ax: plt.Axes | plt.Figure, where: str = "right", **kwargs) -> None:
     """A legend beside the data: to the right of the axes (or of the figure's panels), or below them. Methods are
     listed in the study's one order (:func:`method_rank`), whatever order the panels drew them in; other entries
@@ -610,10 +753,12 @@ def fit_titles(fig: plt.Figure) -> None:
 def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) -> Path:
     """Save ``fig`` as ``figures/NAME.png`` and ``data`` as ``figures/NAME.csv``; returns the PNG path.
 
-    Titles that would run off the figure are wrapped first (:func:`fit_titles`). With ``SPECNB_STRICT_FIGURES=1``
+    A key to the shades of methods' colours it fills is added first (:func:`add_shade_key`), and titles that would
+    run off the figure are wrapped (:func:`fit_titles`). With ``SPECNB_STRICT_FIGURES=1``
     (set by ``specnb notebooks run``) a figure with :func:`layout_problems`
     raises :class:`FigureLayoutError` instead; with ``SPECNB_FIGURE_DUMP=DIR`` it is also pickled to
     ``DIR/NAME.pickle``."""
+    add_shade_key(fig)
     mark_log_axes(fig)
     fit_titles(fig)
     if os.environ.get("SPECNB_STRICT_FIGURES") == "1" and (problems := layout_problems(fig)):
@@ -656,8 +801,8 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     * a legend drawn over data (a line's vertex, a marker, a bar);
     * a panel whose data (lines, markers, bars, heatmap cells, in data coordinates) hold a single value.
 
-    * a hatch, an outline or a translucent tint that no legend of the figure names, or two translucent bands in
-      one panel (:func:`key_problems`).
+    * a hatch, an outline, a translucent tint or a method's shade (ID store, priced) that no legend of the figure
+      names, or two translucent bands in one panel (:func:`key_problems`).
 
     ``slack``: pixels two boxes may share before they count as overlapping. Returns one line per problem."""
     fig.canvas.draw()
@@ -747,6 +892,8 @@ def key_problems(fig: plt.Figure) -> list[str]:
             problems += [f"{name}: {mark} that no legend names" for mark in marks if not named(mark, artist)]
         if bands > 1:
             problems.append(f"{name}: {bands} translucent bands in one panel (draw capped error bars)")
+    problems += [f"the shade {text!r} that no legend names (plots.add_shade_key)"
+                 for text in _unnamed_shades(fig, shade_entries(fig)[0])]
     return sorted(set(problems), key=problems.index)
 
 
