@@ -13,7 +13,7 @@ Small files like this ship in ``data/``; :func:`id_corpus` turns one into a
 :class:`~specnb.datastores.corpus.TokenCorpus` (document = prompt + response) from which hidden states are
 recomputed.
 
-    python -m specnb.datastores.id_data code --model gemma-3-270m --n 150 --out data/id_code_gemma-3-270m.jsonl
+    specnb id-data code --model gemma-3-270m --n 150 --out data/id_code_gemma-3-270m.jsonl
 """
 
 from __future__ import annotations
@@ -160,8 +160,7 @@ def id_corpus(path: str | Path, responses_only: bool = False) -> TokenCorpus:
     path = Path(path)
     meta_path = path.with_suffix(".meta.json")
     if not path.exists() or not meta_path.exists():
-        raise CorpusError(f"no responses file {path} (with {meta_path.name}); make it with "
-                          "`python -m specnb.datastores.id_data`")
+        raise CorpusError(f"no responses file {path} (with {meta_path.name}); make it with `specnb id-data`")
     meta = json.loads(meta_path.read_text())
     docs = []
     for line in path.read_text().splitlines():
