@@ -74,12 +74,6 @@ class GGUFWeights:
         return "output.weight" if "output.weight" in self.tensors else "token_embd.weight"
 
 
-def read_settings(path: str) -> Settings:
-    """The decoder's settings from the metadata of the file at ``path`` (its header only: milliseconds). Raises
-    ValueError for an unsupported architecture or setting, or a file that is not GGUF."""
-    return _settings(open_gguf(path).fields, path)
-
-
 def _settings(fields: dict, path: str) -> Settings:
     arch = fields.get("general.architecture")
 
