@@ -303,7 +303,7 @@ class CrestStore:
                                             f"{page_size * pages}")
             self.meta = _meta_table(self.db)
             self.db.execute("SELECT ngram, tree FROM trees LIMIT 1").fetchall()
-            # every page's structure (SQLite's quick_check: ~10 ms for a 7 MB store): a damaged page would
+            # every page's structure (SQLite's quick_check, one read of the file): a damaged page would
             # otherwise surface as an error in the middle of decoding, or as lookups that find nothing
             problems = [row[0] for row in self.db.execute("PRAGMA quick_check(1)")]
             if problems != ["ok"]:

@@ -89,8 +89,8 @@ class DenseDrafter(Drafter):
     (:mod:`specnb.datastores.retrieval_tree`), so its first b nodes are the best-supported tree of b nodes:
     what :mod:`specnb.drafters.priced` needs to cut it).
     neighbours: how many nearest keys to fetch before the first-token filter (default max(4k, 128): most
-    neighbours fail the filter, and on the 92k-position code store 128 instead of 40 raise the accepted
-    tokens per call by a quarter for 0.03 ms more per query);
+    neighbours fail the filter, so fetching more buys accepted tokens for little search time; the numbers are
+    in ``docs/forward_pass.md``);
     ef: hnswlib's ``ef_search`` for this drafter (default: the datastore's).
     """
 

@@ -31,9 +31,9 @@ def read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
 def sample_read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     """The machine's read bandwidth now, in GB/s (1e9 bytes): median of ``repeats`` sums over ``megabytes`` of
     float32 on all of torch's threads, after one untimed pass (a stream-like read). The buffer sits in 2 MB
-    pages where the OS offers them, as the kernels' weights do (:mod:`specnb.model.kernels.memory`): on the
-    development VM that reads ~10-60% faster than 4 KB pages, so it is the honest ceiling. A VM's bandwidth
-    drifts (30-62 GB/s between minutes on the development machine), so long runs sample it more than once."""
+    pages where the OS offers them, as the kernels' weights do (:mod:`specnb.model.kernels.memory`), so it reads
+    at the ceiling the kernels see (4 KB pages read slower). A VM's bandwidth drifts from one minute to the next,
+    so long runs sample it more than once (how far, measured: ``docs/forward_pass.md``)."""
     shape = (megabytes << 18,)  # 4 bytes each
     data = memory.empty(shape, torch.float32).fill_(1.0) if memory.available() else torch.ones(shape)
     data.sum()

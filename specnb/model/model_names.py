@@ -7,8 +7,8 @@ on the model hub.
 * a Hugging Face id ``org/name``: read from the local Hugging Face cache when it is there (no request at all),
   else downloaded, which needs the hub to be reachable.
 
-Anything else is refused at once (:func:`resolve_name`): a mistyped name used to wait ~25 s on the hub's
-retries before failing. This module imports neither torch nor transformers, so the command line checks
+Anything else is refused at once (:func:`resolve_name`): a mistyped name used to wait out the hub's retries
+before failing. This module imports neither torch nor transformers, so the command line checks
 ``--model`` before a command's module loads them.
 """
 
