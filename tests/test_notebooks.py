@@ -3,6 +3,7 @@ results file and renders its conclusions from it."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -103,6 +104,37 @@ def test_no_measured_number_is_typed_into_a_conclusion(path):
     for cell in conclusions:
         text = "".join(cell["source"])
         assert not any(ch.isdigit() for ch in text.split("\n", 1)[-1]), f"typed number in: {text[:80]!r}"
+
+
+def paper_calls(path) -> list[ast.Call]:
+    """The ``report.paper(...)`` calls of a notebook's code cells."""
+    calls = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            source = "\n".join(line for line in "".join(cell["source"]).splitlines() if not line.startswith(("%", "!")))
+            calls += [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+                      and isinstance(node.func, ast.Attribute) and node.func.attr == "paper"]
+    return calls
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_no_paper_number_is_typed_into_a_notebook(path):
+    """A notebook states the papers' numbers from the experiment module that judges them, ``report.paper(
+    **module.CLAIMS.stated())``: the numbers are data in one place, never typed in a code cell."""
+    for call in paper_calls(path):
+        assert not call.args and len(call.keywords) == 1 and call.keywords[0].arg is None, ast.unparse(call)
+        value = call.keywords[0].value
+        assert (isinstance(value, ast.Call) and not value.args and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "stated" and isinstance(value.func.value, ast.Attribute)
+                and value.func.value.attr == "CLAIMS"), f"{path.name}: {ast.unparse(call)}"
+
+
+def test_the_paper_check_fails_on_a_typed_number(tmp_path):
+    notebook = tmp_path / "04_x.ipynb"
+    cell = {"cell_type": "code", "source": ["report.paper(gain=0.17, source='CREST')\n"], "outputs": []}
+    notebook.write_text(json.dumps({"cells": [cell]}))
+    with pytest.raises(AssertionError):
+        test_no_paper_number_is_typed_into_a_notebook(notebook)
 
 
 MAX_CODE_LINES = 60  # non-plotting code lines per notebook: the logic lives in specnb, the notebook calls it

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,11 +49,42 @@ LEVEL = 0.9
 
 PROMPT_SETS = {"code": "humaneval", "chat": "mtbench"}  # task -> the prompt set it is evaluated on
 PAPER = "CREST"
-PAPER_STORAGE_RATIO = (10.6, 13.5)  # CREST abstract / §6: REST's accepted length with this much less storage
-PAPER_GAIN = (0.165, 0.171)  # CREST abstract / §6: higher accepted length than REST
-PAPER_TREE_NODES = {"code": (23.12, 31.92), "chat": (16.98, 30.36)}  # CREST Table 2: Stack / ShareGPT, n = 1..5
-PAPER_NGRAMS_PER_N = "1.6–2.2 M"  # CREST Table 2: frequent n-grams per n (n >= 2) of its 1 GB stores
-PAPER_BEST_N = 2  # CREST Fig. 8 / §5.3: the best single n on both datasets
+
+
+@dataclass(frozen=True)
+class CrestClaims:
+    """CREST's numbers, judged by this module's ``judge_*`` and stated beside ours by notebook 04
+    (``report.paper(**cx.CLAIMS.stated())``)."""
+
+    storage_ratio: tuple[float, float]  # abstract / §6: REST's accepted length with this much less storage
+    gain: tuple[float, float]  # abstract / §6: accepted length over REST's, − 1
+    tree_nodes: dict[str, tuple[float, float]]  # Table 2: average tree nodes, {task: range over n}
+    ngrams_per_n: tuple[float, float]  # Table 2: frequent n-grams per n (n >= 2) of its 1 GB stores
+    best_n: int  # Fig. 8 / §5.3: the best single n on both datasets
+    source: str
+
+    @property
+    def ngrams_text(self) -> str:
+        """``1.6–2.2 M``."""
+        return f"{self.ngrams_per_n[0] / 1e6:g}–{self.ngrams_per_n[1] / 1e6:g} M"
+
+    @property
+    def gain_text(self) -> str:
+        """``16.5–17.1%``."""
+        return f"{100 * self.gain[0]:.1f}–{100 * self.gain[1]:.1f}%"
+
+    def stated(self) -> dict[str, object]:
+        """{name: the paper's number as the notebook's text states it} (``{paper[name]}`` in its template)."""
+        nodes = [n for span in self.tree_nodes.values() for n in span]
+        return {"storage_ratio": f"{self.storage_ratio[0]:g}–{self.storage_ratio[1]:g}", "gain": self.gain_text,
+                "tree_nodes": f"{min(nodes):.0f}–{max(nodes):.0f}", "best_n": self.best_n,
+                "ngrams_per_n": self.ngrams_text, "source": self.source}
+
+
+CLAIMS = CrestClaims(storage_ratio=(10.6, 13.5), gain=(0.165, 0.171),
+                     tree_nodes={"code": (23.12, 31.92), "chat": (16.98, 30.36)},  # Stack / ShareGPT, n = 1..5
+                     ngrams_per_n=(1.6e6, 2.2e6), best_n=2,
+                     source="CREST abstract, §5, Table 2 (CodeLlama-7B / Vicuna-7B, NVIDIA L4)")
 
 
 def sizes_for(profile: str) -> CompactionSizes:
@@ -120,7 +152,7 @@ def setup(report, target: LoadedModel, corpora: dict[str, TokenCorpus], sizes: C
                 "datastore": "code: The Stack, 924 MB REST store; chat: ShareGPT, 1.1 GB",
                 "prompts × tokens": "164 × 512 (HumanEval), 80 × 1024 (MT-Bench); Figs. 8–9: first 20",
                 "task": "HumanEval (code), MT-Bench (chat)",
-                "CREST n-grams per n": f"up to {PAPER_NGRAMS_PER_N} (Table 2); n ≤ 5 (Stack), n ≤ 4 (ShareGPT)"})
+                "CREST n-grams per n": f"up to {CLAIMS.ngrams_text} (Table 2); n ≤ 5 (Stack), n ≤ 4 (ShareGPT)"})
 
 
 def ngram_statistics(indexes: dict[str, RestIndex], m: int
@@ -348,32 +380,32 @@ def judge_storage(report, storage: pd.DataFrame, t_max: int) -> None:
             f"{r.task}: REST's best accepted length reached with this many times less storage (interpolated in log "
             "bytes; a resample where no CREST store reaches it counts as 0)",
             r.storage_ratio_interpolated, r.storage_ratio_interpolated_low, r.storage_ratio_interpolated_high,
-            Expect.published(PAPER_STORAGE_RATIO), "CREST abstract, §6", internal=False, direction_only=False,
+            Expect.published(CLAIMS.storage_ratio), "CREST abstract, §6", internal=False, direction_only=False,
             cause=f"the ratio depends on the corpus: REST's best here is a {r.rest_best_mb:.0f} MB store of "
                   f"{r.rest_best_tokens:,.0f} tokens, the paper's REST stores hold 924 MB (The Stack) / 1.1 GB "
                   "(ShareGPT)", evidence={"REST best store MB": r.rest_best_mb,
                                           "REST best store tokens": r.rest_best_tokens})
-        above, below = r.crest_gain_over_rest_best > PAPER_GAIN[1], r.crest_gain_over_rest_best < PAPER_GAIN[0]
+        above, below = r.crest_gain_over_rest_best > CLAIMS.gain[1], r.crest_gain_over_rest_best < CLAIMS.gain[0]
         _compare(
             report, f"gain_{r.task}", f"{r.task}: CREST's best accepted length over REST's best, − 1",
             r.crest_gain_over_rest_best, r.crest_gain_over_rest_best_low, r.crest_gain_over_rest_best_high,
             # ± SHARE: the paper's own Figs. 6–7 peaks give 7–9%, so its figure is uncertain by about that much
-            Expect.within(*PAPER_GAIN, SHARE), "CREST abstract, §6", fmt=".1%", internal=False, direction_only=False,
+            Expect.within(*CLAIMS.gain, SHARE), "CREST abstract, §6", fmt=".1%", internal=False, direction_only=False,
             evidence={"REST calls without a match": 1 - r.rest_hit_rate, "corpus tokens": r.rest_best_tokens,
                       "CREST calls with a draft": r.crest_hit_rate, "n-grams per n": t_max},
             cause=(f"REST finds no match of 2+ tokens in {1 - r.rest_hit_rate:.0%} of calls on our "
                    f"{r.rest_best_tokens / 1e6:.1f} M-token corpus, CREST's stored 1-grams draft in "
                    f"{r.crest_hit_rate:.0%}" if above else
-                   f"our CREST stores keep at most {t_max:,} n-grams per n against the paper's {PAPER_NGRAMS_PER_N}"
+                   f"our CREST stores keep at most {t_max:,} n-grams per n against the paper's {CLAIMS.ngrams_text}"
                    if below else ""))
     # the figure plots tokens per call (accepted length + 1); the paper's gain is in accepted length
     report.takeaway("04_accepted_length_vs_storage", "best tokens per call, CREST vs REST: " + ", ".join(
         f"{1 + r.crest_best_accepted:.2f} vs {1 + r.rest_best_accepted:.2f} on {r.task}" for r in storage.itertuples())
         + "; in accepted length (tokens per call − 1, the paper's measure) " + ", ".join(
-        f"{{verdicts[gain_{task}][ours]:+.0%}} on {task}" for task in storage.task) + " (CREST: +16.5–17.1%)")
+        f"{{verdicts[gain_{task}][ours]:+.0%}} on {task}" for task in storage.task) + f" (CREST: +{CLAIMS.gain_text})")
 
 
-def single_n_summary(single: pd.DataFrame, task: str, best_n: int = PAPER_BEST_N) -> dict[str, float]:
+def single_n_summary(single: pd.DataFrame, task: str, best_n: int = CLAIMS.best_n) -> dict[str, float]:
     """CREST Fig. 8 at the largest t of ``single`` (:func:`top_t_grids`' single-n rows): the best n, the
     accepted length of ``best_n`` over the best other n (with its 90% interval over resampled prompts) and each
     n's share of calls with a draft (``hit_n``)."""
@@ -397,14 +429,14 @@ def judge_single_n(report, single: pd.DataFrame) -> pd.DataFrame:
             f"{r.task}: accepted length of the top {r.t:,} 2-grams over the best other single n (top t each)",
             r.ratio, r.ratio_low, r.ratio_high,
             Expect.above(1.0, TIE), "CREST Fig. 8, §5.3 (n = 2 best)", internal=False, direction_only=False,
-            evidence={"best n": r.best_n, "n-grams per n": r.t, "2-gram draft share": r[f"hit_{PAPER_BEST_N}"],
+            evidence={"best n": r.best_n, "n-grams per n": r.t, "2-gram draft share": r[f"hit_{CLAIMS.best_n}"],
                       "best n's draft share": r[f"hit_{int(r.best_n)}"]},
             cause=f"the best n here is {r.best_n}: at t = {r.t:,} n-grams per n (the paper's Fig. 8 reaches "
-                  f"millions) the top 2-grams draft in {r[f'hit_{PAPER_BEST_N}']:.0%} of calls, the top "
+                  f"millions) the top 2-grams draft in {r[f'hit_{CLAIMS.best_n}']:.0%} of calls, the top "
                   f"{r.best_n}-grams in {r[f'hit_{int(r.best_n)}']:.0%}")
     report.takeaway("04_single_n_top_t", "the best single n at the largest t: " + ", ".join(
         f"{{verdicts[best_single_n_{task}][evidence][best n]:.0f}} on {task}" for task in rows.task)
-        + f" (CREST Fig. 8: n = {PAPER_BEST_N})")
+        + f" (CREST Fig. 8: n = {CLAIMS.best_n})")
     return rows
 
 
@@ -417,11 +449,11 @@ def judge_tree_sizes(report, sizes_by_t: pd.DataFrame) -> None:
             report, f"tree_nodes_{task}",
             f"{task}: average tree nodes of the top {t_max:,} n-grams per n, n = 1..{sub.n.max()} (a property of the "
             "store: no sampling, judged as a point)",
-            at[t_max], float("nan"), float("nan"), Expect.published(PAPER_TREE_NODES[task]), "CREST Table 2",
+            at[t_max], float("nan"), float("nan"), Expect.published(CLAIMS.tree_nodes[task]), "CREST Table 2",
             internal=False, direction_only=False,
             evidence={"node budget": DEFAULT_SEARCH.max_nodes, "smallest t": t_min, "largest t": t_max,
                       "nodes at the smallest t": at[t_min], "nodes at the largest t": at[t_max]},
-            cause=f"we keep the top {t_max:,} n-grams per n (the paper {PAPER_NGRAMS_PER_N}): frequent n-grams "
+            cause=f"we keep the top {t_max:,} n-grams per n (the paper {CLAIMS.ngrams_text}): frequent n-grams "
                   f"fill the {DEFAULT_SEARCH.max_nodes}-node budget (top {t_min:,}: {at[t_min]:.0f} nodes, "
                   f"top {t_max:,}: {at[t_max]:.0f})")
 

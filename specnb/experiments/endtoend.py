@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,30 @@ PRICED_STORES = {"dense-priced": "dense-id"}  # notebook 09: the priced DReSD re
 
 DRESD_SHAPE = "greedy"  # DReSD's best greedy draft shape (3 x 20), the one of its Table 3
 
-TABLE3 = {"sd": (1.63, 1.32, 1.40, 1.33), "pld": (2.21, 1.11, 1.93, 1.27), "rest": (3.79, 2.89, 2.60, 2.13),
-          "dense-id": (5.47, 4.11, 5.67, 3.33)}
-"""DReSD Table 3: speedup over AR per model (CodeLlama-7B, Llama-2-Chat-7B, CodeLlama-13B, Llama-2-Chat-13B) on
-CodeAlpaca; the paper's averages are 1.42 (SD), 1.63 (PLD), 2.85 (REST), 4.64 (DReSD). Judged with
-:meth:`Expect.published` (the range widened by :data:`~specnb.study.verdicts.PUBLISHED` of its mean) in notebooks
-00 and 09 alike."""
+@dataclass(frozen=True)
+class Table3Claims:
+    """DReSD Table 3, judged by :func:`judge_table3` (notebooks 00 and 09 alike, with :meth:`Expect.published`:
+    the range widened by :data:`~specnb.study.verdicts.PUBLISHED` of its mean) and stated beside ours by notebook
+    09 (``report.paper(**e2e.CLAIMS.stated())``)."""
+
+    speedups: dict[str, tuple[float, ...]]  # {method: speedup over AR per model} on CodeAlpaca
+    models: tuple[str, ...]  # the order of each method's speedups
+    source: str
+
+    def average(self, method: str) -> float:
+        """The paper's average speedup of ``method`` over its models."""
+        return sum(self.speedups[method]) / len(self.speedups[method])
+
+    def stated(self) -> dict[str, object]:
+        """{method: its average, to 2 decimals} and the source (``{paper[pld]}`` in a template)."""
+        return {**{m: round(self.average(m), 2) for m in self.speedups}, "source": self.source}
+
+
+CLAIMS = Table3Claims(
+    speedups={"sd": (1.63, 1.32, 1.40, 1.33), "pld": (2.21, 1.11, 1.93, 1.27), "rest": (3.79, 2.89, 2.60, 2.13),
+              "dense-id": (5.47, 4.11, 5.67, 3.33)},
+    models=("CodeLlama-7B", "Llama-2-Chat-7B", "CodeLlama-13B", "Llama-2-Chat-13B"),
+    source="DReSD Table 3 (CodeLlama / Llama-2-Chat 7B–13B, CodeAlpaca, V100 GPU)")
 
 DRESD_SETUP = {"model": "CodeLlama 7B/13B, Llama-2-Chat 7B/13B", "hardware": "1 × NVIDIA V100 32 GB (GPU)",
                "dtype": "fp16 (Hugging Face transformers)",
@@ -189,7 +208,7 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
         "DReSD shape": "3 × 20 (ID store)", "SD's draft": "— (notebook 07)"},
         theirs=DRESD_SETUP)
     names = {"sd": "vanilla SD", "pld": "prompt lookup", "rest": "REST", "dense-id": "DReSD (ID store)"}
-    for method in TABLE3:
+    for method in CLAIMS.speedups:
         if method not in s.index:
             continue
         r = s.loc[method]
@@ -204,10 +223,10 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
         judge_table3(report, f"table3_{method}", f"{names[method]}: speedup over AR, greedy, code", method,
                      r[["speedup_vs_ar", "speedup_vs_ar_low", "speedup_vs_ar_high"]],
                      cause + "; the paper ran 7B–13B models on a V100 GPU", evidence)
-    judged = [m for m in TABLE3 if f"table3_{m}" in report.comparisons]
+    judged = [m for m in CLAIMS.speedups if f"table3_{m}" in report.comparisons]
     report.takeaway("09_end_to_end", "speedup over our AR: " + ", ".join(
         f"{names[m]} ×{{verdicts[table3_{m}][ours]:.2f}}" for m in judged) + " (DReSD Table 3's averages on a V100: "
-        + ", ".join(f"×{sum(TABLE3[m]) / len(TABLE3[m]):.2f}" for m in judged) + ")")
+        + ", ".join(f"×{CLAIMS.average(m):.2f}" for m in judged) + ")")
     pairs = [("dense_id_vs_rest", "dense-id", "rest", "DReSD (ID store) faster than REST", "DReSD Table 3", False),
              ("rest_priced_vs_rest", "rest-priced", "rest", "REST cut to what pays here faster than REST's whole tree",
               "the priced tree's aim (ours)", True),
@@ -241,7 +260,7 @@ def judge_table3(report: Any, key: str, claim: str, method: str, speedup: pd.Ser
                  evidence: dict[str, float]) -> str:
     """``method``'s speedup over AR (value, low, high) against DReSD Table 3's range for it, with the band
     notebooks 00 and 09 share (:meth:`Expect.published`); returns the verdict."""
-    return report.compare(key, claim, *speedup, Expect.published(TABLE3[method]), "DReSD Table 3",
+    return report.compare(key, claim, *speedup, Expect.published(CLAIMS.speedups[method]), "DReSD Table 3",
                           cause=cause, internal=False, direction_only=False, evidence=evidence)
 
 

@@ -430,7 +430,28 @@ def speed_ratio(rows: pd.DataFrame, method: str, baseline: str, temperature: flo
 
 # ---------------------------------------------------------------------------------------------- verdicts
 
-PAPER_PAIR = "LLaMA-68M → LLaMA-13B, Alpaca"
+
+
+@dataclass(frozen=True)
+class McsdClaims:
+    """MCSD's numbers for its pair, judged by :func:`compare_acceptance` and :func:`compare_timed` and stated
+    beside ours by notebook 07 (``report.paper(**mcsd.CLAIMS.stated())``)."""
+
+    pair: str
+    acceptance: dict[float, tuple[float, float]]  # {T: (one candidate, Table 1; several, Table 5)}
+    block_efficiency: dict[str, float]  # Table 4, k = 4, T = 1: {scheme of SCHEMES: block efficiency}
+    speedup: dict[float, tuple[float, float]]  # Table 2, 13B appendix: {T: (MCSD, SD) speedup over AR}
+
+    def stated(self) -> dict[str, object]:
+        """{name: the paper's number as the notebook's text states it} (``{paper[name]}`` in its template)."""
+        return {**{f"k1_t{t:g}": k1 for t, (k1, _) in self.acceptance.items()},
+                **{f"more_t{t:g}": more for t, (_, more) in self.acceptance.items()},
+                "source": f"MCSD Tables 1 and 5, {self.pair}"}
+
+
+CLAIMS = McsdClaims(pair="LLaMA-68M → LLaMA-13B, Alpaca", acceptance={0.0: (0.76, 0.88), 1.0: (0.51, 0.72)},
+                    block_efficiency={"mcss-wor": 2.45, "mcss": 2.39, "mcns": 1.52},
+                    speedup={0.0: (2.75, 2.46), 1.0: (1.91, 1.54)})
 SETUP_CAUSE = ("another pair and task: a same-family draft a third of its target's size on HumanEval solutions, "
                "against LLaMA-68M for LLaMA-13B on Alpaca")
 
@@ -439,28 +460,29 @@ def compare_acceptance(report, rows: pd.DataFrame, rates: pd.DataFrame) -> None:
     """The comparisons of MCSD Fig. 3 / Tables 1, 4 and 5 on :func:`acceptance_vs_k`'s ``rows`` and
     :func:`rate_rows`' ``rates``, recorded on ``report`` (a :class:`specnb.study.results.Results`):
 
-    * ``k1_t0`` / ``k1_t1``: the one-candidate rate at T = 0 / 1 near the paper's Table 1 (0.76 / 0.51) within
+    * ``k1_t0`` / ``k1_t1``: the one-candidate rate at T = 0 / 1 near the paper's Table 1 (:data:`CLAIMS`) within
       :data:`~specnb.study.verdicts.ACCEPTANCE` (the paper's own rate for one pair moves by 0.1-0.2 between
       Alpaca and WMT);
     * ``rise_t0`` / ``rise_t1``: k = 4 candidates accept more than one (paired difference above 0 + TIE: less is
-      a tie), Fig. 3 and Table 5 (0.76 → 0.88 / 0.51 → 0.72): the direction only, the gain's ratio to the
-      paper's in ``ours["gain_vs_paper"]``;
+      a tie), Fig. 3 and Table 5: the direction only, the gain's ratio to the paper's in
+      ``ours["gain_vs_paper"]``;
     * ``flat_at_k_max``: from k_max / 2 to k_max (32 to 64 in the notebook) the rate rises by less than TIE
       (Fig. 3: the curves converge past k = 32);
-    * ``wor_vs_wr``: without over with replacement at k = 4, T = 1, from a tie to the paper's ratio (Table 4:
-      block efficiency 2.45 vs 2.39, a gain the paper calls limited);
-    * ``mcss_vs_mcns``: MCSS (without replacement) over MCNS at k = 4, T = 1, above 1 + TIE (Table 4: 2.45 vs
-      1.52; the direction only).
+    * ``wor_vs_wr``: without over with replacement at k = 4, T = 1, from a tie to the paper's ratio (Table 4's
+      block efficiencies, a gain the paper calls limited);
+    * ``mcss_vs_mcns``: MCSS (without replacement) over MCNS at k = 4, T = 1, above 1 + TIE (Table 4; the
+      direction only). Every number of the paper's is :data:`CLAIMS`'.
     """
     wor, wr, ns = SCHEMES["mcss-wor"], SCHEMES["mcss"], SCHEMES["mcns"]
+    efficiency = CLAIMS.block_efficiency
     at = rates.set_index(["temperature", "scheme", "k"])
     k_max = int(rates.k.max())
-    for t, k1, more in ((0.0, 0.76, 0.88), (1.0, 0.51, 0.72)):
+    for t, (k1, more) in CLAIMS.acceptance.items():
         if (t, wor, 1) not in at.index:
             continue
         r = at.loc[(t, wor, 1)]
         report.compare(f"k1_t{t:g}", f"acceptance of one candidate, T = {t:g}", r.rate, r.low, r.high,
-                       Expect.near(k1, ACCEPTANCE), f"MCSD Table 1 ({PAPER_PAIR})", cause=SETUP_CAUSE, fmt=".2f",
+                       Expect.near(k1, ACCEPTANCE), f"MCSD Table 1 ({CLAIMS.pair})", cause=SETUP_CAUSE, fmt=".2f",
                        internal=False, direction_only=False)
         if (t, wor, 4) in at.index:
             rise = paired_change(rows, {"temperature": t, "scheme": wor, "k": 4},
@@ -482,16 +504,18 @@ def compare_acceptance(report, rows: pd.DataFrame, rates: pd.DataFrame) -> None:
         ratio = paired_change(rows, {"temperature": 1.0, "scheme": wor, "k": 4},
                               {"temperature": 1.0, "scheme": wr, "k": 4}, ratio=True)
         report.compare("wor_vs_wr", "acceptance without / with replacement, k = 4, T = 1", *ratio,
-                       Expect.within(1.0, 2.45 / 2.39, TIE), "MCSD Table 4 (block efficiency 2.45 / 2.39)",
+                       Expect.within(1.0, efficiency["mcss-wor"] / efficiency["mcss"], TIE),
+                       f"MCSD Table 4 (block efficiency {efficiency['mcss-wor']} / {efficiency['mcss']})",
                        cause="a peaked draft repeats its candidates when drawing with replacement", fmt=".3f",
                        internal=False, direction_only=False)
         ratio = paired_change(rows, {"temperature": 1.0, "scheme": wor, "k": 4},
                               {"temperature": 1.0, "scheme": ns, "k": 4}, ratio=True)
         report.compare("mcss_vs_mcns", "acceptance MCSS / MCNS, k = 4, T = 1", *ratio, Expect.above(1.0, TIE),
-                       "MCSD Table 4 (block efficiency 2.45 / 1.52)",
+                       f"MCSD Table 4 (block efficiency {efficiency['mcss-wor']} / {efficiency['mcns']})",
                        cause="where q is close to p, MCNS's target draw lands among the candidates as often",
                        fmt=".3f", internal=False, direction_only=True)
-        report.ours.setdefault("gain_vs_paper", {})["mcss_vs_mcns"] = (ratio[0] - 1) / (2.45 / 1.52 - 1)
+        paper_ratio = efficiency["mcss-wor"] / efficiency["mcns"]
+        report.ours.setdefault("gain_vs_paper", {})["mcss_vs_mcns"] = (ratio[0] - 1) / (paper_ratio - 1)
     rises = [f"rise_t{t:g}" for t in (1.0, 0.0) if f"rise_t{t:g}" in report.comparisons]
     if rises:
         report.takeaway("07_acceptance_vs_k", "4 candidates over 1: " + ", ".join(
@@ -501,11 +525,11 @@ def compare_acceptance(report, rows: pd.DataFrame, rates: pd.DataFrame) -> None:
 
 def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: float) -> None:
     """The comparisons of MCSD Table 2 (appendix, LLaMA-13B, Alpaca) on :meth:`Study.sd_vs_mcsd`'s output:
-    ``mcsd_vs_sd_tT``: MCSD's tokens/s over SD's (same depth) above 1 + TIE (paper: x2.75 vs x2.46 at T = 0,
-    x1.91 vs x1.54 at T = 1); ``mcsd_vs_ar_tT``: MCSD's speedup over AR above 1 + TIE (paper: x2.75, x1.91).
+    ``mcsd_vs_sd_tT``: MCSD's tokens/s over SD's (same depth) above 1 + TIE (:data:`CLAIMS`' ``speedup``);
+    ``mcsd_vs_ar_tT``: MCSD's speedup over AR above 1 + TIE (the same).
     Both check the direction only; each gain's ratio to the paper's goes to ``ours["gain_vs_paper"]``. The
     likely cause of a disagreement names ``cost_ratio``, a draft call's cost over a target call's here."""
-    paper = {0.0: (2.75, 2.46), 1.0: (1.91, 1.54)}
+    paper = CLAIMS.speedup
     cost = f"a draft call costs {cost_ratio:.2f} of a target call here (LLaMA-68M: about 1/190 of LLaMA-13B's size)"
     for t, (mc, sd) in paper.items():
         part = table[table.temperature == t].set_index("method")
@@ -529,7 +553,8 @@ def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: f
     if timed:
         report.takeaway("07_speedup", "MCSD over AR: " + ", ".join(
             f"×{{verdicts[mcsd_vs_ar_t{t}][ours]:.2f}} at T = {t}" for t in timed) + "; over SD: " + ", ".join(
-            f"×{{verdicts[mcsd_vs_sd_t{t}][ours]:.2f}}" for t in timed) + " (MCSD Table 2: ×2.75 / ×1.91 over AR)")
+            f"×{{verdicts[mcsd_vs_sd_t{t}][ours]:.2f}}" for t in timed) + " (MCSD Table 2: " + " / ".join(
+            f"×{mc}" for mc, _ in paper.values()) + " over AR)")
 
 
 # ----------------------------------------------------------------------------------------- the pair, setup

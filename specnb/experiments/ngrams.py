@@ -10,6 +10,8 @@ its spread over the timed passes. Estimated speedups price the replayed calls wi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -32,13 +34,36 @@ from .grids import mixed_grid, replay_rows, replay_summary
 from .references import greedy_references
 
 PAPER = "N-Grammys"
-PAPER_TABLE1 = {  # N-Grammys Table 1: the range over its 3B / 7B / 13B targets (A100, bfloat16)
-    "HumanEval": {"tpc_10_10": (2.22, 2.89), "speedup_10_10": (2.04, 2.50), "tpc_best": (2.19, 2.91),
-                  "speedup_best": (2.05, 2.77)},
-    "MT-Bench": {"tpc_10_10": (2.13, 2.78), "speedup_10_10": (1.91, 2.31), "tpc_best": (2.13, 2.68),
-                 "speedup_best": (1.91, 2.45)},
-}
-PAPER_FIG2_GAIN = 0.5  # N-Grammys §4.1 / Fig. 2: the extended bigram (w = 2) at top-25 gives ~50% more tokens per call
+
+
+@dataclass(frozen=True)
+class NgrammysClaims:
+    """N-Grammys' numbers, judged by this module's ``judge_*`` and stated beside ours by notebook 06
+    (``report.paper(**ngrams.CLAIMS.stated())``)."""
+
+    table1: dict[str, dict[str, tuple[float, float]]]  # Table 1: {set: {quantity: range over 3B / 7B / 13B}}
+    fig2_gain: float  # §4.1 / Fig. 2: the extended bigram (w = 2) at top-25, tokens per call − 1
+    source: str
+
+    def span(self, quantity: str) -> str:
+        """The range of ``quantity`` over Table 1's sets: ``2.13–2.89``."""
+        ends = [n for row in self.table1.values() for n in row[quantity]]
+        return f"{min(ends):.2f}–{max(ends):.2f}"
+
+    def stated(self) -> dict[str, object]:
+        """{name: the paper's number as the notebook's text states it} (``{paper[name]}`` in its template)."""
+        return {**{q: self.span(q) for q in ("tpc_10_10", "speedup_10_10", "speedup_best")},
+                "fig2_gain": f"≈ {self.fig2_gain:.0%}", "source": self.source}
+
+
+CLAIMS = NgrammysClaims(
+    table1={  # the range over its 3B / 7B / 13B targets (A100, bfloat16)
+        "HumanEval": {"tpc_10_10": (2.22, 2.89), "speedup_10_10": (2.04, 2.50), "tpc_best": (2.19, 2.91),
+                      "speedup_best": (2.05, 2.77)},
+        "MT-Bench": {"tpc_10_10": (2.13, 2.78), "speedup_10_10": (1.91, 2.31), "tpc_best": (2.13, 2.68),
+                     "speedup_best": (1.91, 2.45)}},
+    fig2_gain=0.5, source="N-Grammys Table 1, Fig. 2 (3B–13B targets, A100)")
+
 GRID_KS, GRID_WS = [1, 5, 10, 20, 25], list(range(2, 15, 2))  # N-Grammys §5: the (k, w) grid of Table 1 / Fig. 3
 TOPK = [1, 2, 5, 10, 15, 20, 25]  # the k of N-Grammys Fig. 2
 TABLE1_BLOCK = (10, 10)  # N-Grammys Table 1's default shape
@@ -134,15 +159,15 @@ def judge_fig2(report, curves: pd.DataFrame, target: LoadedModel) -> None:
         reached[name] = row.tokens_per_call
         report.compare(f"fig2_{name}", f"{name}: extended bigram (w = 2, top {k}), tokens per call − 1 (replayed)",
                        row.tokens_per_call - 1, row.tokens_per_call_low - 1, row.tokens_per_call_high - 1,
-                       Expect.near(PAPER_FIG2_GAIN, TOKENS_PER_CALL), "N-Grammys §4.1, Fig. 2 (Mistral-7B-Instruct)",
+                       Expect.near(CLAIMS.fig2_gain, TOKENS_PER_CALL), "N-Grammys §4.1, Fig. 2 (Mistral-7B-Instruct)",
                        fmt=".2f", internal=False, direction_only=False, evidence={"vocabulary": target.vocab_size},
                        cause=f"another target and tokenizer: {target.name} ({kind_of(target)}) with "
                              f"{target.vocab_size:,} tokens, the paper an instruction-tuned 7B model with 32,000")
     # the figure plots tokens per call; the claim is a difference of tokens per call over AR's 1, not a speedup
     report.takeaway("06_ngram_topk_tokens_per_call", f"the extended bigram (w = 2) at top {k}: " + ", ".join(
         f"{tpc:.2f} tokens per call on {name} ({{verdicts[fig2_{name}][ours]:+.2f}} over AR's 1)"
-        for name, tpc in reached.items()) + f" (N-Grammys Fig. 2: ≈ {1 + PAPER_FIG2_GAIN:.1f}, i.e. "
-        f"{PAPER_FIG2_GAIN:+.1f}; tokens per call, not a speedup)")
+        for name, tpc in reached.items()) + f" (N-Grammys Fig. 2: ≈ {1 + CLAIMS.fig2_gain:.1f}, i.e. "
+        f"{CLAIMS.fig2_gain:+.1f}; tokens per call, not a speedup)")
 
 
 def kind_of(target: LoadedModel) -> str:
@@ -198,7 +223,7 @@ def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], ta
         row = sub[(sub.k == TABLE1_BLOCK[0]) & (sub.w == TABLE1_BLOCK[1])].iloc[0]
         report.compare(f"tpc_10_10_{name}", f"{name}: mixed (10, 10), tokens per call (replayed)", row.tokens_per_call,
                        row.tokens_per_call_low, row.tokens_per_call_high,
-                       Expect.within(*PAPER_TABLE1[name]["tpc_10_10"], TOKENS_PER_CALL),
+                       Expect.within(*CLAIMS.table1[name]["tpc_10_10"], TOKENS_PER_CALL),
                        "N-Grammys Table 1 (3B–13B, A100)", internal=False, direction_only=False,
                        evidence={"context rows' share of accepted tokens": shares[name]},
                        cause=f"another target ({target.name}, {kind_of(target)}; the paper: "
@@ -280,22 +305,22 @@ def judge_timed(report, summary: pd.DataFrame, estimated: dict[str, dict[str, fl
         best_slow = cost.seconds_at(int(best.k), int(best.w), ctx) / cost.seconds_at(1, 0, ctx)
         report.compare(f"speedup_best_{name}", f"{name}: {best.method} (the estimated best shape), timed speedup",
                        best.speedup_vs_ar, best.speedup_vs_ar_low, best.speedup_vs_ar_high,
-                       Expect.published(PAPER_TABLE1[name]["speedup_best"]), "N-Grammys Table 1 (k*, w*)",
+                       Expect.published(CLAIMS.table1[name]["speedup_best"]), "N-Grammys Table 1 (k*, w*)",
                        internal=False, direction_only=False,
                        evidence={"call cost over a one-token call": best_slow, "context": ctx,
                                  "tokens per call": best.tokens_per_call,
-                                 "paper's best shapes' tokens per call": PAPER_TABLE1[name]["tpc_best"]},
+                                 "paper's best shapes' tokens per call": CLAIMS.table1[name]["tpc_best"]},
                        cause=f"a ({int(best.k)}, {int(best.w)}) call costs ×{best_slow:.2f} a one-token call on this "
                              f"CPU (roofline table, ℓ = {ctx}) and accepts {best.tokens_per_call:.2f} tokens per call "
-                             f"(the paper's best shapes: {PAPER_TABLE1[name]['tpc_best'][0]}–"
-                             f"{PAPER_TABLE1[name]['tpc_best'][1]})")
+                             f"(the paper's best shapes: {CLAIMS.table1[name]['tpc_best'][0]}–"
+                             f"{CLAIMS.table1[name]['tpc_best'][1]})")
         g = grids[(grids.set == name) & (grids.k == TABLE1_BLOCK[0]) & (grids.w == TABLE1_BLOCK[1])].iloc[0]
         block_tokens = TABLE1_BLOCK[0] * (TABLE1_BLOCK[1] + 1)
         est = {"speedup": g.tokens_per_call / slow, "low": g.tokens_per_call_low / slow_high,
                "high": g.tokens_per_call_high / slow_low, "slowdown": slow, "tokens_per_call": g.tokens_per_call}
         report.compare(f"speedup_10_10_{name}", f"{name}: mixed (10, 10), speedup estimated as replayed tokens per "
                        "call ÷ the timed slow-down of one (10, 10) call", est["speedup"], est["low"], est["high"],
-                       Expect.published(PAPER_TABLE1[name]["speedup_10_10"]), "N-Grammys Table 1 (10, 10)",
+                       Expect.published(CLAIMS.table1[name]["speedup_10_10"]), "N-Grammys Table 1 (10, 10)",
                        internal=False, direction_only=False,
                        evidence={"tokens in a (10, 10) call": block_tokens,
                                  "call cost over a one-token call": slow, "tokens per call": g.tokens_per_call},
@@ -306,6 +331,6 @@ def judge_timed(report, summary: pd.DataFrame, estimated: dict[str, dict[str, fl
     report.takeaway("06_mixed_timed", "; ".join(
         f"{name}: the best estimated shape timed at ×{{verdicts[speedup_best_{name}][ours]:.2f}} "
         f"({{verdicts[speedup_best_{name}][low]:.2f}}–{{verdicts[speedup_best_{name}][high]:.2f}}), estimated "
-        f"×{{ours[timed_best][{name}][estimated]:.2f}} (N-Grammys Table 1: ×{PAPER_TABLE1[name]['speedup_best'][0]}–"
-        f"{PAPER_TABLE1[name]['speedup_best'][1]} on an A100)" for name in timed_best))
+        f"×{{ours[timed_best][{name}][estimated]:.2f}} (N-Grammys Table 1: ×{CLAIMS.table1[name]['speedup_best'][0]}–"
+        f"{CLAIMS.table1[name]['speedup_best'][1]} on an A100)" for name in timed_best))
     return {"block": block, "timed_best": timed_best}

@@ -9,7 +9,7 @@ what every comparison here uses as its interval.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,23 @@ from ..study.profiles import get_profile
 from ..study.verdicts import PREDICTION, Expect
 
 PAPER = "N-Grammys"
+
+
+@dataclass(frozen=True)
+class RooflineClaims:
+    """N-Grammys' claim on one call's cost, stated beside ours by notebook 05
+    (``report.paper(**rs.CLAIMS.stated())``); its memory-bound cost model is judged by :func:`judge_free_row`."""
+
+    jumps: str  # §3, Fig. 1: how a call's time grows with the tokens it verifies
+    source: str
+
+    def stated(self) -> dict[str, object]:
+        """{name: the paper's claim as the notebook's text states it} (``{paper[name]}`` in its template)."""
+        return {"jumps": self.jumps, "source": self.source}
+
+
+CLAIMS = RooflineClaims(jumps="step-wise jumps at wave (tile) boundaries",
+                        source="N-Grammys §3, Fig. 1 (Mistral-7B, A100)")
 
 
 def grids_for(profile: str) -> tuple[Grid, Grid]:

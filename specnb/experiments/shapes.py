@@ -342,9 +342,28 @@ def grid_headlines(grids: pd.DataFrame) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- verdicts
 
 
+@dataclass(frozen=True)
+class ShapeClaims:
+    """The papers' best draft shapes, (k candidates, depth w), judged by :func:`compare_dresd` and stated beside
+    ours by notebook 08 (``report.paper(**sh.CLAIMS.stated())``)."""
+
+    dresd_greedy: tuple[int, int]  # DReSD §5.4 / Fig. 7: best for greedy decoding, narrow and deep
+    dresd_sampling: tuple[int, int]  # DReSD §5.4 / Fig. 7: best for nucleus sampling
+    source: str
+
+    def stated(self) -> dict[str, object]:
+        """{name: the paper's shape as the notebook's text states it, ``3x20``} (``{paper[name]}``)."""
+        return {"dresd_greedy": "{}x{}".format(*self.dresd_greedy),
+                "dresd_sampling": "{}x{}".format(*self.dresd_sampling), "source": self.source}
+
+
+CLAIMS = ShapeClaims(dresd_greedy=(3, 20), dresd_sampling=(10, 10),
+                     source="DReSD §5.4 and Fig. 7 (V100 GPU), MCSD Fig. 4")
+
+
 def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context: int = 256) -> None:
-    """DReSD §5.4 / Fig. 7 (greedy decoding: the best shape is 3 x 20, narrow and deep) on :func:`grid_rows`
-    rows of HumanEval (the code task, as the paper's CodeAlpaca):
+    """DReSD §5.4 / Fig. 7 (greedy decoding: the best shape is :data:`CLAIMS`' 3 x 20, narrow and deep) on
+    :func:`grid_rows` rows of HumanEval (the code task, as the paper's CodeAlpaca):
 
     * ``dresd_deep_vs_wide``: tokens per call of 4 x 16 over 16 x 4 (same nodes) above 1 + TIE (the direction of
       Fig. 7's gap);
@@ -352,11 +371,12 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
       DReSD shape here, a tie with 1 (the paper's shape is as good as the best here). Its likely cause names
       what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table."""
     code = rows[(rows.family == "DReSD") & (rows.set == "HumanEval")]
+    greedy = "{} x {}".format(*CLAIMS.dresd_greedy)
     if code.empty or not {(4, 16), (16, 4)} <= set(zip(code.k, code.w, strict=True)):
         return
     report.compare("dresd_deep_vs_wide", "DReSD 4x16 / 16x4 tokens per call, HumanEval",
                    *paired_ratio(code, {"k": 4, "w": 16}, {"k": 16, "w": 4}), Expect.above(1.0, TIE),
-                   "DReSD §5.4, Fig. 7 (narrow and deep best for greedy: 3 x 20)",
+                   f"DReSD §5.4, Fig. 7 (narrow and deep best for greedy: {greedy})",
                    cause="the OOD store's neighbours seldom continue for 16 tokens", fmt=".3f", internal=False,
                    direction_only=True, evidence={"draft depth": 16})
     sub = grids[(grids.family == "DReSD") & (grids.set == "HumanEval")]
@@ -365,7 +385,7 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
     report.add(dresd_best=f"{best.k}x{best.w}", call_4x16=price)
     report.compare("dresd_paper_shape", f"DReSD estimated speed of 4x16 / the best shape here ({best.k}x{best.w}), "
                    "HumanEval", *paired_ratio(code, {"k": 4, "w": 16}, {"k": best.k, "w": best.w}, "est_speed"),
-                   Expect.near(1.0, TIE), "DReSD §5.4 (3 x 20 best for greedy, V100 GPU)",
+                   Expect.near(1.0, TIE), f"DReSD §5.4 ({greedy} best for greedy, V100 GPU)",
                    cause=f"a 4x16 call costs {price:.1f} one-token calls on this CPU's cost table", fmt=".3f",
                    internal=False, direction_only=False, evidence={"4x16 call cost over a one-token call": price})
 
