@@ -14,6 +14,7 @@ from specnb.core.prompts import Prompt
 from specnb.draft_shapes import SelfDraft
 from specnb.experiments import beyond as bt
 from specnb.experiments import endtoend as e2e
+from specnb.experiments import quickstart
 from specnb.study.results import Results, uncited
 from tests.test_priced import LinearCost
 
@@ -85,19 +86,19 @@ def test_end_to_end_comparisons_are_computed_against_table3(tmp_path, monkeypatc
 
 
 def test_the_quickstart_judges_prompt_lookup_once_with_the_band_of_notebook_09(tmp_path, monkeypatch):
-    """Notebook 00: its paper numbers are endtoend's data; its prompt-lookup speedup is judged once, against DReSD
-    Table 3 with the band notebook 09 uses for the same number."""
+    """Notebook 00 (experiments.quickstart): its paper number is endtoend's data; its prompt-lookup speedup is
+    judged once, against DReSD Table 3 with the band notebook 09 uses for the same number."""
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     rows = timed_rows({"ar": [1.0, 1.1, 0.9, 1.0], "pld": [0.5, 0.55, 0.45, 0.5], "hf": [2.0, 2.2, 1.8, 2.0],
                        "hf-pld": [1.2, 1.3, 1.1, 1.2]}, {"ar": 1, "pld": 2, "hf": 1, "hf-pld": 2})
     quick, full = Results("00", "smoke"), Results("09", "smoke")
     here = {"model": "tiny", "dtype": "float32"}
-    e2e.judge_quickstart(quick, rows, e2e.table(rows).set_index("method"), here)
+    quickstart.judge_quickstart(quick, rows, e2e.table(rows).set_index("method"), here)
     e2e.compare_with_papers(full, rows, e2e.table(rows), LinearCost(0.05), {}, tiny("gemma3"))
     assert set(quick.comparisons) == {"lossless", "pld_paper", "ar_hf", "pld_hf", "hf_pld"}
     assert quick.comparisons["pld_paper"].expect == full.comparisons["table3_pld"].expect
     assert [k for k, c in quick.comparisons.items() if not c.internal] == ["pld_paper"]
-    assert quick.setups["DReSD Table 3, PLD column"]["paper"] == e2e.PLD_SETUP
+    assert quick.setups["DReSD Table 3, PLD column"]["paper"] == quickstart.PLD_SETUP
     assert uncited(json.loads(quick.write().read_text())) == []
 
 

@@ -3,8 +3,8 @@ through :func:`specnb.eval.bench.run_bench`), and what only the notebooks' studi
 cached greedy references (:mod:`.references`), replay grids (:mod:`.grids`), the DReSD studies (:mod:`.dresd`),
 the corpus-size sweep (:mod:`.corpus_sweep`), CREST's compaction (:mod:`.compaction`), the n-gram drafts
 (:mod:`.ngrams`), MCSD (:mod:`.mcsd`), draft shapes (:mod:`.shapes`), the study stores (:mod:`.stores`), the
-end-to-end table (:mod:`.endtoend`), the GPU-priced column (:mod:`.gpu_price`) and the draftretriever
-comparison."""
+quickstart (:mod:`.quickstart`), the end-to-end table (:mod:`.endtoend`), the GPU-priced column
+(:mod:`.gpu_price`) and the draftretriever comparison."""
 
 from ..eval.runner import Runner, Variant, summarize
 

@@ -20,7 +20,7 @@ from ..draft_shapes import SelfDraft
 from ..eval.bench import BenchConfig
 from ..eval.runner import speedup_intervals, summarize
 from ..model.models import LoadedModel
-from ..study.verdicts import EXACT, TIE, Expect
+from ..study.verdicts import TIE, Expect
 from .gpu_price import PAPER_SHAPES, add_gpu_column
 
 METHODS = ("ar", "pld", "ngram-bigram", "mixed", "mixed-adaptive", "rest", "crest", "dense", "dense-id",
@@ -262,55 +262,6 @@ def judge_table3(report: Any, key: str, claim: str, method: str, speedup: pd.Ser
     notebooks 00 and 09 share (:meth:`Expect.published`); returns the verdict."""
     return report.compare(key, claim, *speedup, Expect.published(CLAIMS.speedups[method]), "DReSD Table 3",
                           cause=cause, internal=False, direction_only=False, evidence=evidence)
-
-
-QUICKSTART_BASELINES = (("ar_hf", "ar", "hf"), ("pld_hf", "pld", "hf-pld"), ("hf_pld", "hf-pld", "hf"))
-"""Notebook 00's speed comparisons in one process: (key, method, its baseline)."""
-
-PLD_SETUP = {"model": "CodeLlama / Llama-2-Chat 7B and 13B (hidden 4096 / 5120)",
-             "hardware": "one NVIDIA V100 32 GB GPU", "dtype": "not stated", "datastore": "none",
-             "prompts × tokens": "100 CodeAlpaca × up to 128", "task": "code assistant"}
-"""DReSD's setup for Table 3's prompt-lookup column (notebook 00's setup table)."""
-
-
-def judge_quickstart(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, here: dict[str, str]) -> None:
-    """Notebook 00's setup table (``here``: ours, :func:`specnb.experiments.setups.here`, against
-    :data:`PLD_SETUP`) and comparisons: prompt lookup's outputs equal AR's on every prompt (exact), its speedup
-    over our AR inside DReSD Table 3's prompt-lookup range (:func:`judge_table3`: judged once, since that range
-    lies above 1), and each of :data:`QUICKSTART_BASELINES` faster than its baseline by more than a tie
-    (internal). rows / summary: :func:`specnb.eval.bench.run_bench` rows and their
-    :func:`specnb.experiments.summarize` (indexed by method). Also records the figure's takeaway."""
-    from ..core.metrics import mean_interval
-    from ..study.plots import label
-    from .paired import versus
-
-    report.setup("DReSD Table 3, PLD column", here=here, theirs=PLD_SETUP)
-    dtype = here["dtype"]
-    identical = rows[rows.method == "pld"].identical_to_ar.astype(float)
-    report.compare("lossless", "share of prompts where prompt lookup's output equals our AR's", identical.mean(),
-                   *mean_interval(identical), Expect.near(1.0, EXACT), "lossless greedy SD (tests/test_lossless.py)",
-                   cause=f"rounding ({dtype}): a multi-token call can round a near-tie the other way "
-                         "(first_divergence_gap in 00_per_prompt.csv)", fmt=".0%", internal=True, direction_only=False)
-    r = summary.loc["pld"]
-    evidence = {"tokens per call": r.tokens_per_call}
-    judge_table3(report, "pld_paper", "our prompt lookup's speedup over our AR", "pld",
-                 r[["speedup_vs_ar", "speedup_vs_ar_low", "speedup_vs_ar_high"]],
-                 f"another model, task and machine (setup table): {r.tokens_per_call:.2f} tokens per call here; how "
-                 "often the output re-types its context and what a 10-token call costs (notebook 05) decide it",
-                 evidence)
-    kernels = "the stock PyTorch kernels Hugging Face runs are as fast as ours on this machine (specnb.model.kernels)"
-    causes = {"ar_hf": kernels, "pld_hf": kernels,
-              "hf_pld": "its 10-token calls cost several one-token calls with stock kernels on this CPU (notebook 05)"}
-    for key, method, base in QUICKSTART_BASELINES:
-        if method in summary.index and base in summary.index:
-            report.compare(key, f"{label(method)}: tokens/s over {label(base)}'s",
-                           *versus(rows, method, base, "tokens_per_s"), Expect.above(1.0, TIE),
-                           f"{label(base)} (this run)", cause=causes[key], internal=True, direction_only=False)
-    report.takeaway("00_quickstart_speed", "prompt lookup ×{verdicts[pld_paper][ours]:.2f} "
-                    "({verdicts[pld_paper][low]:.2f}–{verdicts[pld_paper][high]:.2f}) over our AR at "
-                    "{verdicts[pld_paper][evidence][tokens per call]:.2f} tokens per call, its output identical on "
-                    "{verdicts[lossless][ours]:.0%} of the prompts; DReSD Table 3's range: "
-                    "{verdicts[pld_paper][verdict]}")
 
 
 def per_call_cause(row: pd.Series, cost: Any) -> tuple[str, dict[str, float]]:
