@@ -240,7 +240,7 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
 
     import numpy as np
 
-    from specnb.experiments import dresd
+    from specnb.experiments import pca_variance as pv
     from specnb.experiments.paired import findings
     from specnb.study.results import Results, uncited
 
@@ -253,10 +253,10 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     rows = pd.DataFrame([{"method": m, "prompt_id": i, "acceptance_rate": r}
                          for m, rates in (("64D", [0.5, 0.6, 0.4]), ("128D", [0.5, 0.55, 0.45]))
                          for i, r in enumerate(rates)])
-    dresd.compare_table2(report, np.linspace(0.1, 1.0, 640), 10, table, ranks, rows, 27_063)
+    pv.compare_table2(report, np.linspace(0.1, 1.0, 640), 10, table, ranks, rows, 27_063)
     assert "mrr_64D" not in report.comparisons and {"mrr_32D", "mrr_128D", "drop_no_l2"} <= set(report.comparisons)
     assert report.comparisons["variance_64"].measured().endswith("% (no interval)")  # shares to 0.1%
     report.add(mrr=table.MRR.to_dict(), finding=findings(report))
-    text = report.render(dresd.table2_markdown(report)).data
+    text = report.render(pv.table2_markdown(report)).data
     assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
     assert uncited(json.loads(report.path.read_text())) == []

@@ -11,7 +11,8 @@ outputs (replay, reference-token analyses), ``timed_prompts`` x ``timed_tokens``
 
 Every other size a notebook's study depends on is in one record per study module, a field of :class:`Profile`:
 
-* :class:`DresdSizes` (``dresd``, notebooks 01-03): the dense datastores, their extraction, notebook 03's scale test;
+* :class:`DresdSizes` (``dresd``, notebooks 01-03): the dense datastores, their extraction, notebook 03's scale test
+  (:mod:`specnb.experiments.ann_index`);
 * :class:`CorpusSweepSizes` (``corpus_sweep``, notebook 03): the corpora of DReSD vs REST over corpus size;
 * :class:`CompactionSizes` (``compaction``, notebook 04): CREST's corpora, top-t grid and real-decoding check;
 * :class:`RooflineSizes` (``roofline``, notebook 05): the roofline grids timed and the dtypes of the heatmap;
@@ -35,7 +36,8 @@ from ..model.device import default_device
 
 @dataclass(frozen=True)
 class DresdSizes:
-    """:mod:`specnb.experiments.dresd`'s sizes (notebooks 01-03)."""
+    """The sizes of :mod:`specnb.experiments.dresd`'s stores (notebooks 01-03) and of
+    :mod:`specnb.experiments.ann_index`'s scale tests (notebook 03)."""
 
     store_tokens: Mapping[str, int]  # corpus tokens per OOD datastore domain ("code", "chat")
     build: Mapping[str, int]  # the BuildConfig fields extraction / indexing sets away from their defaults

@@ -1,0 +1,217 @@
+"""Notebook 03's study: hnswlib's parameters on real and random keys (:func:`hnsw_sweep`), hnswlib beside FAISS
+IVF-PQ at scale (:func:`index_at_scale`), MRR per datastore (:func:`mrr_table`, DReSD Table 1) and DReSD vs REST
+by greedy replay (:func:`dresd_vs_rest_rows`, Fig. 4), with the paper's numbers (:data:`CLAIMS`) judged by
+:func:`compare_table1` and :func:`compare_fig4`. The stores themselves are :mod:`specnb.experiments.dresd`'s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..core.metrics import mean_interval
+from ..datastores.ann import (
+    AnnIndex,
+    IndexParams,
+    IvfPqIndex,
+    IvfPqParams,
+    exact_search,
+    query_latency,
+    recall_at_k,
+    self_mrr,
+    unit_vectors,
+)
+from ..datastores.dense import DenseDatastore
+from ..drafters.dense import DenseDrafter
+from ..drafters.rest import RestDrafter
+from ..eval.replay import Reference, replay_many
+from ..study.verdicts import MRR, TIE, Expect
+from .dresd import replay_methods_table, rest_twin, self_ranks
+from .grids import replay_rows
+from .paired import mean_versus, versus
+
+
+@dataclass(frozen=True)
+class Table1Fig4Claims:
+    """DReSD's numbers on retrieval and acceptance, judged by :func:`compare_table1` and :func:`compare_fig4`
+    (notebook 03 states them in its verdicts and draws :attr:`mrr` beside ours)."""
+
+    mrr: dict[str, tuple[float, float]]  # Table 1: {our datastore: MRR's range over its models on the one ours
+    # stands for (EvolInstructCode OOD and ID for code, UltraChat OOD for chat)}
+    mar_gain: float  # Fig. 4: DReSD's MAR over REST's, − 1, on average
+    length_gain: float  # §5.1: DReSD's accepted drafts over REST's, − 1, on average
+    id_mar_gain: float  # §5.3: DReSD's MAR with the ID store over the OOD store, − 1
+
+
+CLAIMS = Table1Fig4Claims(
+    mrr={"code-OOD": (0.925, 0.939), "code-ID": (0.855, 0.904), "chat-OOD": (0.975, 0.979)},
+    mar_gain=0.87, length_gain=0.65, id_mar_gain=0.70)
+
+
+def hnsw_sweep(keys: np.ndarray, queries: np.ndarray, truth: np.ndarray, Ms: tuple[int, ...] = (8, 16, 32),
+               efs: tuple[int, ...] = (10, 16, 32, 64, 128), ef_construction: int = 100) -> pd.DataFrame:
+    """hnswlib over a grid of graph degrees ``Ms`` and ``efs`` search widths: recall@10 against ``truth``
+    (exact top-10 ids [q, 10] of ``queries``), single-query latency, build seconds and index MiB; one row per
+    (M, ef_search)."""
+    rows = []
+    for M in Ms:
+        index = AnnIndex.build(keys, IndexParams(M=M, ef_construction=ef_construction), progress=False)
+        size = index.nbytes()
+        for ef in efs:
+            found, _ = index.query(queries, 10, ef=ef)
+            rows.append({"n": keys.shape[0], "M": M, "ef_search": ef, "recall@10": recall_at_k(found, truth),
+                         **query_latency(index, queries, 10, ef=ef), "build_seconds": index.build_seconds,
+                         "index_MiB": size / 2**20})
+    return pd.DataFrame(rows)
+
+
+def hnsw_on_real_keys(ood: DenseDatastore, queries_from: DenseDatastore, n_queries: int = 500,
+                      seed: int = 0) -> pd.DataFrame:
+    """:func:`hnsw_sweep` on ``ood``'s keys with realistic queries: ``n_queries`` states of another corpus
+    (``queries_from``) under ``ood``'s transform, against their exact top 10."""
+    hidden = queries_from.hidden()
+    rows = np.sort(np.random.default_rng(seed).choice(hidden.shape[0], min(n_queries, hidden.shape[0]),
+                                                      replace=False))
+    queries = ood.projection(np.asarray(hidden[rows]))
+    truth, _ = exact_search(queries, ood.keys, 10)
+    return hnsw_sweep(np.asarray(ood.keys), queries, truth)
+
+
+def hnsw_at_scale(n: int, dims: int, efs: tuple[int, ...] = (16, 32, 64, 128)) -> pd.DataFrame:
+    """:func:`hnsw_sweep` (M = 16) on ``n`` random unit vectors of ``dims`` dims with a PCA-like spectrum
+    (variance of axis i ~ 1/i) and 500 queries from the same distribution."""
+    spectrum = 1 / np.sqrt(np.arange(1, dims + 1))
+    vectors = unit_vectors(n, dims, seed=0, spectrum=spectrum)
+    queries = unit_vectors(500, dims, seed=1, spectrum=spectrum)
+    truth, _ = exact_search(queries, vectors, 10)
+    return hnsw_sweep(vectors, queries, truth, Ms=(16,), efs=efs)
+
+
+def index_at_scale(sizes: tuple[int, ...], dims: int, efs: tuple[int, ...] = (64,),
+                   nprobes: tuple[int, ...] = (16, 64), queries: int = 500) -> pd.DataFrame:
+    """hnswlib (M = 16) beside FAISS IVF-PQ (32-byte codes) on ``sizes`` random unit vectors of ``dims`` dims with
+    :func:`hnsw_at_scale`'s spectrum: recall@10 against exact search, single-query latency (1 thread), build
+    seconds and the bytes each index holds (hnswlib: vectors + graph; IVF-PQ: codes, ids, centroids). One row per
+    (index, n, search width)."""
+    spectrum = 1 / np.sqrt(np.arange(1, dims + 1))
+    probe = unit_vectors(queries, dims, seed=1, spectrum=spectrum)
+    rows = []
+    for n in sizes:
+        vectors = unit_vectors(n, dims, seed=0, spectrum=spectrum)
+        truth, _ = exact_search(probe, vectors, 10)
+        built = [("hnswlib", AnnIndex.build(vectors, IndexParams(M=16, ef_construction=100), progress=False), efs),
+                 ("IVF-PQ", IvfPqIndex.build(vectors, IvfPqParams(m=min(32, dims)), progress=False), nprobes)]
+        for name, index, widths in built:
+            size = index.nbytes()
+            for width in widths:
+                found, _ = index.query(probe, 10, ef=width)
+                rows.append({"index": name, "n": n, "search_width": width, "recall@10": recall_at_k(found, truth),
+                             **query_latency(index, probe, 10, ef=width), "build_seconds": index.build_seconds,
+                             "index_MiB": size / 2**20})
+        del vectors, built
+    return pd.DataFrame(rows)
+
+
+def cheapest_at_recall(sweep: pd.DataFrame, recall: float = 0.99) -> pd.Series:
+    """The fastest row of a :func:`hnsw_sweep` table reaching ``recall``@10 (else the most accurate row)."""
+    good = sweep[sweep["recall@10"] >= recall].sort_values("median_ms")
+    return (good if len(good) else sweep.sort_values("recall@10", ascending=False)).iloc[0]
+
+
+def mrr_table(stores: dict[str, DenseDatastore], sample: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """DReSD Table 1: one row per datastore (datastore, tokens, keys, MRR (hnswlib) with MRR_low / MRR_high, its
+    90% interval over the queries, MRR (exact), storage_MiB), MRR of ``sample`` of its own keys as queries
+    (Eq. 4) through the hnswlib index drafting uses; exact search gives 1 but for duplicate keys."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, store in stores.items():
+        picked = np.sort(rng.choice(store.rows, min(sample, store.rows), replace=False))
+        ranks = self_ranks(store.index, np.asarray(store.keys), picked)
+        low, high = mean_interval(ranks)
+        rows.append({"datastore": name, "tokens": store.meta["extract"]["corpus_tokens"], "keys": store.rows,
+                     "MRR (hnswlib)": float(ranks.mean()), "MRR_low": low, "MRR_high": high,
+                     "MRR (exact)": self_mrr(None, np.asarray(store.keys), picked),
+                     "storage_MiB": store.storage_bytes() / 2**20})
+    return pd.DataFrame(rows)
+
+
+FIG4_SHAPES = {"10x6": (10, 6, "rows"), "10x6 votes": (10, 6, "votes"), "10x10": (10, 10, "rows"),
+               "3x20": (3, 20, "rows")}
+"""DReSD's shapes in Fig. 4: 10x6 matches REST's tree size; 10x10 and 3x20 are the paper's best for sampling and
+greedy decoding; "votes" merges every neighbour passing the first-token filter into one ranked tree."""
+
+
+def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list,
+                       shapes: dict[str, tuple[int, int, str]] = FIG4_SHAPES) -> pd.DataFrame:
+    """DReSD Fig. 4 by greedy replay, one row per (method, reference) (:func:`specnb.experiments.grids.replay_rows`:
+    calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...): REST on each store's own documents
+    (:func:`specnb.experiments.dresd.rest_twin`) and DReSD in ``shapes``, methods "REST-OOD", "DReSD-OOD 10x6", ...
+
+    stores: {"code-OOD": ..., "code-ID": ...}; hidden: the references' teacher-forced states."""
+    frames = []
+    for name, store in stores.items():
+        suffix = name.split("-")[-1]
+        index = rest_twin(store)
+        makers = {f"REST-{suffix}": lambda index=index: RestDrafter(index)}
+        makers.update({f"DReSD-{suffix} {label}": lambda store=store, k=k, w=w, merge=merge:
+                       DenseDrafter(store, k, w, merge=merge) for label, (k, w, merge) in shapes.items()})
+        frames += [replay_rows(method, replay_many(make, references, hidden)) for method, make in makers.items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def dresd_vs_rest(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list) -> pd.DataFrame:
+    """DReSD Fig. 4 by greedy replay: :func:`~specnb.experiments.dresd.replay_methods_table` of
+    :func:`dresd_vs_rest_rows` (one row per method, "REST-OOD", "DReSD-OOD 10x6", ...; index ``method``)."""
+    return replay_methods_table(dresd_vs_rest_rows(stores, references, hidden))
+
+
+
+def compare_table1(report, mrr: pd.DataFrame) -> None:
+    """One :meth:`specnb.study.results.Results.compare` per datastore of :func:`mrr_table` (index ``datastore``) that
+    ``CLAIMS.mrr`` has: its hnswlib MRR and interval against the range of the paper's models, widened by
+    :data:`~specnb.study.verdicts.MRR`. Keys ``mrr_<datastore>``."""
+    for name, (low, high) in CLAIMS.mrr.items():
+        if name not in mrr.index:
+            continue
+        row = mrr.loc[name]
+        report.compare(f"mrr_{name}", f"MRR of {name} ({int(row['keys']):,} keys, hnswlib)", row["MRR (hnswlib)"],
+                       row.MRR_low, row.MRR_high, Expect.within(low, high, MRR),
+                       "DReSD Table 1 (its models' range)", internal=False, direction_only=False,
+                       cause=f"a store of {int(row['keys']):,} keys: few keys sit near each query's own"
+                       if row["MRR (hnswlib)"] > high else "hnswlib misses more of its own keys than the paper's ScaNN",
+                       evidence={"store keys": int(row["keys"])})
+    judged = [name for name in CLAIMS.mrr if f"mrr_{name}" in report.comparisons]
+    if judged:
+        report.takeaway("03_mrr_per_datastore", "MRR " + ", ".join(
+            f"{{verdicts[mrr_{name}][ours]:.3f}} on {name}" for name in judged) + " (DReSD Table 1, its models: "
+            + ", ".join(f"{low}–{high}" for low, high in (CLAIMS.mrr[name] for name in judged)) + ")")
+
+
+def compare_fig4(report, rows: pd.DataFrame, shape: str = "10x6") -> None:
+    """DReSD Fig. 4 and §5.3 as :meth:`specnb.study.results.Results.compare` calls on :func:`dresd_vs_rest_rows`:
+    DReSD (``shape``) over REST on each store, for MAR (mean over prompts, :func:`~specnb.experiments.paired.
+    mean_versus`) and accepted length (ratio of totals, :func:`~specnb.experiments.paired.versus`), and DReSD's
+    MAR on the ID store over the OOD store; each a ratio paired over prompts that must exceed 1 +
+    :data:`~specnb.study.verdicts.TIE`. The paper reports each gain's size: these check its direction only.
+    Keys ``mar_OOD``, ``length_OOD``, ``mar_ID``, ``length_ID``, ``mar_id_ood``."""
+    small = "a store of tens of thousands of tokens: few neighbours continue the way the target does"
+    name = shape.replace("x", "×")
+    for store in ("OOD", "ID"):
+        dense, rest = f"DReSD-{store} {shape}", f"REST-{store}"
+        report.compare(f"mar_{store}", f"DReSD {name} MAR over REST's, {store} store",
+                       *mean_versus(rows, dense, rest, "acceptance_rate"), Expect.above(1.0, TIE),
+                       f"DReSD Fig. 4 (MAR {CLAIMS.mar_gain:+.0%} on average)", cause=small, internal=False,
+                       direction_only=True)
+        report.compare(f"length_{store}", f"DReSD {name} accepted length over REST's, {store} store",
+                       *versus(rows, dense, rest, "accepted_length"), Expect.above(1.0, TIE),
+                       f"DReSD §5.1 (accepted drafts {CLAIMS.length_gain:+.0%} on average)", cause=small,
+                       internal=False, direction_only=True)
+    report.compare("mar_id_ood", f"DReSD {name} MAR, ID store over OOD store",
+                   *mean_versus(rows, f"DReSD-ID {shape}", f"DReSD-OOD {shape}", "acceptance_rate"),
+                   Expect.above(1.0, TIE), f"DReSD §5.3 (MAR {CLAIMS.id_mar_gain:+.0%} with the ID store)",
+                   internal=False, direction_only=True,
+                   cause="our ID responses answer other prompts (stdlib docstring stubs) than HumanEval's")
+    report.takeaway("03_dresd_vs_rest_mar", f"DReSD {name}'s MAR over REST's: ×{{verdicts[mar_OOD][ours]:.2f}} on "
+                    "the OOD store, ×{verdicts[mar_ID][ours]:.2f} on the ID store "
+                    f"(DReSD Fig. 4: {CLAIMS.mar_gain:+.0%} on average)")
