@@ -268,6 +268,21 @@ def test_stacked_shares_draw_one_opaque_bar_per_row_with_its_shares_printed(tmp_
     plt.close("all")
 
 
+def test_stacked_shares_say_in_a_sentence_when_one_member_took_every_call(tmp_path, monkeypatch):
+    """A tiny model's router that always picks one member: no bars all of one length (the strict save refuses a
+    panel of a single value), a sentence naming the member."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    shares = pd.DataFrame({"pld": [1.0, 1.0, 1.0], "suffix": [0.0, 0.0, 0.0]},
+                          index=["prompt 1", "prompt 2", "all calls"])
+    fig, ax = plt.subplots(figsize=(5, 2))
+    plots.stacked_shares(ax, shares)
+    plots.legend_outside(fig)
+    assert not ax.patches and [t.get_text() for t in ax.texts] == ["every call of every prompt:\nprompt lookup"]
+    plots.save_figure(fig, "00_one_pick")
+    plt.close("all")
+
+
 def test_layout_audit_finds_overlaps_legends_on_data_and_single_values():
     fig, ax = plt.subplots(figsize=(2, 2))
     ax.bar(range(8), range(1, 9))

@@ -343,9 +343,18 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
     router's members, ``-`` and ``merged`` included; each row sums to 1), split into opaque segments in the
     methods' colours (named in the legend: :func:`legend_outside`) in the columns' order, each share of at least
     ``min_printed`` printed inside its segment (dark text on a light colour, white on a dark one). A last row
-    that pools the others (``all calls``) is set off from them by a gap."""
+    that pools the others (``all calls``) is set off from them by a gap. Where one method took every call of every
+    row, the panel says so in a sentence instead: its bars would all be one length."""
     from matplotlib.colors import to_rgb
 
+    taken = [key for key in shares.columns if (shares[key].to_numpy(dtype=float) > 0).any()]
+    if len(taken) == 1:
+        ax.text(0.5, 0.5, f"every call of every prompt:\n{label(taken[0])}", transform=ax.transAxes,
+                ha="center", va="center", fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel(xlabel)
+        return ax
     rows = list(shares.index)
     gap = 0.6 if len(rows) > 2 and str(rows[-1]).startswith("all") else 0.0
     y = np.array([len(rows) - 1 - i + gap for i in range(len(rows) - 1)] + [0.0]) if gap else \
