@@ -181,6 +181,31 @@ def method_rank(label: str) -> int | None:
     return list(METHODS).index(key) if key in METHODS else None
 
 
+def display_names(keys: Iterable[str]) -> list[str]:
+    """The display name of each method key of a figure's rows, as the figure's shade key names it
+    (:func:`shade_entries`): a method whose shade is also among ``keys`` (``rest`` beside ``rest-priced``) is
+    named with what its own colour's row is then (``REST, whole tree``), so a row and its key entry read alike."""
+    keys = list(keys)
+    names = []
+    for key in keys:
+        shown = [base_is for suffix, (_, base_is, _) in SHADES.items() if key in STYLES and f"{key}{suffix}" in keys]
+        names.append(", ".join([label(key), *shown]))
+    return names
+
+
+MCSD_SCHEMES: dict[str, str] = {"MCSS w/o replacement": "#3f007d", "MCSS w/ replacement": "#756bb1",
+                                "MCNS (naive sampling)": "#bcbddc"}
+"""MCSD's sampling schemes (:data:`specnb.experiments.mcsd.SCHEMES`' display names) -> one colour each, the same
+in every figure: dark to light purple, MCSD's hue."""
+
+
+def scheme_color(scheme: str) -> str:
+    """The colour of one of MCSD's sampling schemes (:data:`MCSD_SCHEMES`); KeyError names a scheme without one."""
+    if scheme not in MCSD_SCHEMES:
+        raise KeyError(f"no colour for MCSD scheme {scheme!r}: add it to specnb.study.plots.MCSD_SCHEMES")
+    return MCSD_SCHEMES[scheme]
+
+
 def series_colors(n: int) -> list[str]:
     """Colours for ``n`` series that are not methods (store sizes, n-gram orders, context lengths), in their
     order: dark and mid grey for one or two (a method's hue stays its own), distinct hues from a dark-to-light
@@ -211,13 +236,15 @@ _ROW_ORDERS: weakref.WeakKeyDictionary[plt.Figure, list[str]] = weakref.WeakKeyD
 
 
 def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None,
-                high: Sequence[float] | None, colors: Sequence[str] | None, what: str) -> pd.DataFrame:
+                high: Sequence[float] | None, colors: Sequence[str] | None, what: str,
+                keep_order: bool = False) -> pd.DataFrame:
     """The rows of a bar or dot panel (label, value, low, high, color), bottom to top in the figure's one row
     order: the first panel of a figure sorts its rows by value (largest on top, ties as given) and sets the
     order; a later panel whose labels that order holds keeps it, so a row is at the same height in every panel
     (one re-sorted per panel reads as another ranking); one whose labels differ but name the same methods, one
     row each (``mixed (1, 10)`` and ``mixed (1, 6)``), keeps it by method. Raises DegenerateData when the values
-    do not vary."""
+    do not vary. ``keep_order``: the first panel keeps the rows as given, first on top (an ordered quantity such as
+    dimensions, where a ranking by value would scramble it)."""
     from ..eval.checks import check_varies
 
     frame = pd.DataFrame({"label": list(labels), "value": np.asarray(values, dtype=float)})
@@ -231,7 +258,8 @@ def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], lo
         rank = frame.label.map(lambda name: known.get(key(name)))  # noqa: B023 (used at once)
         if len(known) == len(order) and rank.notna().all() and rank.is_unique:
             return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
-    frame = frame.sort_values("value", ascending=False, kind="stable").iloc[::-1].reset_index(drop=True)
+    frame = frame if keep_order else frame.sort_values("value", ascending=False, kind="stable")
+    frame = frame.iloc[::-1].reset_index(drop=True)
     _ROW_ORDERS.setdefault(ax.figure, list(frame.label))
     return frame
 
@@ -245,7 +273,7 @@ def _print_value(ax: plt.Axes, x: float, y: float, text: str, ha: str) -> None:
 def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
           colors: Sequence[str] | None = None, xlabel: str = "",
-          also: tuple[str, Sequence[float]] | None = None) -> plt.Axes:
+          also: tuple[str, Sequence[float]] | None = None, keep_order: bool = False) -> plt.Axes:
     """Horizontal bars in the figure's row order (the first panel's: sorted by value, largest on top), each value
     printed past its bar (and past its interval), the 90% interval [low, high] drawn as an error bar;
     ``reference`` draws a thin vertical line (1 for speedups), always in view. Negative values extend left of 0
@@ -253,8 +281,10 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
     panel's labels stay in view.
     Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names.
     also: (name, values): a second statistic of each row (a 90th percentile beside a median), drawn as a black
-    tick on its row and named ``name`` in the legend (:func:`legend_outside`); the printed value goes past it."""
-    frame = _value_rows(ax, labels, values, low, high, colors, f"bars of {xlabel or ax.get_title() or 'a panel'}")
+    tick on its row and named ``name`` in the legend (:func:`legend_outside`); the printed value goes past it.
+    keep_order: rows as given, first on top (:func:`_value_rows`)."""
+    frame = _value_rows(ax, labels, values, low, high, colors, f"bars of {xlabel or ax.get_title() or 'a panel'}",
+                        keep_order)
     extra = frame.label.map(dict(zip(labels, np.asarray(also[1], dtype=float), strict=True))) if also else None
     y = np.arange(len(frame))
     ax.barh(y, frame.value, color=frame.color, edgecolor="0.3", linewidth=0.4, height=0.7)
@@ -293,14 +323,16 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
 
 def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
          high: Sequence[float] | None = None, *, fmt: str = "{:.3f}", colors: Sequence[str] | None = None,
-         xlabel: str = "", ranges: Mapping[str, tuple[float, float]] | None = None, range_label: str = "") -> plt.Axes:
+         xlabel: str = "", ranges: Mapping[str, tuple[float, float]] | None = None, range_label: str = "",
+         keep_order: bool = False) -> plt.Axes:
     """A dot per label with its 90% interval [low, high] as capped error bars and its value printed to the right,
     rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall), where a bar from zero
     spends the axis on the part every bar shares. The x axis spans the values and ranges only.
 
     ranges: label -> (low, high) of a published value (low == high: a single number), drawn in black on a row of
     its own right under the label's row, that row named ``range_label``."""
-    frame = _value_rows(ax, labels, values, low, high, colors, f"dots of {xlabel or ax.get_title() or 'a panel'}")
+    frame = _value_rows(ax, labels, values, low, high, colors, f"dots of {xlabel or ax.get_title() or 'a panel'}",
+                        keep_order)
     ranges = dict(ranges or {})
     ticks: list[tuple[float, str, bool]] = []  # (y, tick label, a published range's row)
     y = 0.0
