@@ -164,6 +164,13 @@ def machine(frame: pd.DataFrame) -> str:
     return f"{model} ({isa}), {threads.replace(' torch', '')}" if threads else f"{model} ({isa})"
 
 
+def passes_text(frame: pd.DataFrame) -> str:
+    """How many timed passes each point of a timed frame (``passes`` column) took, for a figure's title: ``"3"``,
+    or ``"3–5"`` when the points differ."""
+    lo, hi = int(frame.passes.min()), int(frame.passes.max())
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
 def llamacpp_curve(target: LoadedModel, curve_grid: Grid) -> pd.DataFrame:
     """llama.cpp's one-row calls of the cost curve's token counts at each of its contexts, on the target's GGUF
     file (:func:`specnb.eval.llamacpp.cost_curve`): rows tokens, seconds, slowdown, context, passes, dtype
