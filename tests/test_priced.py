@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specnb.core.draft import Draft
-from specnb.core.drafter import DecodeState, Hindsight
+from specnb.core.drafter import DecodeState, Drafter, Hindsight
 from specnb.core.generate import generate
 from specnb.datastores.rest import RestIndex
 from specnb.drafters.priced import PricedTreeDrafter, accepted_by_budget
@@ -72,3 +72,30 @@ def test_hindsight_aligns_when_the_first_steps_propose_nothing():
     hindsight.add(state, "key", "tree", horizon=2)
     assert hindsight.commit(torch.tensor([13])) == []
     assert hindsight.commit(torch.tensor([14])) == [("key", "tree", [13, 14])]
+
+
+class OneToken(Drafter):
+    """A one-node tree every step, counting its lookups: the greedy output's next token (``output``) or token 0."""
+
+    def __init__(self, output: list[int] | None = None):
+        self.output, self.lookups = output, 0
+
+    def propose(self, state: DecodeState) -> Draft:
+        self.lookups += 1
+        done = state.tokens.shape[0] - state.prompt_len
+        token = self.output[done] if self.output and done < len(self.output) else 0
+        return Draft(torch.tensor([token]), torch.tensor([-1]))
+
+
+def test_lookups_back_off_where_nothing_pays_and_not_where_it_does():
+    target = tiny("llama")
+    ar = generate(target, "def add(a, b):", max_new_tokens=40)
+    right, wrong = OneToken(ar.tokens), OneToken()
+    out = generate(target, "def add(a, b):", PricedTreeDrafter(right, LinearCost(0.01)), max_new_tokens=40)
+    assert out.tokens == ar.tokens and out.stats.tokens_per_call > 1.5
+    # its trees pay: a lookup every step but the second (the first drafts nothing: nothing learned yet)
+    assert right.lookups == out.stats.num_calls - 1
+    out = generate(target, "def add(a, b):", PricedTreeDrafter(wrong, LinearCost(0.01)), max_new_tokens=40)
+    assert out.tokens == ar.tokens and out.stats.num_calls == 40 - 1  # the first token comes from the prefill
+    # lookups at steps 1, 3, 6, 11, 20, 29, 38: 1, 2, 4, 8, 8, ... skipped after each
+    assert wrong.lookups == 7

@@ -16,6 +16,11 @@ continuations are merged into a vote-ranked tree,
 counterfactually, like :class:`specnb.drafters.mixed.AdaptiveShapeDrafter`'s: every step's full tree is
 scored against the output once the tokens it covers are known, for all budgets at once, whether or not
 it was verified. Drafting deterministic tokens, its acceptance is exactly how far it matches the output.
+
+A lookup is not free either (a suffix-array search, an ANN query: a few percent of a step on a CPU), and where
+the store has nothing for the text (a code store under chat prompts) every step pays it for no draft. So after a
+lookup that drafts nothing the priced drafter skips the next 1, 2, 4, ... up to :data:`MAX_SKIP` steps' lookups,
+starting over at the first lookup that drafts.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from . import Method, crest, dense, rest
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
+MAX_SKIP = 8  # the most steps a run of lookups that drafted nothing makes the priced drafter skip
 
 
 def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> np.ndarray:
@@ -81,11 +87,14 @@ class PricedTreeDrafter(Drafter):
         self.hindsight = Hindsight()  # full trees, keyed by bucket
         self._expected: np.ndarray | None = None  # expected() of every bucket until the next scored tree
         self._report = PricedReport()
+        self._misses = 0  # lookups in a row that drafted nothing
+        self._skip = 0  # steps left before the next lookup
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new generation; the learned expectations carry over (same task and datastore)."""
         self.base.reset(prompt_ids)
         self.hindsight.reset()
+        self._misses = self._skip = 0
 
     def clear(self) -> None:
         """The base drafter forgets earlier requests; the learned expectations stay."""
@@ -119,7 +128,15 @@ class PricedTreeDrafter(Drafter):
         return full, budget, rate
 
     def propose(self, state: DecodeState) -> Draft | None:
+        """The priced cut of this step's tree, or None: nothing pays, or this step's lookup is skipped (after
+        ``n`` lookups in a row that drafted nothing, the next ``min(2 ** (n - 1), MAX_SKIP)`` steps')."""
+        if self._skip:
+            self._skip -= 1
+            self._report = PricedReport()
+            return None
         full, budget, _ = self.price(state)
+        self._misses = 0 if budget else self._misses + 1
+        self._skip = min(2 ** (self._misses - 1), MAX_SKIP) if self._misses else 0
         return cut(full, budget)
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
