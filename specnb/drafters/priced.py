@@ -19,8 +19,8 @@ it was verified. Drafting deterministic tokens, its acceptance is exactly how fa
 
 A lookup is not free either (a suffix-array search, an ANN query: a few percent of a step on a CPU), and where
 the store has nothing for the text (a code store under chat prompts) every step pays it for no draft. So after a
-lookup that drafts nothing the priced drafter skips the next 1, 2, 4, ... up to :data:`MAX_SKIP` steps' lookups,
-starting over at the first lookup that drafts.
+second lookup in a row that drafts nothing the priced drafter skips the next 1, 2, ... up to :data:`MAX_SKIP` steps'
+lookups, starting over at the first lookup that drafts.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from . import Method, crest, dense, rest
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
-MAX_SKIP = 8  # the most steps a run of lookups that drafted nothing makes the priced drafter skip
+MAX_SKIP = 4  # the most steps a run of lookups that drafted nothing makes the priced drafter skip
 
 
 def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> np.ndarray:
@@ -129,14 +129,14 @@ class PricedTreeDrafter(Drafter):
 
     def propose(self, state: DecodeState) -> Draft | None:
         """The priced cut of this step's tree, or None: nothing pays, or this step's lookup is skipped (after
-        ``n`` lookups in a row that drafted nothing, the next ``min(2 ** (n - 1), MAX_SKIP)`` steps')."""
+        ``n >= 2`` lookups in a row that drafted nothing, the next ``min(2 ** (n - 2), MAX_SKIP)`` steps')."""
         if self._skip:
             self._skip -= 1
             self._report = PricedReport()
             return None
         full, budget, _ = self.price(state)
         self._misses = 0 if budget else self._misses + 1
-        self._skip = min(2 ** (self._misses - 1), MAX_SKIP) if self._misses else 0
+        self._skip = min(2 ** (self._misses - 2), MAX_SKIP) if self._misses >= 2 else 0
         return cut(full, budget)
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
