@@ -164,7 +164,10 @@ void gemm(int isa, const TX* x, const TW* w, const float* bias, Out* y, int64_t 
   constexpr int64_t MB = avx2 ? MB_AVX2 : MB_BF16;
   const int64_t blocks = (N + NB - 1) / NB;
   const int64_t threads = parallel ? at::get_num_threads() : 1;
-  int64_t tasks = std::min(blocks * NB * K * int64_t(sizeof(TW)) / MIN_CHUNK_BYTES, CHUNKS_PER_THREAD * threads);
+  // a chunk's weight bytes times its passes over them (one per block of MB rows): attention's scores read a
+  // small weight (the keys) with many rows (heads x queries)
+  const int64_t passes = (M + MB - 1) / MB;
+  int64_t tasks = std::min(blocks * NB * K * int64_t(sizeof(TW)) * passes / MIN_CHUNK_BYTES, CHUNKS_PER_THREAD * threads);
   tasks = tasks <= 1 ? 1 : std::min(blocks, (tasks + threads - 1) / threads * threads);
   const int64_t chunk = (blocks + tasks - 1) / tasks;
   tasks = (blocks + chunk - 1) / chunk;
