@@ -393,6 +393,8 @@ def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tm
     plots.save_figure(fig, "99_ratios", frame)
     with pytest.raises(DegenerateData):
         plots.paired_ratios(plt.subplots()[1], frame.assign(value=np.nan), xlabel="ratio")
+    with pytest.raises(ValueError, match="share a row and a group"):  # one would print over the other
+        plots.paired_ratios(plt.subplots()[1], frame.assign(group="code"), xlabel="ratio")
     plt.close("all")
 
 
@@ -450,8 +452,8 @@ def test_the_paired_ratio_frames_hold_what_the_verdicts_judge():
     assert np.allclose(ratios.low, [1.17, 1.26]) and np.allclose(ratios.high, [1.67, 1.95])
     summary = {"tokens": [3839, 27075], "tpc": [1.1, 1.2], "tpc_low": [1.0, 1.1], "tpc_high": [1.2, 1.3],
                "speed": [0.7, 0.8], "speed_low": [0.6, 0.7], "speed_high": [0.75, 0.9]}
-    ratios = corpus_sweep.figure_ratios(summary)
-    assert ratios.group.tolist() == ["corpus of 3,839 tokens", "corpus of 27,075 tokens"] * 2
+    ratios = corpus_sweep.figure_ratios({**summary, "corpora": ["10% of the store's", "the store's"]})
+    assert ratios.group.tolist() == ["3,839 tokens (10% of the store's)", "27,075 tokens (the store's)"] * 2
     assert ratios.value.tolist() == [1.1, 1.2, 0.7, 0.8] and ratios.high.tolist() == [1.2, 1.3, 0.75, 0.9]
     measured = pd.DataFrame({"method": ["mixed 2x4 tree"], "family": ["mixed"], "accuracy": [1.27],
                              "accuracy_low": [1.24], "accuracy_high": [1.30]})

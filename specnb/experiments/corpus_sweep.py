@@ -165,9 +165,11 @@ def sweep_summary(rows: pd.DataFrame) -> dict[str, object]:
 def figure_ratios(summary: dict[str, object]) -> pd.DataFrame:
     """:func:`sweep_summary`'s paired ratios, DReSD over REST on the same references, one row per (quantity,
     corpus) for :func:`specnb.study.plots.paired_ratios`: tokens per call, then the predicted speed that
-    :func:`compare_speeds` judges; group = the corpus ("3,839 tokens"), method = DReSD (its colour)."""
+    :func:`compare_speeds` judges; group = the corpus ("3,839 tokens (10% of the dense store's)", its share
+    named: two samples of a tiny corpus can hold as many tokens), method = DReSD (its colour)."""
     name = "DReSD {}×{}".format(*DRESD_SHAPE)
-    rows = [{"row": f"{name} / REST, {what}", "group": f"corpus of {tokens:,} tokens", "value": summary[key][i],
+    rows = [{"row": f"{name} / REST, {what}", "group": f"{tokens:,} tokens ({summary['corpora'][i]})",
+             "value": summary[key][i],
              "low": summary[f"{key}_low"][i], "high": summary[f"{key}_high"][i], "method": "dense"}
             for key, what in (("tpc", "tokens per call"), ("speed", "predicted speed"))
             for i, tokens in enumerate(summary["tokens"])]

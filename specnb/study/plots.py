@@ -428,6 +428,8 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     from ..eval.checks import DegenerateData
 
     frame = frame.reset_index(drop=True)
+    if "group" in frame and frame.duplicated(["row", "group"]).any():
+        raise ValueError(f"two ratios share a row and a group: {frame[frame.duplicated(['row', 'group'])].iloc[0]}")
     values = frame.value.to_numpy(dtype=float)
     if not np.isfinite(values).any():
         raise DegenerateData(f"ratios of {xlabel}: no finite value")
