@@ -133,3 +133,40 @@ def test_no_published_notebook_keeps_a_progress_widget(path):
     views = [o for c in notebook["cells"] for o in c.get("outputs", [])
              if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert views == [] and "widgets" not in notebook["metadata"]
+
+
+def test_every_published_figure_states_its_finding_not_its_title():
+    """Each figure's front-page line is a takeaway rendered from its results file, not the figure's title."""
+    missing = [png.name for png in sorted(FIGURES.glob("[0-9][0-9]_*.png"))
+               if (results := FIGURES / f"{png.name[:2]}_results.json").exists()
+               and png.stem not in json.loads(results.read_text()).get("takeaways", {})]
+    assert missing == []
+
+
+def test_takeaways_render_the_results_files_numbers(tmp_path, monkeypatch):
+    from specnb.experiments import beyond, compaction, shapes
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("42", "smoke")
+    picks = pd.DataFrame({"set": ["code"] * 4 + ["chat"] * 2, "picked": ["pld", "pld", "suffix", "-", "-", "-"]})
+    report.add(picked={name: g.picked.value_counts(normalize=True).to_dict() for name, g in picks.groupby("set")})
+    beyond.picks_takeaway(report, picks)
+    grids = pd.DataFrame({"family": ["mixed", "REST"], "set": ["HumanEval"] * 2, "k": [1, 4], "w": [8, 2],
+                          "est_speedup": [2.35, 0.9], "est_speedup_low": [2.0, 0.8], "est_speedup_high": [2.7, 1.0],
+                          "tokens_per_call": [3.1, 3.4]})
+    report.add(**shapes.grid_headlines(grids))
+    shapes.grid_takeaways(report, grids)
+    upto = pd.DataFrame({"point": ["a", "b"], "task": ["code"] * 2, "method": "CREST", "ns": "1-2", "m": [2, 2],
+                         "t": [250, 8000], "entries": [500, 16000], "bytes": [1, 2], "accepted": [40, 90],
+                         "calls": [100, 100], "hits": [50, 80], "nodes": [10, 20]})
+    cumulative = pd.DataFrame({"task": "code", "n": [1, 1, 2, 2], "fraction_of_ngrams": [0.001, 0.1] * 2,
+                               "fraction_of_occurrences": [0.2, 0.8, 0.1, 0.4]})
+    compaction.takeaways(report, upto, cumulative)
+    takeaways = json.loads(report.write().read_text())["takeaways"]
+    assert takeaways["10_router_picks"] == ("auto's most used member: prompt lookup drafted 50% of calls on code "
+                                            "(no draft: 25%); no member drafted on chat")
+    assert takeaways["08_grid_est_speedup"].startswith("the fastest estimated shape: mixed 1x8 at ×2.35 (2.00–2.70)")
+    assert takeaways["08_grid_tokens_per_call"] == "the most tokens per call: REST 4x2 with 3.40 on HumanEval"
+    assert takeaways["04_all_n_le_m_top_t"].startswith("with every n ≤ m stored, tokens per call grows with t: 1.40 "
+                                                      "at t = 250 to 1.90 at t = 8,000 on code")
+    assert "25% of occurrences for n = 1" in takeaways["04_ngram_cumulative_frequency"]

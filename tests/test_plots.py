@@ -3,6 +3,8 @@ shared colour scales, and the layout audit that fails a figure a reader would tr
 
 from __future__ import annotations
 
+import matplotlib.collections
+import matplotlib.colors
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -136,7 +138,7 @@ def test_one_row_order_per_figure_kept_in_every_panel():
     plt.close("all")
 
 
-def test_near_constant_series_are_told_apart_and_drawn_beside_others():
+def test_near_constant_series_are_told_apart_and_said_not_drawn():
     assert plots.near_constant([1.006, 1.007, 1.0065]) and plots.near_constant([2.0, 2.0])
     assert not plots.near_constant([1.2, 1.5])
     # apart by more than 1%, but every value inside every interval: no row differs measurably (02's MAR)
@@ -148,8 +150,9 @@ def test_near_constant_series_are_told_apart_and_drawn_beside_others():
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n = {}", offset=1.0,
                                     titles={"code": "code", "chat": "chat"})
     assert axes.shape == (1, 2) and axes[0, 1].get_title() == "chat"
-    # capped error bars, no bands; the flat n = 2 on chat is drawn too: beside n = 1 its level is the comparison
-    assert len(axes[0, 0].containers) == 2 and len(axes[0, 1].containers) == 2
+    # capped error bars, no bands; the flat n = 2 on chat is said in the title, not drawn (a flat line)
+    assert len(axes[0, 0].containers) == 2 and len(axes[0, 1].containers) == 1
+    assert "n = 2 flat at 1.00 on chat" in fig._suptitle.get_text()
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n ≤ {}",
                                     titles={"code": "code", "chat": "chat"}, small_multiples="CREST")
     plots.legend_outside(fig)
@@ -359,3 +362,102 @@ def test_a_title_with_a_long_model_path_is_wrapped_to_fit(tmp_path, monkeypatch)
     plots.save_figure(fig, "long_title")
     assert ax.get_title().count("\n") >= 1 and plots.layout_problems(fig) == []
     plt.close(fig)
+
+
+def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tmp_path, monkeypatch):
+    frame = pd.DataFrame({"row": ["SuffixDecoding / prompt lookup"] * 2 + ["auto (router) / prompt lookup"] * 2,
+                          "group": ["code", "chat"] * 2, "value": [1.12, 0.97, 1.30, np.nan],
+                          "low": [1.05, 0.90, 1.10, np.nan], "high": [1.20, 1.05, np.nan, np.nan],
+                          "method": ["suffix", "suffix", "auto", "auto"]})
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    plots.paired_ratios(ax, frame, xlabel="ratio", fmt="×{:.2f}")
+    plots.legend_outside(ax)
+    ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+    assert list(ticks) == ["SuffixDecoding / prompt lookup", "auto (router) / prompt lookup"]
+    assert ticks["SuffixDecoding / prompt lookup"] > ticks["auto (router) / prompt lookup"]  # first on top
+    assert sorted(t.get_text() for t in ax.texts) == ["×0.97", "×1.12", "×1.30"]  # every finite value printed
+    assert [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 2] == [1.0]  # the line at 1
+    assert len(ax.containers) == 2  # an interval for each row that has one, none invented for the rest
+    lo, hi = ax.get_xlim()
+    assert lo < 0.90 and hi > 1.30
+    dots = [c for c in ax.collections if isinstance(c, matplotlib.collections.PathCollection)]
+    assert len({float(c.get_offsets()[0][1]) for c in dots}) == 3  # each group on a sub-row of its own, no NaN dot
+    suffix = [c for c in dots if float(c.get_offsets()[0][0]) == 1.12][0]
+    assert np.allclose(suffix.get_facecolor()[0][:3], matplotlib.colors.to_rgb(plots.color("suffix")))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["code", "chat"]  # a marker per group, named
+    markers = [h.get_marker() for h in ax.get_legend().legend_handles]
+    assert len(set(markers)) == 2
+    assert plots.layout_problems(fig) == []
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    plots.save_figure(fig, "99_ratios", frame)
+    with pytest.raises(DegenerateData):
+        plots.paired_ratios(plt.subplots()[1], frame.assign(value=np.nan), xlabel="ratio")
+    with pytest.raises(ValueError, match="share a row and a group"):  # one would print over the other
+        plots.paired_ratios(plt.subplots()[1], frame.assign(group="code"), xlabel="ratio")
+    plt.close("all")
+
+
+def _curves(values: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
+    rows = [{"task": task, "n": n, "t": t, "entries": t * n, "y": y, "y_low": y - 0.1, "y_high": y + 0.1}
+            for (task, n), ys in values.items() for t, y in zip((250, 500, 1000), ys, strict=True)]
+    return pd.DataFrame(rows)
+
+
+def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.505, 0.702, 0.9],
+                     ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.3, 0.4, 0.6], ("chat", 3): [0.0, 0.0, 0.0]})
+    said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0, same_at="t")
+    assert said == {("code", 3): ("repeats", 2), ("chat", 3): ("flat", (1.0, 1.0))}
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}", offset=1.0,
+                                    titles={"code": "code", "chat": "chat"}, same_at="t", unit="tokens per call",
+                                    title="a title")
+    assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code, flat at "
+                                        "1.00 tokens per call on chat.")
+    assert [len(ax.containers) for ax in axes.flat] == [2, 2]  # n = 3 drawn in neither panel
+    # small multiples: a series said in every row loses its column, one said in some rows says it in its panel
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.5, 0.7, 0.9],
+                     ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.2, 0.3, 0.5], ("chat", 3): [0.3, 0.5, 0.6]})
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n ≤ {}", offset=1.0,
+                                    titles={"code": "code", "chat": "chat"}, small_multiples="CREST", same_at="t")
+    assert axes.shape == (2, 3)
+    assert [t.get_text() for t in axes[1, 1].texts] == ["as n ≤ 1\n(within 2% at every point):\nnot drawn"]
+    assert not axes[1, 1].lines and axes[0, 1].lines
+    assert "n ≤ 3 within 2% of n ≤ 2 at every point on code" in fig._suptitle.get_text()
+    # nothing left out: no sentence, every series drawn
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9]})
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",
+                                    titles={"code": "code"}, title="a title")
+    assert fig._suptitle.get_text() == "a title" and len(axes[0, 0].containers) == 2
+    plt.close("all")
+
+
+def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():
+    dresd = [1.026, 1.027, 1.036, 1.041]  # DReSD on MT-Bench: 1.03-1.04 on a 1-5 scale, one colour
+    assert plots.flat_on_scale(dresd, plots.TOKENS_PER_CALL_NORM)
+    assert not plots.flat_on_scale([1.03, 1.10, 1.5], plots.TOKENS_PER_CALL_NORM)
+    assert plots.flat_on_scale([0.5, 0.5], plots.SPEEDUP_NORM)
+    assert not plots.flat_on_scale([0.9, 1.1], plots.SPEEDUP_NORM)  # either side of 1: two colours
+    assert plots.flat_words(dresd, "tokens per call") == "tokens per call\n1.03–1.04 in every cell:\nnot drawn"
+
+
+def test_the_paired_ratio_frames_hold_what_the_verdicts_judge():
+    from specnb.experiments import compaction, corpus_sweep, shapes
+
+    storage = pd.DataFrame({"task": ["code", "chat"], "crest_gain_over_rest_best": [0.45, 0.57],
+                            "crest_gain_over_rest_best_low": [0.17, 0.26],
+                            "crest_gain_over_rest_best_high": [0.67, 0.95]})
+    ratios = compaction.figure_ratios(storage)
+    assert ratios.row.tolist() == ["code", "chat"] and np.allclose(ratios.value, [1.45, 1.57])
+    assert np.allclose(ratios.low, [1.17, 1.26]) and np.allclose(ratios.high, [1.67, 1.95])
+    summary = {"tokens": [3839, 27075], "tpc": [1.1, 1.2], "tpc_low": [1.0, 1.1], "tpc_high": [1.2, 1.3],
+               "speed": [0.7, 0.8], "speed_low": [0.6, 0.7], "speed_high": [0.75, 0.9]}
+    ratios = corpus_sweep.figure_ratios({**summary, "corpora": ["10% of the store's", "the store's"]})
+    assert ratios.group.tolist() == ["3,839 tokens (10% of the store's)", "27,075 tokens (the store's)"] * 2
+    assert ratios.value.tolist() == [1.1, 1.2, 0.7, 0.8] and ratios.high.tolist() == [1.2, 1.3, 0.75, 0.9]
+    measured = pd.DataFrame({"method": ["mixed 2x4 tree"], "family": ["mixed"], "accuracy": [1.27],
+                             "accuracy_low": [1.24], "accuracy_high": [1.30]})
+    tree = pd.DataFrame({"family": ["mixed"], "k": [2], "w": [4], "ratio": [1.29], "low": [1.27], "high": [1.31]})
+    ratios = shapes.timed_ratios(measured, tree)
+    assert ratios.row.tolist() == ["mixed 2x4 tree: measured / predicted", "mixed 2x4: tree / batch rows"]
+    assert ratios.value.tolist() == [1.27, 1.29] and ratios.low.tolist() == [1.24, 1.27]

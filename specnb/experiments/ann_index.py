@@ -215,3 +215,19 @@ def compare_fig4(report, rows: pd.DataFrame, shape: str = "10x6") -> None:
     report.takeaway("03_dresd_vs_rest_mar", f"DReSD {name}'s MAR over REST's: ×{{verdicts[mar_OOD][ours]:.2f}} on "
                     "the OOD store, ×{verdicts[mar_ID][ours]:.2f} on the ID store "
                     f"(DReSD Fig. 4: {CLAIMS.mar_gain:+.0%} on average)")
+
+
+def takeaways(report) -> None:
+    """The front page's lines for notebook 03's index figures, templates over the numbers its cells add
+    (``real_*``, ``random_*``: the hnswlib sweep; ``scale_n``, ``hnsw_*``, ``ivf_*``: the indexes at scale)."""
+    reach = ("the fastest setting reaching recall@10 of 0.99" if report.ours["real_recall"] >= 0.99 else
+             "no setting reaches recall@10 of 0.99; the most accurate")
+    report.takeaway("03_hnsw_recall_latency", f"on the {{ours[real_keys]:,}} real {{ours[key_dims]}}-d keys {reach} "
+                    "is M = {ours[real_M]:.0f}, ef = {ours[real_ef]:.0f}: recall@10 {ours[real_recall]:.3f} at "
+                    "{ours[real_ms]:.3f} ms per query; {ours[random_n]:,} random vectors reach "
+                    "{ours[random_recall]:.3f} "
+                    "at ef = {ours[random_ef]:.0f} ({ours[random_ms]:.2f} ms)")
+    report.takeaway("03_index_at_scale", "at {ours[scale_n]:,} random keys hnswlib holds {ours[hnsw_MiB]:.0f} MiB for "
+                    "recall@10 {ours[hnsw_recall]:.3f} at {ours[hnsw_ms]:.2f} ms per query, FAISS IVF-PQ "
+                    "{ours[ivf_MiB]:.0f} MiB for {ours[ivf_recall]:.3f} at {ours[ivf_ms]:.2f} ms ({ours[ivf_nprobe]} "
+                    "lists probed)")

@@ -222,7 +222,41 @@ def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict
                      "suffix_vs_pld_low": get("suffix", "vs_pld_low"),
                      "suffix_vs_pld_high": get("suffix", "vs_pld_high"),
                      "retired": _retired(group)}
+        for method in ("auto", "recycle"):  # drawn beside the comparisons (:func:`figure_ratios`), not judged
+            out[name].update({f"{method}_vs_pld_tokens_per_call": per_call.get(method, math.nan) / per_call["pld"],
+                              f"{method}_vs_pld_tokens_per_call_low": get(method, "tpc_vs_pld_low"),
+                              f"{method}_vs_pld_tokens_per_call_high": get(method, "tpc_vs_pld_high")})
+        out[name].update({"recycle_vs_pld": rate.get("recycle", math.nan) / rate["pld"],
+                          "recycle_vs_pld_low": get("recycle", "vs_pld_low"),
+                          "recycle_vs_pld_high": get("recycle", "vs_pld_high")})
     return out
+
+
+FIGURE_RATIOS = {
+    "speed": (("auto", "the fastest single method", "auto_vs_best"), ("auto", "prompt lookup", "auto_vs_pld"),
+              ("suffix", "prompt lookup", "suffix_vs_pld"), ("recycle", "prompt lookup", "recycle_vs_pld")),
+    "tokens_per_call": (("suffix", "prompt lookup", "suffix_vs_pld_tokens_per_call"),
+                        ("auto", "prompt lookup", "auto_vs_pld_tokens_per_call"),
+                        ("recycle", "prompt lookup", "recycle_vs_pld_tokens_per_call"),
+                        ("suffix", "the retrieval ceiling", "suffix_vs_ceiling"))}
+"""The ratios notebook 10 draws per metric: (method, what it is set over, :func:`verdicts`' key), the claims'
+order: each a ratio of two runs on the same prompts with its paired 90% interval."""
+
+
+def figure_ratios(summary: pd.DataFrame, ceiling: dict[str, float], metric: str) -> pd.DataFrame:
+    """:data:`FIGURE_RATIOS`' ratios of ``metric`` (``speed``: tokens/s; ``tokens_per_call``) per set, from
+    :func:`verdicts` (the numbers :func:`compare_beyond` judges), one row each for
+    :func:`specnb.study.plots.paired_ratios`: row ("SuffixDecoding / prompt lookup"), group (the set), value,
+    low, high, method; a method the run left out has no row."""
+    from ..study.plots import label
+
+    rows = [{"row": f"{label(method)} / {over}", "group": name, "value": v[key], "low": v.get(f"{key}_low", math.nan),
+             "high": v.get(f"{key}_high", math.nan), "method": method}
+            for name, v in verdicts(summary, ceiling).items() for method, over, key in FIGURE_RATIOS[metric]
+            if np.isfinite(v[key])]
+    frame = pd.DataFrame(rows, columns=["row", "group", "value", "low", "high", "method"])
+    order = {f"{label(m)} / {o}": i for i, (m, o, _) in enumerate(FIGURE_RATIOS[metric])}
+    return frame.sort_values("row", key=lambda r: r.map(order), kind="stable").reset_index(drop=True)
 
 
 # ArcticInference's documentation of SuffixDecoding, "Key Benchmarks" (vLLM v0.8.4): tokens/s without speculation,
@@ -359,3 +393,23 @@ def router_text(names: Any) -> str:
     set in ``names``: auto's modelled speed over pld's, and the hindsight router's."""
     return "; ".join(f"{name}: auto ×{{ours[router][{name}][auto_vs_pld]:.2f}}, a router knowing each outcome "
                      f"×{{ours[router][{name}][hindsight_vs_pld]:.2f}}" for name in names)
+
+
+def picks_takeaway(report, picks: pd.DataFrame) -> None:
+    """The front page's line for the router's picks figure: per set, the member that drafted the most calls and
+    the share of calls with no draft, from ``ours[picked]`` (each set's shares of ``picks``, which the notebook
+    adds)."""
+    from ..study.plots import label
+
+    parts = []
+    for name, group in picks.groupby("set", sort=False):
+        shares = group.picked.value_counts(normalize=True)
+        members = shares.drop("-", errors="ignore")
+        if members.empty:
+            parts.append(f"no member drafted on {name}")
+            continue
+        top = members.idxmax()
+        part = f"{label(top)} drafted {{ours[picked][{name}][{top}]:.0%}} of calls on {name}"
+        parts.append(part + (f" (no draft: {{ours[picked][{name}][-]:.0%}})" if "-" in shares.index else ""))
+    if parts:
+        report.takeaway("10_router_picks", "auto's most used member: " + "; ".join(parts))

@@ -403,6 +403,20 @@ def judge_storage(report, storage: pd.DataFrame, t_max: int) -> None:
         f"{1 + r.crest_best_accepted:.2f} vs {1 + r.rest_best_accepted:.2f} on {r.task}" for r in storage.itertuples())
         + "; in accepted length (tokens per call − 1, the paper's measure) " + ", ".join(
         f"{{verdicts[gain_{task}][ours]:+.0%}} on {task}" for task in storage.task) + f" (CREST: +{CLAIMS.gain_text})")
+    report.takeaway("04_crest_over_rest", "CREST's best accepted length over REST's best, paired over prompts: "
+                    + ", ".join(f"{{verdicts[gain_{task}][measured]}} more on {task} "
+                                f"({{verdicts[gain_{task}][verdict]}})" for task in storage.task)
+                    + f" against the paper's +{CLAIMS.gain_text}")
+
+
+def figure_ratios(storage: pd.DataFrame) -> pd.DataFrame:
+    """:func:`judge_storage`'s gain as the ratio it is, CREST's best accepted length over REST's best (1 + gain),
+    per task of a :func:`storage_table`, with its 90% interval (both stores replayed on the same resampled
+    prompts: paired), one row each for :func:`specnb.study.plots.paired_ratios`."""
+    return pd.DataFrame({"row": list(storage.task),
+                         "value": 1 + storage.crest_gain_over_rest_best.to_numpy(float),
+                         "low": 1 + storage.crest_gain_over_rest_best_low.to_numpy(float),
+                         "high": 1 + storage.crest_gain_over_rest_best_high.to_numpy(float), "method": "crest"})
 
 
 def single_n_summary(single: pd.DataFrame, task: str, best_n: int = CLAIMS.best_n) -> dict[str, float]:
@@ -554,3 +568,31 @@ def lookup_latency(index: RestIndex, crest: CrestStore, draftretriever_file: Pat
         out.append({"retriever": name, "queries": len(ms), "median ms": float(np.median(ms)), "median ms low": low,
                     "median ms high": high, "p90 ms": float(np.percentile(ms, 90))})
     return out
+
+
+def takeaways(report, upto: pd.DataFrame, cumulative: pd.DataFrame, share: float = 0.01) -> None:
+    """The front page's lines for notebook 04's figures that no verdict speaks for, their numbers added to the
+    results file: the all-n ≤ m top-t curve's ends per task (``top_t_curve``, from :func:`top_t_grids`' ``upto``
+    rows), the share of occurrences the most frequent ``share`` of distinct n-grams hold (``frequent_hold``, from
+    the cumulative-frequency table) and the median lookups already in ``ours[latency]``."""
+    top: dict[str, dict[str, float]] = {}
+    for task, d in points(upto).groupby("task", sort=False):
+        d = d[d.m == d.m.max()].sort_values("t")
+        top[task] = {"m": int(d.m.iloc[0]), "t_low": int(d.t.iloc[0]), "t_high": int(d.t.iloc[-1]),
+                     "low": 1 + float(d.accepted_length.iloc[0]), "high": 1 + float(d.accepted_length.iloc[-1])}
+    held = {f"{task} {n}": float(np.interp(share, g.fraction_of_ngrams, g.fraction_of_occurrences))
+            for (task, n), g in cumulative.sort_values("fraction_of_ngrams").groupby(["task", "n"], sort=False)}
+    report.add(top_t_curve=top, frequent_share=share, frequent_hold=held)
+    moves = "grows" if all(v["high"] > v["low"] for v in top.values()) else "moves"
+    report.takeaway("04_all_n_le_m_top_t", f"with every n ≤ m stored, tokens per call {moves} with t: " + ", ".join(
+        f"{{ours[top_t_curve][{t}][low]:.2f}} at t = {{ours[top_t_curve][{t}][t_low]:,}} to "
+        f"{{ours[top_t_curve][{t}][high]:.2f}} at t = {{ours[top_t_curve][{t}][t_high]:,}} on {t} (m = "
+        f"{{ours[top_t_curve][{t}][m]}})" for t in top))
+    ns = sorted({int(key.rsplit(" ", 1)[1]) for key in held})
+    tasks = list(dict.fromkeys(key.rsplit(" ", 1)[0] for key in held))
+    report.takeaway("04_ngram_cumulative_frequency", "the most frequent {ours[frequent_share]:.0%} of distinct "
+                    "n-grams hold " + "; ".join(", ".join(f"{{ours[frequent_hold][{t} {n}]:.0%}} of occurrences for "
+                                                          f"n = {n}" for n in (ns[0], ns[-1])) + f" on {t}"
+                                               for t in tasks))
+    report.takeaway("04_lookup_latency", "median lookup in the largest stores: " + "; ".join(
+        f"{key} {{ours[latency][{key}][median ms]:.3f}} ms" for key in report.ours.get("latency", {})))

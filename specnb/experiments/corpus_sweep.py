@@ -132,7 +132,8 @@ def corpus_sweep(points: list[SweepPoint], references: list[Reference], hidden: 
 def sweep_summary(rows: pd.DataFrame) -> dict[str, object]:
     """Headline numbers of :func:`corpus_sweep_rows`, lists in corpus order over the corpora both methods were
     built on: corpora, tokens, rest_accepted, dresd_accepted, ratio (DReSD's accepted length over REST's) with
-    ratio_low / ratio_high, speed (DReSD's predicted speed over REST's: REST's priced seconds over DReSD's) with
+    ratio_low / ratio_high, tpc (the same for tokens per call) with tpc_low / tpc_high, speed (DReSD's predicted
+    speed over REST's: REST's priced seconds over DReSD's) with
     speed_low / speed_high — 90% intervals paired over the references (:func:`specnb.experiments.paired.versus`)
     —, rest_speedup and dresd_speedup (predicted over AR); ``largest_shared``: the largest corpus both were built
     on (tokens, rest_accepted, dresd_accepted); ``rest_only``: the largest corpus REST alone was built on
@@ -146,7 +147,7 @@ def sweep_summary(rows: pd.DataFrame) -> dict[str, object]:
                               "dresd_accepted": dresd.accepted_length.tolist(),
                               "rest_speedup": rest.est_speedup[both].tolist(),
                               "dresd_speedup": dresd.est_speedup.tolist()}
-    for key, metric in (("ratio", "accepted_length"), ("speed", ("one", "est_seconds"))):
+    for key, metric in (("ratio", "accepted_length"), ("tpc", "tokens_per_call"), ("speed", ("one", "est_seconds"))):
         values = [versus(rows[rows.corpus == corpus], name, "REST", metric) for corpus in both]
         out.update({key: [v[0] for v in values], f"{key}_low": [v[1] for v in values],
                     f"{key}_high": [v[2] for v in values]})
@@ -159,6 +160,20 @@ def sweep_summary(rows: pd.DataFrame) -> dict[str, object]:
         out["rest_only"] = {"tokens": largest.corpus_tokens, "accepted": largest.accepted_length,
                             "speedup": largest.est_speedup}
     return out
+
+
+def figure_ratios(summary: dict[str, object]) -> pd.DataFrame:
+    """:func:`sweep_summary`'s paired ratios, DReSD over REST on the same references, one row per (quantity,
+    corpus) for :func:`specnb.study.plots.paired_ratios`: tokens per call, then the predicted speed that
+    :func:`compare_speeds` judges; group = the corpus ("3,839 tokens (10% of the dense store's)", its share
+    named: two samples of a tiny corpus can hold as many tokens), method = DReSD (its colour)."""
+    name = "DReSD {}×{}".format(*DRESD_SHAPE)
+    rows = [{"row": f"{name} / REST, {what}", "group": f"{tokens:,} tokens ({summary['corpora'][i]})",
+             "value": summary[key][i],
+             "low": summary[f"{key}_low"][i], "high": summary[f"{key}_high"][i], "method": "dense"}
+            for key, what in (("tpc", "tokens per call"), ("speed", "predicted speed"))
+            for i, tokens in enumerate(summary["tokens"])]
+    return pd.DataFrame(rows, columns=["row", "group", "value", "low", "high", "method"])
 
 
 def compare_speeds(report, summary: dict[str, object]) -> None:

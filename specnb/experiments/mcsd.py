@@ -521,6 +521,13 @@ def compare_acceptance(report, rows: pd.DataFrame, rates: pd.DataFrame) -> None:
         report.takeaway("07_acceptance_vs_k", "4 candidates over 1: " + ", ".join(
             f"{{verdicts[{key}][ours]:+.3f}} acceptance at T = {key[-1]} ({{ours[gain_vs_paper][{key}]:.2f}} of the "
             "paper's gain)" for key in rises))
+    at4 = rates[(rates.temperature == 1.0) & (rates.k == 4)]
+    if len(at4):  # the ablation figure's rows: each scheme's rejection rate at k = 4, T = 1
+        report.add(ablation={r.scheme: {"rejection": 1 - r.rate, "low": 1 - r.high, "high": 1 - r.low}
+                             for r in at4.itertuples()})
+        report.takeaway("07_ablation", "rejection rate (1 − acceptance) at k = 4, T = 1: " + ", ".join(
+            f"{{ours[ablation][{s}][rejection]:.3f}} ({{ours[ablation][{s}][low]:.3f}}–"
+            f"{{ours[ablation][{s}][high]:.3f}}) for {s}" for s in at4.scheme))
 
 
 def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: float) -> None:

@@ -333,4 +333,7 @@ def judge_timed(report, summary: pd.DataFrame, estimated: dict[str, dict[str, fl
         f"({{verdicts[speedup_best_{name}][low]:.2f}}–{{verdicts[speedup_best_{name}][high]:.2f}}), estimated "
         f"×{{ours[timed_best][{name}][estimated]:.2f}} (N-Grammys Table 1: ×{CLAIMS.table1[name]['speedup_best'][0]}–"
         f"{CLAIMS.table1[name]['speedup_best'][1]} on an A100)" for name in timed_best))
+    report.takeaway("06_mixed_grid", "the best (k, w) by estimated speedup (replay priced on this machine's cost "
+                    "table): " + ", ".join(f"{{ours[best][{name}]}} at ×{{ours[best_est_speedup][{name}]:.2f}} on "
+                                           f"{name}" for name in report.ours.get("best", {})))
     return {"block": block, "timed_best": timed_best}

@@ -187,3 +187,28 @@ def llamacpp_curve(target: LoadedModel, curve_grid: Grid) -> pd.DataFrame:
     rows = [row for context in curve_grid.contexts
             for row in llamacpp.cost_curve(target, tokens, context, curve_grid.repeats)]
     return pd.DataFrame(rows).assign(dtype="llama.cpp")
+
+
+def curve_takeaway(report) -> None:
+    """The front page's line for the cost-curve figure: each dtype's largest step (``ours[largest_step]``)."""
+    report.takeaway("05_roofline_cpu_curve", "a call's cost climbs in steps; the largest: " + ", ".join(
+        f"×{{ours[largest_step][{d}][step]:.2f}} from {{ours[largest_step][{d}][from]:.0f}} to "
+        f"{{ours[largest_step][{d}][to]:.0f}} tokens ({d}, ℓ = {{ours[largest_step][{d}][context]:.0f}})"
+        for d in report.ours.get("largest_step", {})))
+
+
+def llamacpp_takeaway(report, both: pd.DataFrame) -> None:
+    """The front page's line for the figure of our call's cost beside llama.cpp's (``both``: the rows of one
+    context, ``dtype`` naming the runtime), its numbers added as ``ours[llamacpp]``: per runtime, the call's ms
+    at the fewest and the most tokens verified."""
+    out = {}
+    for name, part in both.groupby("dtype", sort=False):
+        part = part.sort_values("tokens")
+        out[name] = {"context": int(part.context.iloc[0]), "fewest": int(part.tokens.iloc[0]),
+                     "most": int(part.tokens.iloc[-1]), "fewest_ms": float(part.seconds.iloc[0] * 1e3),
+                     "most_ms": float(part.seconds.iloc[-1] * 1e3)}
+    report.add(llamacpp=out)
+    report.takeaway("05_cost_vs_llamacpp", "one call after {context} tokens: ".format(
+        context=next(iter(out.values()))["context"]) + "; ".join(
+        f"{name} {{ours[llamacpp][{name}][fewest_ms]:.1f}} ms at {{ours[llamacpp][{name}][fewest]}} token(s), "
+        f"{{ours[llamacpp][{name}][most_ms]:.0f}} ms at {{ours[llamacpp][{name}][most]}}" for name in out))

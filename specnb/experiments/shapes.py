@@ -361,6 +361,26 @@ CLAIMS = ShapeClaims(dresd_greedy=(3, 20), dresd_sampling=(10, 10),
                      source="DReSD §5.4 and Fig. 7 (V100 GPU), MCSD Fig. 4")
 
 
+def grid_takeaways(report, grids: pd.DataFrame) -> None:
+    """The front page's lines for the two grid figures, per set the family and shape with the best estimated
+    speedup and with the most tokens per call (:func:`grid_headlines`' ``best`` / ``most``, which the results
+    file holds)."""
+    best, most = [], []
+    for name, sub in grids.groupby("set", sort=False):
+        top = sub.loc[sub.est_speedup.idxmax()]
+        best.append(f"{top.family} {{ours[best][{top.family}, {name}][shape]}} at "
+                    f"×{{ours[best][{top.family}, {name}][est_speedup]:.2f}} "
+                    f"({{ours[best][{top.family}, {name}][est_speedup_low]:.2f}}–"
+                    f"{{ours[best][{top.family}, {name}][est_speedup_high]:.2f}}) on {name}")
+        top = sub.loc[sub.tokens_per_call.idxmax()]
+        most.append(f"{top.family} {{ours[most][{top.family}, {name}][shape]}} with "
+                    f"{{ours[most][{top.family}, {name}][tokens_per_call]:.2f}} on {name}")
+    report.takeaway("08_grid_est_speedup", "the fastest estimated shape: " + ", ".join(best)
+                    + "; the shape with the most tokens per call is larger than the fastest for "
+                      "{ours[larger_for_acceptance]:.0%} of families × sets")
+    report.takeaway("08_grid_tokens_per_call", "the most tokens per call: " + ", ".join(most))
+
+
 def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context: int = 256) -> None:
     """DReSD §5.4 / Fig. 7 (greedy decoding: the best shape is :data:`CLAIMS`' 3 x 20, narrow and deep) on
     :func:`grid_rows` rows of HumanEval (the code task, as the paper's CodeAlpaca):
@@ -370,6 +390,7 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
     * ``dresd_paper_shape``: estimated speed of 4 x 16 (the grid's shape nearest 3 x 20) over the best estimated
       DReSD shape here, a tie with 1 (the paper's shape is as good as the best here). Its likely cause names
       what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table."""
+    grid_takeaways(report, grids)
     code = rows[(rows.family == "DReSD") & (rows.set == "HumanEval")]
     greedy = "{} x {}".format(*CLAIMS.dresd_greedy)
     if code.empty or not {(4, 16), (16, 4)} <= set(zip(code.k, code.w, strict=True)):
@@ -431,8 +452,22 @@ def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
                        cause="on this CPU a k-row batch call costs no more than one row of the same nodes",
                        fmt=".2f", internal=False, direction_only=True)
     report.takeaway("08_predicted_vs_measured", "measured over predicted speedup: " + ", ".join(
-        f"{{verdicts[model {m}][ours]:.2f}} for {m}" for m in summary.method)
-        + f" (the cost model holds within {PREDICTION:.0%})")
+        f"{{verdicts[model {m}][ours]:.2f}} for {m} ({{verdicts[model {m}][verdict]}})" for m in summary.method)
+        + f" (the cost model's aim: within {PREDICTION:.0%} of 1); tree attention's decode speed over batch rows': "
+        + ", ".join(f"×{{verdicts[tree {r.family} {r.k}x{r.w}][ours]:.2f}} for {r.family} {r.k}x{r.w}"
+                    for r in ratios.itertuples()))
+
+
+def timed_ratios(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
+    """The paired ratios :func:`compare_timed` judges, one row each for
+    :func:`specnb.study.plots.paired_ratios`: every timed method's measured over predicted speedup
+    (:func:`timed_summary`), then every shape's tree attention over batch rows (:func:`tree_over_batch`);
+    columns row, value, low, high and method (the family: its colour)."""
+    rows = [{"row": f"{r.method}: measured / predicted", "value": r.accuracy, "low": r.accuracy_low,
+             "high": r.accuracy_high, "method": r.family} for r in summary.itertuples()]
+    rows += [{"row": f"{r.family} {r.k}x{r.w}: tree / batch rows", "value": r.ratio, "low": r.low, "high": r.high,
+              "method": r.family} for r in ratios.itertuples()]
+    return pd.DataFrame(rows, columns=["row", "value", "low", "high", "method"])
 
 
 # ------------------------------------------------------------------------------------------ the study

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib import patheffects
-from matplotlib.colors import LogNorm, Normalize, to_hex
+from matplotlib.colors import LogNorm, Normalize, to_hex, to_rgb
 from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
 from PIL import Image
 
@@ -410,36 +410,168 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
     return ax
 
 
+def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = "×{:.2f}",
+                  reference: float = 1.0) -> plt.Axes:
+    """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
+    with its paired 90% interval (capped error bars), its value printed past the interval, and a reference line
+    at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
+    under intervals as wide as the prompts differ; the paired ratio shows it.
+
+    frame: one row per ratio, columns ``row`` (its tick label, e.g. "SuffixDecoding / prompt lookup"),
+    ``value``, ``low``, ``high`` (the interval, NaN when there is none: no bar) and ``method`` (the colour: the
+    numerator's, :func:`color`); optional ``group`` (a prompt set, a corpus): every group gets a sub-row of its
+    own under each row and a marker (:data:`MARKERS`), named by an entry for :func:`legend_outside`. Rows are
+    drawn in the frame's order, first on top (the claims' order, never re-sorted). Raises DegenerateData when
+    fewer than one value is finite."""
+    from matplotlib.lines import Line2D
+
+    from ..eval.checks import DegenerateData
+
+    frame = frame.reset_index(drop=True)
+    if "group" in frame and frame.duplicated(["row", "group"]).any():
+        raise ValueError(f"two ratios share a row and a group: {frame[frame.duplicated(['row', 'group'])].iloc[0]}")
+    values = frame.value.to_numpy(dtype=float)
+    if not np.isfinite(values).any():
+        raise DegenerateData(f"ratios of {xlabel}: no finite value")
+    rows = list(dict.fromkeys(frame.row))
+    groups = list(dict.fromkeys(frame.group)) if "group" in frame else [None]
+    block = len(groups) + (0.6 if len(groups) > 1 else 0.0)  # a gap between rows of several sub-rows
+    top = (len(rows) - 1) * block + len(groups) - 1
+    marks = [reference]
+    for r in frame.itertuples():
+        i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
+        y = top - i * block - j
+        hue = color(r.method) if isinstance(getattr(r, "method", None), str) else "0.2"
+        if np.isfinite(r.low) and np.isfinite(r.high):  # in a darker shade of the dot's: a pale hue stays seen
+            ax.errorbar([r.value], [y], xerr=[[max(r.value - r.low, 0)], [max(r.high - r.value, 0)]], fmt="none",
+                        ecolor=tuple(0.6 * np.asarray(to_rgb(hue))), capsize=3, elinewidth=1.1)
+            marks += [r.low, r.high]
+        if np.isfinite(r.value):  # a ratio not measured (NaN): its sub-row stays empty
+            ax.scatter([r.value], [y], color=hue, marker=MARKERS[j % len(MARKERS)], s=32, zorder=3,
+                       edgecolors="0.1", linewidths=0.4)
+            marks.append(r.value)
+    finite = np.asarray([m for m in marks if np.isfinite(m)], dtype=float)
+    lo, hi = float(finite.min()), float(finite.max())
+    span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
+    for r in frame.itertuples():
+        if np.isfinite(r.value):
+            i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
+            end = np.nanmax([r.value, r.high]) if np.isfinite(r.high) else r.value
+            _print_value(ax, end + 0.025 * span, top - i * block - j, fmt.format(r.value), "left")
+    ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
+    centres = [top - i * block - (len(groups) - 1) / 2 for i in range(len(rows))]
+    ax.set_yticks(centres, rows)
+    ax.set_ylim(-0.7, top + 0.7)
+    ax.set_xlim(lo - 0.08 * span, hi + 0.3 * span)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+    if groups != [None]:
+        for j, group in enumerate(groups):  # a marker per group, in the legend (no data: never over the dots)
+            ax.add_line(Line2D([], [], marker=MARKERS[j % len(MARKERS)], ls="none", color="0.45", mec="0.1",
+                               mew=0.4, ms=6, label=str(group)))
+    return ax
+
+
+REPEAT = 0.02
+"""A curve within this share of the previous series' at every point repeats it: beside it, on a panel a couple of
+inches tall spanning about its own level, the two draw as one line."""
+
+
+def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, offset: float = 0.0,
+                     same_at: str | None = None) -> dict[tuple, tuple[str, object]]:
+    """The curves of :func:`series_panels` a reader learns nothing more from, per (panel value, series value):
+    ``("repeats", previous)`` for a curve within :data:`REPEAT` of the previous series' (in increasing order) in the
+    same panel at every point (matched on ``same_at``, default ``x``: an n-gram store's t, where n ≤ 4 stores more
+    n-grams than n ≤ 3 for the same t), and ``("flat", (low, high))`` for a curve whose values are constant or
+    nearly so (:func:`near_constant`, values only: an interval says nothing of whether a curve moves)."""
+    key = same_at or x
+    out: dict[tuple, tuple[str, object]] = {}
+    for row in dict.fromkeys(frame[panels]):
+        previous: tuple[object, pd.Series] | None = None
+        for value in sorted(frame[series].unique()):
+            d = frame[(frame[panels] == row) & (frame[series] == value)]
+            if d.empty:
+                continue
+            curve = (d.set_index(key)[y] + offset).astype(float).sort_index()
+            if near_constant(curve):
+                out[(row, value)] = ("flat", (float(curve.min()), float(curve.max())))
+            elif previous is not None and len(curve) > 1 and previous[1].index.equals(curve.index) and bool(
+                    np.all(np.abs(curve - previous[1]) <= REPEAT * np.maximum(curve.abs(), previous[1].abs()))):
+                out[(row, value)] = ("repeats", previous[0])
+            previous = (value, curve)
+    return out
+
+
+def unchanged_sentence(said: Mapping[tuple, tuple[str, object]], name: str, rows: Sequence, unit: str = "") -> str:
+    """One sentence naming what :func:`unchanged_series` found (``""`` when nothing): "Not drawn: n ≤ 4, n ≤ 5
+    within 2% of n ≤ 3 at every point; n = 5 flat at 1.00 tokens per call on chat." A clause names the panels
+    it holds for unless it holds for every one of ``rows``."""
+    def words(kind: str, detail, where: list) -> str:
+        if kind == "repeats":
+            return f"within {REPEAT:.0%} of {name.format(detail)} at every point"
+        lo, hi = min(said[(row, value)][1][0] for row in where), max(said[(row, value)][1][1] for row in where)
+        level = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+        return f"flat at {level}{' ' + unit if unit else ''}"
+
+    clauses: dict[str, list[str]] = {}
+    for value in dict.fromkeys(v for _, v in said):
+        where = [row for row in rows if (row, value) in said]
+        if len({said[(row, value)] if said[(row, value)][0] == "repeats" else "flat" for row in where}) == 1:
+            text = words(*said[(where[0], value)], where) + ("" if len(where) == len(rows)
+                                                              else " on " + ", ".join(map(str, where)))
+        else:
+            text = ", ".join(f"{words(*said[(row, value)], [row])} on {row}" for row in where)
+        clauses.setdefault(text, []).append(name.format(value))
+    return ("Not drawn: " + "; ".join(f"{', '.join(names)} {text}" for text, names in clauses.items()) + "."
+            if clauses else "")
+
+
 def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
                   titles: Mapping[str, str], small_multiples: str | None = None,
-                  offset: float = 0.0) -> tuple[plt.Figure, np.ndarray]:
+                  offset: float = 0.0, title: str = "", same_at: str | None = None,
+                  unit: str = "") -> tuple[plt.Figure, np.ndarray]:
     """Curves of ``y`` (and its interval, columns ``y_low`` / ``y_high``; all shifted by ``offset``) over ``x``
     for each value of ``series``, a row of panels per value of ``panels`` (first seen first, titled
     ``titles[value]``), one y scale for all. ``name``: a series' name, ``{}`` standing for its value (``"n = {}"``).
 
     small_multiples: a method's name: one panel per series value, its curve in the method's colour with a band
     (one per panel, named in the legend), for series whose intervals would overlap. None: the series overlaid
-    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars;
-    every series is drawn, a flat one included (beside the others its level is the comparison).
+    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars.
+    A curve that repeats an earlier series' or stays flat (:func:`unchanged_series`, matched on ``same_at``) is
+    not drawn: the suptitle ``title`` gets a second line saying so (:func:`unchanged_sentence`, ``unit`` after a
+    flat level); a small multiple left out in every row loses its column, in some rows its panel says it.
     Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
+    said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at)
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
-    shape = (len(rows), len(values)) if small_multiples else (1, len(rows))
+    hues = series_colors(len(values))  # by the series' place among all of them: a left-out one keeps none
+    shown = [v for v in values if not small_multiples or not all((row, v) in said for row in rows)]
+    shape = (len(rows), len(shown)) if small_multiples else (1, len(rows))
     fig, axes = plt.subplots(*shape, figsize=(2.4 * shape[1] + 1.6, 2.4 * shape[0] + 0.6), sharey=True, sharex=True,
                              squeeze=False)
-    hues = series_colors(len(values))
     for r, row in enumerate(rows):
-        for i, value in enumerate(values):
+        for c, value in enumerate(shown):
+            i = values.index(value)
+            ax = axes[r, c] if small_multiples else axes[0, r]
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
-            curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
-            if d.empty:
+            if (row, value) in said and small_multiples:
+                kind, detail = said[(row, value)]
+                words = (f"as {name.format(detail)}\n(within {REPEAT:.0%} at every point)" if kind == "repeats" else
+                         f"flat at {detail[0]:.2f}–{detail[1]:.2f}\n{unit}")
+                ax.text(0.5, 0.5, f"{words}:\nnot drawn", transform=ax.transAxes, ha="center", va="center",
+                        fontsize=7, color="0.3")
                 continue
-            line_with_interval(axes[r, i] if small_multiples else axes[0, r], *curve, band=bool(small_multiples),
-                               label=small_multiples or name.format(value),
+            if d.empty or (row, value) in said:
+                continue
+            curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
+            line_with_interval(ax, *curve, band=bool(small_multiples), label=small_multiples or name.format(value),
                                color=color(small_multiples) if small_multiples else hues[i],
                                marker=MARKERS[0 if small_multiples else i % len(MARKERS)], ms=3.5, lw=1)
-        for c in range(len(values)) if small_multiples else [r]:
-            title = f"{titles[row]}, {name.format(values[c])}" if small_multiples else titles[row]
-            axes[r if small_multiples else 0, c].set_title(title)
+        for c in range(len(shown)) if small_multiples else [r]:
+            text = f"{titles[row]}, {name.format(shown[c])}" if small_multiples else titles[row]
+            axes[r if small_multiples else 0, c].set_title(text)
+    sentence = unchanged_sentence(said, name, rows, unit)
+    if title or sentence:
+        fig.suptitle("\n".join(t for t in (title, sentence) if t))
     return fig, axes
 
 
@@ -485,6 +617,29 @@ def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str
         said = f"stays within {lo}–{hi}, every value inside every bar's 90% interval"
     display(Markdown(f"*No figure: {what} {said}, so there is nothing to compare.*"))
     return True
+
+
+ONE_COLOUR = 0.01  # cells within this share of a colour scale's range are one colour to a reader
+
+
+def flat_on_scale(values: Iterable[float] | np.ndarray | pd.Series, norm: Normalize) -> bool:
+    """Whether a heatmap panel of ``values`` on the shared colour scale ``norm`` shows one colour: the values are
+    nearly constant (:func:`near_constant`) or span at most :data:`ONE_COLOUR` of the scale (DReSD's 1.03–1.04
+    tokens per call on a 1–5 scale). Say such a panel in words (:func:`flat_words`), do not draw it."""
+    v = np.asarray(values, dtype=float).ravel()
+    finite = v[np.isfinite(v)]
+    if near_constant(finite):
+        return True
+    scaled = np.asarray(norm(finite), dtype=float)  # a log scale's share of its range too
+    return bool(np.ptp(scaled) <= ONE_COLOUR)
+
+
+def flat_words(values: Iterable[float] | np.ndarray | pd.Series, what: str, fmt: str = ".2f") -> str:
+    """The words a panel :func:`flat_on_scale` shows instead of its cells: "tokens per call 1.03–1.04 in every
+    cell: not drawn" (one number when both ends print alike)."""
+    finite = [float(x) for x in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(x)]
+    lo, hi = (format(min(finite), fmt), format(max(finite), fmt)) if finite else ("undefined", "undefined")
+    return f"{what}\n{lo if lo == hi else f'{lo}–{hi}'} in every cell:\nnot drawn"
 
 
 def shared_norm(values: Iterable[float] | np.ndarray, *, log: bool = False) -> Normalize:
