@@ -260,3 +260,39 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     text = report.render(pv.table2_markdown(report)).data
     assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
     assert uncited(json.loads(report.path.read_text())) == []
+
+
+def test_mrr_per_datastore_counts_duplicate_keys_and_ranks_held_out_queries(tmp_path, monkeypatch):
+    """DReSD Table 1 on a store whose every document is stored twice (each key has an exact duplicate): by the
+    paper's definition MRR is 0.75 through the index and under exact search, well below 1; held-out queries (the
+    target's decoding states, not stored) count any tied neighbour, so the duplicates cost them nothing. Judged
+    against Table 1, the cause cites the exact and held-out MRRs, which the results file holds."""
+    import json
+
+    import numpy as np
+
+    from specnb.datastores.dense import build_datastore
+    from specnb.experiments import ann_index
+    from specnb.experiments.references import references_and_states
+    from specnb.study.results import Results, uncited
+    from tests.test_dense import CONFIG, PROMPTS, own_outputs
+
+    target = tiny("llama")
+    corpus = own_outputs(target)
+    twice = corpus.select(np.concatenate([np.arange(corpus.num_docs)] * 2))
+    store = build_datastore(target, twice, tmp_path / "twice", CONFIG, progress=False)
+    references, states = references_and_states(target, [Prompt("p", text=PROMPTS[2])], 12)
+    queries = ann_index.decoding_queries(references, states)
+    assert queries.shape == (12, states[0].shape[1])  # the prompt's last state and 11 of the 12 outputs'
+    table = ann_index.mrr_table({"code-OOD": store}, queries, sample=store.rows)  # every key, as Eq. 4 sums
+    row = table.loc["code-OOD"]
+    assert row["keys"] == store.rows and row.held_out_queries == 12 and row["index"].startswith("hnswlib (M 8")
+    assert row["MRR (exact)"] == pytest.approx(0.75) and 0.7 <= row["MRR (ANN)"] <= 0.75 + 1e-9
+    assert row.MRR_low <= row["MRR (ANN)"] <= row.MRR_high
+    assert row["MRR held-out (ANN)"] >= 0.9
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("03", "smoke")
+    ann_index.compare_table1(report, table)
+    assert report.comparisons["mrr_code-OOD"].verdict == "disagrees"
+    report.render("{verdicts}")
+    assert uncited(json.loads(report.path.read_text())) == []

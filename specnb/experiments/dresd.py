@@ -1,7 +1,7 @@
 """The DReSD datastores notebooks 01-03 share (each notebook's study is its own module:
 :mod:`specnb.experiments.hidden_states`, :mod:`specnb.experiments.pca_variance`,
 :mod:`specnb.experiments.ann_index`): the stores sized by profile, re-keyed by another projection, REST's twin on
-the same documents, self-query ranks, a prompt's state, the replay table per method, and DReSD's setup
+the same documents, a prompt's state, the replay table per method, and DReSD's setup
 (:data:`PAPER_SETUP`; the drafters themselves run through :func:`specnb.eval.bench.run_bench` or greedy replay).
 
 Datastores (cached under ``<cache>/datastores/dense``, built on first use):
@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +25,7 @@ import pandas as pd
 
 from ..core.datasets import PROMPT_SETS, load_prompts
 from ..core.prompts import Prompt
-from ..datastores.ann import (
-    AnnIndex,
-    ExactIndex,
-    exact_search,
-    reciprocal_ranks,
-)
+from ..datastores.ann import ExactIndex
 from ..datastores.corpus import TokenCorpus, source_tag
 from ..datastores.dense import (
     BuildConfig,
@@ -143,9 +137,10 @@ def store_corpus(store: DenseDatastore) -> TokenCorpus:
 def with_projection(store: DenseDatastore, projection: Projection, chunk: int = 65536,
                     ann: bool = False) -> DenseDatastore:
     """The same datastore keyed by another projection, searched exactly (for ablations; no index build) or, with
-    ``ann``, through an hnswlib index built with the store's own parameters (the search decoding uses)."""
+    ``ann``, through an index of the store's own kind (hnswlib or IVF-PQ) built with its own parameters (the
+    search decoding uses)."""
     keys = np.ascontiguousarray(projection.transform(store.hidden(), chunk=chunk), dtype=np.float32)
-    index = AnnIndex.build(keys, store.index.params, progress=False) if ann else ExactIndex(keys)
+    index = type(store.index).build(keys, store.index.params, progress=False) if ann else ExactIndex(keys)
     return dataclasses.replace(store, keys=keys, projection=projection, index=index)
 
 
@@ -153,16 +148,6 @@ def rest_twin(store: DenseDatastore, progress: bool = False) -> RestIndex:
     """REST's suffix-array index of exactly the documents ``store`` was built from, built once into the study
     folder (the store notebooks 03, 08 and 09 compare DReSD with)."""
     return rest_store(store_corpus(store), study_folder() / f"rest-{store.path.name}", progress)
-
-
-def self_ranks(index: AnnIndex | ExactIndex | None, keys: np.ndarray, rows: np.ndarray, k: int = 10) -> np.ndarray:
-    """float [len(rows)]: the reciprocal rank of each stored key of ``rows`` among the top ``k`` results of
-    querying ``index`` with that key (0 when it is not among them); ``index=None``: exact search. Their mean is
-    DReSD's MRR (Eq. 4; :func:`specnb.datastores.ann.self_mrr`)."""
-    queries = np.ascontiguousarray(keys[rows], dtype=np.float32)
-    found = exact_search(queries, keys, k)[0] if index is None else \
-        index.query(queries, k, threads=os.cpu_count() or 1)[0]
-    return reciprocal_ranks(found, rows)
 
 
 def prompt_state(target: LoadedModel, prompt: Prompt) -> tuple[np.ndarray, int]:
