@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import tiny
@@ -296,3 +297,53 @@ def test_mrr_per_datastore_counts_duplicate_keys_and_ranks_held_out_queries(tmp_
     assert report.comparisons["mrr_code-OOD"].verdict == "disagrees"
     report.render("{verdicts}")
     assert uncited(json.loads(report.path.read_text())) == []
+
+
+def test_docstring_stubs_come_from_every_root_the_profile_names(tmp_path, monkeypatch):
+    """The paper profile's ID prompts: stubs of the installed packages beside the stdlib's, ids prefixed by their
+    root, the stdlib's alone as before."""
+    from specnb.datastores import id_data
+
+    doc = '    """' + "Return the thing this function computes, explained at length. " * 2 + '"""\n'
+    for root, name in (("lib", "alpha"), ("pkgs", "beta")):
+        (tmp_path / root / "mod").mkdir(parents=True)
+        (tmp_path / root / "mod" / "x.py").write_text(f"def {name}(a):\n{doc}    return a\n\ndef _hidden(a):\n{doc}")
+    monkeypatch.setattr(id_data, "STUB_ROOTS", {"stdlib": lambda: tmp_path / "lib",
+                                                "site-packages": lambda: tmp_path / "pkgs"})
+    assert [p.id for p in id_data.docstring_stubs(10)] == ["mod.x.alpha"]
+    both = id_data.docstring_stubs(10, roots=("stdlib", "site-packages"))
+    assert sorted(p.id for p in both) == ["mod.x.alpha", "site-packages.mod.x.beta"]
+    assert both[0].text.startswith("def ") and "return a" not in both[0].text  # the stub: signature and docstring
+
+
+def test_id_and_ood_stores_of_equal_size_and_a_shipped_file_only_when_large_enough(tmp_path, monkeypatch):
+    """With ``equal_id_ood`` the code-OOD store is cut to the code-ID corpus's tokens (whole documents, at least
+    one: they differ by less than the longest); without it, to the profile's budget. A shipped ID file holding
+    fewer responses than the profile asks for is not used."""
+    import dataclasses
+    import json
+
+    from specnb.experiments import dresd
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    target = tiny("gemma3")
+    p = get_profile("smoke")
+    assert p.dresd.equal_id_ood
+    stores = dresd.datastores(target, p, kinds=("code-OOD", "code-ID"), progress=False)
+    ood, ind = (stores[k].meta["extract"]["corpus_tokens"] for k in ("code-OOD", "code-ID"))
+    longest = int(max(np.diff(dresd.store_corpus(stores["code-OOD"]).doc_starts)))
+    assert abs(ood - ind) < longest and stores["code-OOD"].path.name.startswith(f"code-t{ind}-")
+    unequal = dataclasses.replace(p, dresd=dataclasses.replace(p.dresd, equal_id_ood=False))
+    cut = dresd.datastores(target, unequal, kinds=("code-OOD",), progress=False)["code-OOD"]
+    assert cut.path.name.startswith(f"code-t{p.dresd.store_tokens['code']}-")
+
+    generated = dresd.id_responses(target, p)
+    shipped = tmp_path / "data" / "id_code_tiny-gemma3.jsonl"
+    shipped.parent.mkdir()
+    shipped.write_text(generated.read_text())
+    meta = json.loads(generated.with_suffix(".meta.json").read_text())
+    monkeypatch.setattr(dresd, "DATA", shipped.parent)
+    for responses, expected in ((p.dresd.id_generated[0] - 1, generated), (p.dresd.id_generated[0], shipped)):
+        shipped.with_suffix(".meta.json").write_text(json.dumps({**meta, "num_responses": responses}))
+        assert dresd.id_responses(target, p) == expected

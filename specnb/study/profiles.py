@@ -44,6 +44,10 @@ class DresdSizes:
     id_generated: tuple[int, int]  # (stubs, new tokens) of the ID responses a target without shipped ones makes
     random_vectors: int  # random vectors of notebook 03's hnswlib scale test (target: <= 1 ms per query at 1 M)
     index_scale: tuple[int, ...]  # random keys at which notebook 03 sets hnswlib beside FAISS IVF-PQ
+    mrr_queries: int  # stored keys (and held-out states, at most) notebook 03's MRR draws per store
+    equal_id_ood: bool  # cut the code-OOD store to the code-ID store's corpus tokens (DReSD §5.3 without the size)
+    id_stub_files: int | None  # source files scanned for the ID prompts' stubs (None: every file of id_stub_roots)
+    id_stub_roots: tuple[str, ...]  # the ID stubs' sources: "stdlib", "site-packages" (id_data.STUB_ROOTS)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ class McsdSizes:
     timed_prompts: int  # prompts per method of the timed runs
     timed_tokens: int  # new tokens per prompt of the timed runs
     temperatures: tuple[float, ...]  # temperatures of the timed runs
+    acceptance_on: str  # the texts of Fig. 3's acceptance: "canonical" (HumanEval's solutions) or "decoded" (the
+    # target's own outputs at each temperature: what its decoding verifies)
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ class StudyStoreSizes:
     """:mod:`specnb.experiments.stores`'s sizes (notebooks 08-10)."""
 
     crest_t: int  # CREST's top-t n-grams per n
+    rest_store: str  # notebook 09's REST corpus: the documents of "code-OOD" or of "code-ID" (DReSD Table 3's)
 
 
 @dataclass(frozen=True)
@@ -136,35 +143,52 @@ PROFILES = {
         timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", SelfDraft(2)), cost_grid="smoke",
         dresd=DresdSizes({"code": 2_000, "chat": 1_000},
                          {"dims": 16, "n_components": 64, "seq_len": 128, "overlap": 16, "batch_tokens": 2048},
-                         id_generated=(6, 48), random_vectors=5_000, index_scale=(2_000, 5_000)),
+                         id_generated=(6, 48), random_vectors=5_000, index_scale=(2_000, 5_000), mrr_queries=2000,
+                         equal_id_ood=True, id_stub_files=40, id_stub_roots=("stdlib",)),
         corpus_sweep=CorpusSweepSizes((0.5, 1.0), whole_stdlib=False),
         compaction=CompactionSizes(6, 30_000, (10, 40, 160), 4, {"code": 1, "chat": 1}, 12),
         roofline=RooflineSizes("smoke", "smoke", None, heatmap_all_dtypes=False),
-        mcsd=McsdSizes(2, 12, (0.0, 1.0)),
-        study_stores=StudyStoreSizes(crest_t=200)),
+        mcsd=McsdSizes(2, 12, (0.0, 1.0), acceptance_on="decoded"),
+        study_stores=StudyStoreSizes(crest_t=200, rest_store="code-ID")),
     "quick": Profile(
         "quick", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=10, max_new_tokens=128,
         timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
         cost_grid="adaptive",
         dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, id_generated=(48, 128), random_vectors=200_000,
-                         index_scale=(100_000, 1_000_000)),
+                         index_scale=(100_000, 1_000_000), mrr_queries=2000, equal_id_ood=False, id_stub_files=200,
+                         id_stub_roots=("stdlib",)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5,
                                    {"code": 2, "chat": 2}, 32),
         roofline=RooflineSizes("paper-quick", "curve", 3, heatmap_all_dtypes=False),
-        mcsd=McsdSizes(4, 24, (1.0,)),
-        study_stores=StudyStoreSizes(crest_t=10_000)),
+        mcsd=McsdSizes(4, 24, (1.0,), acceptance_on="canonical"),
+        study_stores=StudyStoreSizes(crest_t=10_000, rest_store="code-OOD")),
+    "paper": Profile(
+        "paper", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=20, max_new_tokens=128,
+        timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
+        cost_grid="adaptive",
+        dresd=DresdSizes({"code": 5_000_000, "chat": 5_000_000}, {"index_kind": "ivfpq"},
+                         id_generated=(36_000, 128), random_vectors=1_000_000,
+                         index_scale=(100_000, 1_000_000, 5_000_000), mrr_queries=20_000, equal_id_ood=True,
+                         id_stub_files=None, id_stub_roots=("stdlib", "site-packages")),
+        corpus_sweep=CorpusSweepSizes((0.01, 0.1, 0.3, 1.0), whole_stdlib=True),
+        compaction=CompactionSizes(None, None, (1000, 4000, 16_000, 64_000, 250_000, 1_000_000), 5,
+                                   {"code": 5, "chat": 5}, 64),
+        roofline=RooflineSizes("paper-quick", "curve", 3, heatmap_all_dtypes=False),
+        mcsd=McsdSizes(10, 64, (0.0, 1.0), acceptance_on="decoded"),
+        study_stores=StudyStoreSizes(crest_t=1_000_000, rest_store="code-ID")),
     "full": Profile(
         "full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
         n_prompts=80, max_new_tokens=256, timed_prompts=40, timed_tokens=128,
         pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"), cost_grid="adaptive",
         dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, id_generated=(400, 256), random_vectors=1_000_000,
-                         index_scale=(100_000, 1_000_000, 10_000_000)),
+                         index_scale=(100_000, 1_000_000, 10_000_000), mrr_queries=2000, equal_id_ood=False,
+                         id_stub_files=200, id_stub_roots=("stdlib",)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, None, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 5}, 128),
         roofline=RooflineSizes("paper", "curve", None, heatmap_all_dtypes=True),
-        mcsd=McsdSizes(40, 128, (0.0, 1.0)),
-        study_stores=StudyStoreSizes(crest_t=10_000)),
+        mcsd=McsdSizes(40, 128, (0.0, 1.0), acceptance_on="canonical"),
+        study_stores=StudyStoreSizes(crest_t=10_000, rest_store="code-OOD")),
 }
 
 
