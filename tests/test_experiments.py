@@ -347,3 +347,28 @@ def test_id_and_ood_stores_of_equal_size_and_a_shipped_file_only_when_large_enou
     for responses, expected in ((p.dresd.id_generated[0] - 1, generated), (p.dresd.id_generated[0], shipped)):
         shipped.with_suffix(".meta.json").write_text(json.dumps({**meta, "num_responses": responses}))
         assert dresd.id_responses(target, p) == expected
+
+
+def test_study_stores_index_the_documents_the_profile_names(tmp_path, monkeypatch):
+    """REST and CREST of notebooks 08-10 index the documents of ``study_stores.rest_store``: the ID store's under
+    smoke (and paper, as DReSD's Table 3), the OOD store's under quick."""
+    import dataclasses
+    import json
+
+    from specnb.experiments import dresd
+    from specnb.experiments.stores import study_stores
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    target = tiny("gemma3")
+    p = get_profile("smoke")
+    assert p.study_stores.rest_store == "code-ID" == get_profile("paper").study_stores.rest_store
+    assert get_profile("quick").study_stores.rest_store == "code-OOD"
+    dense = dresd.datastores(target, p, kinds=("code-OOD", "code-ID"), progress=False)
+    for kind in ("code-ID", "code-OOD"):
+        chosen = dataclasses.replace(p, study_stores=dataclasses.replace(p.study_stores, rest_store=kind))
+        stores = study_stores(target, chosen)
+        rest_meta = json.loads((stores["rest"] / "meta.json").read_text())
+        assert rest_meta["num_tokens"] == dense[kind].meta["extract"]["corpus_tokens"]
+        assert stores["crest"].name.endswith(f"{dense[kind].path.name}.sqlite")
+        assert stores["dense-id"] == dense["code-ID"].path and stores["dense"] == dense["code-OOD"].path

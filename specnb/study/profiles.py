@@ -105,7 +105,7 @@ class StudyStoreSizes:
     """:mod:`specnb.experiments.stores`'s sizes (notebooks 08-10)."""
 
     crest_t: int  # CREST's top-t n-grams per n
-    rest_store: str  # notebook 09's REST corpus: the documents of "code-OOD" or of "code-ID" (DReSD Table 3's)
+    rest_store: str  # the documents REST and CREST index in 08-10: those of "code-OOD" or "code-ID" (DReSD Table 3's)
 
 
 @dataclass(frozen=True)
