@@ -1,20 +1,24 @@
-"""hnswlib index vs exact search, recall and MRR."""
+"""hnswlib index vs exact search, recall and MRR (DReSD Eq. 4 on stored keys; held-out queries)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from conftest import clustered_unit_vectors
 
 from specnb.datastores.ann import (
     AnnIndex,
+    ExactIndex,
     IndexParams,
+    IvfPqIndex,
+    IvfPqParams,
     exact_search,
-    mrr,
+    held_out_ranks,
     query_latency,
     recall_at_k,
     reciprocal_ranks,
-    self_mrr,
+    self_ranks,
     unit_vectors,
 )
 
@@ -41,8 +45,8 @@ def test_hnswlib_agrees_with_exact_search_on_easy_data(clustered):
     found, sims = index.query(queries, 10, threads=2)
     assert recall_at_k(found, truth) >= 0.98
     assert (np.diff(sims, axis=1) <= 1e-6).all()  # best first
-    assert self_mrr(index, clustered, np.arange(0, 2000, 7)) >= 0.98
-    assert self_mrr(None, clustered, np.arange(0, 2000, 7)) == 1.0  # distinct vectors find themselves first
+    assert self_ranks(index, clustered, np.arange(0, 2000, 7)).mean() >= 0.98
+    assert self_ranks(None, clustered, np.arange(0, 2000, 7)).tolist() == [1.0] * 286  # distinct keys: first
     assert index.query(queries[:1], 5000)[0].shape == (1, 2000)  # k capped at the index size
     latency = query_latency(index, queries[:50], 10)
     assert 0 < latency["median_ms"] <= latency["p90_ms"] < float("inf")
@@ -79,7 +83,6 @@ def test_rank_measures():
     found = np.array([[3, 1, 2], [0, 4, 5], [7, 8, 9]])
     truth = np.array([1, 0, 6])
     np.testing.assert_allclose(reciprocal_ranks(found, truth), [0.5, 1.0, 0.0])
-    assert mrr(found, truth) == pytest.approx(0.5)
     assert recall_at_k(found[:, :2], np.array([[1, 3], [4, 6], [1, 2]])) == pytest.approx(0.5)
 
 
@@ -94,3 +97,60 @@ def test_unit_vectors():
     iso = unit_vectors(4000, 8, seed=2).std(0)
     assert iso.max() < 1.15 * iso.min()
     assert unit_vectors(5, 8, seed=4).tolist() == unit_vectors(5, 8, seed=4).tolist()  # seeded
+
+
+def test_exact_search_splits_a_large_store_into_blocks_that_fit(monkeypatch, clustered):
+    """A store too large for one [chunk, n] score block is searched a few queries at a time, with the results a
+    single block gives."""
+    import specnb.datastores.ann as ann
+
+    whole = exact_search(clustered[:50], clustered, 5)
+    monkeypatch.setattr(ann, "EXACT_BLOCK", 3 * 2000)  # three queries' scores at a time
+    blocks = []
+    real_topk = torch.Tensor.topk
+    monkeypatch.setattr(torch.Tensor, "topk", lambda self, *a, **kw: blocks.append(self.shape) or
+                        real_topk(self, *a, **kw))
+    split = exact_search(clustered[:50], clustered, 5)
+    assert max(shape[0] for shape in blocks) == 3 and len(blocks) == 17
+    np.testing.assert_array_equal(split[0], whole[0])
+
+
+@pytest.fixture(scope="module")
+def doubled(clustered) -> np.ndarray:
+    """The clustered keys stored twice: row i and row 2000 + i are the same key."""
+    return np.concatenate([clustered, clustered])
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnswlib", "IVF-PQ"])
+def test_duplicate_keys_lower_mrr_by_the_papers_definition(doubled, kind):
+    """DReSD Eq. 4 ranks each key's own row among the results of the index over the whole store: two identical
+    keys get one result list, so one of them ranks itself second (1 + 1/2 per pair) and MRR is 0.75, below 1 for
+    a perfect search. Ranking any equal key as correct would give 1; so would an index over the queried rows
+    alone, which the two halves queried apart would each find first. IVF-PQ's codes may also tie other keys with
+    a pair, below 0.75."""
+    index = {"exact": None,
+             "hnswlib": AnnIndex.build(doubled, IndexParams(M=16, ef_construction=100, ef_search=64), progress=False),
+             "IVF-PQ": IvfPqIndex.build(doubled, IvfPqParams(nlist=16, m=16, nprobe=16, train_size=4000),
+                                        progress=False)}[kind]
+    rows = np.arange(0, 2000, 7)
+    first, second = self_ranks(index, doubled, rows), self_ranks(index, doubled, rows + 2000)
+    pair = first + second
+    assert (pair <= 1.5 + 1e-9).all() and (pair == 1.5).mean() >= (1.0 if kind != "IVF-PQ" else 0.95)
+    assert 0.7 < np.concatenate([first, second]).mean() <= 0.75  # IVF-PQ: equal codes may rank other keys first
+
+
+def test_held_out_queries_rank_the_first_exact_neighbour(doubled):
+    """Held-out queries count any exact nearest neighbour, so duplicates cost nothing (1 under exact search); an
+    index that returns the true top 10 worst first ranks the nearest pair 9th and 10th (1/9); IVF-PQ probing one
+    list of many misses some."""
+    queries = unit_vectors(200, 16, seed=5)
+    assert held_out_ranks(ExactIndex(doubled), doubled, queries).tolist() == [1.0] * 200
+
+    class WorstFirst(ExactIndex):
+        def query(self, queries, k, threads=1, ef=None):
+            ids, sims = super().query(queries, k)
+            return ids[:, ::-1], sims[:, ::-1]
+
+    np.testing.assert_allclose(held_out_ranks(WorstFirst(doubled), doubled, queries, k=10), 1 / 9)
+    coarse = IvfPqIndex.build(doubled, IvfPqParams(nlist=64, m=8, nprobe=1, train_size=4000), progress=False)
+    assert 0.2 < held_out_ranks(coarse, doubled, queries).mean() < 0.95

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import tiny
@@ -260,3 +261,114 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     text = report.render(pv.table2_markdown(report)).data
     assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
     assert uncited(json.loads(report.path.read_text())) == []
+
+
+def test_mrr_per_datastore_counts_duplicate_keys_and_ranks_held_out_queries(tmp_path, monkeypatch):
+    """DReSD Table 1 on a store whose every document is stored twice (each key has an exact duplicate): by the
+    paper's definition MRR is 0.75 through the index and under exact search, well below 1; held-out queries (the
+    target's decoding states, not stored) count any tied neighbour, so the duplicates cost them nothing. Judged
+    against Table 1, the cause cites the exact and held-out MRRs, which the results file holds."""
+    import json
+
+    import numpy as np
+
+    from specnb.datastores.dense import build_datastore
+    from specnb.experiments import ann_index
+    from specnb.experiments.references import references_and_states
+    from specnb.study.results import Results, uncited
+    from tests.test_dense import CONFIG, PROMPTS, own_outputs
+
+    target = tiny("llama")
+    corpus = own_outputs(target)
+    twice = corpus.select(np.concatenate([np.arange(corpus.num_docs)] * 2))
+    store = build_datastore(target, twice, tmp_path / "twice", CONFIG, progress=False)
+    references, states = references_and_states(target, [Prompt("p", text=PROMPTS[2])], 12)
+    queries = ann_index.decoding_queries(references, states)
+    assert queries.shape == (12, states[0].shape[1])  # the prompt's last state and 11 of the 12 outputs'
+    table = ann_index.mrr_table({"code-OOD": store}, queries, sample=store.rows)  # every key, as Eq. 4 sums
+    row = table.loc["code-OOD"]
+    assert row["keys"] == store.rows and row.held_out_queries == 12 and row["index"].startswith("hnswlib (M 8")
+    assert row["MRR (exact)"] == pytest.approx(0.75) and 0.7 <= row["MRR (ANN)"] <= 0.75 + 1e-9
+    assert row.MRR_low <= row["MRR (ANN)"] <= row.MRR_high
+    assert row["MRR held-out (ANN)"] >= 0.9
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("03", "smoke")
+    ann_index.compare_table1(report, table)
+    assert report.comparisons["mrr_code-OOD"].verdict == "disagrees"
+    report.render("{verdicts}")
+    assert uncited(json.loads(report.path.read_text())) == []
+
+
+def test_docstring_stubs_come_from_every_root_the_profile_names(tmp_path, monkeypatch):
+    """The paper profile's ID prompts: stubs of the installed packages beside the stdlib's, ids prefixed by their
+    root, the stdlib's alone as before."""
+    from specnb.datastores import id_data
+
+    doc = '    """' + "Return the thing this function computes, explained at length. " * 2 + '"""\n'
+    for root, name in (("lib", "alpha"), ("pkgs", "beta")):
+        (tmp_path / root / "mod").mkdir(parents=True)
+        (tmp_path / root / "mod" / "x.py").write_text(f"def {name}(a):\n{doc}    return a\n\ndef _hidden(a):\n{doc}")
+    monkeypatch.setattr(id_data, "STUB_ROOTS", {"stdlib": lambda: tmp_path / "lib",
+                                                "site-packages": lambda: tmp_path / "pkgs"})
+    assert [p.id for p in id_data.docstring_stubs(10)] == ["mod.x.alpha"]
+    both = id_data.docstring_stubs(10, roots=("stdlib", "site-packages"))
+    assert sorted(p.id for p in both) == ["mod.x.alpha", "site-packages.mod.x.beta"]
+    assert both[0].text.startswith("def ") and "return a" not in both[0].text  # the stub: signature and docstring
+
+
+def test_id_and_ood_stores_of_equal_size_and_a_shipped_file_only_when_large_enough(tmp_path, monkeypatch):
+    """With ``equal_id_ood`` the code-OOD store is cut to the code-ID corpus's tokens (whole documents, at least
+    one: they differ by less than the longest); without it, to the profile's budget. A shipped ID file holding
+    fewer responses than the profile asks for is not used."""
+    import dataclasses
+    import json
+
+    from specnb.experiments import dresd
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    target = tiny("gemma3")
+    p = get_profile("smoke")
+    assert p.dresd.equal_id_ood
+    stores = dresd.datastores(target, p, kinds=("code-OOD", "code-ID"), progress=False)
+    ood, ind = (stores[k].meta["extract"]["corpus_tokens"] for k in ("code-OOD", "code-ID"))
+    longest = int(max(np.diff(dresd.store_corpus(stores["code-OOD"]).doc_starts)))
+    assert abs(ood - ind) < longest and stores["code-OOD"].path.name.startswith(f"code-t{ind}-")
+    unequal = dataclasses.replace(p, dresd=dataclasses.replace(p.dresd, equal_id_ood=False))
+    cut = dresd.datastores(target, unequal, kinds=("code-OOD",), progress=False)["code-OOD"]
+    assert cut.path.name.startswith(f"code-t{p.dresd.store_tokens['code']}-")
+
+    generated = dresd.id_responses(target, p)
+    shipped = tmp_path / "data" / "id_code_tiny-gemma3.jsonl"
+    shipped.parent.mkdir()
+    shipped.write_text(generated.read_text())
+    meta = json.loads(generated.with_suffix(".meta.json").read_text())
+    monkeypatch.setattr(dresd, "DATA", shipped.parent)
+    for responses, expected in ((p.dresd.id_generated[0] - 1, generated), (p.dresd.id_generated[0], shipped)):
+        shipped.with_suffix(".meta.json").write_text(json.dumps({**meta, "num_responses": responses}))
+        assert dresd.id_responses(target, p) == expected
+
+
+def test_study_stores_index_the_documents_the_profile_names(tmp_path, monkeypatch):
+    """REST and CREST of notebooks 08-10 index the documents of ``study_stores.rest_store``: the ID store's under
+    smoke (and paper, as DReSD's Table 3), the OOD store's under quick."""
+    import dataclasses
+    import json
+
+    from specnb.experiments import dresd
+    from specnb.experiments.stores import study_stores
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    target = tiny("gemma3")
+    p = get_profile("smoke")
+    assert p.study_stores.rest_store == "code-ID" == get_profile("paper").study_stores.rest_store
+    assert get_profile("quick").study_stores.rest_store == "code-OOD"
+    dense = dresd.datastores(target, p, kinds=("code-OOD", "code-ID"), progress=False)
+    for kind in ("code-ID", "code-OOD"):
+        chosen = dataclasses.replace(p, study_stores=dataclasses.replace(p.study_stores, rest_store=kind))
+        stores = study_stores(target, chosen)
+        rest_meta = json.loads((stores["rest"] / "meta.json").read_text())
+        assert rest_meta["num_tokens"] == dense[kind].meta["extract"]["corpus_tokens"]
+        assert stores["crest"].name.endswith(f"{dense[kind].path.name}.sqlite")
+        assert stores["dense-id"] == dense["code-ID"].path and stores["dense"] == dense["code-OOD"].path

@@ -178,3 +178,36 @@ def test_mcsd_shape_rows_count_the_papers_budget():
     assert rows.set_index("shape").nodes.to_dict() == {"4x2": 12, "2x4": 10}
     ratio = shapes.order_ratios(rows.assign(set="s")).iloc[0]
     assert ratio.ratio == 1.0
+
+
+def test_decoded_texts_are_the_targets_own_outputs_at_each_temperature(tmp_path, monkeypatch):
+    """``mcsd.acceptance_on = "decoded"`` (smoke, paper): at T = 0 each scored token is the target's argmax after
+    the text before it (its greedy output), at T = 1 its seeded sample, both cached; ``canonical`` (quick): one
+    set of HumanEval solutions for both temperatures, run through the models once per text."""
+    import dataclasses
+
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    target = tiny("gemma3")
+    p = get_profile("smoke")
+    assert p.mcsd.acceptance_on == "decoded" and get_profile("quick").mcsd.acceptance_on == "canonical"
+    texts = mcsd.forced_texts(target, p)
+    assert len(texts[0.0]) == len(texts[1.0]) == p.n_prompts
+    for text in texts[0.0]:
+        logits = mcsd.forced_logits(target, text, target.vocab_size)
+        assert text.scored == p.max_new_tokens and logits.argmax(1).tolist() == text.ids[text.start:].tolist()
+    sampled = texts[1.0][0]
+    again = generate(target, sampled.ids[:sampled.start], max_new_tokens=p.max_new_tokens, temperature=1.0, seed=0)
+    assert again.tokens == sampled.ids[sampled.start:].tolist()
+    assert sampled.ids[sampled.start:].tolist() != texts[0.0][0].ids[sampled.start:].tolist()
+    assert mcsd.forced_texts(target, p)[1.0][0].ids.tolist() == sampled.ids.tolist()  # read back from the cache
+
+    canonical = dataclasses.replace(p, mcsd=dataclasses.replace(p.mcsd, acceptance_on="canonical"))
+    shared = mcsd.forced_texts(target, canonical)
+    assert shared[0.0] is shared[1.0]
+    passes = []
+    monkeypatch.setattr(mcsd, "forced_logits", lambda model, text, vocab: passes.append(1) or
+                        torch.zeros(text.scored, vocab))
+    forced = mcsd.acceptance_vs_k(target, target, shared, [1, 2], draws=2, support=8)
+    assert len(passes) == 2 * p.n_prompts and set(forced.rows.temperature) == {0.0, 1.0}

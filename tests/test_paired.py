@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 from conftest import tiny
 
-from specnb.experiments.dresd import self_ranks
 from specnb.experiments.paired import FINDING_WORDS, difference, findings, mean_versus, versus
 from specnb.experiments.setups import here
 from specnb.study.results import Results
@@ -52,11 +51,6 @@ def test_findings_name_each_comparison_and_a_missing_value(tmp_path, monkeypatch
     words = findings(report)
     assert words["faster"] == FINDING_WORDS["higher"] and words["tie"] == FINDING_WORDS["tie"]
     assert words["none"].startswith("not measured")
-
-
-def test_self_ranks_find_distinct_keys_first_under_exact_search():
-    keys = np.eye(6, dtype=np.float32)
-    assert self_ranks(None, keys, np.arange(6)).tolist() == [1.0] * 6
 
 
 def test_the_setup_states_the_model_the_machine_and_the_dtype():

@@ -10,9 +10,12 @@ parameters:
 * ``ef_construction``: candidate list size while inserting (build time vs graph quality);
 * ``ef_search``: candidate list size while querying (latency vs recall; raised to k when smaller).
 
-MRR (DReSD Eq. 4) queries the datastore with its own keys: the reciprocal rank of the queried row among
-its results (0 when it is not returned). Exact duplicates in a datastore lower it even for a perfect
-search, since ties are ranked arbitrarily.
+MRR (DReSD Eq. 4) queries the index over the whole datastore with the datastore's own keys: the reciprocal
+rank of the queried row itself among its results (0 when it is not returned), averaged over the keys
+(:func:`self_ranks`). Below 1 it measures two things: the approximate search missing a key, and exact
+duplicates (a duplicate pair's two identical queries get the same result list, so one of the two ranks itself
+second at best). Held-out queries, states that are not stored keys, get :func:`held_out_ranks`: the rank of the
+first result that is an exact nearest neighbour, which measures the approximate search alone.
 """
 
 from __future__ import annotations
@@ -105,6 +108,10 @@ class AnnIndex:
 
     def describe(self) -> dict[str, float | int]:
         return {**asdict(self.params), "n": len(self), "dim": self.dim, "build_seconds": self.build_seconds}
+
+    def label(self) -> str:
+        """The index and the parameters its results depend on, for a figure or a table: ``hnswlib (M 16, ef 64)``."""
+        return f"hnswlib (M {self.params.M}, ef {self.params.ef_search})"
 
 
 # ------------------------------------------------------------------------------------------- IVF-PQ
@@ -215,6 +222,11 @@ class IvfPqIndex:
         return {**asdict(self.params), "nlist": int(self.index.nlist), "nbits": int(self.index.pq.nbits),
                 "n": len(self), "dim": self.dim, "build_seconds": self.build_seconds}
 
+    def label(self) -> str:
+        """The index and the parameters its results depend on: ``IVF-PQ (4096 lists, 32 B codes, nprobe 32)``."""
+        return (f"IVF-PQ ({int(self.index.nlist)} lists, {int(self.index.pq.M * self.index.pq.nbits) // 8} B codes, "
+                f"nprobe {self.params.nprobe})")
+
 
 # ------------------------------------------------------------------------------------- exact search
 
@@ -237,13 +249,18 @@ class ExactIndex:
         return exact_search(np.asarray(queries, dtype=np.float32).reshape(-1, self.dim), self.keys, k)
 
 
+EXACT_BLOCK = 2**26  # scores (float32) of one exact-search block: 256 MiB, whatever the store's size
+
+
 def exact_search(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 1024,
                  progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Brute-force top-k by inner product: (ids int64 [m, k], similarities float32 [m, k]), best first.
 
-    queries float [m, dim], keys float [n, dim]; one [chunk, n] score block at a time.
+    queries float [m, dim], keys float [n, dim]; one [chunk, n] score block at a time, ``chunk`` lowered so that a
+    block holds at most :data:`EXACT_BLOCK` scores (a store of millions of keys would otherwise need gigabytes).
     """
     k = min(k, keys.shape[0])
+    chunk = max(1, min(chunk, EXACT_BLOCK // max(keys.shape[0], 1)))
     with warnings.catch_warnings():  # keys may be a read-only memory map: torch warns, but they are only read
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         keys_t = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
@@ -270,21 +287,32 @@ def reciprocal_ranks(found: np.ndarray, true_ids: np.ndarray) -> np.ndarray:
     return np.where(match.any(1), 1.0 / ranks, 0.0)
 
 
-def mrr(found: np.ndarray, true_ids: np.ndarray) -> float:
-    """Mean reciprocal rank (DReSD Eq. 4) of ``true_ids`` (int [m]) in results ``found`` (int [m, k])."""
-    return float(reciprocal_ranks(found, true_ids).mean())
+def self_ranks(index: AnnIndex | IvfPqIndex | ExactIndex | None, keys: np.ndarray, rows: np.ndarray,
+               k: int = 10) -> np.ndarray:
+    """float [len(rows)]: DReSD's reciprocal rank (Eq. 4) of each stored key of ``rows`` (int [m], rows of
+    ``keys`` float [n, dim]): ``index`` (built over all n keys, row i labelled i) is queried with key i, and i's own
+    position among the top ``k`` results is ranked (0 when it is not among them); ``index=None``: exact search
+    over ``keys``, which isolates duplicates from the index's misses. Their mean is DReSD's MRR."""
+    queries = np.ascontiguousarray(keys[rows], dtype=np.float32)
+    found = exact_search(queries, keys, k)[0] if index is None else \
+        index.query(queries, k, threads=os.cpu_count() or 1)[0]
+    return reciprocal_ranks(found, np.asarray(rows))
 
 
-def self_mrr(index: AnnIndex | None, keys: np.ndarray, rows: np.ndarray, k: int = 10,
-             ef: int | None = None) -> float:
-    """DReSD's MRR: query with the stored keys of ``rows`` and find each row among its own results.
-
-    ``index=None`` uses the exact search, which isolates the effect of the key transform from the index's.
-    """
-    queries = keys[rows]
-    if index is None:
-        return mrr(exact_search(queries, keys, k)[0], rows)
-    return mrr(index.query(queries, k, threads=os.cpu_count() or 1, ef=ef)[0], rows)
+def held_out_ranks(index: AnnIndex | IvfPqIndex | ExactIndex, keys: np.ndarray, queries: np.ndarray, k: int = 10,
+                   tolerance: float = 1e-5) -> np.ndarray:
+    """float [m]: for each query (float [m, dim], not a stored key: a state decoding would search with), the
+    reciprocal rank of the first of ``index``'s top ``k`` results that is an exact nearest neighbour among
+    ``keys`` float [n, dim] (its inner product with the query, recomputed from the stored key, within
+    ``tolerance`` of the exact best); 0 when none is. Any of several tied keys counts, so duplicates cost
+    nothing: it measures the approximate search alone."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    best = exact_search(queries, keys, 1)[1][:, 0]
+    found = index.query(queries, k, threads=os.cpu_count() or 1)[0]
+    stored = np.asarray(keys[np.clip(found, 0, None).ravel()], dtype=np.float32).reshape(*found.shape, -1)
+    sims = np.einsum("mkd,md->mk", stored, queries)
+    hit = (found >= 0) & (sims >= best[:, None] - tolerance)
+    return np.where(hit.any(1), 1.0 / (hit.argmax(1) + 1), 0.0)
 
 
 def query_latency(index: AnnIndex, queries: np.ndarray, k: int, ef: int | None = None,

@@ -39,35 +39,53 @@ _SKIP_PARTS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "
 CODE_INSTRUCTION = "Implement the following Python function.\n\n"
 
 
-def docstring_stubs(n: int, seed: int = 0, min_doc_chars: int = 60, max_files: int | None = None) -> list[Prompt]:
-    """``n`` random stubs (signature + docstring) of public top-level stdlib functions, in a seeded order.
+STUB_ROOTS = {"stdlib": lambda: Path(sysconfig.get_paths()["stdlib"]),
+              "site-packages": lambda: Path(sysconfig.get_paths()["purelib"])}
+"""Where :func:`docstring_stubs` finds functions: the standard library, and the installed packages (numpy, torch,
+transformers, ...: tens of thousands more documented functions, for ID stores of millions of tokens)."""
+
+
+def docstring_stubs(n: int, seed: int = 0, min_doc_chars: int = 60, max_files: int | None = None,
+                    roots: tuple[str, ...] = ("stdlib",)) -> list[Prompt]:
+    """``n`` random stubs (signature + docstring) of public top-level functions of ``roots`` (names of
+    :data:`STUB_ROOTS`), in a seeded order.
 
     Each prompt's text is the stub (for base models); its chat message asks to implement it. ``max_files``
-    limits the scan to the first files (parsing the whole library takes ~20 s).
+    limits the scan to the first files of each root (parsing the whole standard library takes ~20 s). A stub's id is
+    its dotted module path and name (prefixed by the root past the first).
     """
     stubs: list[Prompt] = []
-    root = Path(sysconfig.get_paths()["stdlib"])
-    for path in stdlib_files(root)[:max_files]:
-        if _SKIP_PARTS.intersection(path.parts):
-            continue
-        try:
-            source = path.read_text(encoding="utf-8")
-            tree = ast.parse(source)
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue
-        lines = source.splitlines()
-        for node in tree.body:
-            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+    for number, name in enumerate(roots):
+        root = STUB_ROOTS[name]()
+        for path in stdlib_files(root)[:max_files] if name == "stdlib" else _package_files(root)[:max_files]:
+            if _SKIP_PARTS.intersection(path.parts):
                 continue
-            doc = ast.get_docstring(node)
-            if not doc or len(doc) < min_doc_chars:
+            try:
+                source = path.read_text(encoding="utf-8")
+                tree = ast.parse(source)
+            except (SyntaxError, UnicodeDecodeError, ValueError):
                 continue
-            # From the def line to the end of the docstring statement, as written in the file.
-            stub = textwrap.dedent("\n".join(lines[node.lineno - 1:node.body[0].end_lineno])) + "\n"
-            ident = ".".join((*path.relative_to(root).with_suffix("").parts, node.name))
-            stubs.append(Prompt(ident, text=stub, messages=({"role": "user", "content": CODE_INSTRUCTION + stub},)))
+            lines = source.splitlines()
+            for node in tree.body:
+                if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                    continue
+                doc = ast.get_docstring(node)
+                if not doc or len(doc) < min_doc_chars:
+                    continue
+                # From the def line to the end of the docstring statement, as written in the file.
+                stub = textwrap.dedent("\n".join(lines[node.lineno - 1:node.body[0].end_lineno])) + "\n"
+                ident = ".".join((*([name] if number else []), *path.relative_to(root).with_suffix("").parts,
+                                  node.name))
+                stubs.append(Prompt(ident, text=stub,
+                                    messages=({"role": "user", "content": CODE_INSTRUCTION + stub},)))
     order = np.random.default_rng(seed).permutation(len(stubs))[:n]
     return [stubs[i] for i in order]
+
+
+def _package_files(root: Path) -> list[Path]:
+    """Sorted ``*.py`` files of the installed packages under ``root`` (specnb's own and caches left out)."""
+    return sorted(p for p in root.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts
+                  and "specnb" not in p.parts)
 
 
 def sharegpt_first_turns(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[Prompt]:

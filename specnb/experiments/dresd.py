@@ -1,7 +1,7 @@
 """The DReSD datastores notebooks 01-03 share (each notebook's study is its own module:
 :mod:`specnb.experiments.hidden_states`, :mod:`specnb.experiments.pca_variance`,
 :mod:`specnb.experiments.ann_index`): the stores sized by profile, re-keyed by another projection, REST's twin on
-the same documents, self-query ranks, a prompt's state, the replay table per method, and DReSD's setup
+the same documents, a prompt's state, the replay table per method, and DReSD's setup
 (:data:`PAPER_SETUP`; the drafters themselves run through :func:`specnb.eval.bench.run_bench` or greedy replay).
 
 Datastores (cached under ``<cache>/datastores/dense``, built on first use):
@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +25,7 @@ import pandas as pd
 
 from ..core.datasets import PROMPT_SETS, load_prompts
 from ..core.prompts import Prompt
-from ..datastores.ann import (
-    AnnIndex,
-    ExactIndex,
-    exact_search,
-    reciprocal_ranks,
-)
+from ..datastores.ann import ExactIndex
 from ..datastores.corpus import TokenCorpus, source_tag
 from ..datastores.dense import (
     BuildConfig,
@@ -73,16 +67,17 @@ def held_out_prompts(profile: Profile) -> list[Prompt]:
 
 
 def id_responses(target: LoadedModel, profile: Profile) -> Path:
-    """The ID responses file for ``target``: shipped in ``data/``, else the target's greedy answers (``dresd.
-    id_generated[1]`` new tokens each) to the held-out prompts of the user's prompt file
-    (:func:`held_out_prompts`) when there are at least half of ``dresd.id_generated[0]``, else to that many stdlib
-    docstring stubs; generated once into the cache (resumable), the source said in one line."""
-    shipped = DATA / f"id_code_{Path(target.name).name}.jsonl"
-    if shipped.exists():
-        return shipped
+    """The ID responses file for ``target``: shipped in ``data/`` when it holds at least ``dresd.id_generated[0]``
+    responses, else the target's greedy answers (``dresd.id_generated[1]`` new tokens each) to the held-out prompts
+    of the user's prompt file (:func:`held_out_prompts`) when there are at least half of ``dresd.id_generated[0]``,
+    else to that many docstring stubs (``dresd.id_stub_roots``, ``dresd.id_stub_files`` files each); generated
+    once into the cache (resumable: an interrupted run keeps every answer it wrote), the source said in one line."""
     from ..datastores.id_data import docstring_stubs, generate_responses
 
     wanted, tokens = profile.dresd.id_generated
+    shipped = DATA / f"id_code_{Path(target.name).name}.jsonl"
+    if shipped.exists() and json.loads(shipped.with_suffix(".meta.json").read_text())["num_responses"] >= wanted:
+        return shipped
     held_out = held_out_prompts(profile)
     if 2 * len(held_out) >= wanted:
         digest = hashlib.sha256(json.dumps([p.id for p in held_out]).encode()
@@ -91,8 +86,10 @@ def id_responses(target: LoadedModel, profile: Profile) -> Path:
         source = f"{len(held_out)} prompts of {profile.prompts} past the first " \
                  f"{max(profile.n_prompts, profile.timed_prompts)}"
     else:
-        prompts = docstring_stubs(wanted, max_files=40 if wanted <= 6 else 200)  # 200 files: the whole library ~20 s
-        tag, source = f"{wanted}", f"{wanted} stdlib docstring stubs"
+        roots, files = profile.dresd.id_stub_roots, profile.dresd.id_stub_files
+        prompts = docstring_stubs(wanted, max_files=files, roots=roots)  # 200 stdlib files ~20 s; every package ~10 min
+        tag = f"{wanted}" if roots == ("stdlib",) else f"{wanted}-{'-'.join(roots)}"
+        source = f"{len(prompts)} {' and '.join(roots)} docstring stubs"
         if profile.prompts not in PROMPT_SETS:
             source += f" ({len(held_out)} held-out prompts in {profile.prompts}, fewer than {(wanted + 1) // 2})"
     out = artifact_path("id_data", safe_name(f"id_code_{target.name}-{tag}x{tokens}.jsonl"))
@@ -111,10 +108,14 @@ def build_config(profile: Profile) -> BuildConfig:
 def datastores(target: LoadedModel, profile: Profile, kinds: tuple[str, ...] = ("code-OOD", "code-ID", "chat-OOD"),
                progress: bool = True) -> dict[str, DenseDatastore]:
     """The dense datastores of ``kinds`` for ``target`` at ``profile``'s size (``dresd.store_tokens``: corpus tokens
-    per OOD store, whole documents up to the budget; built once, then cached). The code-OOD store's source is
+    per OOD store, whole documents up to the budget; with ``dresd.equal_id_ood`` the code-OOD store's budget is the
+    code-ID corpus's tokens instead, so the two differ in their text, not their size; built once, then cached, each
+    build resumable: :func:`specnb.datastores.dense.build_datastore`). The code-OOD store's source is
     ``profile.corpus`` (``code``: the stdlib, or a folder / JSONL of the user's:
     :func:`specnb.datastores.corpus.build_corpus`); the code-ID store's, :func:`id_responses`."""
-    sizes = profile.dresd.store_tokens
+    sizes = dict(profile.dresd.store_tokens)
+    if profile.dresd.equal_id_ood and "code-OOD" in kinds:
+        sizes["code"] = resolve_corpus(str(id_responses(target, profile)), target).num_tokens
     stores = {}
     for kind in kinds:
         domain, dist = kind.split("-")
@@ -143,9 +144,10 @@ def store_corpus(store: DenseDatastore) -> TokenCorpus:
 def with_projection(store: DenseDatastore, projection: Projection, chunk: int = 65536,
                     ann: bool = False) -> DenseDatastore:
     """The same datastore keyed by another projection, searched exactly (for ablations; no index build) or, with
-    ``ann``, through an hnswlib index built with the store's own parameters (the search decoding uses)."""
+    ``ann``, through an index of the store's own kind (hnswlib or IVF-PQ) built with its own parameters (the
+    search decoding uses)."""
     keys = np.ascontiguousarray(projection.transform(store.hidden(), chunk=chunk), dtype=np.float32)
-    index = AnnIndex.build(keys, store.index.params, progress=False) if ann else ExactIndex(keys)
+    index = type(store.index).build(keys, store.index.params, progress=False) if ann else ExactIndex(keys)
     return dataclasses.replace(store, keys=keys, projection=projection, index=index)
 
 
@@ -153,16 +155,6 @@ def rest_twin(store: DenseDatastore, progress: bool = False) -> RestIndex:
     """REST's suffix-array index of exactly the documents ``store`` was built from, built once into the study
     folder (the store notebooks 03, 08 and 09 compare DReSD with)."""
     return rest_store(store_corpus(store), study_folder() / f"rest-{store.path.name}", progress)
-
-
-def self_ranks(index: AnnIndex | ExactIndex | None, keys: np.ndarray, rows: np.ndarray, k: int = 10) -> np.ndarray:
-    """float [len(rows)]: the reciprocal rank of each stored key of ``rows`` among the top ``k`` results of
-    querying ``index`` with that key (0 when it is not among them); ``index=None``: exact search. Their mean is
-    DReSD's MRR (Eq. 4; :func:`specnb.datastores.ann.self_mrr`)."""
-    queries = np.ascontiguousarray(keys[rows], dtype=np.float32)
-    found = exact_search(queries, keys, k)[0] if index is None else \
-        index.query(queries, k, threads=os.cpu_count() or 1)[0]
-    return reciprocal_ranks(found, rows)
 
 
 def prompt_state(target: LoadedModel, prompt: Prompt) -> tuple[np.ndarray, int]:

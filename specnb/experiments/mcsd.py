@@ -32,6 +32,7 @@ import importlib.util
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +133,38 @@ def humaneval_solutions(target: LoadedModel, n: int, max_tokens: int, chat: bool
     return out
 
 
+ACCEPTANCE_TEXTS = {"canonical": "HumanEval solutions, teacher-forced",
+                    "decoded": "HumanEval prompts, the target's own outputs at each T"}
+"""What Fig. 3's acceptance is measured on (the profile's ``mcsd.acceptance_on``), as its figures say it."""
+
+
+def forced_texts(target: LoadedModel, profile: Profile, temperatures: tuple[float, ...] = (0.0, 1.0)
+                 ) -> dict[float, list[ForcedText]]:
+    """{temperature: texts} of :func:`acceptance_vs_k`, ``profile.n_prompts`` HumanEval problems of at most
+    ``profile.max_new_tokens`` scored tokens each, as ``profile.mcsd.acceptance_on`` says: ``canonical``, the
+    package's solutions at every temperature (:func:`humaneval_solutions`); ``decoded``, the target's own outputs
+    to the prompts, greedy at T = 0 and sampled at T > 0 (:func:`specnb.experiments.references.greedy_references`,
+    :func:`~specnb.experiments.references.sampled_references`; cached): the tokens its decoding at that
+    temperature verifies, where the canonical solution's are another writer's."""
+    from ..core.datasets import load_prompts
+    from .references import greedy_references, sampled_references
+
+    n, tokens = profile.n_prompts, profile.max_new_tokens
+    if profile.mcsd.acceptance_on == "canonical":
+        texts = humaneval_solutions(target, n, tokens)
+        return {t: texts for t in temperatures}
+    if profile.mcsd.acceptance_on != "decoded":
+        raise ValueError(f"mcsd.acceptance_on must be one of {', '.join(ACCEPTANCE_TEXTS)}, "
+                         f"got {profile.mcsd.acceptance_on!r}")
+    prompts = load_prompts("humaneval", n)
+    out = {}
+    for t in temperatures:
+        refs = greedy_references(target, prompts, tokens) if t == 0 else sampled_references(target, prompts, tokens, t)
+        out[t] = [ForcedText(p.id, torch.cat([ids, output]), int(ids.shape[0]))
+                  for p, (ids, output) in zip(prompts, refs, strict=True)]
+    return out
+
+
 @torch.inference_mode()
 def forced_logits(model: LoadedModel, text: ForcedText, vocab: int) -> Tensor:
     """float32 [n, vocab]: ``model``'s logits at the positions that predict ``text``'s scored tokens (one
@@ -229,18 +262,23 @@ class Forced:
     tail: pd.DataFrame
 
 
-def acceptance_vs_k(target: LoadedModel, draft: LoadedModel, texts: list[ForcedText], ks: list[int],
-                    temperatures: tuple[float, ...] = (0.0, 1.0), draws: int = 32, support: int = 1024,
-                    seed: int = 0, progress: bool = False) -> Forced:
+def acceptance_vs_k(target: LoadedModel, draft: LoadedModel, texts: Mapping[float, list[ForcedText]],
+                    ks: list[int], draws: int = 32, support: int = 1024, seed: int = 0,
+                    progress: bool = False) -> Forced:
     """MCSD Fig. 3 and the acceptance side of Table 4: the acceptance of one draft level of k candidates at
-    every position of ``texts``, for every k of ``ks``, scheme and temperature (see the module docstring).
-    Temperature 0 rows are MCSS without replacement only (with replacement equals k = 1; MCNS equals MCSS
-    without replacement, as the MCSD paper notes)."""
+    every position of the texts of each temperature (``texts``: {temperature: texts}, :func:`forced_texts`), for
+    every k of ``ks`` and scheme (see the module docstring). Temperature 0 rows are MCSS without replacement only
+    (with replacement equals k = 1; MCNS equals MCSS without replacement, as the MCSD paper notes). A text shared
+    by several temperatures is run through the models once."""
     from tqdm.auto import tqdm
 
     generator = torch.Generator().manual_seed(seed)
     vocab, k_max, rows, tails = target.vocab_size, max(ks), [], []
-    for text in tqdm(texts, desc="teacher-forced passes", disable=not progress):
+    runs: dict[int, tuple[ForcedText, list[float]]] = {}  # one pass per distinct text, in first-seen order
+    for t, listed in texts.items():
+        for text in listed:
+            runs.setdefault(id(text), (text, []))[1].append(t)
+    for text, temperatures in tqdm(runs.values(), desc="teacher-forced passes", disable=not progress):
         tl, dl = forced_logits(target, text, vocab), forced_logits(draft, text, vocab)
         n = tl.shape[0]
         base = {"prompt_id": text.prompt_id, "positions": n}

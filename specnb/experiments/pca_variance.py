@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 
 from ..core.metrics import mean_interval
+from ..datastores.ann import self_ranks
 from ..datastores.dense import DenseDatastore
 from ..datastores.embed import Projection, fit_projection
 from ..drafters.dense import DenseDrafter
 from ..eval.replay import Reference, replay_many
 from ..study.verdicts import MRR, SHARE, TIE, Expect
-from .dresd import replay_methods_table, self_ranks, with_projection
+from .dresd import replay_methods_table, with_projection
 from .grids import replay_rows
 from .paired import difference, mean_versus
 

@@ -62,6 +62,28 @@ def greedy_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens
     return references
 
 
+def sampled_references(target: LoadedModel, prompts: list[Prompt], max_new_tokens: int, temperature: float,
+                       seed: int = 0) -> list[Reference]:
+    """(prompt ids int64 [L], output int64 [T <= max_new_tokens]) per prompt: the target's own output sampled at
+    ``temperature`` (plain AR, :func:`specnb.core.generate.generate` with ``seed``), decoded once and cached beside
+    the greedy references, keyed by prompt, temperature, seed and budget (a rerun, or a resumed one, decodes only
+    what is missing). What decoding at that temperature hands a drafter to continue."""
+    check_follow_ups(prompts)
+    references = []
+    for prompt in prompts:
+        ids = encode_prompt(target, prompt)
+        path = reference_path(target, ids)
+        path = path.with_name(f"{path.stem}-T{temperature:g}-s{seed}-n{max_new_tokens}.json")
+        if path.exists():
+            output = json.loads(path.read_text())["output"]
+        else:
+            output = generate(target, ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed).tokens
+            write_text(path, json.dumps({"prompt": prompt.id, "temperature": temperature, "seed": seed,
+                                         "max_new_tokens": max_new_tokens, "output": output}))
+        references.append((ids, torch.tensor(output, dtype=torch.long)))
+    return references
+
+
 def references_and_states(target: LoadedModel, prompts: list[Prompt], max_new_tokens: int
                           ) -> tuple[list[Reference], list[torch.Tensor]]:
     """:func:`greedy_references` and, for drafters that read the target's state (DReSD), the hidden states of

@@ -3,6 +3,38 @@
 * ``smoke``: tiny random models, a handful of prompts and tokens: seconds (the test suite runs it).
 * ``quick``: Gemma-3-270M (the default; notebook 07's draft-model study: the Qwen2.5-Coder 0.5B -> 1.5B pair):
   minutes on 2 CPU cores.
+* ``paper``: sized to test the papers' claims (issue 51): Gemma-3-270M; DReSD stores of about 5 M tokens per
+  domain on FAISS IVF-PQ, the code-ID store the target's greedy answers (192 new tokens) to the 21,050 documented
+  public functions of the stdlib and the installed packages, the code-OOD store cut to the same size; MRR over
+  20,000 stored keys and the replayed prompts' states; CREST's t up to 10^6 on the whole stdlib and ShareGPT;
+  REST and CREST of 08-10 on the ID store (DReSD Table 3); MCSD's acceptance on the target's own outputs and its
+  timed runs at T = 0 and 1 on 10 prompts x 64 tokens. Every store is cached under ``SPECNB_CACHE`` and built
+  resumably (a dense build in ``<store>.partial``, batch by batch; the ID answers prompt by prompt; the sampled
+  references prompt by prompt), so the run can be stopped and restarted. Its run time on a 2-core AMD EPYC VM
+  (AVX512-BF16), estimated from slices measured on 2026-11-29 while other work shared the cores: extraction ran
+  at 280 tokens/s there (15,758 stdlib tokens in 56 s) against ~1,000 tokens/s measured alone
+  (docs/forward_pass.md), so the slices below ran at about a third of the machine's rate; the hours given are
+  for the machine alone, the loaded rate's in brackets.
+
+  - ID data (first notebook to need it, 01): scanning the stubs, 557 s measured (0.2 h); answering them, 16 prompts
+    x 128 tokens in 21 s in batches of 8 (94 new tokens/s; batches of 24 padded to long stubs ran at 9 tokens/s),
+    so 21,050 x ~180 new tokens: ~4 h (11 h);
+  - 01, 02, 03's dense stores: 3 x ~5 M tokens of hidden states at ~1,000 tokens/s: ~4.3 h (15 h), 6.4 GB of
+    float16 states each (~25 GB on disk with keys, values and indexes); IVF-PQ per store: training 65 s and
+    2.8 s per 100 k keys added (300 k keys measured): ~4 min;
+  - 02: six key transforms, each an IVF-PQ index over 5 M keys: ~0.5 h;
+  - 03: hnswlib's sweep over 5 M real keys (three graphs) and the 5 M random keys of ``index_scale``: not measured
+    at that size; 1-2 h by the quick run's 1 M-key build scaled with n log n; MRR queries 0.15 ms each through
+    IVF-PQ at 300 k keys: minutes; the corpus sweep re-indexes fractions of the 5 M store: ~0.3 h;
+  - 04: CREST's trees for t up to 10^6 over the whole stdlib and all of ShareGPT: not measured; the quick run's
+    t = 8,000 stores came from the cache, so time a t = 10^5 build first;
+  - 07: the Qwen2.5-Coder pair decodes ~4-5 tokens/s here: 20 x 128 greedy and 20 x 128 sampled outputs (~20 min)
+    and 3 methods x 2 temperatures x 10 x 64 timed tokens (~20 min): ~0.7 h;
+  - 00, 05, 06, 08, 09, 10: as ``quick`` (RUN.json: 1-2 min each) with twice the replayed prompts, plus REST and
+    CREST over the 5 M-token ID store for 08-10: ~0.5 h together, CREST's t = 10^6 build aside.
+
+  In all, about 12 h on the machine alone (about 35 h shared as measured), two-thirds of it building the ID data
+  and extracting hidden states, before the unmeasured CREST and hnswlib builds.
 * ``full``: Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft: hours.
 
 Two sizes per profile: ``n_prompts`` x ``max_new_tokens`` for what is computed from the target's cached greedy
@@ -44,6 +76,10 @@ class DresdSizes:
     id_generated: tuple[int, int]  # (stubs, new tokens) of the ID responses a target without shipped ones makes
     random_vectors: int  # random vectors of notebook 03's hnswlib scale test (target: <= 1 ms per query at 1 M)
     index_scale: tuple[int, ...]  # random keys at which notebook 03 sets hnswlib beside FAISS IVF-PQ
+    mrr_queries: int  # stored keys (and held-out states, at most) notebook 03's MRR draws per store
+    equal_id_ood: bool  # cut the code-OOD store to the code-ID store's corpus tokens (DReSD §5.3 without the size)
+    id_stub_files: int | None  # source files scanned for the ID prompts' stubs (None: every file of id_stub_roots)
+    id_stub_roots: tuple[str, ...]  # the ID stubs' sources: "stdlib", "site-packages" (id_data.STUB_ROOTS)
 
 
 @dataclass(frozen=True)
@@ -92,6 +128,8 @@ class McsdSizes:
     timed_prompts: int  # prompts per method of the timed runs
     timed_tokens: int  # new tokens per prompt of the timed runs
     temperatures: tuple[float, ...]  # temperatures of the timed runs
+    acceptance_on: str  # the texts of Fig. 3's acceptance: "canonical" (HumanEval's solutions) or "decoded" (the
+    # target's own outputs at each temperature: what its decoding verifies)
 
 
 @dataclass(frozen=True)
@@ -99,6 +137,7 @@ class StudyStoreSizes:
     """:mod:`specnb.experiments.stores`'s sizes (notebooks 08-10)."""
 
     crest_t: int  # CREST's top-t n-grams per n
+    rest_store: str  # the documents REST and CREST index in 08-10: those of "code-OOD" or "code-ID" (DReSD Table 3's)
 
 
 @dataclass(frozen=True)
@@ -136,35 +175,52 @@ PROFILES = {
         timed_prompts=2, timed_tokens=12, pair=("tiny-gemma3", SelfDraft(2)), cost_grid="smoke",
         dresd=DresdSizes({"code": 2_000, "chat": 1_000},
                          {"dims": 16, "n_components": 64, "seq_len": 128, "overlap": 16, "batch_tokens": 2048},
-                         id_generated=(6, 48), random_vectors=5_000, index_scale=(2_000, 5_000)),
+                         id_generated=(6, 48), random_vectors=5_000, index_scale=(2_000, 5_000), mrr_queries=2000,
+                         equal_id_ood=True, id_stub_files=40, id_stub_roots=("stdlib",)),
         corpus_sweep=CorpusSweepSizes((0.5, 1.0), whole_stdlib=False),
         compaction=CompactionSizes(6, 30_000, (10, 40, 160), 4, {"code": 1, "chat": 1}, 12),
         roofline=RooflineSizes("smoke", "smoke", None, heatmap_all_dtypes=False),
-        mcsd=McsdSizes(2, 12, (0.0, 1.0)),
-        study_stores=StudyStoreSizes(crest_t=200)),
+        mcsd=McsdSizes(2, 12, (0.0, 1.0), acceptance_on="decoded"),
+        study_stores=StudyStoreSizes(crest_t=200, rest_store="code-ID")),
     "quick": Profile(
         "quick", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=10, max_new_tokens=128,
         timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
         cost_grid="adaptive",
         dresd=DresdSizes({"code": 30_000, "chat": 10_000}, {}, id_generated=(48, 128), random_vectors=200_000,
-                         index_scale=(100_000, 1_000_000)),
+                         index_scale=(100_000, 1_000_000), mrr_queries=2000, equal_id_ood=False, id_stub_files=200,
+                         id_stub_roots=("stdlib",)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5,
                                    {"code": 2, "chat": 2}, 32),
         roofline=RooflineSizes("paper-quick", "curve", 3, heatmap_all_dtypes=False),
-        mcsd=McsdSizes(4, 24, (1.0,)),
-        study_stores=StudyStoreSizes(crest_t=10_000)),
+        mcsd=McsdSizes(4, 24, (1.0,), acceptance_on="canonical"),
+        study_stores=StudyStoreSizes(crest_t=10_000, rest_store="code-OOD")),
+    "paper": Profile(
+        "paper", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=20, max_new_tokens=128,
+        timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
+        cost_grid="adaptive",
+        dresd=DresdSizes({"code": 5_000_000, "chat": 5_000_000}, {"index_kind": "ivfpq"},
+                         id_generated=(21_000, 192), random_vectors=1_000_000,
+                         index_scale=(100_000, 1_000_000, 5_000_000), mrr_queries=20_000, equal_id_ood=True,
+                         id_stub_files=None, id_stub_roots=("stdlib", "site-packages")),
+        corpus_sweep=CorpusSweepSizes((0.01, 0.1, 0.3, 1.0), whole_stdlib=True),
+        compaction=CompactionSizes(None, None, (1000, 4000, 16_000, 64_000, 250_000, 1_000_000), 5,
+                                   {"code": 5, "chat": 5}, 64),
+        roofline=RooflineSizes("paper-quick", "curve", 3, heatmap_all_dtypes=False),
+        mcsd=McsdSizes(10, 64, (0.0, 1.0), acceptance_on="decoded"),
+        study_stores=StudyStoreSizes(crest_t=1_000_000, rest_store="code-ID")),
     "full": Profile(
         "full", target="qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
         n_prompts=80, max_new_tokens=256, timed_prompts=40, timed_tokens=128,
         pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"), cost_grid="adaptive",
         dresd=DresdSizes({"code": 2_000_000, "chat": 1_000_000}, {}, id_generated=(400, 256), random_vectors=1_000_000,
-                         index_scale=(100_000, 1_000_000, 10_000_000)),
+                         index_scale=(100_000, 1_000_000, 10_000_000), mrr_queries=2000, equal_id_ood=False,
+                         id_stub_files=200, id_stub_roots=("stdlib",)),
         corpus_sweep=CorpusSweepSizes((0.1, 0.3, 1.0), whole_stdlib=True),
         compaction=CompactionSizes(None, None, (1000, 4000, 16000, 64000), 5, {"code": 5, "chat": 5}, 128),
         roofline=RooflineSizes("paper", "curve", None, heatmap_all_dtypes=True),
-        mcsd=McsdSizes(40, 128, (0.0, 1.0)),
-        study_stores=StudyStoreSizes(crest_t=10_000)),
+        mcsd=McsdSizes(40, 128, (0.0, 1.0), acceptance_on="canonical"),
+        study_stores=StudyStoreSizes(crest_t=10_000, rest_store="code-OOD")),
 }
 
 
