@@ -48,6 +48,17 @@ def test_chooser_prices_budgets():
     assert priced.choose(3, nodes=64, context_len=100)[0] == 0
 
 
+def test_a_lookup_pays_only_with_its_own_seconds_counted():
+    priced = PricedTreeDrafter(RestDrafter.__new__(RestDrafter), LinearCost(0.05), budgets=(0, 2, 8))
+    rate = 5 / 1.4  # b = 8: 4 tokens expected beyond the bonus over a 1.4 s call; one token takes 1 s
+    priced.lookup_seconds = 3.5  # 5 tokens over 4.9 s: still above 1 token/s
+    assert priced.paid(8, rate, context_len=100)
+    priced.lookup_seconds = 3.7  # 5 tokens over 5.1 s: below
+    assert not priced.paid(8, rate, context_len=100)
+    priced.lookup_seconds = 0.0
+    assert not priced.paid(0, 1.0, context_len=100)  # drafting nothing never pays for a lookup
+
+
 @pytest.mark.parametrize("verify", ["tree", "batch"])
 def test_greedy_lossless_and_learns_while_not_drafting(verify):
     target = tiny("llama")

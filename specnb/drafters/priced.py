@@ -18,13 +18,15 @@ scored against the output once the tokens it covers are known, for all budgets a
 it was verified. Drafting deterministic tokens, its acceptance is exactly how far it matches the output.
 
 A lookup is not free either (a suffix-array search, an ANN query: a few percent of a step on a CPU), and where
-the store has nothing for the text (a code store under chat prompts) every step pays it for no draft. So after a
-second lookup in a row that drafts nothing the priced drafter skips the next 1, 2, ... up to :data:`MAX_SKIP` steps'
-lookups, starting over at the first lookup that drafts.
+the store has little for the text (a code store under chat prompts) every step pays it for drafts that barely pay
+or none. So a looked-up step counts as a miss when its tokens per second, the lookup's measured seconds included,
+are expected below a one-token call's; from the second miss in a row the priced drafter skips the next 1, 2, ... up
+to :data:`MAX_SKIP` steps' lookups, starting over at the first lookup that pays.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,7 +41,8 @@ from . import Method, crest, dense, rest
 
 BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
-MAX_SKIP = 4  # the most steps a run of lookups that drafted nothing makes the priced drafter skip
+MAX_SKIP = 4  # the most steps a run of lookups that did not pay makes the priced drafter skip
+LOOKUP_WEIGHT = 0.2  # weight of the latest lookup in the running mean of a lookup's seconds
 
 
 def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> np.ndarray:
@@ -87,8 +90,9 @@ class PricedTreeDrafter(Drafter):
         self.hindsight = Hindsight()  # full trees, keyed by bucket
         self._expected: np.ndarray | None = None  # expected() of every bucket until the next scored tree
         self._report = PricedReport()
-        self._misses = 0  # lookups in a row that drafted nothing
+        self._misses = 0  # lookups in a row that did not pay
         self._skip = 0  # steps left before the next lookup
+        self.lookup_seconds = 0.0  # running mean of the base drafter's propose()
 
     def reset(self, prompt_ids: Tensor) -> None:
         """A new generation; the learned expectations carry over (same task and datastore)."""
@@ -118,7 +122,10 @@ class PricedTreeDrafter(Drafter):
     def price(self, state: DecodeState) -> tuple[Draft | None, int, float]:
         """The base drafter's full tree, the budget it should be cut to (0: do not draft) and that budget's
         expected tokens per second; the tree is kept for scoring once its tokens are known."""
+        start = time.perf_counter()
         full = self.base.propose(state)
+        seconds = time.perf_counter() - start
+        self.lookup_seconds += LOOKUP_WEIGHT * (seconds - self.lookup_seconds) if self.lookup_seconds else seconds
         bucket = min(self.base.report.confidence, MAX_BUCKET)
         budget, rate = 0, 0.0
         if full is not None and full.num_nodes:
@@ -129,15 +136,22 @@ class PricedTreeDrafter(Drafter):
 
     def propose(self, state: DecodeState) -> Draft | None:
         """The priced cut of this step's tree, or None: nothing pays, or this step's lookup is skipped (after
-        ``n >= 2`` lookups in a row that drafted nothing, the next ``min(2 ** (n - 2), MAX_SKIP)`` steps')."""
+        ``n >= 2`` lookups in a row that did not pay (:meth:`paid`), the next ``min(2 ** (n - 2), MAX_SKIP)``
+        steps')."""
         if self._skip:
             self._skip -= 1
             self._report = PricedReport()
             return None
-        full, budget, _ = self.price(state)
-        self._misses = 0 if budget else self._misses + 1
+        full, budget, rate = self.price(state)
+        self._misses = 0 if self.paid(budget, rate, state.tokens.shape[0]) else self._misses + 1
         self._skip = min(2 ** (self._misses - 2), MAX_SKIP) if self._misses >= 2 else 0
         return cut(full, budget)
+
+    def paid(self, budget: int, rate: float, context_len: int) -> bool:
+        """Whether a step's lookup paid for itself: the chosen budget's expected tokens (``rate`` tokens/s over its
+        call's seconds) over that call and :attr:`lookup_seconds` beat one token over a one-token call."""
+        one, call = self.cost.chain_seconds(np.asarray([0, budget]), context_len)
+        return budget > 0 and rate * call / (call + self.lookup_seconds) > 1.0 / one
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
         """Score every pending tree whose covered tokens are now all known."""
