@@ -479,17 +479,23 @@ class McsdClaims:
     acceptance: dict[float, tuple[float, float]]  # {T: (one candidate, Table 1; several, Table 5)}
     block_efficiency: dict[str, float]  # Table 4, k = 4, T = 1: {scheme of SCHEMES: block efficiency}
     speedup: dict[float, tuple[float, float]]  # Table 2, 13B appendix: {T: (MCSD, SD) speedup over AR}
+    params: tuple[float, float]  # the pair's parameters (draft, target), from the models' names
+
+    @property
+    def size_ratio(self) -> float:
+        """The paper's target over its draft, in parameters (LLaMA-13B / LLaMA-68M: ~191)."""
+        return self.params[1] / self.params[0]
 
     def stated(self) -> dict[str, object]:
         """{name: the paper's number as the notebook's text states it} (``{paper[name]}`` in its template)."""
         return {**{f"k1_t{t:g}": k1 for t, (k1, _) in self.acceptance.items()},
                 **{f"more_t{t:g}": more for t, (_, more) in self.acceptance.items()},
-                "source": f"MCSD Tables 1 and 5, {self.pair}"}
+                "size_ratio": self.size_ratio, "source": f"MCSD Tables 1 and 5, {self.pair}"}
 
 
 CLAIMS = McsdClaims(pair="LLaMA-68M → LLaMA-13B, Alpaca", acceptance={0.0: (0.76, 0.88), 1.0: (0.51, 0.72)},
                     block_efficiency={"mcss-wor": 2.45, "mcss": 2.39, "mcns": 1.52},
-                    speedup={0.0: (2.75, 2.46), 1.0: (1.91, 1.54)})
+                    speedup={0.0: (2.75, 2.46), 1.0: (1.91, 1.54)}, params=(68e6, 13e9))
 SETUP_CAUSE = ("another pair and task: a same-family draft a third of its target's size on HumanEval solutions, "
                "against LLaMA-68M for LLaMA-13B on Alpaca")
 
@@ -575,7 +581,8 @@ def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: f
     Both check the direction only; each gain's ratio to the paper's goes to ``ours["gain_vs_paper"]``. The
     likely cause of a disagreement names ``cost_ratio``, a draft call's cost over a target call's here."""
     paper = CLAIMS.speedup
-    cost = f"a draft call costs {cost_ratio:.2f} of a target call here (LLaMA-68M: about 1/190 of LLaMA-13B's size)"
+    cost = (f"a draft call costs {cost_ratio:.2f} of a target call here (LLaMA-68M: about 1/{CLAIMS.size_ratio:.0f} "
+            "of LLaMA-13B's size)")
     for t, (mc, sd) in paper.items():
         part = table[table.temperature == t].set_index("method")
         if not {"SD", "MCSD"} <= set(part.index):
@@ -640,6 +647,7 @@ def record_setup(report, forced: str, timed: str) -> None:
         "hardware": "this machine's CPU", "dtype": o["dtype"],
         "prompts × tokens": f"Fig. 3: {forced}; timed: {timed}", "task": "HumanEval"},
         theirs={"model": "LLaMA-68M → LLaMA-13B (Fig. 3, Tables 1, 4, 5; Table 2 also LLaMA-33B)",
-                "draft / target cost": "about 1/190 in parameters", "hardware": "NVIDIA RTX A6000 GPUs",
+                "draft / target cost": f"about 1/{CLAIMS.size_ratio:.0f} in parameters",
+                "hardware": "NVIDIA RTX A6000 GPUs",
                 "dtype": "fp16", "prompts × tokens": "Alpaca and WMT sets × up to 128 new tokens, decoded",
                 "task": "Alpaca, WMT EnDe"})
