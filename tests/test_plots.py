@@ -412,8 +412,8 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}", offset=1.0,
                                     titles={"code": "code", "chat": "chat"}, same_at="t", unit="tokens per call",
                                     title="a title")
-    assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code, flat at "
-                                        "1.00 tokens per call on chat.")
+    assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code; n = 3 "
+                                        "flat at 1.00 tokens per call on chat.")
     assert [len(ax.containers) for ax in axes.flat] == [2, 2]  # n = 3 drawn in neither panel
     # small multiples: a series said in every row loses its column, one said in some rows says it in its panel
     frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.5, 0.7, 0.9],
@@ -430,6 +430,34 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
                                     titles={"code": "code"}, title="a title")
     assert fig._suptitle.get_text() == "a title" and len(axes[0, 0].containers) == 2
     plt.close("all")
+
+
+def test_a_chain_of_repeats_is_said_against_the_series_drawn():
+    """n ≤ 4 repeats n ≤ 3 (drawn), n ≤ 5 repeats n ≤ 4 (not drawn): the sentence names n ≤ 3 for both, never a
+    series a reader cannot see; a curve drifting 1.5% a step is drawn once it is more than 2% from the drawn one."""
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.5, 0.7, 0.915],
+                     ("code", 4): [0.5, 0.7, 0.915], ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.2, 0.3, 0.5],
+                     ("chat", 3): [0.2, 0.3, 0.53], ("chat", 4): [0.2, 0.3, 0.56]})
+    said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0, same_at="t")
+    assert said == {("code", 3): ("repeats", 2), ("code", 4): ("repeats", 2), ("chat", 2): ("repeats", 1),
+                    ("chat", 3): ("repeats", 1)}  # chat n ≤ 4 is 4% from n ≤ 1 (drawn), 2% from n ≤ 3 (not)
+    assert all((row, detail) not in said for (row, _), (kind, detail) in said.items())  # each names a drawn one
+    sentence = plots.unchanged_sentence(said, "n ≤ {}", ["code", "chat"])
+    assert sentence == ("Not drawn: n ≤ 2, n ≤ 3 within 2% of n ≤ 1 at every point on chat; n ≤ 3, n ≤ 4 within 2% "
+                        "of n ≤ 2 at every point on code.")
+
+
+def test_a_tokens_per_call_curve_within_2_percent_of_its_level_is_flat():
+    """One rule for repeated and flat curves: n = 4 on chat, 1.00-1.02 tokens per call, is flat (within 2% of its
+    largest), as a curve within 2% of another repeats it; 1.02-1.07 is drawn."""
+    assert plots.flat_curve([1.0008, 1.005, 1.0201]) and plots.flat_curve([1.0, 1.0])
+    assert not plots.flat_curve([1.0201, 1.05, 1.0735]) and not plots.flat_curve([1.0, 1.021])
+    frame = _curves({("chat", 4): [0.0008, 0.005, 0.0201], ("chat", 5): [0.0, 0.0, 0.0],
+                     ("code", 4): [0.0201, 0.05, 0.0735], ("code", 5): [0.2, 0.3, 0.4]})
+    said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0)
+    assert said == {("chat", 4): ("flat", (1.0008, 1.0201)), ("chat", 5): ("flat", (1.0, 1.0))}
+    assert plots.unchanged_sentence(said, "n = {}", ["code", "chat"], "tokens per call") == (
+        "Not drawn: n = 4, n = 5 flat at 1.00–1.02 tokens per call on chat.")
 
 
 def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():

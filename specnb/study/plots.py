@@ -474,56 +474,86 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
 
 REPEAT = 0.02
 """A curve within this share of the previous series' at every point repeats it: beside it, on a panel a couple of
-inches tall spanning about its own level, the two draw as one line."""
+inches tall spanning about its own level, the two draw as one line. A curve whose whole range is within this share
+of its largest value is flat (:func:`flat_curve`): the same rule, against its own level."""
+
+
+def within(a: Iterable[float] | np.ndarray | pd.Series, b: Iterable[float] | np.ndarray | pd.Series) -> bool:
+    """Whether ``a`` and ``b`` (aligned, finite where compared) differ by at most :data:`REPEAT` of the larger at
+    every point where both are finite (at least one): two curves, two heatmap columns, that read as one."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    both = np.isfinite(a) & np.isfinite(b)
+    return bool(both.any() and np.all(np.abs(a[both] - b[both])
+                                      <= REPEAT * np.maximum(np.abs(a[both]), np.abs(b[both]))))
+
+
+def flat_curve(values: Iterable[float] | np.ndarray | pd.Series) -> bool:
+    """Whether a curve is flat: its finite values are constant (:func:`near_constant`) or span at most
+    :data:`REPEAT` of their largest (n = 4 on chat, 1.00-1.02 tokens per call) - the rule that says a curve repeats
+    another, applied to the curve against its own level."""
+    v = np.asarray(values, dtype=float).ravel()
+    finite = v[np.isfinite(v)]
+    return near_constant(finite) or bool(np.ptp(finite) <= REPEAT * np.max(np.abs(finite)))
 
 
 def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, offset: float = 0.0,
                      same_at: str | None = None) -> dict[tuple, tuple[str, object]]:
     """The curves of :func:`series_panels` a reader learns nothing more from, per (panel value, series value):
-    ``("repeats", previous)`` for a curve within :data:`REPEAT` of the previous series' (in increasing order) in the
-    same panel at every point (matched on ``same_at``, default ``x``: an n-gram store's t, where n ≤ 4 stores more
-    n-grams than n ≤ 3 for the same t), and ``("flat", (low, high))`` for a curve whose values are constant or
-    nearly so (:func:`near_constant`, values only: an interval says nothing of whether a curve moves)."""
+    ``("repeats", drawn)`` for a curve within :data:`REPEAT` at every point (matched on ``same_at``, default ``x``:
+    an n-gram store's t, where n ≤ 4 stores more n-grams than n ≤ 3 for the same t) of the last series drawn before
+    it in the same panel (in increasing order: a chain n ≤ 3, n ≤ 4, n ≤ 5 of repeats is said against n ≤ 3, the
+    curve a reader sees, and a curve drifting away from it step by step is drawn once it is more than 2% away),
+    and ``("flat", (low, high))`` for a flat curve (:func:`flat_curve`, values only: an interval says nothing of
+    whether a curve moves)."""
     key = same_at or x
     out: dict[tuple, tuple[str, object]] = {}
     for row in dict.fromkeys(frame[panels]):
-        previous: tuple[object, pd.Series] | None = None
+        drawn: tuple[object, pd.Series] | None = None
         for value in sorted(frame[series].unique()):
             d = frame[(frame[panels] == row) & (frame[series] == value)]
             if d.empty:
                 continue
             curve = (d.set_index(key)[y] + offset).astype(float).sort_index()
-            if near_constant(curve):
+            if flat_curve(curve):
                 out[(row, value)] = ("flat", (float(curve.min()), float(curve.max())))
-            elif previous is not None and len(curve) > 1 and previous[1].index.equals(curve.index) and bool(
-                    np.all(np.abs(curve - previous[1]) <= REPEAT * np.maximum(curve.abs(), previous[1].abs()))):
-                out[(row, value)] = ("repeats", previous[0])
-            previous = (value, curve)
+            elif drawn is not None and len(curve) > 1 and drawn[1].index.equals(curve.index) \
+                    and within(curve, drawn[1]):
+                out[(row, value)] = ("repeats", drawn[0])
+            else:
+                drawn = (value, curve)
     return out
 
 
+def _level(lo: float, hi: float) -> str:
+    """A flat curve's level: one number when both ends print alike ("1.00"), else its range ("1.00–1.02")."""
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+
+
 def unchanged_sentence(said: Mapping[tuple, tuple[str, object]], name: str, rows: Sequence, unit: str = "") -> str:
-    """One sentence naming what :func:`unchanged_series` found (``""`` when nothing): "Not drawn: n ≤ 4, n ≤ 5
-    within 2% of n ≤ 3 at every point; n = 5 flat at 1.00 tokens per call on chat." A clause names the panels
-    it holds for unless it holds for every one of ``rows``."""
+    """One sentence naming what :func:`unchanged_series` found (``""`` when nothing), each repeat against the
+    drawn series it repeats: "Not drawn: n ≤ 4, n ≤ 5 within 2% of n ≤ 3 at every point; n ≤ 3 within 2% of n ≤ 2
+    at every point on chat; n = 5 flat at 1.00 tokens per call on chat." A clause names the panels it holds for
+    unless it holds for every one of ``rows``."""
     def words(kind: str, detail, where: list) -> str:
         if kind == "repeats":
             return f"within {REPEAT:.0%} of {name.format(detail)} at every point"
-        lo, hi = min(said[(row, value)][1][0] for row in where), max(said[(row, value)][1][1] for row in where)
-        level = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+        level = _level(min(said[(row, value)][1][0] for value, row in where),
+                       max(said[(row, value)][1][1] for value, row in where))
         return f"flat at {level}{' ' + unit if unit else ''}"
 
-    clauses: dict[str, list[str]] = {}
-    for value in dict.fromkeys(v for _, v in said):
-        where = [row for row in rows if (row, value) in said]
-        if len({said[(row, value)] if said[(row, value)][0] == "repeats" else "flat" for row in where}) == 1:
-            text = words(*said[(where[0], value)], where) + ("" if len(where) == len(rows)
-                                                              else " on " + ", ".join(map(str, where)))
-        else:
-            text = ", ".join(f"{words(*said[(row, value)], [row])} on {row}" for row in where)
-        clauses.setdefault(text, []).append(name.format(value))
-    return ("Not drawn: " + "; ".join(f"{', '.join(names)} {text}" for text, names in clauses.items()) + "."
-            if clauses else "")
+    phrases: dict[tuple, dict[object, list]] = {}  # what a curve is (repeats X, flat) -> series value -> its panels
+    for (row, value), (kind, detail) in said.items():
+        phrases.setdefault((kind, detail if kind == "repeats" else None), {}).setdefault(value, []).append(row)
+    clauses = []
+    for (kind, detail), values in sorted(phrases.items(), key=lambda kv: min(kv[1])):
+        by_rows: dict[tuple, list] = {}
+        for value in sorted(values):
+            by_rows.setdefault(tuple(r for r in rows if r in values[value]), []).append(value)
+        for where, group in by_rows.items():
+            text = words(kind, detail, [(v, r) for v in group for r in where])
+            text += "" if len(where) == len(rows) else " on " + ", ".join(map(str, where))
+            clauses.append(f"{', '.join(name.format(v) for v in group)} {text}")
+    return "Not drawn: " + "; ".join(clauses) + "." if clauses else ""
 
 
 def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
@@ -556,7 +586,7 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
             if (row, value) in said and small_multiples:
                 kind, detail = said[(row, value)]
                 words = (f"as {name.format(detail)}\n(within {REPEAT:.0%} at every point)" if kind == "repeats" else
-                         f"flat at {detail[0]:.2f}–{detail[1]:.2f}\n{unit}")
+                         f"flat at {_level(*detail)}\n{unit}")
                 ax.text(0.5, 0.5, f"{words}:\nnot drawn", transform=ax.transAxes, ha="center", va="center",
                         fontsize=7, color="0.3")
                 continue
