@@ -460,6 +460,33 @@ def test_a_tokens_per_call_curve_within_2_percent_of_its_level_is_flat():
         "Not drawn: n = 4, n = 5 flat at 1.00–1.02 tokens per call on chat.")
 
 
+def test_heatmap_columns_that_repeat_the_one_before_are_said_not_drawn():
+    """The model bigram's w ≥ 4 columns at w = 2's tokens per call (its chains stop after two tokens): left blank,
+    said in their place and in the suptitle; a plateau only, a column in the middle repeating its neighbour stays."""
+    bigram = pd.DataFrame({1: [1.16, 1.24, 1.35], 2: [1.18, 1.28, 1.445], 4: [1.18, 1.28, 1.445],
+                           8: [1.18, 1.282, np.nan]}, index=pd.Index([1, 2, 4], name="k"))
+    bigram.columns.name = "w"
+    assert plots.repeated_columns(bigram) == {4: 2, 8: 2}
+    middle = bigram.copy()
+    middle[8] = [1.3, 1.4, 1.6]
+    assert plots.repeated_columns(middle) == {}
+    rows = [{"family": f, "set": s, "k": k, "w": w, "tpc": table.loc[k, w]} for s in ("HumanEval", "MT-Bench")
+            for f, table in (("model bigram", bigram), ("mixed", bigram * np.array([1.0, 1.3, 1.6, 1.9])))
+            for k in table.index for w in table.columns]
+    fig, axes = plots.grid_panels(pd.DataFrame(rows), rows="set", panels="family", value="tpc", label="tokens per call",
+                                  norm=plots.TOKENS_PER_CALL_NORM, cmap=plots.SEQUENTIAL_CMAP, title="a title")
+    assert fig._suptitle.get_text() == ("a title\nNot drawn, within 2% in every row of the column named: model bigram "
+                                        "w ≥ 4 (as w = 2).")
+    mesh = [c for c in axes[0, 0].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
+    assert np.ma.count(mesh.get_array()) == 6  # w = 1, 2 drawn, w ≥ 4 masked
+    assert "w ≥ 4:\nas\nw = 2" in [t.get_text() for t in axes[0, 0].texts]
+    mesh = [c for c in axes[0, 1].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
+    assert np.ma.count(mesh.get_array()) == 11  # mixed: every measured cell
+    said = {("draft model", "HumanEval"): {16: 8}}
+    assert plots.grid_sentence(said, ["HumanEval", "MT-Bench"]).endswith("draft model on HumanEval w = 16 (as w = 8).")
+    plt.close("all")
+
+
 def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():
     dresd = [1.026, 1.027, 1.036, 1.041]  # DReSD on MT-Bench: 1.03-1.04 on a 1-5 scale, one colour
     assert plots.flat_on_scale(dresd, plots.TOKENS_PER_CALL_NORM)
