@@ -398,6 +398,32 @@ def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tm
     plt.close("all")
 
 
+def test_paired_ratios_shade_the_verdicts_tolerance_behind_the_rows_it_judges():
+    from specnb.experiments import shapes
+    from specnb.study.verdicts import PREDICTION
+
+    measured = pd.DataFrame({"method": ["mixed 2x4 tree", "mixed 2x4 batch"], "family": ["mixed"] * 2,
+                             "accuracy": [0.89, 0.68], "accuracy_low": [0.82, 0.60], "accuracy_high": [0.94, 0.74]})
+    tree = pd.DataFrame({"family": ["mixed"], "k": [2], "w": [4], "ratio": [1.31], "low": [1.25], "high": [1.38]})
+    band = shapes.prediction_band(measured)
+    assert (band.low, band.high) == (1 - PREDICTION, 1 + PREDICTION)  # the verdict's constant, not typed
+    frame = shapes.timed_ratios(measured, tree)
+    assert set(band.rows) == set(frame.row[:2])  # the measured / predicted rows, not tree / batch
+    fig, ax = plt.subplots(figsize=(6.4, 2.4))
+    plots.paired_ratios(ax, frame, xlabel="ratio", fmt="{:.2f}", band=band)
+    plots.legend_outside(fig, "below")
+    shaded = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+    assert len(shaded) == 1 and shaded[0].get_label() == band.label
+    xs, ys = shaded[0].get_paths()[0].vertices.T
+    assert np.isclose(xs.min(), 1 - PREDICTION) and np.isclose(xs.max(), 1 + PREDICTION)
+    ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+    assert ys.min() < ticks[frame.row[1]] < ticks[frame.row[0]] < ys.max() < ticks[frame.row[0]] + 1
+    assert ys.min() > ticks[frame.row[2]]  # not behind tree / batch rows
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [band.label]
+    assert plots.key_problems(fig) == [] and plots.layout_problems(fig) == []
+    plt.close(fig)
+
+
 def _curves(values: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
     rows = [{"task": task, "n": n, "t": t, "entries": t * n, "y": y, "y_low": y - 0.1, "y_high": y + 0.1}
             for (task, n), ys in values.items() for t, y in zip((250, 500, 1000), ys, strict=True)]

@@ -411,7 +411,7 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
 
 
 def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = "×{:.2f}",
-                  reference: float = 1.0) -> plt.Axes:
+                  reference: float = 1.0, band: Band | None = None) -> plt.Axes:
     """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
     with its paired 90% interval (capped error bars), its value printed past the interval, and a reference line
     at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
@@ -422,7 +422,10 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     numerator's, :func:`color`); optional ``group`` (a prompt set, a corpus): every group gets a sub-row of its
     own under each row and a marker (:data:`MARKERS`), named by an entry for :func:`legend_outside`. Rows are
     drawn in the frame's order, first on top (the claims' order, never re-sorted). Raises DegenerateData when
-    fewer than one value is finite."""
+    fewer than one value is finite.
+
+    band: the tolerance a verdict judges some rows by (:class:`Band`: a cost model's prediction within 15% of 1), a
+    shaded region behind those rows only, named in the legend (:func:`legend_outside`)."""
     from matplotlib.lines import Line2D
 
     from ..eval.checks import DegenerateData
@@ -450,6 +453,7 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
             ax.scatter([r.value], [y], color=hue, marker=MARKERS[j % len(MARKERS)], s=32, zorder=3,
                        edgecolors="0.1", linewidths=0.4)
             marks.append(r.value)
+    marks += [band.low, band.high] if band is not None else []  # the whole band in view
     finite = np.asarray([m for m in marks if np.isfinite(m)], dtype=float)
     lo, hi = float(finite.min()), float(finite.max())
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
@@ -459,6 +463,11 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
             end = np.nanmax([r.value, r.high]) if np.isfinite(r.high) else r.value
             _print_value(ax, end + 0.025 * span, top - i * block - j, fmt.format(r.value), "left")
     ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
+    if band is not None:  # behind the rows it judges, from the top of the first to the bottom of the last
+        spans = [i for i, row in enumerate(rows) if band.rows is None or row in band.rows]
+        if spans:
+            ax.fill_betweenx([top - max(spans) * block - len(groups) + 0.5, top - min(spans) * block + 0.5],
+                             band.low, band.high, color=BAND_COLOR, alpha=0.35, lw=0, zorder=0, label=band.label)
     centres = [top - i * block - (len(groups) - 1) / 2 for i in range(len(rows))]
     ax.set_yticks(centres, rows)
     ax.set_ylim(-0.7, top + 0.7)
@@ -470,6 +479,20 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
             ax.add_line(Line2D([], [], marker=MARKERS[j % len(MARKERS)], ls="none", color="0.45", mec="0.1",
                                mew=0.4, ms=6, label=str(group)))
     return ax
+
+
+@dataclass(frozen=True)
+class Band:
+    """A tolerance drawn as a shaded region in :func:`paired_ratios`: [low, high] (a verdict's, from
+    :mod:`specnb.study.verdicts`, never typed), its legend entry, and the rows it judges (None: every row)."""
+
+    low: float
+    high: float
+    label: str
+    rows: tuple[str, ...] | None = None
+
+
+BAND_COLOR = "0.6"  # a tolerance's shaded region: grey (no method's hue), behind the dots
 
 
 REPEAT = 0.02
