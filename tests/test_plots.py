@@ -52,13 +52,13 @@ def test_display_names_come_from_the_method_registry():
         ("rest-priced", "REST, priced"), ("crest", "CREST"),
         ("crest-priced", "CREST, priced"), ("dense", "DReSD"), ("dense-id", "DReSD, ID store"),
         ("dense-priced", "DReSD, priced"), ("sd", "SD"), ("mcsd", "MCSD"), ("suffix", "SuffixDecoding"),
-        ("recycle", "Token Recycling"), ("auto", "auto (router)"), ("-", "no draft"), ("merged", "two members merged")]
+        ("recycle", "Token Recycling"), ("auto", "auto"), ("-", "no draft"), ("merged", "two members merged")]
 
 
 def test_bars_are_sorted_labelled_and_carry_their_interval():
     fig, ax = plt.subplots()
     plots.hbars(ax, ["pld", "rest", "auto"], [1.2, 0.8, 2.0], [1.1, 0.7, 1.8], [1.3, 0.9, 2.2], reference=1.0)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["REST", "prompt lookup", "auto (router)"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["REST", "prompt lookup", "auto"]
     assert sorted(t.get_text() for t in ax.texts) == ["0.80", "1.20", "2.00"]
     assert plots.layout_problems(fig) == []
     with pytest.raises(DegenerateData, match="constant"):
@@ -127,10 +127,10 @@ def test_one_row_order_per_figure_kept_in_every_panel():
     plots.hbars(axes[1], labels, [5.0, 9.0, 1.0])  # another ranking: rows stay put
     plots.dots(axes[2], labels, [0.9, 0.95, 0.99])
     rows = [[t.get_text() for t in ax.get_yticklabels()] for ax in axes]
-    assert rows[0] == rows[1] == rows[2] == ["REST", "prompt lookup", "auto (router)"]
+    assert rows[0] == rows[1] == rows[2] == ["REST", "prompt lookup", "auto"]
     fig, ax = plt.subplots()  # another figure sorts by its own values
     plots.hbars(ax, labels, [5.0, 9.0, 1.0])
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto (router)", "prompt lookup", "REST"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto", "prompt lookup", "REST"]
     fig, axes = plt.subplots(1, 2)  # other labels of the same methods (06's best shape per set): kept by method
     plots.hbars(axes[0], ["pld", "mixed (1, 10)"], [1.6, 1.5])
     plots.hbars(axes[1], ["mixed (1, 6)", "pld"], [1.53, 1.50])
@@ -365,7 +365,7 @@ def test_a_title_with_a_long_model_path_is_wrapped_to_fit(tmp_path, monkeypatch)
 
 
 def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tmp_path, monkeypatch):
-    frame = pd.DataFrame({"row": ["SuffixDecoding / prompt lookup"] * 2 + ["auto (router) / prompt lookup"] * 2,
+    frame = pd.DataFrame({"row": ["SuffixDecoding / prompt lookup"] * 2 + ["auto / prompt lookup"] * 2,
                           "group": ["code", "chat"] * 2, "value": [1.12, 0.97, 1.30, np.nan],
                           "low": [1.05, 0.90, 1.10, np.nan], "high": [1.20, 1.05, np.nan, np.nan],
                           "method": ["suffix", "suffix", "auto", "auto"]})
@@ -373,8 +373,8 @@ def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tm
     plots.paired_ratios(ax, frame, xlabel="ratio", fmt="×{:.2f}")
     plots.legend_outside(ax)
     ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
-    assert list(ticks) == ["SuffixDecoding / prompt lookup", "auto (router) / prompt lookup"]
-    assert ticks["SuffixDecoding / prompt lookup"] > ticks["auto (router) / prompt lookup"]  # first on top
+    assert list(ticks) == ["SuffixDecoding / prompt lookup", "auto / prompt lookup"]
+    assert ticks["SuffixDecoding / prompt lookup"] > ticks["auto / prompt lookup"]  # first on top
     assert sorted(t.get_text() for t in ax.texts) == ["×0.97", "×1.12", "×1.30"]  # every finite value printed
     assert [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 2] == [1.0]  # the line at 1
     assert len(ax.containers) == 2  # an interval for each row that has one, none invented for the rest
@@ -421,6 +421,36 @@ def test_paired_ratios_shade_the_verdicts_tolerance_behind_the_rows_it_judges():
     assert ys.min() > ticks[frame.row[2]]  # not behind tree / batch rows
     assert [t.get_text() for t in fig.legends[0].get_texts()] == [band.label]
     assert plots.key_problems(fig) == [] and plots.layout_problems(fig) == []
+    plt.close(fig)
+
+
+def test_ratio_tick_labels_are_short_and_use_the_figures_names():
+    """Notebook 10's tick labels: each method by its one figure name (plots.label), a ratio on two short lines."""
+    from specnb.experiments import beyond
+
+    rows = [beyond.ratio_row(m, o) for ratios in beyond.FIGURE_RATIOS.values() for m, o, _ in ratios]
+    assert "auto /\nbest single" in rows and "SuffixDecoding /\nretrieval ceiling" in rows
+    assert max(len(line) for row in rows for line in row.split("\n")) <= 18
+    assert all(row.split(" /")[0] == plots.label(m) for ratios in beyond.FIGURE_RATIOS.values()
+               for (m, o, _), row in zip(ratios, [beyond.ratio_row(*r[:2]) for r in ratios], strict=True))
+    assert plots.label("auto") == plots.style("auto").label == "auto"
+
+
+def test_a_value_left_of_the_line_at_one_is_printed_past_it():
+    """Token Recycling's ×0.85 (0.76-0.95): printed past its interval it would sit across the line at 1 on a white
+    ground and hide it; it goes past the line. A value whose interval ends right of 1 stays beside its interval."""
+    frame = pd.DataFrame({"row": ["a", "b", "c"], "value": [0.85, 1.01, 0.5], "low": [0.76, 0.99, 0.45],
+                          "high": [0.95, 1.03, 0.55], "method": ["recycle", "suffix", "pld"]})
+    fig, ax = plt.subplots(figsize=(7.2, 3.0))
+    plots.paired_ratios(ax, frame, xlabel="ratio")
+    where = {t.get_text(): t.get_position()[0] for t in ax.texts}
+    assert where["×0.85"] > 1.0  # past the line
+    assert 1.03 < where["×1.01"] < 1.1 and 0.55 < where["×0.50"] < 0.7  # beside their intervals
+    fig.canvas.draw()
+    line = ax.transData.transform((1.0, 0))[0]
+    for text in ax.texts:
+        box = text.get_window_extent()
+        assert not box.x0 < line < box.x1, text.get_text()
     plt.close(fig)
 
 

@@ -108,9 +108,14 @@ then, the legend title's note): a figure that fills a bar or a dot with a shade 
 base colour beside it (:func:`add_shade_key`, called by :func:`save_figure`; :func:`key_problems` refuses one
 without)."""
 
+REFERENCES = {"best": "best single", "ceiling": "retrieval ceiling"}
+"""What a ratio is taken over when it is not a method (:func:`label`): the fastest single method timed on the
+same prompts, the tokens per call no retrieval drafter can beat (notebook 10)."""
+
 STYLES: dict[str, MethodStyle] = {key: MethodStyle(NOT_METHODS[key] if key in NOT_METHODS else METHODS[key].label,
                                                    color) for key, color in COLORS.items()}
-"""Method key -> its display name (the registry's, :data:`specnb.eval.methods.METHODS`) and colour."""
+"""Method key -> its display name (the registry's, :data:`specnb.eval.methods.METHODS`: one name per method in
+every figure, short enough for a tick label) and colour."""
 
 ALIASES = {
     "prompt lookup": "pld", "context n-grams": "pld", "context": "pld", "ar": "ar", "baseline (ar)": "ar",
@@ -157,8 +162,9 @@ def color(label: str) -> str:
 
 
 def label(name: str) -> str:
-    """The display name of a method key (``pld`` -> ``prompt lookup``); any other label is kept."""
-    return STYLES[name].label if name in STYLES else name
+    """The display name of a method key (``pld`` -> ``prompt lookup``) or of a :data:`REFERENCES` key (``best`` ->
+    ``best single``); any other label is kept."""
+    return STYLES[name].label if name in STYLES else REFERENCES.get(name, name)
 
 
 def _method_key(label: str) -> str | None:
@@ -413,7 +419,8 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
 def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = "×{:.2f}",
                   reference: float = 1.0, band: Band | None = None) -> plt.Axes:
     """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
-    with its paired 90% interval (capped error bars), its value printed past the interval, and a reference line
+    with its paired 90% interval (capped error bars), its value printed past the interval (past the reference line
+    when it would cross it there), and a reference line
     at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
     under intervals as wide as the prompts differ; the paired ratio shows it.
 
@@ -457,11 +464,17 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     finite = np.asarray([m for m in marks if np.isfinite(m)], dtype=float)
     lo, hi = float(finite.min()), float(finite.max())
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
+    # data units per inch of text, with room for the tick labels' share of the figure after layout
+    per_inch = 1.3 * 1.6 * span / (ax.get_position().width * ax.figure.get_figwidth())
     for r in frame.itertuples():
         if np.isfinite(r.value):
             i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
             end = np.nanmax([r.value, r.high]) if np.isfinite(r.high) else r.value
-            _print_value(ax, end + 0.025 * span, top - i * block - j, fmt.format(r.value), "left")
+            text = fmt.format(r.value)
+            x = end + 0.025 * span
+            if x < reference < x + (len(text) * 0.6 * 7 / 72 + 0.05) * per_inch:  # it would hide the line at 1
+                x = reference + 0.025 * span  # past the line: the line and the value both stay readable
+            _print_value(ax, x, top - i * block - j, text, "left")
     ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     if band is not None:  # behind the rows it judges, from the top of the first to the bottom of the last
         spans = [i for i, row in enumerate(rows) if band.rows is None or row in band.rows]
