@@ -533,30 +533,34 @@ def flat_curve(values: Iterable[float] | np.ndarray | pd.Series) -> bool:
 
 
 def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, offset: float = 0.0,
-                     same_at: str | None = None) -> dict[tuple, tuple[str, object]]:
+                     same_at: str | None = None, drawn: Iterable = ()) -> dict[tuple, tuple[str, object]]:
     """The curves of :func:`series_panels` a reader learns nothing more from, per (panel value, series value):
     ``("repeats", drawn)`` for a curve within :data:`REPEAT` at every point (matched on ``same_at``, default ``x``:
     an n-gram store's t, where n ≤ 4 stores more n-grams than n ≤ 3 for the same t) of the last series drawn before
     it in the same panel (in increasing order: a chain n ≤ 3, n ≤ 4, n ≤ 5 of repeats is said against n ≤ 3, the
     curve a reader sees, and a curve drifting away from it step by step is drawn once it is more than 2% away),
     and ``("flat", (low, high))`` for a flat curve (:func:`flat_curve`, values only: an interval says nothing of
-    whether a curve moves)."""
-    key = same_at or x
+    whether a curve moves). ``drawn``: series values drawn in every panel whatever they show (a small multiple's
+    column kept for another panel: its panel draws it rather than say it)."""
+    key, forced = same_at or x, set(drawn)
     out: dict[tuple, tuple[str, object]] = {}
     for row in dict.fromkeys(frame[panels]):
-        drawn: tuple[object, pd.Series] | None = None
+        last: tuple[object, pd.Series] | None = None
         for value in sorted(frame[series].unique()):
             d = frame[(frame[panels] == row) & (frame[series] == value)]
             if d.empty:
                 continue
             curve = (d.set_index(key)[y] + offset).astype(float).sort_index()
+            if value in forced:
+                last = (value, curve)
+                continue
             if flat_curve(curve):
                 out[(row, value)] = ("flat", (float(curve.min()), float(curve.max())))
-            elif drawn is not None and len(curve) > 1 and drawn[1].index.equals(curve.index) \
-                    and within(curve, drawn[1]):
-                out[(row, value)] = ("repeats", drawn[0])
+            elif last is not None and len(curve) > 1 and last[1].index.equals(curve.index) \
+                    and within(curve, last[1]):
+                out[(row, value)] = ("repeats", last[0])
             else:
-                drawn = (value, curve)
+                last = (value, curve)
     return out
 
 
@@ -605,10 +609,18 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
     in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars.
     A curve that repeats an earlier series' or stays flat (:func:`unchanged_series`, matched on ``same_at``) is
     not drawn: the suptitle ``title`` gets a second line saying so (:func:`unchanged_sentence`, ``unit`` after a
-    flat level); a small multiple left out in every row loses its column, in some rows its panel says it.
+    flat level); a small multiple left out in every row loses its column, one drawn in some rows is drawn in all
+    (its column is there: a panel shows the curve rather than words), later ones said against it.
     Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
-    said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at)
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
+    kept: set = set()  # small multiples: a column kept for one row is drawn in every row (no panel of words only)
+    while True:
+        said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at,
+                                drawn=kept)
+        partial = {v for _, v in said if small_multiples and not all((row, v) in said for row in rows)}
+        if not partial:
+            break
+        kept |= partial
     hues = series_colors(len(values))  # by the series' place among all of them: a left-out one keeps none
     shown = [v for v in values if not small_multiples or not all((row, v) in said for row in rows)]
     shape = (len(rows), len(shown)) if small_multiples else (1, len(rows))
@@ -619,13 +631,6 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
             i = values.index(value)
             ax = axes[r, c] if small_multiples else axes[0, r]
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
-            if (row, value) in said and small_multiples:
-                kind, detail = said[(row, value)]
-                words = (f"as {name.format(detail)}\n(within {REPEAT:.0%} at every point)" if kind == "repeats" else
-                         f"flat at {_level(*detail)}\n{unit}")
-                ax.text(0.5, 0.5, f"{words}:\nnot drawn", transform=ax.transAxes, ha="center", va="center",
-                        fontsize=7, color="0.3")
-                continue
             if d.empty or (row, value) in said:
                 continue
             curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
@@ -1149,7 +1154,7 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     for i, ax in enumerate(fig.axes):
         name = ax.get_title() or ax.get_label() or f"panel {i}"
         for axis_name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            labels = _drawn_tick_labels(axis)
+            labels = _lasttick_labels(axis)
             boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels]
             problems += [f"{name}: {axis_name} tick labels {a!r} and {b!r} overlap"
                          for a, b in _overlapping(boxes, slack)]
@@ -1233,7 +1238,7 @@ def key_problems(fig: plt.Figure) -> list[str]:
     return sorted(set(problems), key=problems.index)
 
 
-def _drawn_tick_labels(axis) -> list:
+def _lasttick_labels(axis) -> list:
     """The tick labels matplotlib draws: visible, non-empty, at a tick inside the axis' view limits (it also
     keeps labels for ticks just outside them, which are never drawn)."""
     lo, hi = sorted(axis.get_view_interval())
