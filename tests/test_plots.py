@@ -52,13 +52,13 @@ def test_display_names_come_from_the_method_registry():
         ("rest-priced", "REST, priced"), ("crest", "CREST"),
         ("crest-priced", "CREST, priced"), ("dense", "DReSD"), ("dense-id", "DReSD, ID store"),
         ("dense-priced", "DReSD, priced"), ("sd", "SD"), ("mcsd", "MCSD"), ("suffix", "SuffixDecoding"),
-        ("recycle", "Token Recycling"), ("auto", "auto (router)"), ("-", "no draft"), ("merged", "two members merged")]
+        ("recycle", "Token Recycling"), ("auto", "auto"), ("-", "no draft"), ("merged", "two members merged")]
 
 
 def test_bars_are_sorted_labelled_and_carry_their_interval():
     fig, ax = plt.subplots()
     plots.hbars(ax, ["pld", "rest", "auto"], [1.2, 0.8, 2.0], [1.1, 0.7, 1.8], [1.3, 0.9, 2.2], reference=1.0)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["REST", "prompt lookup", "auto (router)"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["REST", "prompt lookup", "auto"]
     assert sorted(t.get_text() for t in ax.texts) == ["0.80", "1.20", "2.00"]
     assert plots.layout_problems(fig) == []
     with pytest.raises(DegenerateData, match="constant"):
@@ -127,10 +127,10 @@ def test_one_row_order_per_figure_kept_in_every_panel():
     plots.hbars(axes[1], labels, [5.0, 9.0, 1.0])  # another ranking: rows stay put
     plots.dots(axes[2], labels, [0.9, 0.95, 0.99])
     rows = [[t.get_text() for t in ax.get_yticklabels()] for ax in axes]
-    assert rows[0] == rows[1] == rows[2] == ["REST", "prompt lookup", "auto (router)"]
+    assert rows[0] == rows[1] == rows[2] == ["REST", "prompt lookup", "auto"]
     fig, ax = plt.subplots()  # another figure sorts by its own values
     plots.hbars(ax, labels, [5.0, 9.0, 1.0])
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto (router)", "prompt lookup", "REST"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto", "prompt lookup", "REST"]
     fig, axes = plt.subplots(1, 2)  # other labels of the same methods (06's best shape per set): kept by method
     plots.hbars(axes[0], ["pld", "mixed (1, 10)"], [1.6, 1.5])
     plots.hbars(axes[1], ["mixed (1, 6)", "pld"], [1.53, 1.50])
@@ -365,7 +365,7 @@ def test_a_title_with_a_long_model_path_is_wrapped_to_fit(tmp_path, monkeypatch)
 
 
 def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tmp_path, monkeypatch):
-    frame = pd.DataFrame({"row": ["SuffixDecoding / prompt lookup"] * 2 + ["auto (router) / prompt lookup"] * 2,
+    frame = pd.DataFrame({"row": ["SuffixDecoding / prompt lookup"] * 2 + ["auto / prompt lookup"] * 2,
                           "group": ["code", "chat"] * 2, "value": [1.12, 0.97, 1.30, np.nan],
                           "low": [1.05, 0.90, 1.10, np.nan], "high": [1.20, 1.05, np.nan, np.nan],
                           "method": ["suffix", "suffix", "auto", "auto"]})
@@ -373,8 +373,8 @@ def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tm
     plots.paired_ratios(ax, frame, xlabel="ratio", fmt="×{:.2f}")
     plots.legend_outside(ax)
     ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
-    assert list(ticks) == ["SuffixDecoding / prompt lookup", "auto (router) / prompt lookup"]
-    assert ticks["SuffixDecoding / prompt lookup"] > ticks["auto (router) / prompt lookup"]  # first on top
+    assert list(ticks) == ["SuffixDecoding / prompt lookup", "auto / prompt lookup"]
+    assert ticks["SuffixDecoding / prompt lookup"] > ticks["auto / prompt lookup"]  # first on top
     assert sorted(t.get_text() for t in ax.texts) == ["×0.97", "×1.12", "×1.30"]  # every finite value printed
     assert [line.get_xdata()[0] for line in ax.lines if len(line.get_xdata()) == 2] == [1.0]  # the line at 1
     assert len(ax.containers) == 2  # an interval for each row that has one, none invented for the rest
@@ -398,6 +398,62 @@ def test_paired_ratios_draw_one_panel_with_a_line_at_one_values_and_intervals(tm
     plt.close("all")
 
 
+def test_paired_ratios_shade_the_verdicts_tolerance_behind_the_rows_it_judges():
+    from specnb.experiments import shapes
+    from specnb.study.verdicts import PREDICTION
+
+    measured = pd.DataFrame({"method": ["mixed 2x4 tree", "mixed 2x4 batch"], "family": ["mixed"] * 2,
+                             "accuracy": [0.89, 0.68], "accuracy_low": [0.82, 0.60], "accuracy_high": [0.94, 0.74]})
+    tree = pd.DataFrame({"family": ["mixed"], "k": [2], "w": [4], "ratio": [1.31], "low": [1.25], "high": [1.38]})
+    band = shapes.prediction_band(measured)
+    assert (band.low, band.high) == (1 - PREDICTION, 1 + PREDICTION)  # the verdict's constant, not typed
+    frame = shapes.timed_ratios(measured, tree)
+    assert set(band.rows) == set(frame.row[:2])  # the measured / predicted rows, not tree / batch
+    fig, ax = plt.subplots(figsize=(6.4, 2.4))
+    plots.paired_ratios(ax, frame, xlabel="ratio", fmt="{:.2f}", band=band)
+    plots.legend_outside(fig, "below")
+    shaded = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+    assert len(shaded) == 1 and shaded[0].get_label() == band.label
+    xs, ys = shaded[0].get_paths()[0].vertices.T
+    assert np.isclose(xs.min(), 1 - PREDICTION) and np.isclose(xs.max(), 1 + PREDICTION)
+    ticks = {t.get_text(): t.get_position()[1] for t in ax.get_yticklabels()}
+    assert ys.min() < ticks[frame.row[1]] < ticks[frame.row[0]] < ys.max() < ticks[frame.row[0]] + 1
+    assert ys.min() > ticks[frame.row[2]]  # not behind tree / batch rows
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [band.label]
+    assert plots.key_problems(fig) == [] and plots.layout_problems(fig) == []
+    plt.close(fig)
+
+
+def test_ratio_tick_labels_are_short_and_use_the_figures_names():
+    """Notebook 10's tick labels: each method by its one figure name (plots.label), a ratio on two short lines."""
+    from specnb.experiments import beyond
+
+    rows = [beyond.ratio_row(m, o) for ratios in beyond.FIGURE_RATIOS.values() for m, o, _ in ratios]
+    assert "auto /\nbest single" in rows and "SuffixDecoding /\nretrieval ceiling" in rows
+    assert max(len(line) for row in rows for line in row.split("\n")) <= 18
+    assert all(row.split(" /")[0] == plots.label(m) for ratios in beyond.FIGURE_RATIOS.values()
+               for (m, o, _), row in zip(ratios, [beyond.ratio_row(*r[:2]) for r in ratios], strict=True))
+    assert plots.label("auto") == plots.style("auto").label == "auto"
+
+
+def test_a_value_left_of_the_line_at_one_is_printed_past_it():
+    """Token Recycling's ×0.85 (0.76-0.95): printed past its interval it would sit across the line at 1 on a white
+    ground and hide it; it goes past the line. A value whose interval ends right of 1 stays beside its interval."""
+    frame = pd.DataFrame({"row": ["a", "b", "c"], "value": [0.85, 1.01, 0.5], "low": [0.76, 0.99, 0.45],
+                          "high": [0.95, 1.03, 0.55], "method": ["recycle", "suffix", "pld"]})
+    fig, ax = plt.subplots(figsize=(7.2, 3.0))
+    plots.paired_ratios(ax, frame, xlabel="ratio")
+    where = {t.get_text(): t.get_position()[0] for t in ax.texts}
+    assert where["×0.85"] > 1.0  # past the line
+    assert 1.03 < where["×1.01"] < 1.1 and 0.55 < where["×0.50"] < 0.7  # beside their intervals
+    fig.canvas.draw()
+    line = ax.transData.transform((1.0, 0))[0]
+    for text in ax.texts:
+        box = text.get_window_extent()
+        assert not box.x0 < line < box.x1, text.get_text()
+    plt.close(fig)
+
+
 def _curves(values: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
     rows = [{"task": task, "n": n, "t": t, "entries": t * n, "y": y, "y_low": y - 0.1, "y_high": y + 0.1}
             for (task, n), ys in values.items() for t, y in zip((250, 500, 1000), ys, strict=True)]
@@ -412,23 +468,79 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}", offset=1.0,
                                     titles={"code": "code", "chat": "chat"}, same_at="t", unit="tokens per call",
                                     title="a title")
-    assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code, flat at "
-                                        "1.00 tokens per call on chat.")
+    assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code; n = 3 "
+                                        "flat at 1.00 tokens per call on chat.")
     assert [len(ax.containers) for ax in axes.flat] == [2, 2]  # n = 3 drawn in neither panel
-    # small multiples: a series said in every row loses its column, one said in some rows says it in its panel
-    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.5, 0.7, 0.9],
-                     ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.2, 0.3, 0.5], ("chat", 3): [0.3, 0.5, 0.6]})
+    # small multiples: a series said in every row loses its column; one said in some rows only keeps its column
+    # and is drawn in every row (no panel of words alone), the later ones said against it
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.6, 0.8, 1.0],
+                     ("code", 4): [0.6, 0.8, 1.0], ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.3, 0.4, 0.6],
+                     ("chat", 3): [0.3, 0.4, 0.6], ("chat", 4): [0.3, 0.4, 0.6]})
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n ≤ {}", offset=1.0,
                                     titles={"code": "code", "chat": "chat"}, small_multiples="CREST", same_at="t")
     assert axes.shape == (2, 3)
-    assert [t.get_text() for t in axes[1, 1].texts] == ["as n ≤ 1\n(within 2% at every point):\nnot drawn"]
-    assert not axes[1, 1].lines and axes[0, 1].lines
-    assert "n ≤ 3 within 2% of n ≤ 2 at every point on code" in fig._suptitle.get_text()
+    assert all(ax.lines and not ax.texts for ax in axes.flat)  # chat's n ≤ 3 (as n ≤ 2) drawn in its column
+    assert fig._suptitle.get_text() == "Not drawn: n ≤ 4 within 2% of n ≤ 3 at every point."
     # nothing left out: no sentence, every series drawn
     frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9]})
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",
                                     titles={"code": "code"}, title="a title")
     assert fig._suptitle.get_text() == "a title" and len(axes[0, 0].containers) == 2
+    plt.close("all")
+
+
+def test_a_chain_of_repeats_is_said_against_the_series_drawn():
+    """n ≤ 4 repeats n ≤ 3 (drawn), n ≤ 5 repeats n ≤ 4 (not drawn): the sentence names n ≤ 3 for both, never a
+    series a reader cannot see; a curve drifting 1.5% a step is drawn once it is more than 2% from the drawn one."""
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.5, 0.7, 0.915],
+                     ("code", 4): [0.5, 0.7, 0.915], ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.2, 0.3, 0.5],
+                     ("chat", 3): [0.2, 0.3, 0.53], ("chat", 4): [0.2, 0.3, 0.56]})
+    said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0, same_at="t")
+    assert said == {("code", 3): ("repeats", 2), ("code", 4): ("repeats", 2), ("chat", 2): ("repeats", 1),
+                    ("chat", 3): ("repeats", 1)}  # chat n ≤ 4 is 4% from n ≤ 1 (drawn), 2% from n ≤ 3 (not)
+    assert all((row, detail) not in said for (row, _), (kind, detail) in said.items())  # each names a drawn one
+    sentence = plots.unchanged_sentence(said, "n ≤ {}", ["code", "chat"])
+    assert sentence == ("Not drawn: n ≤ 2, n ≤ 3 within 2% of n ≤ 1 at every point on chat; n ≤ 3, n ≤ 4 within 2% "
+                        "of n ≤ 2 at every point on code.")
+
+
+def test_a_tokens_per_call_curve_within_2_percent_of_its_level_is_flat():
+    """One rule for repeated and flat curves: n = 4 on chat, 1.00-1.02 tokens per call, is flat (within 2% of its
+    largest), as a curve within 2% of another repeats it; 1.02-1.07 is drawn."""
+    assert plots.flat_curve([1.0008, 1.005, 1.0201]) and plots.flat_curve([1.0, 1.0])
+    assert not plots.flat_curve([1.0201, 1.05, 1.0735]) and not plots.flat_curve([1.0, 1.021])
+    frame = _curves({("chat", 4): [0.0008, 0.005, 0.0201], ("chat", 5): [0.0, 0.0, 0.0],
+                     ("code", 4): [0.0201, 0.05, 0.0735], ("code", 5): [0.2, 0.3, 0.4]})
+    said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0)
+    assert said == {("chat", 4): ("flat", (1.0008, 1.0201)), ("chat", 5): ("flat", (1.0, 1.0))}
+    assert plots.unchanged_sentence(said, "n = {}", ["code", "chat"], "tokens per call") == (
+        "Not drawn: n = 4, n = 5 flat at 1.00–1.02 tokens per call on chat.")
+
+
+def test_heatmap_columns_that_repeat_the_one_before_are_said_not_drawn():
+    """The model bigram's w ≥ 4 columns at w = 2's tokens per call (its chains stop after two tokens): left blank,
+    said in their place and in the suptitle; a plateau only, a column in the middle repeating its neighbour stays."""
+    bigram = pd.DataFrame({1: [1.16, 1.24, 1.35], 2: [1.18, 1.28, 1.445], 4: [1.18, 1.28, 1.445],
+                           8: [1.18, 1.282, np.nan]}, index=pd.Index([1, 2, 4], name="k"))
+    bigram.columns.name = "w"
+    assert plots.repeated_columns(bigram) == {4: 2, 8: 2}
+    middle = bigram.copy()
+    middle[8] = [1.3, 1.4, 1.6]
+    assert plots.repeated_columns(middle) == {}
+    rows = [{"family": f, "set": s, "k": k, "w": w, "tpc": table.loc[k, w]} for s in ("HumanEval", "MT-Bench")
+            for f, table in (("model bigram", bigram), ("mixed", bigram * np.array([1.0, 1.3, 1.6, 1.9])))
+            for k in table.index for w in table.columns]
+    fig, axes = plots.grid_panels(pd.DataFrame(rows), rows="set", panels="family", value="tpc", label="tokens per call",
+                                  norm=plots.TOKENS_PER_CALL_NORM, cmap=plots.SEQUENTIAL_CMAP, title="a title")
+    assert fig._suptitle.get_text() == ("a title\nNot drawn, within 2% in every row of the column named: model bigram "
+                                        "w ≥ 4 (as w = 2).")
+    mesh = [c for c in axes[0, 0].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
+    assert np.ma.count(mesh.get_array()) == 6  # w = 1, 2 drawn, w ≥ 4 masked
+    assert "w ≥ 4:\nas\nw = 2" in [t.get_text() for t in axes[0, 0].texts]
+    mesh = [c for c in axes[0, 1].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
+    assert np.ma.count(mesh.get_array()) == 11  # mixed: every measured cell
+    said = {("draft model", "HumanEval"): {16: 8}}
+    assert plots.grid_sentence(said, ["HumanEval", "MT-Bench"]).endswith("draft model on HumanEval w = 16 (as w = 8).")
     plt.close("all")
 
 

@@ -279,6 +279,6 @@ def make(target: Any, options: Options) -> AutoDrafter:
 
 
 METHODS = (
-    Method("auto", "router: each step, the drafter with the best expected tokens/s on this machine", "auto (router)",
+    Method("auto", "router: each step, the drafter with the best expected tokens/s on this machine", "auto",
            Options, make),
 )

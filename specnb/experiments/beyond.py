@@ -233,14 +233,23 @@ def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict
 
 
 FIGURE_RATIOS = {
-    "speed": (("auto", "the fastest single method", "auto_vs_best"), ("auto", "prompt lookup", "auto_vs_pld"),
-              ("suffix", "prompt lookup", "suffix_vs_pld"), ("recycle", "prompt lookup", "recycle_vs_pld")),
-    "tokens_per_call": (("suffix", "prompt lookup", "suffix_vs_pld_tokens_per_call"),
-                        ("auto", "prompt lookup", "auto_vs_pld_tokens_per_call"),
-                        ("recycle", "prompt lookup", "recycle_vs_pld_tokens_per_call"),
-                        ("suffix", "the retrieval ceiling", "suffix_vs_ceiling"))}
-"""The ratios notebook 10 draws per metric: (method, what it is set over, :func:`verdicts`' key), the claims'
-order: each a ratio of two runs on the same prompts with its paired 90% interval."""
+    "speed": (("auto", "best", "auto_vs_best"), ("auto", "pld", "auto_vs_pld"),
+              ("suffix", "pld", "suffix_vs_pld"), ("recycle", "pld", "recycle_vs_pld")),
+    "tokens_per_call": (("suffix", "pld", "suffix_vs_pld_tokens_per_call"),
+                        ("auto", "pld", "auto_vs_pld_tokens_per_call"),
+                        ("recycle", "pld", "recycle_vs_pld_tokens_per_call"),
+                        ("suffix", "ceiling", "suffix_vs_ceiling"))}
+"""The ratios notebook 10 draws per metric: (method, what it is set over: a method or a
+:data:`specnb.study.plots.REFERENCES` key, :func:`verdicts`' key), the claims' order: each a ratio of two runs on
+the same prompts with its paired 90% interval."""
+
+
+def ratio_row(method: str, over: str) -> str:
+    """A ratio's tick label, on two lines (the figure's names, :func:`specnb.study.plots.label`): "SuffixDecoding /
+    prompt lookup" is too long for one."""
+    from ..study.plots import label
+
+    return f"{label(method)} /\n{label(over)}"
 
 
 def figure_ratios(summary: pd.DataFrame, ceiling: dict[str, float], metric: str) -> pd.DataFrame:
@@ -248,14 +257,12 @@ def figure_ratios(summary: pd.DataFrame, ceiling: dict[str, float], metric: str)
     :func:`verdicts` (the numbers :func:`compare_beyond` judges), one row each for
     :func:`specnb.study.plots.paired_ratios`: row ("SuffixDecoding / prompt lookup"), group (the set), value,
     low, high, method; a method the run left out has no row."""
-    from ..study.plots import label
-
-    rows = [{"row": f"{label(method)} / {over}", "group": name, "value": v[key], "low": v.get(f"{key}_low", math.nan),
+    rows = [{"row": ratio_row(method, over), "group": name, "value": v[key], "low": v.get(f"{key}_low", math.nan),
              "high": v.get(f"{key}_high", math.nan), "method": method}
             for name, v in verdicts(summary, ceiling).items() for method, over, key in FIGURE_RATIOS[metric]
             if np.isfinite(v[key])]
     frame = pd.DataFrame(rows, columns=["row", "group", "value", "low", "high", "method"])
-    order = {f"{label(m)} / {o}": i for i, (m, o, _) in enumerate(FIGURE_RATIOS[metric])}
+    order = {ratio_row(m, o): i for i, (m, o, _) in enumerate(FIGURE_RATIOS[metric])}
     return frame.sort_values("row", key=lambda r: r.map(order), kind="stable").reset_index(drop=True)
 
 

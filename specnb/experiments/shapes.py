@@ -458,6 +458,16 @@ def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
                     for r in ratios.itertuples()))
 
 
+def prediction_band(summary: pd.DataFrame) -> Any:
+    """The tolerance :func:`compare_timed` judges a measured over predicted speedup by (within
+    :data:`~specnb.study.verdicts.PREDICTION` of 1), as :func:`specnb.study.plots.paired_ratios` shades it behind
+    :func:`timed_ratios`' measured / predicted rows (not the tree / batch rows, judged against 1)."""
+    from ..study.plots import Band
+
+    return Band(1 - PREDICTION, 1 + PREDICTION, f"±{PREDICTION:.0%}: the prediction agrees",
+                tuple(f"{m}: measured / predicted" for m in summary.method))
+
+
 def timed_ratios(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     """The paired ratios :func:`compare_timed` judges, one row each for
     :func:`specnb.study.plots.paired_ratios`: every timed method's measured over predicted speedup

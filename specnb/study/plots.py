@@ -108,9 +108,14 @@ then, the legend title's note): a figure that fills a bar or a dot with a shade 
 base colour beside it (:func:`add_shade_key`, called by :func:`save_figure`; :func:`key_problems` refuses one
 without)."""
 
+REFERENCES = {"best": "best single", "ceiling": "retrieval ceiling"}
+"""What a ratio is taken over when it is not a method (:func:`label`): the fastest single method timed on the
+same prompts, the tokens per call no retrieval drafter can beat (notebook 10)."""
+
 STYLES: dict[str, MethodStyle] = {key: MethodStyle(NOT_METHODS[key] if key in NOT_METHODS else METHODS[key].label,
                                                    color) for key, color in COLORS.items()}
-"""Method key -> its display name (the registry's, :data:`specnb.eval.methods.METHODS`) and colour."""
+"""Method key -> its display name (the registry's, :data:`specnb.eval.methods.METHODS`: one name per method in
+every figure, short enough for a tick label) and colour."""
 
 ALIASES = {
     "prompt lookup": "pld", "context n-grams": "pld", "context": "pld", "ar": "ar", "baseline (ar)": "ar",
@@ -157,8 +162,9 @@ def color(label: str) -> str:
 
 
 def label(name: str) -> str:
-    """The display name of a method key (``pld`` -> ``prompt lookup``); any other label is kept."""
-    return STYLES[name].label if name in STYLES else name
+    """The display name of a method key (``pld`` -> ``prompt lookup``) or of a :data:`REFERENCES` key (``best`` ->
+    ``best single``); any other label is kept."""
+    return STYLES[name].label if name in STYLES else REFERENCES.get(name, name)
 
 
 def _method_key(label: str) -> str | None:
@@ -411,9 +417,10 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
 
 
 def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = "×{:.2f}",
-                  reference: float = 1.0) -> plt.Axes:
+                  reference: float = 1.0, band: Band | None = None) -> plt.Axes:
     """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
-    with its paired 90% interval (capped error bars), its value printed past the interval, and a reference line
+    with its paired 90% interval (capped error bars), its value printed past the interval (past the reference line
+    when it would cross it there), and a reference line
     at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
     under intervals as wide as the prompts differ; the paired ratio shows it.
 
@@ -422,7 +429,10 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     numerator's, :func:`color`); optional ``group`` (a prompt set, a corpus): every group gets a sub-row of its
     own under each row and a marker (:data:`MARKERS`), named by an entry for :func:`legend_outside`. Rows are
     drawn in the frame's order, first on top (the claims' order, never re-sorted). Raises DegenerateData when
-    fewer than one value is finite."""
+    fewer than one value is finite.
+
+    band: the tolerance a verdict judges some rows by (:class:`Band`: a cost model's prediction within 15% of 1), a
+    shaded region behind those rows only, named in the legend (:func:`legend_outside`)."""
     from matplotlib.lines import Line2D
 
     from ..eval.checks import DegenerateData
@@ -450,15 +460,27 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
             ax.scatter([r.value], [y], color=hue, marker=MARKERS[j % len(MARKERS)], s=32, zorder=3,
                        edgecolors="0.1", linewidths=0.4)
             marks.append(r.value)
+    marks += [band.low, band.high] if band is not None else []  # the whole band in view
     finite = np.asarray([m for m in marks if np.isfinite(m)], dtype=float)
     lo, hi = float(finite.min()), float(finite.max())
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
+    # data units per inch of text, with room for the tick labels' share of the figure after layout
+    per_inch = 1.3 * 1.6 * span / (ax.get_position().width * ax.figure.get_figwidth())
     for r in frame.itertuples():
         if np.isfinite(r.value):
             i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
             end = np.nanmax([r.value, r.high]) if np.isfinite(r.high) else r.value
-            _print_value(ax, end + 0.025 * span, top - i * block - j, fmt.format(r.value), "left")
+            text = fmt.format(r.value)
+            x = end + 0.025 * span
+            if x < reference < x + (len(text) * 0.6 * 7 / 72 + 0.05) * per_inch:  # it would hide the line at 1
+                x = reference + 0.025 * span  # past the line: the line and the value both stay readable
+            _print_value(ax, x, top - i * block - j, text, "left")
     ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
+    if band is not None:  # behind the rows it judges, from the top of the first to the bottom of the last
+        spans = [i for i, row in enumerate(rows) if band.rows is None or row in band.rows]
+        if spans:
+            ax.fill_betweenx([top - max(spans) * block - len(groups) + 0.5, top - min(spans) * block + 0.5],
+                             band.low, band.high, color=BAND_COLOR, alpha=0.35, lw=0, zorder=0, label=band.label)
     centres = [top - i * block - (len(groups) - 1) / 2 for i in range(len(rows))]
     ax.set_yticks(centres, rows)
     ax.set_ylim(-0.7, top + 0.7)
@@ -472,58 +494,106 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     return ax
 
 
+@dataclass(frozen=True)
+class Band:
+    """A tolerance drawn as a shaded region in :func:`paired_ratios`: [low, high] (a verdict's, from
+    :mod:`specnb.study.verdicts`, never typed), its legend entry, and the rows it judges (None: every row)."""
+
+    low: float
+    high: float
+    label: str
+    rows: tuple[str, ...] | None = None
+
+
+BAND_COLOR = "0.6"  # a tolerance's shaded region: grey (no method's hue), behind the dots
+
+
 REPEAT = 0.02
 """A curve within this share of the previous series' at every point repeats it: beside it, on a panel a couple of
-inches tall spanning about its own level, the two draw as one line."""
+inches tall spanning about its own level, the two draw as one line. A curve whose whole range is within this share
+of its largest value is flat (:func:`flat_curve`): the same rule, against its own level."""
+
+
+def within(a: Iterable[float] | np.ndarray | pd.Series, b: Iterable[float] | np.ndarray | pd.Series) -> bool:
+    """Whether ``a`` and ``b`` (aligned, finite where compared) differ by at most :data:`REPEAT` of the larger at
+    every point where both are finite (at least one): two curves, two heatmap columns, that read as one."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    both = np.isfinite(a) & np.isfinite(b)
+    return bool(both.any() and np.all(np.abs(a[both] - b[both])
+                                      <= REPEAT * np.maximum(np.abs(a[both]), np.abs(b[both]))))
+
+
+def flat_curve(values: Iterable[float] | np.ndarray | pd.Series) -> bool:
+    """Whether a curve is flat: its finite values are constant (:func:`near_constant`) or span at most
+    :data:`REPEAT` of their largest (n = 4 on chat, 1.00-1.02 tokens per call) - the rule that says a curve repeats
+    another, applied to the curve against its own level."""
+    v = np.asarray(values, dtype=float).ravel()
+    finite = v[np.isfinite(v)]
+    return near_constant(finite) or bool(np.ptp(finite) <= REPEAT * np.max(np.abs(finite)))
 
 
 def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, offset: float = 0.0,
-                     same_at: str | None = None) -> dict[tuple, tuple[str, object]]:
+                     same_at: str | None = None, drawn: Iterable = ()) -> dict[tuple, tuple[str, object]]:
     """The curves of :func:`series_panels` a reader learns nothing more from, per (panel value, series value):
-    ``("repeats", previous)`` for a curve within :data:`REPEAT` of the previous series' (in increasing order) in the
-    same panel at every point (matched on ``same_at``, default ``x``: an n-gram store's t, where n ≤ 4 stores more
-    n-grams than n ≤ 3 for the same t), and ``("flat", (low, high))`` for a curve whose values are constant or
-    nearly so (:func:`near_constant`, values only: an interval says nothing of whether a curve moves)."""
-    key = same_at or x
+    ``("repeats", drawn)`` for a curve within :data:`REPEAT` at every point (matched on ``same_at``, default ``x``:
+    an n-gram store's t, where n ≤ 4 stores more n-grams than n ≤ 3 for the same t) of the last series drawn before
+    it in the same panel (in increasing order: a chain n ≤ 3, n ≤ 4, n ≤ 5 of repeats is said against n ≤ 3, the
+    curve a reader sees, and a curve drifting away from it step by step is drawn once it is more than 2% away),
+    and ``("flat", (low, high))`` for a flat curve (:func:`flat_curve`, values only: an interval says nothing of
+    whether a curve moves). ``drawn``: series values drawn in every panel whatever they show (a small multiple's
+    column kept for another panel: its panel draws it rather than say it)."""
+    key, forced = same_at or x, set(drawn)
     out: dict[tuple, tuple[str, object]] = {}
     for row in dict.fromkeys(frame[panels]):
-        previous: tuple[object, pd.Series] | None = None
+        last: tuple[object, pd.Series] | None = None
         for value in sorted(frame[series].unique()):
             d = frame[(frame[panels] == row) & (frame[series] == value)]
             if d.empty:
                 continue
             curve = (d.set_index(key)[y] + offset).astype(float).sort_index()
-            if near_constant(curve):
+            if value in forced:
+                last = (value, curve)
+                continue
+            if flat_curve(curve):
                 out[(row, value)] = ("flat", (float(curve.min()), float(curve.max())))
-            elif previous is not None and len(curve) > 1 and previous[1].index.equals(curve.index) and bool(
-                    np.all(np.abs(curve - previous[1]) <= REPEAT * np.maximum(curve.abs(), previous[1].abs()))):
-                out[(row, value)] = ("repeats", previous[0])
-            previous = (value, curve)
+            elif last is not None and len(curve) > 1 and last[1].index.equals(curve.index) \
+                    and within(curve, last[1]):
+                out[(row, value)] = ("repeats", last[0])
+            else:
+                last = (value, curve)
     return out
 
 
+def _level(lo: float, hi: float) -> str:
+    """A flat curve's level: one number when both ends print alike ("1.00"), else its range ("1.00–1.02")."""
+    return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+
+
 def unchanged_sentence(said: Mapping[tuple, tuple[str, object]], name: str, rows: Sequence, unit: str = "") -> str:
-    """One sentence naming what :func:`unchanged_series` found (``""`` when nothing): "Not drawn: n ≤ 4, n ≤ 5
-    within 2% of n ≤ 3 at every point; n = 5 flat at 1.00 tokens per call on chat." A clause names the panels
-    it holds for unless it holds for every one of ``rows``."""
+    """One sentence naming what :func:`unchanged_series` found (``""`` when nothing), each repeat against the
+    drawn series it repeats: "Not drawn: n ≤ 4, n ≤ 5 within 2% of n ≤ 3 at every point; n ≤ 3 within 2% of n ≤ 2
+    at every point on chat; n = 5 flat at 1.00 tokens per call on chat." A clause names the panels it holds for
+    unless it holds for every one of ``rows``."""
     def words(kind: str, detail, where: list) -> str:
         if kind == "repeats":
             return f"within {REPEAT:.0%} of {name.format(detail)} at every point"
-        lo, hi = min(said[(row, value)][1][0] for row in where), max(said[(row, value)][1][1] for row in where)
-        level = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
+        level = _level(min(said[(row, value)][1][0] for value, row in where),
+                       max(said[(row, value)][1][1] for value, row in where))
         return f"flat at {level}{' ' + unit if unit else ''}"
 
-    clauses: dict[str, list[str]] = {}
-    for value in dict.fromkeys(v for _, v in said):
-        where = [row for row in rows if (row, value) in said]
-        if len({said[(row, value)] if said[(row, value)][0] == "repeats" else "flat" for row in where}) == 1:
-            text = words(*said[(where[0], value)], where) + ("" if len(where) == len(rows)
-                                                              else " on " + ", ".join(map(str, where)))
-        else:
-            text = ", ".join(f"{words(*said[(row, value)], [row])} on {row}" for row in where)
-        clauses.setdefault(text, []).append(name.format(value))
-    return ("Not drawn: " + "; ".join(f"{', '.join(names)} {text}" for text, names in clauses.items()) + "."
-            if clauses else "")
+    phrases: dict[tuple, dict[object, list]] = {}  # what a curve is (repeats X, flat) -> series value -> its panels
+    for (row, value), (kind, detail) in said.items():
+        phrases.setdefault((kind, detail if kind == "repeats" else None), {}).setdefault(value, []).append(row)
+    clauses = []
+    for (kind, detail), values in sorted(phrases.items(), key=lambda kv: min(kv[1])):
+        by_rows: dict[tuple, list] = {}
+        for value in sorted(values):
+            by_rows.setdefault(tuple(r for r in rows if r in values[value]), []).append(value)
+        for where, group in by_rows.items():
+            text = words(kind, detail, [(v, r) for v in group for r in where])
+            text += "" if len(where) == len(rows) else " on " + ", ".join(map(str, where))
+            clauses.append(f"{', '.join(name.format(v) for v in group)} {text}")
+    return "Not drawn: " + "; ".join(clauses) + "." if clauses else ""
 
 
 def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
@@ -539,10 +609,18 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
     in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars.
     A curve that repeats an earlier series' or stays flat (:func:`unchanged_series`, matched on ``same_at``) is
     not drawn: the suptitle ``title`` gets a second line saying so (:func:`unchanged_sentence`, ``unit`` after a
-    flat level); a small multiple left out in every row loses its column, in some rows its panel says it.
+    flat level); a small multiple left out in every row loses its column, one drawn in some rows is drawn in all
+    (its column is there: a panel shows the curve rather than words), later ones said against it.
     Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
-    said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at)
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
+    kept: set = set()  # small multiples: a column kept for one row is drawn in every row (no panel of words only)
+    while True:
+        said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at,
+                                drawn=kept)
+        partial = {v for _, v in said if small_multiples and not all((row, v) in said for row in rows)}
+        if not partial:
+            break
+        kept |= partial
     hues = series_colors(len(values))  # by the series' place among all of them: a left-out one keeps none
     shown = [v for v in values if not small_multiples or not all((row, v) in said for row in rows)]
     shape = (len(rows), len(shown)) if small_multiples else (1, len(rows))
@@ -553,13 +631,6 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
             i = values.index(value)
             ax = axes[r, c] if small_multiples else axes[0, r]
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
-            if (row, value) in said and small_multiples:
-                kind, detail = said[(row, value)]
-                words = (f"as {name.format(detail)}\n(within {REPEAT:.0%} at every point)" if kind == "repeats" else
-                         f"flat at {detail[0]:.2f}–{detail[1]:.2f}\n{unit}")
-                ax.text(0.5, 0.5, f"{words}:\nnot drawn", transform=ax.transAxes, ha="center", va="center",
-                        fontsize=7, color="0.3")
-                continue
             if d.empty or (row, value) in said:
                 continue
             curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
@@ -671,7 +742,7 @@ OUTLINE = "tab:cyan"  # the colour of a heatmap's outlined cells
 
 def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".2f", cmap: str = SEQUENTIAL_CMAP,
             label: str = "", colorbar: bool = True, outline: np.ndarray | None = None,
-            outline_label: str = "") -> plt.Axes:
+            outline_label: str = "", said: Mapping | None = None) -> plt.Axes:
     """A grid such as (k, w) -> value as an annotated seaborn heatmap, first row of ``table`` at the bottom.
 
     table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``); NaN
@@ -680,13 +751,25 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     (:func:`shared_norm`, :data:`SPEEDUP_NORM`). colorbar: draw this panel's colour bar (one per metric is
     enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
     threshold), named ``outline_label`` in the legend (the strict save refuses an outline no legend names).
+    said: {column: the column it repeats} (:func:`repeated_columns`: the last columns): their cells are not drawn,
+    their place says "w ≥ 4: as w = 2" (the figure's sentence says the rule, :func:`grid_panels`).
     """
     values = table.to_numpy(dtype=float)
-    if np.isnan(values).any():
-        ax.add_patch(plt.Rectangle((0, 0), values.shape[1], values.shape[0], facecolor="0.88", edgecolor="none",
+    columns = list(table.columns)
+    kept = len(columns) - len(said or {})
+    mask = np.zeros(values.shape, dtype=bool)
+    mask[:, kept:] = True
+    if np.isnan(values[:, :kept]).any():
+        ax.add_patch(plt.Rectangle((0, 0), kept, values.shape[0], facecolor="0.88", edgecolor="none",
                                    lw=0, zorder=0, label=MISSING))  # plain grey: a hatch costs tens of kB a PNG
     sns.heatmap(table, ax=ax, annot=True, fmt=fmt, cmap=cmap, norm=norm, annot_kws={"fontsize": 6.5},
-                cbar=colorbar, cbar_kws={"label": label} if colorbar else None)
+                cbar=colorbar, cbar_kws={"label": label} if colorbar else None, mask=mask if said else None)
+    if said:
+        name, one = table.columns.name or "column", kept == len(columns) - 1  # one column: said upright
+        ax.text((kept + len(columns)) / 2, values.shape[0] / 2,
+                f"{name} {'=' if one else '≥'} {columns[kept]}:{' ' if one else chr(10)}as{' ' if one else chr(10)}"
+                f"{name} = {said[columns[kept]]}", ha="center", va="center", fontsize=7, color="0.3",
+                rotation=90 if one else 0)
     ax.invert_yaxis()
     ax.tick_params(axis="y", rotation=0)
     if outline is not None:
@@ -695,6 +778,68 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
                                        label=outline_label if n == 0 else None))
     ax.grid(False)
     return ax
+
+
+def repeated_columns(table: pd.DataFrame) -> dict:
+    """The last columns of a heatmap's table that repeat the column before them, {column: that column}: from the
+    first column whose every later column is within :data:`REPEAT` of the column just before it in every row
+    (:func:`within`: the rule of :func:`unchanged_series`), e.g. the model bigram's w ≥ 4 at w = 2's tokens per call
+    (its chains stop after two tokens). A plateau only: a column in the middle that repeats its neighbour is drawn."""
+    columns = list(table.columns)
+    for j in range(1, len(columns)):
+        anchor = table[columns[j - 1]].to_numpy(dtype=float)
+        if all(within(table[c].to_numpy(dtype=float), anchor) for c in columns[j:]):
+            return {c: columns[j - 1] for c in columns[j:]}
+    return {}
+
+
+def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, label: str, norm: Normalize,
+                cmap: str, index: str = "k", columns: str = "w", title: str = "") -> tuple[plt.Figure, np.ndarray]:
+    """A (``index`` × ``columns``) :func:`heatmap` of ``value`` per (row value, panel value), one colour scale
+    (``norm``, :func:`shared_colorbar` named ``label``), rows and panels in their first-seen order. A panel of
+    one colour (:func:`flat_on_scale`) is said in its place (:func:`flat_words`); the last columns of a panel that
+    repeat the one before them (:func:`repeated_columns`) are left blank, said in their place, and named in the
+    suptitle's second line (:func:`grid_sentence`), under ``title``. Returns (figure, axes [rows, panels])."""
+    row_values, panel_values = list(dict.fromkeys(frame[rows])), list(dict.fromkeys(frame[panels]))
+    fig, axes = plt.subplots(len(row_values), len(panel_values), squeeze=False, sharex=True, sharey=True,
+                             figsize=(1.6 * len(panel_values) + 1.2, 2.0 * len(row_values) + 0.5))
+    said: dict[tuple, dict] = {}
+    for r, row in enumerate(row_values):
+        for c, panel in enumerate(panel_values):
+            ax = axes[r, c]
+            sub = frame[(frame[panels] == panel) & (frame[rows] == row)]
+            if flat_on_scale(sub[value], norm):  # one colour on this figure's scale: said, not drawn
+                ax.set_axis_off()
+                ax.text(0.5, 0.5, flat_words(sub[value], label), ha="center", va="center", fontsize=7, color="0.3",
+                        transform=ax.transAxes, wrap=True)
+                continue
+            table = sub.pivot(index=index, columns=columns, values=value)
+            said[(panel, row)] = repeated_columns(table)
+            heatmap(table, ax, norm=norm, cmap=cmap, colorbar=False, said=said[(panel, row)])
+            ax.set(title=panel if r == 0 else "", xlabel=columns if r == len(row_values) - 1 else "",
+                   ylabel=f"{row}: {index}" if c == 0 else "")
+    shared_colorbar(fig, axes, norm, cmap, label)
+    legend_outside(fig, "below")  # the grey of cells not measured, if any
+    sentence = grid_sentence(said, row_values, columns)
+    if title or sentence:
+        fig.suptitle("\n".join(t for t in (title, sentence) if t))
+    return fig, axes
+
+
+def grid_sentence(said: Mapping[tuple, Mapping], rows: Sequence, name: str = "w") -> str:
+    """The sentence naming :func:`repeated_columns`' columns per (panel, row) of :func:`grid_panels` (``""`` when
+    none): "Not drawn, within 2% in every row of the column named: model bigram w ≥ 4 (as w = 2); REST on HumanEval
+    w ≥ 8 (as w = 4)." A panel whose every row leaves the same columns out is named once."""
+    found: dict[object, dict[tuple, list]] = {}  # panel -> (first column left out, the one it repeats) -> rows
+    for (panel, row), columns in said.items():
+        if columns:
+            first = next(iter(columns))
+            found.setdefault(panel, {}).setdefault((first, columns[first], len(columns)), []).append(row)
+    clauses = [f"{panel}{'' if len(where) == len(rows) else ' on ' + ', '.join(map(str, where))} {name} "
+               f"{'=' if count == 1 else '≥'} {first} (as {name} = {anchor})" for panel, plateaus in found.items()
+               for (first, anchor, count), where in plateaus.items()]
+    return (f"Not drawn, within {REPEAT:.0%} in every row of the column named: " + "; ".join(clauses) + "."
+            if clauses else "")
 
 
 def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm: Normalize, cmap: str,
@@ -1009,7 +1154,7 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     for i, ax in enumerate(fig.axes):
         name = ax.get_title() or ax.get_label() or f"panel {i}"
         for axis_name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
-            labels = _drawn_tick_labels(axis)
+            labels = _lasttick_labels(axis)
             boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels]
             problems += [f"{name}: {axis_name} tick labels {a!r} and {b!r} overlap"
                          for a, b in _overlapping(boxes, slack)]
@@ -1093,7 +1238,7 @@ def key_problems(fig: plt.Figure) -> list[str]:
     return sorted(set(problems), key=problems.index)
 
 
-def _drawn_tick_labels(axis) -> list:
+def _lasttick_labels(axis) -> list:
     """The tick labels matplotlib draws: visible, non-empty, at a tick inside the axis' view limits (it also
     keeps labels for ticks just outside them, which are never drawn)."""
     lo, hi = sorted(axis.get_view_interval())
