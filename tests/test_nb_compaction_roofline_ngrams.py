@@ -129,3 +129,17 @@ def test_fig2_takeaway_gives_the_plotted_tokens_per_call_and_its_difference_over
         "the extended bigram (w = 2) at top 25: 1.70 tokens per call on HumanEval "
         "({verdicts[fig2_HumanEval][ours]:+.2f} over AR's 1), 1.74 tokens per call on MT-Bench")
     assert "not a speedup" in report.takeaways["06_ngram_topk_tokens_per_call"]
+
+
+def test_crest_lookup_is_judged_against_rest_on_the_same_contexts():
+    rows = [dict(task="code", retriever=name, **{"median ms": ms, "REST over this": ratio,
+                                                 "REST over this low": low, "REST over this high": high})
+            for name, ms, ratio, low, high in (("REST", 0.13, 1.0, 1.0, 1.0), ("CREST", 0.018, 7.4, 7.1, 7.7))]
+    rows.append(dict(task="chat", retriever="CREST", **{"median ms": 0.2, "REST over this": 0.6,
+                                                         "REST over this low": 0.5, "REST over this high": 0.7}))
+    report = Results("99", "smoke")
+    cx.record_latency(report, pd.DataFrame(rows))
+    assert set(report.comparisons) == {"lookup_code", "lookup_chat"}  # CREST's rows only
+    assert report.ours["judged"] == {"lookup_code": "agrees", "lookup_chat": "disagrees"}
+    assert report.comparisons["lookup_code"].direction_only
+    assert report.ours["latency"]["code CREST"]["median ms"] == 0.018
