@@ -7,6 +7,7 @@
 # Qwen2.5-Coder 0.5B -> 1.5B pair of notebook 07's draft-model study.
 #   make mutants   the mutation run of tests/mutants.py: its record in docs/mutants.md
 #   make publish   copy the last quick run's executed notebooks (with outputs) over notebooks/, index figures/
+#                  (PROFILE=paper: into figures/paper/notebooks/, indexed in figures/paper/README.md)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -52,7 +53,7 @@ figures: setup
 	$(SPECNB) notebooks run --profile $(PROFILE)
 
 publish: setup
-	$(SPECNB) notebooks publish
+	$(SPECNB) notebooks publish --profile $(PROFILE)
 
 # make test: the suite on every core (whole files per worker), then the tests marked serial alone; the checks
 # marked repeat (one protection at other moments, the edited-parameters run of every notebook) in test-full.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specnb.study.reference_run import final_progress, index
+from specnb.study.reference_run import final_progress, index, publish_beside
 from specnb.study.results import Results, uncited
 from specnb.study.verdicts import Comparison, Expect
 
@@ -26,11 +26,12 @@ def _record(against: str, low: float, high: float, internal: bool = False, direc
                       internal=internal, direction_only=direction_only).record()
 
 
-def _run(folder: Path) -> None:
+def _run(folder: Path, profile: str = "quick", failed: tuple[str, ...] = ()) -> None:
     folder.mkdir(exist_ok=True)
     (folder / "RUN.json").write_text(json.dumps({
-        "profile": "quick", "commit": "abc1234", "dirty": False, "date": "2026-01-01 00:00 UTC", "total_minutes": 1.0,
-        "machine": {"cpu": "A CPU", "cores": 2, "cpu_class": "avx2", "flags": ["avx2"], "torch": "2.x"}}))
+        "profile": profile, "commit": "abc1234", "dirty": False, "date": "2026-01-01 00:00 UTC", "total_minutes": 1.0,
+        "machine": {"cpu": "A CPU", "cores": 2, "cpu_class": "avx2", "flags": ["avx2"], "torch": "2.x"},
+        "failed": list(failed)}))
 
 
 def test_the_front_page_counts_sources_apart_then_figures_verdicts_notation_machine(tmp_path):
@@ -94,6 +95,32 @@ def test_a_published_progress_bar_shows_its_final_state():
     outputs = notebook["cells"][0]["outputs"]
     assert outputs[0]["data"] == {"text/plain": ["prompts: 100%|██████████| 10/10 [00:59<00:00]"]}
     assert outputs[1]["text"] == "kept\n" and len(outputs) == 2 and "widgets" not in notebook["metadata"]
+
+
+def test_a_paper_run_is_published_beside_the_reference_run(tmp_path):
+    """figures/paper/: the executed notebooks (the parameters cell kept: it says the profile) in its own
+    notebooks/ folder, stamped; its own front page; a run of another profile or with a failure is refused."""
+    executed, figures = tmp_path / "executed", tmp_path / "paper"
+    executed.mkdir()
+    cells = [{"cell_type": "code", "source": 'profile = "paper"', "outputs": [],
+              "metadata": {"tags": ["injected-parameters"], "papermill": {"duration": 1.0}}},
+             {"cell_type": "code", "source": "x = 1", "outputs": [], "metadata": {}}]
+    (executed / "00_a.ipynb").write_text(json.dumps({"metadata": {"papermill": {}}, "cells": cells}))
+    (executed / "notes.ipynb").write_text("{}")  # not a numbered notebook: left alone
+    _run(figures, "paper", failed=("01_b.ipynb",))
+    with pytest.raises(ValueError, match="failed"):
+        publish_beside(executed, figures, "paper")
+    _run(figures, "quick")
+    with pytest.raises(ValueError, match="profile quick"):
+        publish_beside(executed, figures, "paper")
+    _run(figures, "paper")
+    assert publish_beside(executed, figures, "paper") == [figures / "notebooks" / "00_a.ipynb"]
+    done = json.loads((figures / "notebooks" / "00_a.ipynb").read_text())
+    assert [c["source"] for c in done["cells"]] == ['profile = "paper"', "x = 1"]
+    assert "papermill" not in done["metadata"] and "papermill" not in done["cells"][0]["metadata"]
+    assert done["metadata"]["specnb"]["profile"] == "paper" and done["metadata"]["specnb"]["commit"] == "abc1234"
+    page = (figures / "README.md").read_text()
+    assert page.startswith("# The paper-profile run") and "`notebooks/NN_*.ipynb` in this folder" in page
 
 
 # ----------------------------------------------------------------------------- the published run itself

@@ -7,16 +7,21 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
+    from ..study.profiles import PROFILES
+
     nb = sub.add_parser("notebooks", help=help).add_subparsers(metavar="ACTION")
-    p = nb.add_parser("run", help="execute notebooks/NN_*.ipynb (all, or the named ones)")
-    p.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"], help="run size")
+    p = nb.add_parser("run", help="execute notebooks/NN_*.ipynb (all, or the named ones) into figures/ (quick) or "
+                      "figures/PROFILE/")
+    p.add_argument("--profile", default="quick", choices=list(PROFILES), help="run size (specnb.study.profiles)")
     p.add_argument("names", nargs="*", help="notebook names or number prefixes, e.g. 00 05_roofline")
     p.set_defaults(func=_run)
     p = nb.add_parser("lines", help="count each notebook's non-plotting and plotting code lines")
     p.add_argument("names", nargs="*", help="notebook names or number prefixes (default: all)")
     p.set_defaults(func=_lines)
     p = nb.add_parser("publish", help="copy the last quick run's executed notebooks, outputs included, over "
-                      "notebooks/ and index figures/ (the committed reference run)")
+                      "notebooks/ and index figures/ (the committed reference run); another profile's into "
+                      "figures/PROFILE/notebooks/, indexed in figures/PROFILE/README.md")
+    p.add_argument("--profile", default="quick", choices=[p for p in PROFILES if p != "smoke"], help="which run")
     p.set_defaults(func=_publish)
 
 
@@ -44,8 +49,14 @@ def _lines(args: argparse.Namespace) -> int:
 def _publish(args: argparse.Namespace) -> int:
     from ..study.notebooks import NOTEBOOKS
     from ..study.plots import figures_for
-    from ..study.reference_run import publish
+    from ..study.reference_run import publish, publish_beside
 
-    written = publish(NOTEBOOKS / "executed" / "quick", NOTEBOOKS, figures_for("quick"))
-    print(f"published {len(written)} notebooks with their outputs; figures/README.md indexes the run")
+    executed, figures = NOTEBOOKS / "executed" / args.profile, figures_for(args.profile)
+    try:
+        written = publish(executed, NOTEBOOKS, figures) if args.profile == "quick" else \
+            publish_beside(executed, figures, args.profile)
+    except (OSError, ValueError) as exc:
+        print(f"specnb: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"published {len(written)} notebooks with their outputs; {figures / 'README.md'} indexes the run")
     return 0

@@ -90,31 +90,57 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
     papermill's injected cell and metadata, stamped with its code hash and ``figures/RUN.json``'s run; refuses
     (ValueError) a notebook whose code differs from its source's, one that failed, or a run not in quick; then
     writes ``figures/README.md``. Returns the notebooks written."""
-    run = json.loads((figures / "RUN.json").read_text())
-    if run["profile"] != "quick" or run["failed"]:
-        raise ValueError(f"publish a quick run where every notebook ran (RUN.json: profile {run['profile']}, "
-                         f"failed {run['failed']})")
+    run = _finished_run(figures, "quick")
     written = []
     for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
         source_path = notebooks / path.name
         done = json.loads(path.read_text())
-        source = json.loads(source_path.read_text())
         done["cells"] = [c for c in done["cells"]
                          if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
-        if code_hash(done) != code_hash(source):
+        if code_hash(done) != code_hash(json.loads(source_path.read_text())):
             raise ValueError(f"{path.name}: its code differs from {source_path} (rerun it before publishing)")
-        for cell in done["cells"]:
-            cell.get("metadata", {}).pop("papermill", None)
-            cell.get("metadata", {}).pop("execution", None)
-        final_progress(done)
-        done["metadata"].pop("papermill", None)
-        done["metadata"][STAMP] = {"profile": run["profile"], "commit": run["commit"], "date": run["date"],
-                                   "cpu_class": run["machine"]["cpu_class"], "code_hash": code_hash(done)}
-        write_text(source_path, json.dumps(done, indent=1, ensure_ascii=False) + "\n")
+        write_text(source_path, _stamped(done, run))
         written.append(source_path)
     prune_titles(figures)
     write_text(figures / "README.md", index(figures))
     return written
+
+
+def publish_beside(executed: Path, figures: Path, profile: str) -> list[Path]:
+    """A run of another profile than quick (``paper``), published beside the reference run: every executed
+    notebook of ``executed``, outputs and papermill's parameters cell included, into ``figures/notebooks/``
+    stamped with ``figures/RUN.json``'s run, and ``figures/README.md`` (its own front page). Refuses (ValueError)
+    a run of another profile or with a failed notebook. Returns the notebooks written."""
+    run = _finished_run(figures, profile)
+    written = []
+    for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
+        written.append(figures / "notebooks" / path.name)
+        write_text(written[-1], _stamped(json.loads(path.read_text()), run))
+    prune_titles(figures)
+    write_text(figures / "README.md", index(figures, where="`notebooks/NN_*.ipynb` in this folder"))
+    return written
+
+
+def _finished_run(figures: Path, profile: str) -> dict[str, Any]:
+    """``figures/RUN.json`` of a whole run of ``profile`` where every notebook ran; ValueError otherwise."""
+    run = json.loads((figures / "RUN.json").read_text())
+    if run["profile"] != profile or run["failed"]:
+        raise ValueError(f"publish a {profile} run where every notebook ran (RUN.json: profile {run['profile']}, "
+                         f"failed {run['failed']})")
+    return run
+
+
+def _stamped(notebook: dict, run: dict[str, Any]) -> str:
+    """``notebook`` as published: papermill's metadata gone, progress bars at their final text, stamped with
+    ``run`` and its code hash (JSON text)."""
+    for cell in notebook["cells"]:
+        cell.get("metadata", {}).pop("papermill", None)
+        cell.get("metadata", {}).pop("execution", None)
+    final_progress(notebook)
+    notebook["metadata"].pop("papermill", None)
+    notebook["metadata"][STAMP] = {"profile": run["profile"], "commit": run["commit"], "date": run["date"],
+                                   "cpu_class": run["machine"]["cpu_class"], "code_hash": code_hash(notebook)}
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -166,18 +192,19 @@ def _bandwidth_note(run: dict[str, Any]) -> str:
     return f" (read bandwidth before each notebook: {min(values):.1f}-{max(values):.1f} GB/s)" if values else ""
 
 
-def index(figures: Path) -> str:
+def index(figures: Path, where: str = "`notebooks/NN_*.ipynb`") -> str:
     """``figures/README.md``: the verdicts counted per source, each figure with its takeaway, the verdict tables,
-    the notation, then the run's provenance and machine (:func:`front_page`)."""
+    the notation, then the run's provenance and machine (:func:`front_page`); ``where``: the executed notebooks."""
     run = json.loads((figures / "RUN.json").read_text())
     m = run["machine"]
     machine_lines = [
         f"Every file here comes from one `make figures` run (profile `{run['profile']}`) of commit `{run['commit']}`"
         f"{' with local changes' if run['dirty'] else ''} on {run['date']}: {m['cpu']}, {m['cores']} cores, CPU "
         f"class `{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}; {run['total_minutes']} min "
-        f"of notebooks{_bandwidth_note(run)}. The executed notebooks, with these outputs, are `notebooks/NN_*.ipynb`. "
+        f"of notebooks{_bandwidth_note(run)}. The executed notebooks, with these outputs, are {where}. "
         "`specnb figures compare OLD NEW` lists what moved between two runs."]
-    return "\n".join(front_page(figures, "The reference run", machine_lines)) + "\n"
+    title = "The reference run" if run["profile"] == "quick" else f"The {run['profile']}-profile run"
+    return "\n".join(front_page(figures, title, machine_lines)) + "\n"
 
 
 SOURCES = {"DReSD": "DReSD", "CREST": "CREST", "N-Grammys": "N-Grammys", "MCSD": "MCSD",
