@@ -4,6 +4,7 @@ intervals."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -143,3 +144,55 @@ def test_crest_lookup_is_judged_against_rest_on_the_same_contexts():
     assert report.ours["judged"] == {"lookup_code": "agrees", "lookup_chat": "disagrees"}
     assert report.comparisons["lookup_code"].direction_only
     assert report.ours["latency"]["code CREST"]["median ms"] == 0.018
+
+
+def _query_case():
+    """A hand-made REST store where only a 6+-token query finds the right continuation: 3..7 is followed by
+    10 11 12 once (after 1 2) and by 20 21 22 three times (after 9 9), and a 3-node tree keeps the most frequent.
+    Code: prompt 1..6, output 7 10 11 12; up to max_query 5 the first call drafts 20 21 (0 accepted), the second
+    11 (1 accepted): 1 token in 2 calls; from 6 on, 1 2 3 4 5 6 7 matches once: 10 11 (2 accepted) in 1 call.
+    Chat: prompt 3..6, output 7 20 21 22: 2 accepted in 1 call at every max_query."""
+    from specnb.datastores.corpus import TokenCorpus
+    from specnb.datastores.rest import RestIndex, SearchConfig
+
+    docs = [[1, 2, 3, 4, 5, 6, 7, 10, 11, 12]] + [[9, 9, 3, 4, 5, 6, 7, 20, 21, 22]] * 3
+    starts = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    meta = {"tokenizer": {"name": "tiny-llama", "vocab_size": 259, "fingerprint": "x"}, "name": "test"}
+    index = RestIndex.build(TokenCorpus(np.concatenate([np.asarray(d, dtype=np.int32) for d in docs]), starts, meta),
+                            progress=False)
+    references = {"code": [(torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([7, 10, 11, 12]))] * 3,
+                  "chat": [(torch.tensor([3, 4, 5, 6]), torch.tensor([7, 20, 21, 22]))] * 2}
+    return cx.query_sweep({"code": index, "chat": index}, references, (2, 5, 6, 16),
+                          SearchConfig(length=3, max_nodes=3))
+
+
+def test_rest_query_sweep_gives_the_share_of_the_gain_short_matches_keep(tmp_path, monkeypatch):
+    from specnb.study.results import uncited
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    sweep = _query_case()
+    report = Results("99", "smoke")
+    table = cx.judge_query_sweep(report, sweep).set_index(["task", "max_query"])
+    assert table.tokens_per_call["code"].tolist() == [1.5, 1.5, 3.0, 3.0]  # 1 + 1/2 accepted per call, then 1 + 2
+    assert table.tokens_per_call["chat"].tolist() == [3.0] * 4
+    assert table.share["code"].tolist() == [0.25, 0.25, 1.0, 1.0]  # 0.5 / 2 accepted per call
+    code, chat = table.loc[("code", 5)], table.loc[("chat", 5)]
+    assert (code.share_low, code.share_high) == (0.25, 0.25)  # the same reference thrice: every resample alike
+    assert table.loc[("code", 16)].long_share == 1.0 and table.loc[("code", 5)].long_share == 0
+    assert table.loc[("chat", 16)].long_accepted_share == 0 and chat.share == 1.0
+    assert report.ours["judged"] == {"rest_short_query_code": "disagrees", "rest_short_query_chat": "agrees"}
+    assert report.comparisons["rest_short_query_code"].expect.region[0] == pytest.approx(0.55)
+    assert report.ours["rest_query"]["code"]["q16"]["accepted_length"] == 2.0
+    results = json.loads(report.write().read_text())
+    assert "with queries of up to 16 tokens, 100% of calls match more than 5" in results["verdicts"][
+        "rest_short_query_code"]["cause"]
+    assert uncited(results) == []
+    assert results["takeaways"]["04_rest_max_query"].startswith(
+        "REST's tokens per call with its longest query cut to 5 tokens, against 16: 1.50 vs 3.00 on code "
+        "(25% (25%–25%)")
+    nothing = Results("99", "smoke")  # nothing accepted (a random tiny model): no share, and the cause says why
+    cx.judge_query_sweep(nothing, sweep.assign(accepted=0, long_accepted=0))
+    assert nothing.ours["judged"]["rest_short_query_code"] == "inconclusive"
+    assert nothing.comparisons["rest_short_query_code"].cause.startswith("REST accepts no draft token here")
+    with pytest.raises(ValueError, match="max_query 5 and 16"):
+        cx.judge_query_sweep(Results("99", "smoke"), sweep[sweep.max_query < 16])

@@ -1,7 +1,8 @@
 """CREST's compaction analysis (notebook 04): corpora and their REST indexes, n-gram statistics (CREST Table 1,
 Fig. 4), accepted length by replay against storage for REST on corpus fractions and CREST top-t stores (Figs.
-6-9), tree sizes (Table 2), the replay checked by real decoding, lookup latency, and the comparisons of all of
-these with the paper (``judge_*``: verdicts through :meth:`specnb.study.results.Results.compare`).
+6-9), tree sizes (Table 2), REST's tokens per call against its longest query (Fig. 3, after REST's), the replay
+checked by real decoding, lookup latency, and the comparisons of all of these with the paper (``judge_*``:
+verdicts through :meth:`specnb.study.results.Results.compare`).
 
 Every store lives under ``<cache>/nb04/<profile>`` and is built once: a rerun opens what is there (REST
 indexes, CREST stores, the precomputed n-gram trees, draftretriever indexes) and only replays.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from ..core.metrics import bootstrap_interval, ratio_interval
 from ..core.roofline import device_name
 from ..datastores.corpus import TokenCorpus, build_corpus, source_tag
 from ..datastores.crest import CrestStore, NgramCounter, NgramTrees, ngram_trees, store_meta, write_store
-from ..datastores.rest import DEFAULT_SEARCH, RestIndex, disk_bytes
+from ..datastores.rest import DEFAULT_SEARCH, RestIndex, SearchConfig, disk_bytes
 from ..drafters.crest import CrestDrafter
 from ..drafters.rest import RestDrafter
 from ..eval.replay import Reference, replay_greedy
@@ -62,6 +63,9 @@ class CrestClaims:
     ngrams_per_n: tuple[float, float]  # Table 2: frequent n-grams per n (n >= 2) of its 1 GB stores
     best_n: int  # Fig. 8 / §5.3: the best single n on both datasets
     source: str
+    short_query: int = 5  # §3.3 / Fig. 3 (REST's): most of REST's gain comes from matches of n <= this...
+    longest_query: int = 16  # ... though REST queries suffixes of up to this many tokens
+    most: float = 0.5  # "most": more than this share of the gain
 
     @property
     def ngrams_text(self) -> str:
@@ -78,13 +82,14 @@ class CrestClaims:
         nodes = [n for span in self.tree_nodes.values() for n in span]
         return {"storage_ratio": f"{self.storage_ratio[0]:g}–{self.storage_ratio[1]:g}", "gain": self.gain_text,
                 "tree_nodes": f"{min(nodes):.0f}–{max(nodes):.0f}", "best_n": self.best_n,
-                "ngrams_per_n": self.ngrams_text, "source": self.source}
+                "ngrams_per_n": self.ngrams_text, "short_query": self.short_query,
+                "longest_query": self.longest_query, "source": self.source}
 
 
 CLAIMS = CrestClaims(storage_ratio=(10.6, 13.5), gain=(0.165, 0.171),
                      tree_nodes={"code": (23.12, 31.92), "chat": (16.98, 30.36)},  # Stack / ShareGPT, n = 1..5
                      ngrams_per_n=(1.6e6, 2.2e6), best_n=2,
-                     source="CREST abstract, §5, Table 2 (CodeLlama-7B / Vicuna-7B, NVIDIA L4)")
+                     source="CREST abstract, §3.3, §5, Fig. 3, Table 2 (CodeLlama-7B / Vicuna-7B, NVIDIA L4)")
 
 
 def sizes_for(profile: str) -> CompactionSizes:
@@ -196,18 +201,24 @@ def ngram_tables(indexes: dict[str, RestIndex], counters: dict[str, NgramCounter
 # ------------------------------------------------------------------------------------------ replay per prompt
 
 
-def replay_counts(drafter: Drafter, references: list[Reference], **key) -> list[dict]:
+def replay_counts(drafter: Drafter, references: list[Reference], longer_than: int | None = None, **key
+                  ) -> list[dict]:
     """One row per reference: ``key``'s columns, prompt (its index), accepted (draft tokens accepted), calls
-    (target calls), hits (calls that had a draft) and nodes (drafted nodes), replaying ``drafter`` greedily."""
+    (target calls), hits (calls that had a draft) and nodes (drafted nodes), replaying ``drafter`` greedily; with
+    ``longer_than``, also long (calls whose drafter matched more than that many context tokens: its report's
+    ``match_len``) and long_accepted (the draft tokens those calls accepted)."""
     rows = []
     for i, (prompt, output) in enumerate(references):
         calls = replay_greedy(drafter, prompt, output).calls
         rows.append({**key, "prompt": i, "accepted": sum(c.accepted for c in calls), "calls": len(calls),
                      "hits": sum(c.drafted_nodes > 0 for c in calls), "nodes": sum(c.drafted_nodes for c in calls)})
+        if longer_than is not None:
+            long = [c for c in calls if getattr(c.report, "match_len", 0) > longer_than]
+            rows[-1].update(long=len(long), long_accepted=sum(c.accepted for c in long))
     return rows
 
 
-POINT_COLUMNS = ["point", "task", "method", "fraction", "tokens", "ns", "m", "t", "entries", "bytes"]
+POINT_COLUMNS = ["point", "task", "method", "fraction", "tokens", "ns", "m", "t", "entries", "bytes", "max_query"]
 
 
 def points(per_prompt: pd.DataFrame) -> pd.DataFrame:
@@ -296,6 +307,21 @@ def top_t_grids(indexes: dict[str, RestIndex], tables: Tables, references: dict[
     upto = pd.DataFrame([row for task in indexes for m in range(1, sizes.m + 1) for t in sizes.t_grid
                          for row in crest_point(task, list(range(1, m + 1)), t, tables, indexes, references, work)])
     return single, upto
+
+
+MAX_QUERIES = (2, 3, 4, 5, 6, 8, 12, 16)  # REST's longest query (CREST Fig. 3); its shortest stays 2, REST's own
+
+
+def query_sweep(indexes: dict[str, RestIndex], references: dict[str, list[Reference]],
+                max_queries: tuple[int, ...] = MAX_QUERIES, search: SearchConfig = DEFAULT_SEARCH) -> pd.DataFrame:
+    """CREST Fig. 3 (REST's), per prompt: the 100% REST store of each task replayed with its longest query
+    (``max_query``: the context suffix its search starts from) set to each of ``max_queries``, the rest of
+    ``search`` kept (:func:`replay_counts` rows with point, task, method "REST", max_query, and long /
+    long_accepted: calls matching more than :attr:`CrestClaims.short_query` tokens)."""
+    return pd.DataFrame([row for task, index in indexes.items() for q in max_queries
+                         for row in replay_counts(RestDrafter(index, replace(search, max_query=q)), references[task],
+                                                  longer_than=CLAIMS.short_query, point=f"{task} REST q{q}",
+                                                  task=task, method="REST", max_query=q)])
 
 
 def tree_sizes(tables: Tables, ts: tuple[int, ...] | None = None) -> pd.DataFrame:
@@ -472,6 +498,72 @@ def judge_tree_sizes(report, sizes_by_t: pd.DataFrame) -> None:
                   f"top {t_max:,}: {at[t_max]:.0f})")
 
 
+def query_table(sweep: pd.DataFrame, short: int = CLAIMS.short_query) -> pd.DataFrame:
+    """One row per (task, max_query) of a :func:`query_sweep`: its :func:`points` columns, tokens_per_call (1 +
+    accepted length) with ``_low`` / ``_high``, and share (accepted length over that at the task's longest
+    max_query: the share of REST's gain over one token per call it keeps) with its 90% interval (both replayed on
+    the same resampled prompts: paired); long_share / long_accepted_share: the calls matching more than ``short``
+    tokens and the accepted tokens they hold."""
+    out = []
+    for task in sweep.task.unique():
+        sub = sweep[sweep.task == task]
+        table = points(sub).sort_values("max_query")
+        values = resampled(sub, task)
+        longest = values[table.point.iloc[-1]].to_numpy()
+        for _, row in table.iterrows():
+            with np.errstate(divide="ignore", invalid="ignore"):  # 0 / 0 where nothing is accepted: NaN
+                share, low, high = interval(values[row.point].to_numpy() / longest)
+            mine = sub[sub.point == row.point]
+            out.append({**row.to_dict(), "tokens_per_call": 1 + row.accepted_length,
+                        "tokens_per_call_low": 1 + row.accepted_length_low,
+                        "tokens_per_call_high": 1 + row.accepted_length_high,
+                        "share": share, "share_low": low, "share_high": high,
+                        "long_share": mine.long.sum() / max(1, mine.calls.sum()),
+                        "long_accepted_share": mine.long_accepted.sum() / mine.accepted.sum()
+                        if mine.accepted.sum() else float("nan")})
+    return pd.DataFrame(out)
+
+
+def judge_query_sweep(report, sweep: pd.DataFrame) -> pd.DataFrame:
+    """Whether most of REST's gain comes from short matches (CREST §3.3, its Fig. 3 taken from REST's): accepted
+    length with the longest query cut to :attr:`CrestClaims.short_query` tokens over that at REST's
+    :attr:`CrestClaims.longest_query`, more than :attr:`CrestClaims.most`, per task. Returns the
+    :func:`query_table` (kept as ``ours[rest_query]``: {task: {"q<max_query>": row}})."""
+    table = query_table(sweep)
+    short, longest = CLAIMS.short_query, CLAIMS.longest_query
+    for task, sub in table.groupby("task", sort=False):
+        rows = sub.set_index("max_query")
+        if rows.index.max() != longest or short not in rows.index:
+            raise ValueError(f"{task}: the sweep must reach max_query {short} and {longest}")
+        r, top = rows.loc[short], rows.loc[longest]
+        _compare(
+            report, f"rest_short_query_{task}",
+            f"{task}: REST's accepted length with its longest query cut to {short} tokens over that at {longest} "
+            "(the share of its gain over one token per call that short matches keep)",
+            r.share, r.share_low, r.share_high,
+            Expect.above(CLAIMS.most, SHARE), f"CREST §3.3, Fig. 3 (REST's; \"most\" of the gain from n ≤ {short})",
+            fmt=".0%", internal=False, direction_only=False,
+            evidence={"short max_query": short, "longest max_query": longest,
+                      "accepted length at the short max_query": r.accepted_length,
+                      "accepted length at the longest max_query": top.accepted_length,
+                      "calls matching more than the short max_query": top.long_share,
+                      "accepted tokens of those calls": top.long_accepted_share},
+            cause=f"with queries of up to {longest} tokens, {top.long_share:.0%} of calls match more than {short} "
+                  f"tokens and hold {top.long_accepted_share:.0%} of the accepted tokens (accepted length "
+                  f"{r.accepted_length:.2f} at {short}, {top.accepted_length:.2f} at {longest})"
+            if top.accepted_length > 0 else f"REST accepts no draft token here at max_query {longest} (accepted "
+                                             f"length {top.accepted_length:.2f}): no gain to share")
+    report.add(rest_query={task: {f"q{r.max_query:.0f}": r.drop(["point", "task"]).to_dict() for _, r in sub.iterrows()}
+                           for task, sub in table.groupby("task", sort=False)})
+    report.takeaway("04_rest_max_query", f"REST's tokens per call with its longest query cut to {short} tokens, "
+                    f"against {longest}: " + ", ".join(
+                        f"{{ours[rest_query][{task}][q{short}][tokens_per_call]:.2f}} vs "
+                        f"{{ours[rest_query][{task}][q{longest}][tokens_per_call]:.2f}} on {task} "
+                        f"({{verdicts[rest_short_query_{task}][measured]}} of the gain)"
+                        for task in table.task.unique()) + " (CREST Fig. 3: most of it)")
+    return table
+
+
 # --------------------------------------------------------------------------------- real decoding, latency
 
 
@@ -512,8 +604,11 @@ def real_decoding_check(target: LoadedModel, indexes: dict[str, RestIndex], cres
     return pd.DataFrame(rows)
 
 
-def judge_real_decoding(report, real: pd.DataFrame) -> None:
-    """Real decoding against the replay: the same calls (tokens per call), and outputs equal to the reference."""
+def judge_real_decoding(report, real: pd.DataFrame, sizes: CompactionSizes) -> None:
+    """Real decoding against the replay: the same calls (tokens per call), and outputs equal to the reference;
+    the prompts checked per task (``ours[checked]``) and their new tokens (``ours[checked_tokens]``) recorded."""
+    report.add(checked={t: int(g.prompt.nunique()) for t, g in real.groupby("task")},
+               checked_tokens=sizes.checked_tokens)
     calls, replayed = real.calls.sum(), real.replay_calls.sum()
     runs = f"{len(real)} runs: {real.prompt.nunique()} prompts per task × REST, CREST"
     _compare(report, "real_equals_replay", f"calls of real decoding over the replay's ({runs}; deterministic: a point)",
