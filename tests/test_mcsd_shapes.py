@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -211,3 +212,74 @@ def test_decoded_texts_are_the_targets_own_outputs_at_each_temperature(tmp_path,
                         torch.zeros(text.scored, vocab))
     forced = mcsd.acceptance_vs_k(target, target, shared, [1, 2], draws=2, support=8)
     assert len(passes) == 2 * p.n_prompts and set(forced.rows.temperature) == {0.0, 1.0}
+
+
+class LinearCost:
+    """A cost table whose call of n tokens after the root costs 1 + 0.1 n (k rows of w: 1 + 0.1 k w)."""
+
+    def seconds_at(self, k, w, context_len):
+        return 1.0 + 0.1 * k * w
+
+    def chain_seconds(self, nodes, context_len):
+        return 1.0 + 0.1 * np.asarray(nodes, dtype=float)
+
+
+def test_mcsd_budget_rows_price_a_tree_as_one_row_of_its_nodes_plus_its_draft_calls():
+    """A draft whose every rank is 0 accepts every level: on 10 output tokens a 2x2 tree takes 3 calls of 6 nodes
+    (1.6 s each on LinearCost) and 2 draft calls each (0.5 s each at a draft ratio of 0.5); AR takes 9 calls."""
+    references = [(torch.arange(5), torch.arange(10))]
+    ranks = [np.zeros(10, dtype=np.int64)]
+    rows = shapes.mcsd_budget_rows(references, ranks, LinearCost(), 0.5, {4: ("2x2",), 2: ("2x1",)}).set_index("shape")
+    assert rows.loc["2x2", ["calls", "nodes", "budget"]].tolist() == [3, 6, 4]
+    assert rows.loc["2x2", "new_tokens"] - 1 == 9 and rows.loc["2x2", "drafted_nodes"] == 18
+    assert rows.loc["2x2", "est_seconds"] == pytest.approx(3 * 1.6 + 3 * 2 * 0.5)
+    assert rows.loc["2x2", "ar_seconds"] == pytest.approx(9.0)
+
+
+def test_budget_groups_pool_the_calls_and_average_the_seconds():
+    rows = pd.DataFrame({"set": "s", "budget": [4, 4, 4, 4, 8, 8], "shape": ["4x1", "4x1", "2x2", "2x2", "8x1", "8x1"],
+                         "prompt_id": [0, 1, 0, 1, 0, 1], "new_tokens": [11, 21, 13, 23, 16, 26],
+                         "calls": [5, 10, 4, 8, 3, 5], "drafted_nodes": [20, 40, 24, 48, 24, 40],
+                         "est_seconds": [2.0, 4.0, 3.0, 5.0, 6.0, 7.0], "ar_seconds": [10.0, 20.0] * 3})
+    pooled = shapes.budget_groups(rows).set_index(["budget", "prompt_id"])
+    assert pooled.loc[(4, 0), ["new_tokens", "calls", "est_seconds", "ar_seconds"]].tolist() == [23, 9, 2.5, 10.0]
+    summary = shapes.priced_summary(shapes.budget_groups(rows), ["budget"]).set_index("budget")
+    assert summary.loc[4, "tokens_per_call"] == pytest.approx((10 + 20 + 12 + 22) / 27)
+    assert summary.loc[4, "est_speedup"] == pytest.approx(30 / 7.0)
+    points = shapes.budget_points(rows)
+    assert points.label.tolist() == ["4: 4x1", "4: 2x2", "4: all of 4", "8: 8x1", "8: all of 8"]
+    value, _, _ = shapes.paired_ratio(shapes.budget_groups(rows), {"budget": 8}, {"budget": 4}, "est_speed")
+    assert value == pytest.approx((2.5 + 4.5) / (6.0 + 7.0))  # the mean shape's seconds, per prompt
+
+
+def test_mcsd_budget_verdicts_judge_what_they_name():
+    """On random ranks priced by a steep LinearCost, the larger budget has more tokens per call and is slower
+    (both agree); each verdict's number is the ratio its claim names, recomputed here; every cause cites only
+    numbers its evidence or the report holds."""
+    from specnb.study.results import Results, uncited
+
+    rng = np.random.default_rng(0)
+    references = [(torch.arange(5), torch.arange(60)) for _ in range(8)]
+    ranks = [rng.geometric(0.5, 60) - 1 for _ in references]
+    budgets = {4: ("4x1x1", "2x2x1"), 16: ("16x1x1", "4x4x1", "4x2x2")}
+    rows = shapes.mcsd_budget_rows(references, ranks, LinearCost(), 0.0, budgets).assign(set="code")
+    report = Results("99", "smoke")
+    report.add(draft_top1=0.5)
+    shapes.compare_mcsd_budgets(report, rows, LinearCost())
+    assert set(report.comparisons) == {"budget 4 alike code", "budget 16 alike code", "budget 16 vs 4 tokens code",
+                                       "budget 16 vs 4 speed code"}
+    tpc = shapes.priced_summary(rows, ["budget", "shape"]).set_index("shape").tokens_per_call
+    small = tpc[["4x1x1", "2x2x1"]]
+    assert report.comparisons["budget 4 alike code"].ours == pytest.approx(small.max() / small.min())
+    pooled = lambda b, c: rows[rows.budget == b][c].sum()  # noqa: E731
+    tokens = report.comparisons["budget 16 vs 4 tokens code"]
+    assert tokens.ours == pytest.approx((pooled(16, "new_tokens") - 3 * 8) / pooled(16, "calls")
+                                        / ((pooled(4, "new_tokens") - 2 * 8) / pooled(4, "calls")))
+    speed = report.comparisons["budget 16 vs 4 speed code"]
+    assert speed.ours == pytest.approx(pooled(4, "est_seconds") / 2 / (pooled(16, "est_seconds") / 3))
+    assert tokens.verdict == "agrees" and speed.verdict == "agrees" and speed.direction_only
+    assert report.comparisons["budget 16 alike code"].expect.kind == "near"
+    assert "cost table" in speed.claim and "GPU" in speed.cause
+    records = {key: {**c.record(), "cause": c.cause} for key, c in report.comparisons.items()}
+    assert uncited({"ours": report.ours, "verdicts": records}) == []
+    assert "budget 16 vs 4 speed code" in report.takeaways["08_mcsd_budgets"]

@@ -544,6 +544,30 @@ def test_heatmap_columns_that_repeat_the_one_before_are_said_not_drawn():
     plt.close("all")
 
 
+def test_heatmap_rows_that_repeat_the_one_below_are_said_not_drawn():
+    """Prompt lookup's k ≥ 4 rows at k = 2's tokens per call (a context seldom holds more than two continuations):
+    left blank, said in their band and in the suptitle, by the columns' 2% rule; a row drifting away is drawn."""
+    lookup = pd.DataFrame({1: [1.64, 1.68, 1.69, 1.69], 2: [2.07, 2.13, 2.16, 2.17], 4: [2.62, 2.79, 2.83, np.nan]},
+                          index=pd.Index([1, 2, 4, 8], name="k"))
+    lookup.columns.name = "w"
+    assert plots.repeated_rows(lookup) == {4: 2, 8: 2}
+    apart = lookup.copy()
+    apart.loc[8] = [1.69, 2.30, np.nan]
+    assert plots.repeated_rows(apart) == {}
+    rows = [{"family": f, "set": "HumanEval", "k": k, "w": w, "tpc": table.loc[k, w]}
+            for f, table in (("prompt lookup", lookup), ("mixed", apart)) for k in table.index for w in table.columns]
+    fig, axes = plots.grid_panels(pd.DataFrame(rows), rows="set", panels="family", value="tpc", label="tokens per call",
+                                  norm=plots.TOKENS_PER_CALL_NORM, cmap=plots.SEQUENTIAL_CMAP, title="a title")
+    assert fig._suptitle.get_text() == ("a title\nNot drawn, within 2% in every column of the row named: prompt "
+                                        "lookup k ≥ 4 (as k = 2).")
+    mesh = [c for c in axes[0, 0].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
+    assert np.ma.count(mesh.get_array()) == 6  # k = 1, 2 drawn, k ≥ 4 masked
+    assert "k ≥ 4: as k = 2" in [t.get_text() for t in axes[0, 0].texts]
+    mesh = [c for c in axes[0, 1].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
+    assert np.ma.count(mesh.get_array()) == 11  # every measured cell
+    plt.close("all")
+
+
 def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():
     dresd = [1.026, 1.027, 1.036, 1.041]  # DReSD on MT-Bench: 1.03-1.04 on a 1-5 scale, one colour
     assert plots.flat_on_scale(dresd, plots.TOKENS_PER_CALL_NORM)

@@ -157,12 +157,13 @@ def draft_seconds(stats: RunStats, cost, ratio: float) -> float:
                      for call, ell in zip(stats.calls, context, strict=True)))
 
 
-def priced_rows(name: str, runs: list[RunStats], references: list[Reference], cost, shape: tuple[int, int],
+def priced_rows(name: str, runs: list[RunStats], references: list[Reference], cost, shape: tuple[int, int] | None,
                 draft_ratio: float = 0.0, ar_seconds: list[float] | None = None) -> pd.DataFrame:
     """:func:`specnb.experiments.grids.replay_rows` of ``runs`` with ``est_seconds`` (each call priced as a
-    ``shape`` call at its context on ``cost``, plus its draft-model calls at ``draft_ratio`` one-token target
-    calls each: :func:`draft_seconds`) and ``ar_seconds`` (the reference priced as AR decoding, or as given),
-    per prompt."""
+    ``shape`` call at its context on ``cost``, or with ``shape`` None as one row of its drafted nodes: a tree
+    verified under a tree mask, :func:`specnb.eval.replay.priced_seconds`; plus its draft-model calls at
+    ``draft_ratio`` one-token target calls each: :func:`draft_seconds`) and ``ar_seconds`` (the reference priced
+    as AR decoding, or as given), per prompt."""
     frame = replay_rows(name, runs)
     frame["est_seconds"] = [priced_seconds(run, cost, shape) + draft_seconds(run, cost, draft_ratio)
                             for run in runs]
@@ -187,13 +188,19 @@ def grid_rows(make: Callable[[int, int], Drafter] | None, references: list[Refer
 
 
 def grid_summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per (family, set, k, w) of :func:`grid_rows` rows: tokens_per_call and est_speedup (priced AR
-    seconds / priced seconds) with 90% intervals over prompts (``_low``, ``_high``), nodes_per_call, prompts."""
+    """One row per (family, set, k, w) of :func:`grid_rows` rows: :func:`priced_summary`'s columns."""
+    return priced_summary(rows, ["family", "set", "k", "w"])
+
+
+def priced_summary(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per ``keys`` of priced replay rows (:func:`priced_rows`, one per prompt): tokens_per_call and
+    est_speedup (priced AR seconds / priced seconds) with 90% intervals over prompts (``_low``, ``_high``),
+    nodes_per_call, prompts."""
     out = []
-    for (family, name, k, w), g in rows.groupby(["family", "set", "k", "w"], sort=False):
+    for values, g in rows.groupby(keys, sort=False):
         new, calls = (g.new_tokens - 1).to_numpy(float), g.calls.to_numpy(float)
         ar, est = g.ar_seconds.to_numpy(float), g.est_seconds.to_numpy(float)
-        out.append({"family": family, "set": name, "k": k, "w": w, "prompts": len(g),
+        out.append({**dict(zip(keys, values, strict=True)), "prompts": len(g),
                     "tokens_per_call": new.sum() / calls.sum(), **_ends("tokens_per_call", ratio_interval(new, calls)),
                     "est_speedup": ar.sum() / est.sum(), **_ends("est_speedup", ratio_interval(ar, est)),
                     "nodes_per_call": g.drafted_nodes.sum() / calls.sum()})
@@ -231,18 +238,64 @@ def paired_ratio(rows: pd.DataFrame, a: dict, b: dict, metric: str = "tokens_per
     return float(stat(*arrays)), low, high
 
 
+def mcsd_tree_rows(shape: str, references: list[Reference], ranks: list[np.ndarray], cost=None,
+                   draft_ratio: float = 0.0, ar_seconds: list[float] | None = None) -> pd.DataFrame:
+    """Per-prompt replay rows (:func:`specnb.experiments.grids.replay_rows`) of a greedy draft model drafting the
+    tree ``shape`` ("4x2x1": top-k candidates per level, :func:`draft_replay`), with ``shape`` and ``nodes`` (the
+    full tree's); with ``cost``, priced as :func:`priced_rows` prices a tree (one row of its nodes under a tree
+    mask, as MCSD verifies it; each draft call at ``draft_ratio`` one-token target calls)."""
+    levels = tuple(int(x) for x in shape.split("x"))
+    runs = draft_replay(levels, references, ranks)
+    frame = replay_rows(shape, runs) if cost is None else \
+        priced_rows(shape, runs, references, cost, None, draft_ratio, ar_seconds)
+    return frame.assign(shape=shape, nodes=tree_nodes(levels, len(levels)))
+
+
 def mcsd_shape_rows(references: list[Reference], ranks: list[np.ndarray],
                     pairs: list[tuple[str, str]]) -> pd.DataFrame:
-    """MCSD Fig. 4 by greedy replay: per-prompt replay rows (:func:`specnb.experiments.grids.replay_rows`) of a
-    greedy draft model drafting every tree shape of ``pairs`` ((decreasing, increasing) with the same number
-    of leaves, e.g. ("4x2", "2x4")), with ``shape``, ``order`` and ``nodes`` (the full tree's)."""
-    frames = []
-    for pair in pairs:
-        for order, shape in zip(("decreasing", "increasing"), pair, strict=True):
-            levels = tuple(int(x) for x in shape.split("x"))
-            frames.append(replay_rows(shape, draft_replay(levels, references, ranks)).assign(
-                shape=shape, order=order, pair=" vs ".join(pair), nodes=tree_nodes(levels, len(levels))))
-    return pd.concat(frames, ignore_index=True)
+    """MCSD Fig. 4's shape order by greedy replay: :func:`mcsd_tree_rows` of every tree shape of ``pairs``
+    ((decreasing, increasing) with the same number of leaves, e.g. ("4x2", "2x4")), with ``order`` and ``pair``."""
+    return pd.concat([mcsd_tree_rows(shape, references, ranks).assign(order=order, pair=" vs ".join(pair))
+                      for pair in pairs for order, shape in zip(("decreasing", "increasing"), pair, strict=True)],
+                     ignore_index=True)
+
+
+MCSD_BUDGETS = {16: ("16x1x1x1", "8x2x1x1", "4x4x1x1", "4x2x2x1", "2x2x2x2"),
+                32: ("32x1x1x1", "16x2x1x1", "8x4x1x1", "8x2x2x1", "4x4x2x1", "4x2x2x2")}
+"""MCSD §4.4 / Fig. 4's budget groups: the budget is a tree's leaves (the product of its levels' candidates, at
+most 32 in the paper), its depth fixed (§4.4 fixes γ; four levels here, the depth of most of its Table 2 shapes).
+The paper's text does not list Fig. 4's labels, so each group holds every shape of powers of two that follows
+its monotonic rule (candidates never increase with depth) at that budget."""
+
+
+def mcsd_budget_rows(references: list[Reference], ranks: list[np.ndarray], cost, draft_ratio: float,
+                     budgets: dict[int, tuple[str, ...]] = MCSD_BUDGETS) -> pd.DataFrame:
+    """MCSD Fig. 4's budget groups by greedy replay, priced on ``cost``: :func:`mcsd_tree_rows` of every shape
+    of ``budgets`` ({budget: shapes}), with ``budget``; AR priced once per reference."""
+    ar = [ar_priced_seconds([ref], cost) for ref in references]
+    return pd.concat([mcsd_tree_rows(shape, references, ranks, cost, draft_ratio, ar).assign(budget=budget)
+                      for budget, group in budgets.items() for shape in group], ignore_index=True)
+
+
+def budget_groups(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each budget group of :func:`mcsd_budget_rows` rows pooled per prompt (columns set, budget, prompt_id):
+    new_tokens - 1, calls and drafted_nodes summed over the group's shapes (its tokens per call: all its calls'),
+    est_seconds their mean (its speed: the mean shape's; every shape decodes the same tokens), ar_seconds."""
+    keys = ["set", "budget", "prompt_id"]
+    grouped = rows.assign(new_tokens=rows.new_tokens - 1).groupby(keys, sort=False)
+    out = grouped[["new_tokens", "calls", "drafted_nodes"]].sum().join(grouped[["est_seconds", "ar_seconds"]].mean())
+    return out.reset_index().assign(new_tokens=lambda f: f.new_tokens + 1)
+
+
+def budget_points(rows: pd.DataFrame) -> pd.DataFrame:
+    """What notebook 08's budget figure draws, per set: every shape of :func:`mcsd_budget_rows` rows and each
+    budget group pooled (:func:`budget_groups`, ``shape`` "all of B"), with :func:`priced_summary`'s columns and
+    ``label`` ("B: shape")."""
+    shapes_ = priced_summary(rows, ["set", "budget", "shape"])
+    groups = priced_summary(budget_groups(rows), ["set", "budget"])
+    groups["shape"] = "all of " + groups.budget.astype(str)
+    out = pd.concat([shapes_, groups], ignore_index=True).sort_values(["set", "budget"], kind="stable")
+    return out.assign(label=out.budget.astype(str) + ": " + out["shape"]).reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------ timed cells
@@ -431,6 +484,70 @@ def compare_mcsd_order(report, rows: pd.DataFrame) -> None:
         + " (MCSD Fig. 4: decreasing better); the draft's top-1 is right at {ours[draft_top1]:.1%} of positions")
 
 
+def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -> None:
+    """MCSD §4.4 / Fig. 4's budget claims on :func:`mcsd_budget_rows` rows (one per set, column ``set``), every
+    ratio paired by prompt with its 90% interval:
+
+    * ``budget B alike SET``, (b) equal budgets perform alike: in each budget group, the tokens per call of its
+      shape with the most over its shape with the fewest, a tie with 1 (within TIE);
+    * ``budget L vs S tokens SET``, (c) the larger group (L = 32) has the higher block efficiency: its pooled
+      tokens per call (:func:`budget_groups`) over the smaller group's (S = 16) above 1 + TIE (direction only);
+    * ``budget L vs S speed SET``, (c) yet it is slower: its estimated speed (the mean shape's priced seconds) over
+      the smaller group's below 1 - TIE (direction only). The estimate prices calls with this CPU's cost table,
+      where a call of many tokens costs far more than on the paper's GPU; claim and cause say so, the cause citing
+      what a call verifying each group's mean tree costs in one-token calls at ``context``.
+
+    Causes cite the draft's top-1 rate, ``report.ours["draft_top1"]`` (:meth:`ShapeStudy.headlines`)."""
+    top1 = report.ours["draft_top1"]
+    budgets = sorted(int(b) for b in rows.budget.unique())
+    small, large = budgets[0], budgets[-1]
+    one = cost.seconds_at(1, 0, context)
+    nodes = {b: int(round(rows[rows.budget == b].groupby("shape").nodes.first().mean())) for b in (small, large)}
+    price = {b: float(cost.chain_seconds(np.array([n]), context)[0] / one) for b, n in nodes.items()}
+    against = "MCSD §4.4, Fig. 4 (LLaMA-68M → LLaMA-13B, Alpaca, GPU)"
+    for name, sub in rows.groupby("set", sort=False):
+        for budget, group in sub.groupby("budget", sort=False):
+            tpc = priced_summary(group, ["shape"]).set_index("shape").tokens_per_call
+            hi, lo = tpc.idxmax(), tpc.idxmin()
+            report.compare(f"budget {budget} alike {name}", f"tokens per call of the {budget}-budget shapes, the "
+                           f"most ({hi}) / the fewest ({lo}), {name}",
+                           *paired_ratio(group, {"shape": hi}, {"shape": lo}),
+                           Expect.near(1.0, TIE), f"{against}: equal budgets perform alike",
+                           cause=f"how the leaves spread over the levels decides the tokens per call: {hi} reaches "
+                                 f"{tpc[hi]:.2f}, {lo} {tpc[lo]:.2f}, where the draft's top-1 is the target's token "
+                                 f"at {top1:.1%} of positions", fmt=".3f", internal=False, direction_only=False,
+                           evidence={f"tokens per call, {hi}": tpc[hi], f"tokens per call, {lo}": tpc[lo],
+                                     "budget": budget, "draft top-1 rate": top1})
+        pooled = budget_groups(sub)
+        evidence = {"smaller budget": small, "larger budget": large, "draft top-1 rate": top1,
+                    **{f"{b}-budget mean tree nodes": nodes[b] for b in (small, large)},
+                    **{f"{b}-budget call cost over a one-token call": price[b] for b in (small, large)}}
+        report.compare(f"budget {large} vs {small} tokens {name}", f"tokens per call, the {large}-budget group / "
+                       f"the {small}-budget group, {name}", *paired_ratio(pooled, {"budget": large}, {"budget": small}),
+                       Expect.above(1.0, TIE), f"{against}: the {large}-budget group has the higher block efficiency",
+                       cause=f"the {large}-budget trees' extra candidates are seldom the target's token: the draft's "
+                             f"top-1 is right at {top1:.1%} of positions", fmt=".3f", internal=False,
+                       direction_only=True, evidence=evidence)
+        report.compare(f"budget {large} vs {small} speed {name}", f"estimated speed on this CPU's cost table, the "
+                       f"{large}-budget group / the {small}-budget group, {name}",
+                       *paired_ratio(pooled, {"budget": large}, {"budget": small}, "est_speed"),
+                       Expect.below(1.0, TIE), f"{against}: the {large}-budget group is slower",
+                       cause=f"priced with this CPU's cost table, where a call verifying the {large}-budget trees' "
+                             f"{nodes[large]} nodes costs {price[large]:.1f} one-token calls and the {small}-budget "
+                             f"trees' {nodes[small]} nodes {price[small]:.1f} (on the paper's GPU a call of many "
+                             "tokens costs little more than one)", fmt=".3f", internal=False, direction_only=True,
+                       evidence=evidence)
+    sets = list(dict.fromkeys(rows.set))
+    report.takeaway("08_mcsd_budgets", f"the {large}-budget group over the {small}-budget group: tokens per call " +
+                    ", ".join(f"×{{verdicts[budget {large} vs {small} tokens {n}][ours]:.2f}} on {n}" for n in sets)
+                    + ", estimated speed on this CPU's cost table (calls of many tokens cost far more than on the "
+                      "paper's GPU) " + ", ".join(f"×{{verdicts[budget {large} vs {small} speed {n}][ours]:.2f}} "
+                                                   f"on {n}" for n in sets)
+                    + "; within one budget the most over the fewest tokens per call: " + ", ".join(
+                        f"×{{verdicts[budget {b} alike {n}][ours]:.2f}} ({b}, {n})" for n in sets
+                        for b in (small, large)) + " (MCSD Fig. 4: equal budgets alike, the larger budget slower)")
+
+
 def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
     """The cost model against measurement and tree attention against batch verification, on
     :func:`timed_summary` and :func:`tree_over_batch` tables: ``model MEthod``: measured / predicted speedup
@@ -579,6 +696,13 @@ class ShapeStudy:
     def mcsd_order(self, pairs: list[tuple[str, str]]) -> pd.DataFrame:
         """:func:`mcsd_shape_rows` on both sets, with ``set``."""
         return pd.concat([mcsd_shape_rows(self.refs[name], self.ranks[name], pairs).assign(set=name)
+                          for name in self.sets], ignore_index=True)
+
+    def mcsd_budgets(self, budgets: dict[int, tuple[str, ...]] = MCSD_BUDGETS) -> pd.DataFrame:
+        """:func:`mcsd_budget_rows` on both sets, with ``set``: each draft call priced at its measured cost over a
+        target call, as :meth:`grid` prices the draft model's."""
+        return pd.concat([mcsd_budget_rows(self.refs[name], self.ranks[name], self.cost,
+                                           self.draft_call / self.target_call, budgets).assign(set=name)
                           for name in self.sets], ignore_index=True)
 
     def record_setup(self, report) -> None:
