@@ -13,10 +13,12 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.eval.replay import replay_many
+from specnb.eval.runner import summarize
 from specnb.eval.timing import Grid, time_cells
 from specnb.experiments import compaction as cx
 from specnb.experiments import roofline_study as rs
-from specnb.experiments.grids import replay_grid
+from specnb.experiments.grids import replay_grid, replay_rows
 from specnb.study.results import Results
 
 
@@ -196,3 +198,108 @@ def test_rest_query_sweep_gives_the_share_of_the_gain_short_matches_keep(tmp_pat
     assert nothing.comparisons["rest_short_query_code"].cause.startswith("REST accepts no draft token here")
     with pytest.raises(ValueError, match="max_query 5 and 16"):
         cx.judge_query_sweep(Results("99", "smoke"), sweep[sweep.max_query < 16])
+
+
+def _ablation() -> pd.DataFrame:
+    """Hand-made :func:`specnb.experiments.ngrams.mixed_ablation` rows at (k, w) = (4, 3), two prompts of one set:
+    the bigram wins 4 calls, 3 of them below its first row (ranks 0, 1, 2, 3); the context wins 4, 1 below its
+    first row (ranks 0, 0, 0, 2), 2 of them with all w = 3 tokens; the context fills 4 of 4 rows in 4 calls, 0 rows
+    in 3, 1 row in 2 and 2 rows in 1 of the 10."""
+    calls = [  # (prompt, accepted, strategy, rank, context rows)
+        (0, 1, "bigram", 0, 0), (0, 2, "bigram", 1, 0), (0, 1, "bigram", 2, 1), (0, 3, "context", 0, 4),
+        (0, 0, "none", None, 0), (1, 1, "bigram", 3, 1), (1, 3, "context", 0, 4), (1, 1, "context", 0, 4),
+        (1, 2, "context", 2, 4), (1, 0, "none", None, 2)]
+    return pd.DataFrame([{"set": "HumanEval", "prompt": p, "context": 20 + i, "k": 4, "w": 3, "accepted": a,
+                          "strategy": s, "rank": np.nan if r is None else r, "context_rows": c, "bigram_rows": 4 - c}
+                         for i, (p, a, s, r, c) in enumerate(calls)])
+
+
+def test_fig4_statistics_count_rank_tails_full_acceptances_and_allocations():
+    from specnb.experiments import ngrams
+
+    stats = ngrams.fig4_statistics(_ablation()).iloc[0]
+    assert (stats.k, stats.w, stats.prompts, stats.calls, stats.bigram_won, stats.context_won) == (4, 3, 2, 10, 4, 4)
+    assert stats.bigram_tail_share == pytest.approx(3 / 4) and stats.context_tail_share == pytest.approx(1 / 4)
+    assert stats.rank_tail == pytest.approx(3 / 4 - 1 / 4)
+    assert stats.context_full == pytest.approx(2 / 10) and stats.longest_context == 3
+    assert stats.whole_batch == pytest.approx(4 / 10) and stats.no_rows == pytest.approx(3 / 10)
+    assert (stats.mode_rows, stats.mode_share) == (0, pytest.approx(3 / 10))
+    assert stats.whole_batch_lead == pytest.approx(4 / 10 - 3 / 10)
+    for key in ("rank_tail", "context_full", "whole_batch_lead"):
+        assert stats[f"{key}_low"] <= stats[key] + 1e-12 and stats[key] <= stats[f"{key}_high"] + 1e-12
+    # the context never filling the batch: the statistic is its deficit to the commonest allocation
+    fewer = _ablation().assign(context_rows=lambda f: f.context_rows.clip(upper=3))
+    assert ngrams.fig4_statistics(fewer).iloc[0].whole_batch_lead == pytest.approx(0 - 4 / 10)
+
+
+def test_fig4_verdicts_cite_only_their_evidence():
+    from types import SimpleNamespace
+
+    from specnb.experiments import ngrams
+    from specnb.study.results import uncited
+
+    report = Results("99", "smoke")
+    ngrams.judge_fig4(report, ngrams.fig4_statistics(_ablation()),
+                      SimpleNamespace(name="tiny", vocab_size=100, chat=False))
+    assert set(report.comparisons) == {"fig4_rank_tail_HumanEval", "fig4_full_w_HumanEval",
+                                       "fig4_whole_batch_HumanEval"}
+    assert report.comparisons["fig4_rank_tail_HumanEval"].ours == pytest.approx(0.5)
+    assert all(c.direction_only and not c.internal for c in report.comparisons.values())
+    records = {"ours": {}, "paper": {}, "verdicts": {key: {**c.record(), "cause": c.cause}
+                                                      for key, c in report.comparisons.items()}}
+    assert uncited(records) == []
+    assert "fig4_whole_batch_HumanEval" in report.takeaways["06_mixed_ablation"]
+
+
+def _query_runs(tokens_per_call: dict[int, list[tuple[int, int]]]) -> pd.DataFrame:
+    """:func:`specnb.experiments.ngrams.query_length_runs`-like rows of the mixed strategy on one set:
+    {q: [(new tokens, calls) per prompt]}."""
+    return pd.DataFrame([{"method": f"mixed q={q}", "prompt_id": i, "new_tokens": n, "calls": c, "seconds": 0.0,
+                          "accepted": n - 1 - c, "set": "HumanEval", "strategy": "mixed", "q": q, "context_rows": c}
+                         for q, prompts in tokens_per_call.items() for i, (n, c) in enumerate(prompts)])
+
+
+def test_q1_advantage_is_over_the_best_other_query_length_paired_by_prompt():
+    from specnb.experiments import ngrams
+
+    # tokens per call (new tokens - 1) / calls, pooled over prompts: q = 1: 2.0, q = 2: 1.5, q = 3: 2.5
+    runs = _query_runs({1: [(21, 10), (41, 20)], 2: [(16, 10), (31, 20)], 3: [(26, 10), (51, 20)]})
+    table = ngrams.query_lengths(runs)
+    assert table.tokens_per_call.tolist() == pytest.approx([2.0, 1.5, 2.5])
+    value, low, high = ngrams.q1_advantage(runs, "HumanEval")
+    assert value == pytest.approx(2.0 / 2.5)  # over q = 3, the best other, not over q = 2
+    assert low <= value + 1e-12 and value <= high + 1e-12
+    report = Results("99", "smoke")
+    assert ngrams.judge_query_length(report, runs).equals(table)
+    verdict = report.comparisons["q1_best_HumanEval"]
+    assert verdict.verdict == "disagrees" and verdict.direction_only
+    assert verdict.evidence["best other q"] == 3 and "q = 3 gives 2.50 tokens per call" in verdict.cause
+    assert "06_context_query_length" in report.takeaways
+
+
+def test_the_query_length_sweep_replays_each_q_of_both_strategies():
+    from specnb.datastores.ngram_tables import BigramTable
+    from specnb.drafters.context import ContextNgramDrafter
+    from specnb.experiments import ngrams
+
+    tokens = np.arange(10)  # token x is followed by x+1, ..., x+4 (mod 10), best first
+    topk = (tokens[:, None] + np.arange(1, 5)[None]) % 10
+    table = BigramTable(tokens, topk, np.zeros(topk.shape, np.float32), tokens.copy())
+    rng = np.random.default_rng(0)
+    refs = {"HumanEval": [(torch.tensor(rng.integers(0, 10, 12)), torch.tensor(np.tile(rng.integers(0, 10, 3), 5)))
+                          for _ in range(3)]}
+    runs = ngrams.query_length_runs(table, refs, k=4, w=3)
+    assert len(runs) == 2 * 3 * 3 and set(runs.method) == {f"{s} q={q}" for s in ("mixed", "context")
+                                                          for q in (1, 2, 3)}
+    summary = ngrams.query_lengths(runs).set_index(["strategy", "q"])
+    for q in (1, 2, 3):  # the context rows alone replay as the context drafter of that q
+        alone = summarize(replay_rows("c", replay_many(lambda q=q: ContextNgramDrafter(4, 3, q, q),
+                                                       refs["HumanEval"])), baseline="").iloc[0]
+        assert summary.loc[("context", q)].tokens_per_call == pytest.approx(alone.tokens_per_call)
+    assert (summary.tokens_per_call_low <= summary.tokens_per_call + 1e-12).all()
+    ablation = ngrams.mixed_ablation(table, refs, k=4, w=3)  # the rows Fig. 4's statistics read, per prompt
+    for prompt, sub in ablation.groupby("prompt"):
+        ids, output = refs["HumanEval"][prompt]
+        assert sub.context.iloc[0] == len(ids) + 1 and (sub.context.diff().dropna() == sub.accepted.iloc[:-1].to_numpy()
+                                                         + 1).all()
+    assert set(ablation.prompt) == {0, 1, 2} and (ablation.k == 4).all() and (ablation.w <= 3).all()
