@@ -372,3 +372,95 @@ def test_study_stores_index_the_documents_the_profile_names(tmp_path, monkeypatc
         assert rest_meta["num_tokens"] == dense[kind].meta["extract"]["corpus_tokens"]
         assert stores["crest"].name.endswith(f"{dense[kind].path.name}.sqlite")
         assert stores["dense-id"] == dense["code-ID"].path and stores["dense"] == dense["code-OOD"].path
+
+
+def replayed(method: str, accepted: list[tuple[int, ...]], depth: int = 10) -> pd.DataFrame:
+    """Replay rows of ``method``, one prompt per tuple: one call per entry accepting that many of ``depth``
+    drafted tokens (the prompt's MAR is the mean of accepted / depth)."""
+    from specnb.experiments.grids import replay_rows
+
+    return replay_rows(method, [RunStats(prompt_tokens=5, calls=[
+        CallStats(drafted_nodes=depth, draft_depth=depth, accepted=a, new_tokens=a + 1, draft_seconds=0.0,
+                  verify_seconds=0.0, overhead_seconds=0.0) for a in calls]) for calls in accepted])
+
+
+def fig6_rows(swap: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(code rows, chat rows) with MARs REST 0.25 on code, 0.125 on chat; DReSD 0.45 on code, 0.25 on chat (or
+    code and chat's numbers swapped: chat above code)."""
+    code = {"REST": [(2, 2), (3, 3), (2, 3), (3, 2)], "DReSD": [(4, 4), (5, 5), (4, 5), (5, 4)]}
+    chat = {"REST": [(1, 1), (1, 2), (2, 1), (1, 1)], "DReSD": [(3, 3), (2, 3), (3, 2), (2, 2)]}
+    code, chat = (chat, code) if swap else (code, chat)
+    return (pd.concat([replayed("REST-OOD", code["REST"]), replayed("DReSD-OOD 10x6", code["DReSD"])]),
+            pd.concat([replayed("REST-chat", chat["REST"]), replayed("DReSD-chat 10x6", chat["DReSD"])]))
+
+
+def test_fig6_table_holds_each_method_on_code_and_on_chat_with_table7_beside():
+    """DReSD Fig. 6 / Table 7's table: REST and DReSD 10×6 on code and on chat, in the paper's order, each row the
+    mean of its prompts' MAR and its tokens per call (ratio of totals), with Table 7's range over its models."""
+    from specnb.experiments import ann_index
+
+    table = ann_index.alignment_table(*fig6_rows())
+    assert list(table.index) == ["REST, code (HumanEval)", "REST, chat (MT-Bench)", "DReSD 10×6, code (HumanEval)",
+                                 "DReSD 10×6, chat (MT-Bench)"]
+    assert list(table.method) == ["REST", "REST", "DReSD 10×6", "DReSD 10×6"]
+    assert list(table.store) == ["code-OOD", "chat-OOD", "code-OOD", "chat-OOD"] and set(table.prompts) == {4}
+    assert table.acceptance_rate.to_numpy() == pytest.approx([0.25, 0.125, 0.45, 0.25])
+    assert table.tokens_per_call.to_numpy() == pytest.approx([28 / 8, 18 / 8, 44 / 8, 28 / 8])
+    assert (table.acceptance_rate_low <= table.acceptance_rate).all()
+    assert (table.acceptance_rate <= table.acceptance_rate_high).all()
+    assert table.loc["REST, chat (MT-Bench)", ["paper_MAR_low", "paper_MAR_high"]].tolist() == \
+        pytest.approx([0.080, 0.093])
+    assert table.loc["DReSD 10×6, code (HumanEval)", ["paper_MAR_low", "paper_MAR_high"]].tolist() == \
+        pytest.approx([0.290, 0.319])
+
+
+def test_fig6_verdicts_judge_chat_below_code_and_dresd_above_rest_on_chat(tmp_path, monkeypatch):
+    """Chat's MAR over code's (two prompt sets: unpaired) must be below 1 for REST and for DReSD, DReSD's over
+    REST's on chat (paired) above 1; all direction only, against Table 7's ratios. Code and chat swapped, the two
+    chat-over-code verdicts disagree, and their causes cite only numbers the results file holds."""
+    import json
+
+    from specnb.experiments import ann_index
+    from specnb.study.results import Results, uncited
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    assert ann_index.CLAIMS.table7_ratio("DReSD-M", "REST-M") == pytest.approx((18.5 / 9.3, 17.3 / 8.0))
+    assert ann_index.CLAIMS.table7_ratio("REST-M", "REST-C") == pytest.approx((8.0 / 18.0, 9.3 / 16.7))
+    report = Results("03", "smoke")
+    ann_index.compare_fig6(report, *fig6_rows())
+    rest, dense, gain = (report.comparisons[k] for k in ("mar_chat_code_REST", "mar_chat_code_DReSD", "mar_chat"))
+    assert rest.ours == pytest.approx(0.5) and dense.ours == pytest.approx(0.25 / 0.45)
+    assert gain.ours == pytest.approx(2.0)
+    assert all(c.verdict == "agrees" and c.direction_only and not c.internal for c in (rest, dense, gain))
+    assert rest.low < 0.5 < rest.high and rest.expect.kind == "below" and gain.expect.kind == "above"
+    assert "×0.44–×0.56" in rest.against and "×1.99–×2.16" in gain.against
+    assert report.ours["chat_prompts"] == 4
+
+    swapped = Results("03", "smoke")
+    ann_index.compare_fig6(swapped, *fig6_rows(swap=True))
+    assert swapped.comparisons["mar_chat_code_REST"].ours == pytest.approx(2.0)
+    assert swapped.comparisons["mar_chat_code_REST"].verdict == "disagrees"
+    assert swapped.comparisons["mar_chat_code_DReSD"].verdict == "disagrees"
+    assert "25.0% on MT-Bench and 12.5% on HumanEval" in swapped.comparisons["mar_chat_code_REST"].cause
+    swapped.render("{verdicts}")
+    assert uncited(json.loads(swapped.path.read_text())) == []
+
+
+def test_fig6_replays_mtbench_against_the_chat_store_and_rest_on_its_documents(tmp_path, monkeypatch):
+    """:func:`chat_rows`: the first n MT-Bench prompts, each replayed by REST over the chat store's own documents and
+    by DReSD 10×6 over the store: one row per (method, prompt), every token of each reference counted."""
+    from specnb.datastores.dense import build_datastore
+    from specnb.experiments import ann_index, dresd
+    from specnb.experiments.references import greedy_references
+    from tests.test_dense import CONFIG, own_outputs
+
+    target = tiny("llama")
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))  # after the model: its kernels stay cached
+    store = build_datastore(target, own_outputs(target), tmp_path / "chat", CONFIG, progress=False)
+    rows = ann_index.chat_rows(target, store, 2, 8)
+    assert sorted(rows.method.unique()) == ["DReSD-chat 10x6", "REST-chat"]
+    assert rows.groupby("method").prompt_id.nunique().tolist() == [2, 2]
+    references = greedy_references(target, ann_index.load_prompts("mtbench", 2), 8)
+    assert rows.groupby("method").new_tokens.sum().tolist() == [sum(len(out) for _, out in references)] * 2
+    rest = dresd.rest_twin(store)
+    assert rest.meta["num_tokens"] == len(store.corpus_tokens())

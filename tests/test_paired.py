@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import tiny
 
-from specnb.experiments.paired import FINDING_WORDS, difference, findings, mean_versus, versus
+from specnb.experiments.paired import FINDING_WORDS, difference, findings, mean_across, mean_versus, versus
 from specnb.experiments.setups import here
 from specnb.study.results import Results
 from specnb.study.verdicts import Expect
@@ -32,6 +32,18 @@ def test_versus_is_the_ratio_of_totals_with_a_paired_interval():
     ratio, low, high = mean_versus(frame, "a", "b", "acceptance_rate")  # the NaN prompt's pair is dropped
     assert ratio == pytest.approx(np.mean([0.2, 0.3, 0.25]) / np.mean([0.1, 0.2, 0.1])) and low <= ratio <= high
     assert all(math.isnan(v) for v in versus(frame[frame.prompt_id == "p0"], "a", "b", "tokens_per_s"))
+
+
+def test_mean_across_compares_two_prompt_sets_unpaired():
+    """Two methods on different prompts (3 and 5 of them, ids overlapping by chance): each side's own mean, NaN
+    dropped, and an interval resampling each side apart (paired, the shorter side could not be resampled at all).
+    A side of one prompt gives no ratio."""
+    frame = pd.concat([rows("chat", [64] * 3, [1.0] * 3, [0.1, 0.2, np.nan]),
+                       rows("code", [64] * 5, [1.0] * 5, [0.4, 0.5, 0.3, 0.4, 0.4])], ignore_index=True)
+    ratio, low, high = mean_across(frame, "chat", "code", "acceptance_rate")
+    assert ratio == pytest.approx(0.15 / 0.4) and low < ratio < high and high < 0.6
+    assert mean_across(frame, "code", "chat", "acceptance_rate")[0] == pytest.approx(0.4 / 0.15)
+    assert all(math.isnan(v) for v in mean_across(frame[frame.prompt_id != "p1"], "chat", "code", "acceptance_rate"))
 
 
 def test_difference_pairs_the_samples():

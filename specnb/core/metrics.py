@@ -132,15 +132,16 @@ def first_divergence(reference: list[int], other: list[int]) -> int | None:
 
 
 def bootstrap_interval(statistic, *samples: np.ndarray, level: float = 0.9,
-                       resamples: int = 2000) -> tuple[float, float]:
+                       resamples: int = 2000, paired: bool = True) -> tuple[float, float]:
     """(low, high): the ``level`` percentile bootstrap interval of ``statistic(*samples, axis=-1)`` (vectorised
     over resamples), resampling the prompts (the entries of every sample together: paired). Seeded, so a
-    summary is reproducible; (NaN, NaN) with fewer than two prompts or a statistic that is NaN on the data.
-    An interval of identical values is (value, value)."""
+    summary is reproducible; (NaN, NaN) with fewer than two prompts (in any sample) or a statistic that is NaN on
+    the data. An interval of identical values is (value, value). ``paired=False``: samples of different prompts
+    (two prompt sets, possibly of different sizes), each resampled on its own."""
     from scipy import stats  # here, not at the top: slow to import, and only summaries need it
 
     arrays = [np.asarray(a, dtype=np.float64) for a in samples]
-    if arrays[0].shape[0] < 2:
+    if min(a.shape[0] for a in arrays) < 2:
         return float("nan"), float("nan")
     with np.errstate(invalid="ignore", divide="ignore"):
         value = statistic(*arrays, axis=-1)
@@ -148,7 +149,7 @@ def bootstrap_interval(statistic, *samples: np.ndarray, level: float = 0.9,
             return float("nan"), float("nan")
         if all(np.all(a == a[0]) for a in arrays):  # no spread: scipy would warn about a degenerate sample
             return float(value), float(value)
-        result = stats.bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=resamples,
+        result = stats.bootstrap(arrays, statistic, paired=paired, vectorized=True, n_resamples=resamples,
                                  confidence_level=level, method="percentile", rng=np.random.default_rng(0))
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 

@@ -1,7 +1,9 @@
 """Notebook 03's study: hnswlib's parameters on real and random keys (:func:`hnsw_sweep`), hnswlib beside FAISS
 IVF-PQ at scale (:func:`index_at_scale`), MRR per datastore (:func:`mrr_table`, DReSD Table 1) and DReSD vs REST
-by greedy replay (:func:`dresd_vs_rest_rows`, Fig. 4), with the paper's numbers (:data:`CLAIMS`) judged by
-:func:`compare_table1` and :func:`compare_fig4`. The stores themselves are :mod:`specnb.experiments.dresd`'s."""
+by greedy replay (:func:`dresd_vs_rest_rows`, Fig. 4) and with low prompt alignment (MT-Bench on the chat store:
+:func:`chat_rows`, :func:`alignment_table`, Fig. 6 / Table 7), with the paper's numbers (:data:`CLAIMS`) judged by
+:func:`compare_table1`, :func:`compare_fig4` and :func:`compare_fig6`. The stores themselves are
+:mod:`specnb.experiments.dresd`'s."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..core.datasets import load_prompts
 from ..core.metrics import mean_interval
 from ..datastores.ann import (
     AnnIndex,
@@ -30,7 +33,8 @@ from ..eval.replay import Reference, replay_many
 from ..study.verdicts import MRR, TIE, Expect
 from .dresd import replay_methods_table, rest_twin
 from .grids import replay_rows
-from .paired import mean_versus, versus
+from .paired import mean_across, mean_versus, versus
+from .references import references_and_states
 
 
 @dataclass(frozen=True)
@@ -43,11 +47,23 @@ class Table1Fig4Claims:
     mar_gain: float  # Fig. 4: DReSD's MAR over REST's, − 1, on average
     length_gain: float  # §5.1: DReSD's accepted drafts over REST's, − 1, on average
     id_mar_gain: float  # §5.3: DReSD's MAR with the ID store over the OOD store, − 1
+    table7: dict[str, tuple[float, float]]  # Fig. 6 / Table 7: MAR (%) on the OOD stores of {"REST-C", "REST-M",
+    # "DReSD-C", "DReSD-M"} for (CodeLlama-Instruct-7B, Llama2-Chat-7B); C: CodeAlpaca (high prompt alignment), M:
+    # MT-Bench (low)
+    chat_mar_gain: float  # §5.3 on Fig. 6: DReSD's MAR over REST's, − 1, "~90%" with either alignment
+
+    def table7_ratio(self, method: str, baseline: str) -> tuple[float, float]:
+        """(smallest, largest) over Table 7's two models of ``method``'s MAR over ``baseline``'s (keys of
+        :attr:`table7`: ``"DReSD-M"`` over ``"REST-M"`` is DReSD's gain on MT-Bench)."""
+        ratios = [a / b for a, b in zip(self.table7[method], self.table7[baseline], strict=True)]
+        return min(ratios), max(ratios)
 
 
 CLAIMS = Table1Fig4Claims(
     mrr={"code-OOD": (0.925, 0.939), "code-ID": (0.855, 0.904), "chat-OOD": (0.975, 0.979)},
-    mar_gain=0.87, length_gain=0.65, id_mar_gain=0.70)
+    mar_gain=0.87, length_gain=0.65, id_mar_gain=0.70,
+    table7={"REST-C": (16.7, 18.0), "REST-M": (9.3, 8.0), "DReSD-C": (29.0, 31.9), "DReSD-M": (18.5, 17.3)},
+    chat_mar_gain=0.90)
 
 
 def hnsw_sweep(keys: np.ndarray, queries: np.ndarray, truth: np.ndarray, Ms: tuple[int, ...] = (8, 16, 32),
@@ -191,6 +207,47 @@ def dresd_vs_rest(stores: dict[str, DenseDatastore], references: list[Reference]
     return replay_methods_table(dresd_vs_rest_rows(stores, references, hidden))
 
 
+CHAT_PROMPTS = "mtbench"
+"""The chat prompt set of Fig. 6's low prompt alignment: MT-Bench's first turns, as the paper's."""
+
+
+def chat_rows(target, store: DenseDatastore, n_prompts: int, max_new_tokens: int, shape: str = "10x6"
+              ) -> pd.DataFrame:
+    """DReSD Fig. 6's low prompt alignment by greedy replay, as :func:`dresd_vs_rest_rows` rows: the target's
+    cached greedy outputs (``max_new_tokens`` each) of the first ``n_prompts`` :data:`CHAT_PROMPTS` replayed
+    against ``store`` (the chat-OOD store) by REST on its documents and DReSD ``shape``: methods ``REST-chat``
+    and ``DReSD-chat <shape>``."""
+    references, hidden = references_and_states(target, load_prompts(CHAT_PROMPTS, n_prompts), max_new_tokens)
+    return dresd_vs_rest_rows({"chat": store}, references, hidden, {shape: FIG4_SHAPES[shape]})
+
+
+def alignment_methods(shape: str = "10x6") -> dict[tuple[str, str], str]:
+    """{(method, data): replayed method} of Fig. 6, in the paper's order: REST and DReSD ``shape`` on code (the
+    code-OOD store, :func:`dresd_vs_rest_rows`) and on chat (the chat-OOD store, :func:`chat_rows`)."""
+    dense = f"DReSD {shape.replace('x', '×')}"
+    return {("REST", "code"): "REST-OOD", ("REST", "chat"): "REST-chat", (dense, "code"): f"DReSD-OOD {shape}",
+            (dense, "chat"): f"DReSD-chat {shape}"}
+
+
+def alignment_table(rows: pd.DataFrame, chat: pd.DataFrame, code_set: str = "HumanEval",
+                    shape: str = "10x6") -> pd.DataFrame:
+    """DReSD Fig. 6 / Table 7, one row per (method, data) of :func:`alignment_methods` (index ``row``: ``"REST,
+    chat (MT-Bench)"``): :func:`~specnb.experiments.dresd.replay_methods_table`'s columns (MAR as
+    ``acceptance_rate``, tokens per call, each with its 90% interval over prompts), the prompts replayed, the store
+    and Table 7's MAR over its two models as fractions (``paper_MAR_low`` / ``paper_MAR_high``, OOD stores).
+
+    rows: :func:`dresd_vs_rest_rows` on the code stores (``code_set``'s prompts); chat: :func:`chat_rows`."""
+    both = pd.concat([rows, chat], ignore_index=True)
+    table = replay_methods_table(both)
+    out = []
+    for (method, data), replayed in alignment_methods(shape).items():
+        paper = CLAIMS.table7[f"{method.split()[0]}-{'C' if data == 'code' else 'M'}"]
+        out.append({"row": f"{method}, {data} ({code_set if data == 'code' else 'MT-Bench'})", "method": method,
+                    "data": data, "store": f"{data}-OOD", "prompts": both[both.method == replayed].prompt_id.nunique(),
+                    **table.loc[replayed], "paper_MAR_low": min(paper) / 100, "paper_MAR_high": max(paper) / 100})
+    return pd.DataFrame(out).set_index("row")
+
+
 
 def compare_table1(report, mrr: pd.DataFrame) -> None:
     """One :meth:`specnb.study.results.Results.compare` per datastore of :func:`mrr_table` (index ``datastore``) that
@@ -219,13 +276,15 @@ def compare_table1(report, mrr: pd.DataFrame) -> None:
             + ", ".join(f"{low}–{high}" for low, high in (CLAIMS.mrr[name] for name in judged)) + ")")
 
 
-def compare_fig4(report, rows: pd.DataFrame, shape: str = "10x6") -> None:
+def compare_fig4(report, rows: pd.DataFrame, chat: pd.DataFrame | None = None, code_set: str = "HumanEval",
+                 shape: str = "10x6") -> None:
     """DReSD Fig. 4 and §5.3 as :meth:`specnb.study.results.Results.compare` calls on :func:`dresd_vs_rest_rows`:
     DReSD (``shape``) over REST on each store, for MAR (mean over prompts, :func:`~specnb.experiments.paired.
     mean_versus`) and accepted length (ratio of totals, :func:`~specnb.experiments.paired.versus`), and DReSD's
     MAR on the ID store over the OOD store; each a ratio paired over prompts that must exceed 1 +
     :data:`~specnb.study.verdicts.TIE`. The paper reports each gain's size: these check its direction only.
-    Keys ``mar_OOD``, ``length_OOD``, ``mar_ID``, ``length_ID``, ``mar_id_ood``."""
+    Keys ``mar_OOD``, ``length_OOD``, ``mar_ID``, ``length_ID``, ``mar_id_ood``; with ``chat`` (:func:`chat_rows`,
+    MT-Bench against the chat store) also Fig. 6's (:func:`compare_fig6`, ``rows`` on ``code_set``'s prompts)."""
     small = "a store of tens of thousands of tokens: few neighbours continue the way the target does"
     name = shape.replace("x", "×")
     for store in ("OOD", "ID"):
@@ -246,6 +305,57 @@ def compare_fig4(report, rows: pd.DataFrame, shape: str = "10x6") -> None:
     report.takeaway("03_dresd_vs_rest_mar", f"DReSD {name}'s MAR over REST's: ×{{verdicts[mar_OOD][ours]:.2f}} on "
                     "the OOD store, ×{verdicts[mar_ID][ours]:.2f} on the ID store "
                     f"(DReSD Fig. 4: {CLAIMS.mar_gain:+.0%} on average)")
+    if chat is not None:
+        compare_fig6(report, rows, chat, code_set, shape)
+
+
+def compare_fig6(report, rows: pd.DataFrame, chat: pd.DataFrame, code_set: str = "HumanEval",
+                 shape: str = "10x6") -> None:
+    """DReSD Fig. 6 / Table 7 as :meth:`specnb.study.results.Results.compare` calls on :func:`dresd_vs_rest_rows`
+    (code) and :func:`chat_rows` (chat), MAR as the mean over prompts of each prompt's rate:
+
+    * ``mar_chat_code_REST``, ``mar_chat_code_DReSD``: REST's (DReSD ``shape``'s) MAR on MT-Bench against the
+      chat-OOD store over its MAR on ``code_set`` against the code-OOD store, two prompt sets, so the 90% interval
+      resamples each on its own (:func:`~specnb.experiments.paired.mean_across`); it must be below 1 − TIE;
+    * ``mar_chat``: DReSD's MAR over REST's on MT-Bench, paired over prompts
+      (:func:`~specnb.experiments.paired.mean_versus`); above 1 + TIE.
+
+    Table 7 reports each ratio's size (:meth:`Table1Fig4Claims.table7_ratio`): these check its direction only.
+    Adds ``chat_prompts`` (MT-Bench prompts replayed) and the figure ``03_prompt_alignment``'s takeaway."""
+    replayed, name = alignment_methods(shape), f"DReSD {shape.replace('x', '×')}"
+    both = pd.concat([rows, chat], ignore_index=True)
+    mar = {method: float(both[both.method == method].acceptance_rate.astype(float).replace(np.inf, np.nan).mean())
+           for method in replayed.values()}
+    said = {method: f"{value:.1%}" if np.isfinite(value) else "not measured (no draft)"
+            for method, value in mar.items()}
+    for method in ("REST", name):
+        on_chat, on_code, short = replayed[(method, "chat")], replayed[(method, "code")], method.split()[0]
+        paper = CLAIMS.table7_ratio(f"{short}-M", f"{short}-C")
+        report.compare(f"mar_chat_code_{short}", f"{method} MAR, MT-Bench (chat store) over {code_set} (code store)",
+                       *mean_across(both, on_chat, on_code, "acceptance_rate"), Expect.below(1.0, TIE),
+                       f"DReSD Table 7 (MT-Bench over CodeAlpaca: ×{paper[0]:.2f}–×{paper[1]:.2f} for its two "
+                       "models)", internal=False, direction_only=True,
+                       cause=f"{short}'s MAR is {said[on_chat]} on MT-Bench and {said[on_code]} on {code_set}: "
+                             "the target's chat answers repeat the chat store's phrasing more than its code repeats "
+                             "the code store's",
+                       evidence={f"{method} MAR, chat": mar[on_chat], f"{method} MAR, code": mar[on_code]})
+    dense, rest = replayed[(name, "chat")], replayed[("REST", "chat")]
+    paper = CLAIMS.table7_ratio("DReSD-M", "REST-M")
+    nodes = float(chat[chat.method == rest].drafted_nodes.sum() / max(1, chat[chat.method == rest].calls.sum()))
+    report.compare("mar_chat", f"{name} MAR over REST's, MT-Bench on the chat store",
+                   *mean_versus(chat, dense, rest, "acceptance_rate"), Expect.above(1.0, TIE),
+                   f"DReSD Table 7 (MT-Bench: ×{paper[0]:.2f}–×{paper[1]:.2f} for its two models; §5.3: "
+                   f"{CLAIMS.chat_mar_gain:+.0%})", internal=False, direction_only=True,
+                   cause=f"on MT-Bench DReSD's MAR is {said[dense]} and REST's {said[rest]} ({nodes:.0f} nodes "
+                         "per call): few neighbours in a small chat store continue the way the target answers",
+                   evidence={"DReSD MAR, chat": mar[dense], "REST MAR, chat": mar[rest], "REST nodes per call": nodes})
+    report.add(chat_prompts=int(chat.prompt_id.nunique()))
+    rest_paper, dense_paper = CLAIMS.table7_ratio("REST-M", "REST-C"), CLAIMS.table7_ratio("DReSD-M", "DReSD-C")
+    report.takeaway("03_prompt_alignment", "MAR on MT-Bench (chat store) over code: REST "
+                    "×{verdicts[mar_chat_code_REST][ours]:.2f}, DReSD ×{verdicts[mar_chat_code_DReSD][ours]:.2f}; "
+                    "DReSD over REST on MT-Bench ×{verdicts[mar_chat][ours]:.2f} (DReSD Table 7: "
+                    f"×{rest_paper[0]:.2f}–{rest_paper[1]:.2f}, ×{dense_paper[0]:.2f}–{dense_paper[1]:.2f}; "
+                    f"×{paper[0]:.2f}–{paper[1]:.2f})")
 
 
 def takeaways(report) -> None:

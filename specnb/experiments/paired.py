@@ -54,6 +54,22 @@ def mean_versus(rows: pd.DataFrame, method: str, baseline: str, column: str) -> 
     return float(a.mean() / b.mean()), low, high
 
 
+def mean_across(rows: pd.DataFrame, method: str, baseline: str, column: str) -> tuple[float, float, float]:
+    """The mean over its prompts of ``method``'s per-prompt ``column`` over the mean over *its own* prompts of the
+    baseline's, where the two ran on different prompt sets (MT-Bench against HumanEval), so nothing pairs them:
+    (ratio, low, high), non-finite values dropped, the 90% interval resampling each side's prompts on its own
+    (:func:`specnb.core.metrics.bootstrap_interval`, unpaired). NaN with fewer than two prompts on a side."""
+    def values(name: str) -> np.ndarray:
+        per_prompt = rows[rows.method == name].drop_duplicates("prompt_id")[column].astype(float).to_numpy()
+        return per_prompt[np.isfinite(per_prompt)]
+
+    a, b = values(method), values(baseline)
+    if min(len(a), len(b)) < 2 or b.mean() == 0:
+        return math.nan, math.nan, math.nan
+    low, high = bootstrap_interval(lambda x, y, axis=-1: x.mean(axis) / y.mean(axis), a, b, paired=False)
+    return float(a.mean() / b.mean()), low, high
+
+
 def difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     """mean(a - b) over paired samples a, b [n] (queries, prompts): (difference, low, high), the 90% interval
     resampling the pairs."""
