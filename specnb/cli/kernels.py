@@ -99,11 +99,11 @@ def _run_quant(args: argparse.Namespace) -> int:
     for model, name in tensors.values():
         gguf_tensor(model, name)  # every file present before the first timing
     bandwidth = read_bandwidth()
-    peaks = {i: peak_macs(i) for i in ("fp32-fma", "bf16-dot", "int8-vnni")}
+    peaks = {i: peak_macs(i) for i in ("fp32-fma", "bf16-dot", "int8-vnni", "int8-vnni-broadcast")}
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads | "
           f"peak GMAC/s " + ", ".join(f"{i} {p / 1e9:.0f}" for i, p in peaks.items() if p))
     table = bench_quant(tensors, rows, args.repeats, bandwidth)
-    return _write_and_print(table, args.out, ["tensor", "rows"], ["ms", "roof_fraction"])
+    return _write_and_print(table, args.out, ["tensor", "rows"], ["ms", "roof_fraction", "form_fraction"])
 
 
 def _run_top_k(args: argparse.Namespace) -> int:

@@ -59,21 +59,24 @@ def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: i
     return 2 * size**3 / statistics.median(times)
 
 
-INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2}
+INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2, "int8-vnni-broadcast": 3}
 """The multiply-add instructions of the kernels' paths: fp32 FMAs (the exact GGUF path, fp32 weights, the AVX2
-path), ``vdpbf16ps`` (the bf16 kernel on the AVX512 path), ``vpdpbusd`` (the int8 route over GGUF blocks)."""
+path), ``vdpbf16ps`` (the bf16 kernel on the AVX512 path), ``vpdpbusd`` (the int8 route over GGUF blocks); and
+``vpdpbusd`` as the int8 tiles issue it, one operand a 4-byte broadcast from memory (16 accumulators), which
+reaches less than the register form on some CPUs (docs/kernels.md, fourth pass)."""
 
 
 @functools.cache
 def peak_macs(instruction: str) -> float | None:
     """Multiply-adds per second that ``instruction`` (one of :data:`INSTRUCTIONS`) reaches on all of torch's
-    threads here, from registers alone (the extension's ``peak_rate``: 12 independent chains a thread, ~0.2 s),
-    or None where this CPU or build lacks it."""
+    threads here, from registers alone (the extension's ``peak_rate``: 12 independent chains a thread, ~0.2 s;
+    ``int8-vnni-broadcast``: 16, one operand from L1), or None where this CPU or build lacks it."""
     from .kernels import extension
     from .kernels.cpu import cpu_flags, kernel_isa
 
     flags, ext = cpu_flags(), extension()
-    needs = {"fp32-fma": {"avx2", "fma"}, "bf16-dot": {"avx512_bf16"}, "int8-vnni": {"avx512_vnni"}}[instruction]
+    needs = {"fp32-fma": {"avx2", "fma"}, "bf16-dot": {"avx512_bf16"}, "int8-vnni": {"avx512_vnni"},
+             "int8-vnni-broadcast": {"avx512_vnni"}}[instruction]
     if ext is None or not needs <= flags:
         return None
     return ext.peak_rate(INSTRUCTIONS[instruction], kernel_isa() == "avx512bf16", 0.2)

@@ -169,8 +169,9 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
     (the few-row kernel on the same weights dequantized to bf16): ``ms`` (median per call), ``bytes`` read per
     call, ``gb_per_s``, ``bandwidth_fraction``, ``instruction`` (the multiply-add instruction of that path) with
     ``compute_fraction`` (its multiply-adds at that instruction's peak here, :func:`specnb.model.ceilings.peak_macs`,
-    over the time), ``roof_fraction`` (the larger of the two floors over the time), ``vs_one_row`` and ``vs_bf16``
-    (this call's time over the bf16 kernel's)."""
+    over the time), ``roof_fraction`` (the larger of the two floors over the time), ``form_fraction`` (the int8
+    route's multiply-adds at ``vpdpbusd``'s rate in the broadcast form its tiles issue, ``int8-vnni-broadcast``; NaN
+    for the other paths), ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16 kernel's)."""
     bandwidth = bandwidth or read_bandwidth()
     out = []
     bar = tqdm(total=len(tensors) * 3 * len(rows), desc="quantized kernels", disable=not progress)
@@ -189,6 +190,7 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
             instruction = {"int8": "int8-vnni", "quant": "fp32-fma"}.get(
                 backend, "bf16-dot" if kernel_isa() == "avx512bf16" else "fp32-fma")
             peak = peak_macs(instruction) or float("nan")
+            form_peak = (peak_macs("int8-vnni-broadcast") if backend == "int8" else None) or float("nan")
             nbytes = n * k * 2 if backend == "bf16" else weight.nbytes
             one = None
             for m in rows:
@@ -207,6 +209,7 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
                             "bandwidth_fraction": nbytes / seconds / 1e9 / bandwidth, "instruction": instruction,
                             "compute_fraction": n * k * m / peak / seconds,
                             "roof_fraction": max(nbytes / (bandwidth * 1e9), n * k * m / peak) / seconds,
+                            "form_fraction": n * k * m / form_peak / seconds,
                             "vs_one_row": seconds / one,
                             "cpu_class": cpu_class(),
                             "threads": torch.get_num_threads(), "read_gb_per_s": bandwidth})

@@ -52,13 +52,36 @@ __attribute__((target("avx512f,avx512vnni"))) double vnni(int64_t n) {
 
 #undef PEAK_LOOP
 
+// vpdpbusd in the form the int8 tiles issue it (quant_int8.h): 16 accumulators, 8 weight registers, the other
+// operand 4 bytes broadcast from memory (L1) folded into the instruction; the register form above runs faster than
+// a product of two matrices can, since one of them must be broadcast a row at a time.
+__attribute__((target("avx512f,avx512vnni"))) double vnni_broadcast(int64_t n) {
+  constexpr int ROWS = 16, STEPS = 8;
+  alignas(64) static int32_t q[STEPS * ROWS];
+  for (int i = 0; i < STEPS * ROWS; i++) q[i] = 0x01010101 * (i % 7);
+  __m512i w[STEPS], acc[ROWS];
+  for (int s = 0; s < STEPS; s++) w[s] = _mm512_set1_epi8(char(3 + s));
+  for (int m = 0; m < ROWS; m++) acc[m] = _mm512_set1_epi32(m);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; i += STEPS) {
+#pragma GCC unroll 8
+    for (int s = 0; s < STEPS; s++)
+#pragma GCC unroll 16
+      for (int m = 0; m < ROWS; m++) __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc[m]) : "v"(w[s]), "m"(q[s * ROWS + m]));
+  }
+  const double seconds = since(start);
+  for (int m = 0; m < ROWS; m++) std::memcpy(sink, &acc[m], sizeof(__m512i));
+  return double((n + STEPS - 1) / STEPS * STEPS) * ROWS * 64 / seconds;
+}
+
 }  // namespace
 
-// kind 0: fp32 FMA (zmm where avx512 is true, else ymm), 1: vdpbf16ps, 2: vpdpbusd; every thread of ATen's pool
+// kind 0: fp32 FMA (zmm where avx512 is true, else ymm), 1: vdpbf16ps, 2: vpdpbusd, 3: vpdpbusd with a broadcast
+// memory operand (vnni_broadcast); every thread of ATen's pool
 // runs the loop at once for about `seconds`. Returns multiply-adds per second, all threads together.
 double peak_rate(int64_t kind, bool avx512, double seconds) {
   const auto run = [&](int64_t n) {
-    return kind == 2 ? vnni(n) : kind == 1 ? bf16dot(n) : avx512 ? fma512(n) : fma256(n);
+    return kind == 3 ? vnni_broadcast(n) : kind == 2 ? vnni(n) : kind == 1 ? bf16dot(n) : avx512 ? fma512(n) : fma256(n);
   };
   const double probe = run(100000);  // per thread, to size the timed loop
   const int64_t n = std::max<int64_t>(1000, int64_t(seconds * probe / (CHAINS * 16)));
