@@ -146,7 +146,7 @@ def test_a_response_that_ends_keeps_its_eos(tmp_path):
     prompt = Prompt("a", text="def f(x):")
     free = generate(tiny("llama"), prompt, max_new_tokens=8).tokens
     target = dataclasses.replace(tiny("llama"), eos_token_ids=frozenset({free[3]}))  # stop at the 4th token
-    out = generate_responses(target, [prompt], tmp_path / "r.jsonl", max_new_tokens=8, batch_size=1)
+    out = generate_responses(target, [prompt], tmp_path / "r.jsonl", max_new_tokens=8)
     record = json.loads(out.read_text())
     assert record["stop_reason"] == "eos"
     assert record["response_ids"] == generate(target, prompt, max_new_tokens=8).tokens == \
@@ -157,8 +157,8 @@ def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):
     target = tiny("llama")
     prompts = [Prompt(name, text=text) for name, text in (("a", "def f(x):"), ("b", "import os\n"), ("c", "x = 1"))]
     out = tmp_path / "r.jsonl"
-    generate_responses(target, prompts[:2], out, max_new_tokens=8, batch_size=1, source="test")
-    generate_responses(target, prompts, out, max_new_tokens=8, batch_size=1, source="test")  # resumes: adds c
+    generate_responses(target, prompts[:2], out, max_new_tokens=8, source="test")
+    generate_responses(target, prompts, out, max_new_tokens=8, source="test")  # resumes: adds c
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in records] == ["a", "b", "c"]
     for prompt, record in zip(prompts, records, strict=True):
@@ -166,8 +166,14 @@ def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):
         assert record["response_ids"] == generate(target, prompt, max_new_tokens=8).tokens
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["model"] == "tiny-llama" and meta["num_responses"] == 3 and meta["max_new_tokens"] == 8
+    assert meta["weights"] == target.weights and "prompt lookup" in meta["made_by"]
+    meta_path = out.with_suffix(".meta.json")
+    meta_path.write_text(json.dumps({**meta, "made_by": "transformers generate, batches of 8"}))
+    with pytest.raises(ValueError, match="other settings"):  # a file another decoding made is not extended
+        generate_responses(target, prompts, out, max_new_tokens=8)
+    meta_path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="other settings"):
-        generate_responses(target, prompts, out, max_new_tokens=9, batch_size=1)
+        generate_responses(target, prompts, out, max_new_tokens=9)
     corpus = id_corpus(out)
     assert corpus.num_docs == 3 and corpus.tokenizer.name == "tiny-llama"
     assert corpus.doc(1).tolist() == records[1]["prompt_ids"] + records[1]["response_ids"]

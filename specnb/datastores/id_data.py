@@ -6,7 +6,8 @@ The prompts are disjoint from the evaluation sets (HumanEval, MT-Bench):
   ``def`` line and docstring, the body removed) -- the same shape as a HumanEval prompt, other functions;
 * ``chat``: the first user turn of ShareGPT conversations.
 
-Responses are greedy, decoded in small batches (see :func:`generate_responses`). The token ids are written
+Responses are the target's greedy output, decoded by specnb's loop with prompt lookup drafts (lossless, so
+equal to plain greedy decoding; see :func:`generate_responses`). The token ids are written
 to a JSONL file (one line per prompt: ``id``, ``prompt_ids``, ``response_ids``, ``stop_reason``) next to a
 ``.meta.json`` sidecar saying what made them (model, dtype, tokenizer, max_new_tokens, prompt source, seed).
 Small files like this ship in ``data/``; :func:`id_corpus` turns one into a
@@ -26,11 +27,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from ..atomic import write_text
-from ..core.prompts import Prompt, encode_prompt
+from ..core.prompts import Prompt
 from ..model.models import LoadedModel
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
 
@@ -106,64 +106,56 @@ def sharegpt_first_turns(n: int, seed: int = 0, max_chars: int = 2000, scan: int
 PROMPT_SOURCES = {"code": docstring_stubs, "chat": sharegpt_first_turns}
 
 
-def response_meta(target: LoadedModel, max_new_tokens: int, batch_size: int, source: str, seed: int) -> dict:
+MADE_BY = "specnb.datastores.id_data.generate_responses (specnb.core.generate, greedy, prompt lookup drafts)"
+
+
+def response_meta(target: LoadedModel, max_new_tokens: int, source: str, seed: int) -> dict:
     """The provenance sidecar of a responses file."""
     info, _ = TokenizerInfo.of(target)
     return {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
-            "tokenizer": info.__dict__, "decoding": "greedy", "max_new_tokens": max_new_tokens,
-            "prompts": source, "seed": seed, "chat_template": target.chat,
-            "made_by": f"specnb.datastores.id_data.generate_responses (transformers generate, greedy, left-padded "
-                       f"batches of {batch_size})"}
+            "weights": target.weights, "tokenizer": info.__dict__, "decoding": "greedy",
+            "max_new_tokens": max_new_tokens, "prompts": source, "seed": seed, "chat_template": target.chat,
+            "made_by": MADE_BY}
 
 
 def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Path, *, max_new_tokens: int = 128,
-                       batch_size: int = 8, source: str = "", seed: int = 0) -> Path:
+                       source: str = "", seed: int = 0) -> Path:
     """Append the target's greedy response to each prompt to the JSONL file ``out`` (resumable).
 
-    Prompts are decoded ``batch_size`` at a time (similar lengths together, left-padded) with Hugging Face
-    ``generate``: on a CPU a batch costs little more than one sequence per step. Padding can move logits by
-    float rounding, so a batched response may rarely differ from the unbatched greedy one after a near tie;
-    for a datastore that is immaterial. Prompts whose id is already in ``out`` are skipped, so an
-    interrupted run continues where it stopped. The sidecar ``out.meta.json`` records what produced the file.
+    Each prompt is decoded by :func:`specnb.core.generate.generate` over the target's own weights with prompt
+    lookup drafts: the output is the target's greedy output token for token, and a docstring stub's answer repeats
+    its names often enough that this runs ~3.7x faster than Hugging Face ``generate`` in batches of 8 on 2 cores
+    (376 against 101 new tokens a second for Gemma-3-270M). Prompts whose id is already in ``out`` are skipped, so an
+    interrupted run continues where it stopped; a file made with other settings (model, weights, tokenizer,
+    max_new_tokens, how it was made) is refused (ValueError). The sidecar ``out.meta.json`` records what produced
+    the file.
     """
+    from ..core.generate import generate
+    from ..eval.methods import make_drafter
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta_path = out.with_suffix(".meta.json")
-    meta = response_meta(target, max_new_tokens, batch_size, source, seed)
+    meta = response_meta(target, max_new_tokens, source, seed)
     done: set[str] = set()
     if out.exists():
         old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        if {k: old.get(k) for k in ("model", "tokenizer", "max_new_tokens")} != \
-                {k: meta[k] for k in ("model", "tokenizer", "max_new_tokens")}:
-            raise ValueError(f"{out} was made with other settings ({old.get('model')}, "
-                             f"max_new_tokens={old.get('max_new_tokens')}); choose another --out")
+        same = ("model", "weights", "tokenizer", "max_new_tokens", "made_by")
+        if {k: old.get(k) for k in same} != {k: meta[k] for k in same}:
+            raise ValueError(f"{out} was made with other settings ({old.get('model')}, weights "
+                             f"{old.get('weights')}, max_new_tokens={old.get('max_new_tokens')}, by "
+                             f"{old.get('made_by')}); choose another --out")
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
     write_text(meta_path, json.dumps(meta, indent=1) + "\n")  # first, so a stopped run still has its provenance
-    todo = [(p.id, encode_prompt(target, p)) for p in prompts if p.id not in done]
-    todo.sort(key=lambda item: item[1].shape[0])
-    eos = sorted(target.eos_token_ids)
-    pad = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else (eos or [0])[0]
+    todo = [p for p in prompts if p.id not in done]
+    drafter = make_drafter("pld", target)
     start = time.perf_counter()
-    with out.open("a") as f, tqdm(total=len(todo), desc=f"responses ({target.name})", unit="prompt") as bar:
-        for i in range(0, len(todo), batch_size):
-            batch = todo[i:i + batch_size]
-            width = max(ids.shape[0] for _, ids in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for b, (_, prompt_ids) in enumerate(batch):
-                ids[b, width - prompt_ids.shape[0]:] = prompt_ids
-                mask[b, width - prompt_ids.shape[0]:] = 1
-            with torch.inference_mode():
-                new = target.model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                            max_new_tokens=max_new_tokens, eos_token_id=eos or None,
-                                            pad_token_id=pad)[:, width:]
-            for (ident, prompt_ids), row in zip(batch, new.tolist(), strict=True):
-                ends = [j for j, t in enumerate(row) if t in target.eos_token_ids]
-                response = row[:ends[0] + 1] if ends else row
-                f.write(json.dumps({"id": ident, "prompt_ids": prompt_ids.tolist(), "response_ids": response,
-                                    "stop_reason": "eos" if ends else "max_new_tokens"}) + "\n")
+    with out.open("a") as f:
+        for prompt in tqdm(todo, desc=f"responses ({target.name})", unit="prompt"):
+            result = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, seed=seed)
+            f.write(json.dumps({"id": prompt.id, "prompt_ids": result.prompt_ids, "response_ids": result.tokens,
+                                "stop_reason": result.stop_reason}) + "\n")
             f.flush()
-            bar.update(len(batch))
     meta["num_responses"] = len(done) + len(todo)
     meta["seconds_last_run"] = round(time.perf_counter() - start, 1)
     write_text(meta_path, json.dumps(meta, indent=1) + "\n")

@@ -16,9 +16,10 @@
   (docs/forward_pass.md), so the slices below ran at about a third of the machine's rate; the hours given are
   for the machine alone, the loaded rate's in brackets.
 
-  - ID data (first notebook to need it, 01): scanning the stubs, 557 s measured (0.2 h); answering them, 16 prompts
-    x 128 tokens in 21 s in batches of 8 (94 new tokens/s; batches of 24 padded to long stubs ran at 9 tokens/s),
-    so 21,050 x ~180 new tokens: ~4 h (11 h);
+  - ID data (first notebook to need it, 01): scanning the stubs, 557 s measured (0.2 h); answering them by
+    specnb's loop with prompt lookup drafts, 16 stubs x 192 tokens at 376 new tokens/s measured alone (Hugging
+    Face ``generate`` in batches of 8, which answered them before: 101 tokens/s), so 21,050 x ~180 new tokens:
+    ~2.8 h;
   - 01, 02, 03's dense stores: 3 x ~5 M tokens of hidden states at ~1,000 tokens/s: ~4.3 h (15 h), 6.4 GB of
     float16 states each (~25 GB on disk with keys, values and indexes); IVF-PQ per store: training 65 s and
     2.8 s per 100 k keys added (300 k keys measured): ~4 min;
@@ -33,7 +34,7 @@
   - 00, 05, 06, 08, 09, 10: as ``quick`` (RUN.json: 1-2 min each) with twice the replayed prompts, plus REST and
     CREST over the 5 M-token ID store for 08-10: ~0.5 h together, CREST's t = 10^6 build aside.
 
-  In all, about 12 h on the machine alone (about 35 h shared as measured), two-thirds of it building the ID data
+  In all, about 11 h on the machine alone (more when shared), most of it building the ID data
   and extracting hidden states, before the unmeasured CREST and hnswlib builds.
 * ``full``: Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft: hours.
 
