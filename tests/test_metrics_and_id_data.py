@@ -16,6 +16,7 @@ from specnb.core.prompts import Prompt, encode_prompt
 from specnb.datastores.corpus import CorpusError
 from specnb.datastores.id_data import docstring_stubs, generate_responses, id_corpus
 from specnb.drafters.context import ContextNgramDrafter
+from specnb.eval.methods import make_drafter
 
 
 def call(depth: int, accepted: int, nodes: int | None = None, verify: float = 0.1) -> CallStats:
@@ -158,7 +159,8 @@ def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):
     prompts = [Prompt(name, text=text) for name, text in (("a", "def f(x):"), ("b", "import os\n"), ("c", "x = 1"))]
     out = tmp_path / "r.jsonl"
     generate_responses(target, prompts[:2], out, max_new_tokens=8, source="test")
-    generate_responses(target, prompts, out, max_new_tokens=8, source="test")  # resumes: adds c
+    generate_responses(target, prompts, out, max_new_tokens=8, source="test",  # resumes: adds c, drafts change nothing
+                       drafter=make_drafter("pld", target))
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in records] == ["a", "b", "c"]
     for prompt, record in zip(prompts, records, strict=True):
@@ -166,7 +168,7 @@ def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):
         assert record["response_ids"] == generate(target, prompt, max_new_tokens=8).tokens
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["model"] == "tiny-llama" and meta["num_responses"] == 3 and meta["max_new_tokens"] == 8
-    assert meta["weights"] == target.weights and "prompt lookup" in meta["made_by"]
+    assert meta["weights"] == target.weights and meta["drafts"] == "ContextNgramDrafter"
     meta_path = out.with_suffix(".meta.json")
     meta_path.write_text(json.dumps({**meta, "made_by": "transformers generate, batches of 8"}))
     with pytest.raises(ValueError, match="other settings"):  # a file another decoding made is not extended

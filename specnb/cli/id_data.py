@@ -24,6 +24,7 @@ def _generate(args: argparse.Namespace) -> int:
     import torch
 
     from ..datastores.id_data import PROMPT_SOURCES, generate_responses
+    from ..eval.methods import make_drafter
     from ..model.models import load_model
 
     for flag in ("n", "max_new_tokens"):
@@ -34,5 +35,5 @@ def _generate(args: argparse.Namespace) -> int:
     target = load_model(args.model, dtype=args.dtype)
     source = f"{args.source}: {PROMPT_SOURCES[args.source].__name__}(n={args.n}, seed={args.seed})"
     print(generate_responses(target, prompts, args.out, max_new_tokens=args.max_new_tokens, source=source,
-                             seed=args.seed))
+                             seed=args.seed, drafter=make_drafter("pld", target)))
     return 0

@@ -30,6 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..atomic import write_text
+from ..core.drafter import Drafter
 from ..core.prompts import Prompt
 from ..model.models import LoadedModel
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
@@ -106,37 +107,38 @@ def sharegpt_first_turns(n: int, seed: int = 0, max_chars: int = 2000, scan: int
 PROMPT_SOURCES = {"code": docstring_stubs, "chat": sharegpt_first_turns}
 
 
-MADE_BY = "specnb.datastores.id_data.generate_responses (specnb.core.generate, greedy, prompt lookup drafts)"
+MADE_BY = "specnb.datastores.id_data.generate_responses (specnb.core.generate, greedy)"
 
 
-def response_meta(target: LoadedModel, max_new_tokens: int, source: str, seed: int) -> dict:
-    """The provenance sidecar of a responses file."""
+def response_meta(target: LoadedModel, max_new_tokens: int, source: str, seed: int, drafts: str = "none") -> dict:
+    """The provenance sidecar of a responses file (``drafts``: the drafter that sped it up, which changes nothing
+    in it)."""
     info, _ = TokenizerInfo.of(target)
     return {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
             "weights": target.weights, "tokenizer": info.__dict__, "decoding": "greedy",
             "max_new_tokens": max_new_tokens, "prompts": source, "seed": seed, "chat_template": target.chat,
-            "made_by": MADE_BY}
+            "made_by": MADE_BY, "drafts": drafts}
 
 
 def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Path, *, max_new_tokens: int = 128,
-                       source: str = "", seed: int = 0) -> Path:
+                       source: str = "", seed: int = 0, drafter: Drafter | None = None) -> Path:
     """Append the target's greedy response to each prompt to the JSONL file ``out`` (resumable).
 
-    Each prompt is decoded by :func:`specnb.core.generate.generate` over the target's own weights with prompt
-    lookup drafts: the output is the target's greedy output token for token, and a docstring stub's answer repeats
-    its names often enough that this runs ~3.7x faster than Hugging Face ``generate`` in batches of 8 on 2 cores
-    (376 against 101 new tokens a second for Gemma-3-270M). Prompts whose id is already in ``out`` are skipped, so an
+    Each prompt is decoded by :func:`specnb.core.generate.generate` over the target's own weights, sped up by
+    ``drafter`` (lossless: the output is the target's greedy output token for token whatever drafts it). Prompt
+    lookup (``specnb.eval.methods.make_drafter("pld", target)``, what ``specnb id-data`` and the notebooks pass)
+    answers docstring stubs ~3.7x faster than Hugging Face ``generate`` in batches of 8 on 2 cores (376 against 101
+    new tokens a second for Gemma-3-270M). Prompts whose id is already in ``out`` are skipped, so an
     interrupted run continues where it stopped; a file made with other settings (model, weights, tokenizer,
     max_new_tokens, how it was made) is refused (ValueError). The sidecar ``out.meta.json`` records what produced
     the file.
     """
     from ..core.generate import generate
-    from ..eval.methods import make_drafter
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta_path = out.with_suffix(".meta.json")
-    meta = response_meta(target, max_new_tokens, source, seed)
+    meta = response_meta(target, max_new_tokens, source, seed, type(drafter).__name__ if drafter else "none")
     done: set[str] = set()
     if out.exists():
         old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
@@ -148,7 +150,6 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
         done = {json.loads(line)["id"] for line in out.read_text().splitlines() if line.strip()}
     write_text(meta_path, json.dumps(meta, indent=1) + "\n")  # first, so a stopped run still has its provenance
     todo = [p for p in prompts if p.id not in done]
-    drafter = make_drafter("pld", target)
     start = time.perf_counter()
     with out.open("a") as f:
         for prompt in tqdm(todo, desc=f"responses ({target.name})", unit="prompt"):

@@ -73,6 +73,7 @@ def id_responses(target: LoadedModel, profile: Profile) -> Path:
     else to that many docstring stubs (``dresd.id_stub_roots``, ``dresd.id_stub_files`` files each); generated
     once into the cache (resumable: an interrupted run keeps every answer it wrote), the source said in one line."""
     from ..datastores.id_data import docstring_stubs, generate_responses
+    from ..eval.methods import make_drafter
 
     wanted, tokens = profile.dresd.id_generated
     shipped = DATA / f"id_code_{Path(target.name).name}.jsonl"
@@ -96,7 +97,8 @@ def id_responses(target: LoadedModel, profile: Profile) -> Path:
     done = out.read_text().count("\n") if out.exists() and out.with_suffix(".meta.json").exists() else 0
     if done < len(prompts):
         print(f"DReSD's ID data: {target.name}'s answers to {source}")
-        generate_responses(target, prompts, out, max_new_tokens=tokens, source=source)
+        generate_responses(target, prompts, out, max_new_tokens=tokens, source=source,
+                           drafter=make_drafter("pld", target))
     return out
 
 
