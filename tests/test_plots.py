@@ -517,54 +517,22 @@ def test_a_tokens_per_call_curve_within_2_percent_of_its_level_is_flat():
         "Not drawn: n = 4, n = 5 flat at 1.00–1.02 tokens per call on chat.")
 
 
-def test_heatmap_columns_that_repeat_the_one_before_are_said_not_drawn():
-    """The model bigram's w ≥ 4 columns at w = 2's tokens per call (its chains stop after two tokens): left blank,
-    said in their place and in the suptitle; a plateau only, a column in the middle repeating its neighbour stays."""
-    bigram = pd.DataFrame({1: [1.16, 1.24, 1.35], 2: [1.18, 1.28, 1.445], 4: [1.18, 1.28, 1.445],
-                           8: [1.18, 1.282, np.nan]}, index=pd.Index([1, 2, 4], name="k"))
-    bigram.columns.name = "w"
-    assert plots.repeated_columns(bigram) == {4: 2, 8: 2}
-    middle = bigram.copy()
-    middle[8] = [1.3, 1.4, 1.6]
-    assert plots.repeated_columns(middle) == {}
-    rows = [{"family": f, "set": s, "k": k, "w": w, "tpc": table.loc[k, w]} for s in ("HumanEval", "MT-Bench")
-            for f, table in (("model bigram", bigram), ("mixed", bigram * np.array([1.0, 1.3, 1.6, 1.9])))
-            for k in table.index for w in table.columns]
-    fig, axes = plots.grid_panels(pd.DataFrame(rows), rows="set", panels="family", value="tpc", label="tokens per call",
-                                  norm=plots.TOKENS_PER_CALL_NORM, cmap=plots.SEQUENTIAL_CMAP, title="a title")
-    assert fig._suptitle.get_text() == ("a title\nNot drawn, within 2% in every row of the column named: model bigram "
-                                        "w ≥ 4 (as w = 2).")
-    mesh = [c for c in axes[0, 0].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
-    assert np.ma.count(mesh.get_array()) == 6  # w = 1, 2 drawn, w ≥ 4 masked
-    assert "w ≥ 4:\nas\nw = 2" in [t.get_text() for t in axes[0, 0].texts]
-    mesh = [c for c in axes[0, 1].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
-    assert np.ma.count(mesh.get_array()) == 11  # mixed: every measured cell
-    said = {("draft model", "HumanEval"): {16: 8}}
-    assert plots.grid_sentence(said, ["HumanEval", "MT-Bench"]).endswith("draft model on HumanEval w = 16 (as w = 8).")
-    plt.close("all")
-
-
-def test_heatmap_rows_that_repeat_the_one_below_are_said_not_drawn():
-    """Prompt lookup's k ≥ 4 rows at k = 2's tokens per call (a context seldom holds more than two continuations):
-    left blank, said in their band and in the suptitle, by the columns' 2% rule; a row drifting away is drawn."""
+def test_a_heatmap_plateau_is_drawn_with_its_values():
+    """Prompt lookup's k ≥ 4 rows at k = 2's tokens per call and the model bigram's w ≥ 4 columns at w = 2's: every
+    measured cell drawn with its value (blanking a plateau made a ragged grid and a title of exclusions), the
+    unmeasured one grey; the suptitle is the title alone."""
     lookup = pd.DataFrame({1: [1.64, 1.68, 1.69, 1.69], 2: [2.07, 2.13, 2.16, 2.17], 4: [2.62, 2.79, 2.83, np.nan]},
                           index=pd.Index([1, 2, 4, 8], name="k"))
     lookup.columns.name = "w"
-    assert plots.repeated_rows(lookup) == {4: 2, 8: 2}
-    apart = lookup.copy()
-    apart.loc[8] = [1.69, 2.30, np.nan]
-    assert plots.repeated_rows(apart) == {}
     rows = [{"family": f, "set": "HumanEval", "k": k, "w": w, "tpc": table.loc[k, w]}
-            for f, table in (("prompt lookup", lookup), ("mixed", apart)) for k in table.index for w in table.columns]
+            for f, table in (("prompt lookup", lookup), ("model bigram", lookup.T.iloc[:, :3].T)) for k in table.index
+            for w in table.columns]
     fig, axes = plots.grid_panels(pd.DataFrame(rows), rows="set", panels="family", value="tpc", label="tokens per call",
                                   norm=plots.TOKENS_PER_CALL_NORM, cmap=plots.SEQUENTIAL_CMAP, title="a title")
-    assert fig._suptitle.get_text() == ("a title\nNot drawn, within 2% in every column of the row named: prompt "
-                                        "lookup k ≥ 4 (as k = 2).")
+    assert fig._suptitle.get_text() == "a title"
     mesh = [c for c in axes[0, 0].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
-    assert np.ma.count(mesh.get_array()) == 6  # k = 1, 2 drawn, k ≥ 4 masked
-    assert "k ≥ 4: as k = 2" in [t.get_text() for t in axes[0, 0].texts]
-    mesh = [c for c in axes[0, 1].collections if isinstance(c, matplotlib.collections.QuadMesh)][0]
-    assert np.ma.count(mesh.get_array()) == 11  # every measured cell
+    assert np.ma.count(mesh.get_array()) == 11  # every measured cell, the repeated rows too
+    assert sorted(t.get_text() for t in axes[0, 0].texts).count("1.69") == 2
     plt.close("all")
 
 

@@ -742,7 +742,7 @@ OUTLINE = "tab:cyan"  # the colour of a heatmap's outlined cells
 
 def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".2f", cmap: str = SEQUENTIAL_CMAP,
             label: str = "", colorbar: bool = True, outline: np.ndarray | None = None,
-            outline_label: str = "", said: Mapping | None = None, said_rows: Mapping | None = None) -> plt.Axes:
+            outline_label: str = "") -> plt.Axes:
     """A grid such as (k, w) -> value as an annotated seaborn heatmap, first row of ``table`` at the bottom.
 
     table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``); NaN
@@ -751,34 +751,12 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     (:func:`shared_norm`, :data:`SPEEDUP_NORM`). colorbar: draw this panel's colour bar (one per metric is
     enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
     threshold), named ``outline_label`` in the legend (the strict save refuses an outline no legend names).
-    said: {column: the column it repeats} (:func:`repeated_columns`: the last columns): their cells are not drawn,
-    their place says "w ≥ 4: as w = 2" (the figure's sentence says the rule, :func:`grid_panels`). said_rows:
-    {row: the row it repeats} (:func:`repeated_rows`: the last rows), not drawn alike, their band saying
-    "k ≥ 4: as k = 2".
     """
-    values = table.to_numpy(dtype=float)
-    columns, index = list(table.columns), list(table.index)
-    kept, kept_rows = len(columns) - len(said or {}), len(index) - len(said_rows or {})
-    mask = np.zeros(values.shape, dtype=bool)
-    mask[:, kept:] = True
-    mask[kept_rows:, :] = True
-    if np.isnan(values[:kept_rows, :kept]).any():
-        ax.add_patch(plt.Rectangle((0, 0), kept, kept_rows, facecolor="0.88", edgecolor="none",
+    if table.isna().to_numpy().any():
+        ax.add_patch(plt.Rectangle((0, 0), table.shape[1], table.shape[0], facecolor="0.88", edgecolor="none",
                                    lw=0, zorder=0, label=MISSING))  # plain grey: a hatch costs tens of kB a PNG
     sns.heatmap(table, ax=ax, annot=True, fmt=fmt, cmap=cmap, norm=norm, annot_kws={"fontsize": 6.5},
-                cbar=colorbar, cbar_kws={"label": label} if colorbar else None,
-                mask=mask if said or said_rows else None)
-    if said_rows:  # a band above the rows drawn, over the columns drawn (the columns said have their own words)
-        name, first = table.index.name or "row", index[kept_rows]
-        ax.text(kept / 2, (kept_rows + len(index)) / 2,
-                f"{name} {'=' if kept_rows == len(index) - 1 else '≥'} {first}:{chr(10) if kept <= 2 else ' '}as "
-                f"{name} = {said_rows[first]}", ha="center", va="center", fontsize=7, color="0.3")
-    if said:
-        name, one = table.columns.name or "column", kept == len(columns) - 1  # one column: said upright
-        ax.text((kept + len(columns)) / 2, values.shape[0] / 2,
-                f"{name} {'=' if one else '≥'} {columns[kept]}:{' ' if one else chr(10)}as{' ' if one else chr(10)}"
-                f"{name} = {said[columns[kept]]}", ha="center", va="center", fontsize=7, color="0.3",
-                rotation=90 if one else 0)
+                cbar=colorbar, cbar_kws={"label": label} if colorbar else None)
     ax.invert_yaxis()
     ax.tick_params(axis="y", rotation=0)
     if outline is not None:
@@ -789,39 +767,16 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     return ax
 
 
-def repeated_rows(table: pd.DataFrame) -> dict:
-    """The last rows of a heatmap's table that repeat the row before them, {row: that row}: :func:`repeated_columns`
-    of the transposed table (the same 2% rule, in every column), e.g. prompt lookup's k ≥ 4 at k = 2's tokens per
-    call (a context seldom holds more than two distinct continuations)."""
-    return repeated_columns(table.T)
-
-
-def repeated_columns(table: pd.DataFrame) -> dict:
-    """The last columns of a heatmap's table that repeat the column before them, {column: that column}: from the
-    first column whose every later column is within :data:`REPEAT` of the column just before it in every row
-    (:func:`within`: the rule of :func:`unchanged_series`), e.g. the model bigram's w ≥ 4 at w = 2's tokens per call
-    (its chains stop after two tokens). A plateau only: a column in the middle that repeats its neighbour is drawn."""
-    columns = list(table.columns)
-    for j in range(1, len(columns)):
-        anchor = table[columns[j - 1]].to_numpy(dtype=float)
-        if all(within(table[c].to_numpy(dtype=float), anchor) for c in columns[j:]):
-            return {c: columns[j - 1] for c in columns[j:]}
-    return {}
-
-
 def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, label: str, norm: Normalize,
                 cmap: str, index: str = "k", columns: str = "w", title: str = "") -> tuple[plt.Figure, np.ndarray]:
     """A (``index`` × ``columns``) :func:`heatmap` of ``value`` per (row value, panel value), one colour scale
     (``norm``, :func:`shared_colorbar` named ``label``), rows and panels in their first-seen order. A panel of
-    one colour (:func:`flat_on_scale`) is said in its place (:func:`flat_words`); the last columns of a panel that
-    repeat the one before them (:func:`repeated_columns`), and its last rows that repeat the one below them
-    (:func:`repeated_rows`), are left blank, said in their place, and named in the suptitle's next lines
-    (:func:`grid_sentence`), under ``title``. Returns (figure, axes [rows, panels])."""
+    one colour (:func:`flat_on_scale`) is said in its place (:func:`flat_words`); every other panel draws every
+    measured cell, a plateau (prompt lookup's k >= 4 at k = 2's tokens per call) included: its printed values say
+    it. Returns (figure, axes [rows, panels])."""
     row_values, panel_values = list(dict.fromkeys(frame[rows])), list(dict.fromkeys(frame[panels]))
     fig, axes = plt.subplots(len(row_values), len(panel_values), squeeze=False, sharex=True, sharey=True,
                              figsize=(1.6 * len(panel_values) + 1.2, 2.0 * len(row_values) + 0.5))
-    said: dict[tuple, dict] = {}
-    said_rows: dict[tuple, dict] = {}
     for r, row in enumerate(row_values):
         for c, panel in enumerate(panel_values):
             ax = axes[r, c]
@@ -831,36 +786,14 @@ def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, labe
                 ax.text(0.5, 0.5, flat_words(sub[value], label), ha="center", va="center", fontsize=7, color="0.3",
                         transform=ax.transAxes, wrap=True)
                 continue
-            table = sub.pivot(index=index, columns=columns, values=value)
-            said[(panel, row)], said_rows[(panel, row)] = repeated_columns(table), repeated_rows(table)
-            heatmap(table, ax, norm=norm, cmap=cmap, colorbar=False, said=said[(panel, row)],
-                    said_rows=said_rows[(panel, row)])
+            heatmap(sub.pivot(index=index, columns=columns, values=value), ax, norm=norm, cmap=cmap, colorbar=False)
             ax.set(title=panel if r == 0 else "", xlabel=columns if r == len(row_values) - 1 else "",
                    ylabel=f"{row}: {index}" if c == 0 else "")
     shared_colorbar(fig, axes, norm, cmap, label)
     legend_outside(fig, "below")  # the grey of cells not measured, if any
-    sentences = (grid_sentence(said, row_values, columns), grid_sentence(said_rows, row_values, index, "row"))
-    if title or any(sentences):
-        fig.suptitle("\n".join(t for t in (title, *sentences) if t))
+    if title:
+        fig.suptitle(title)
     return fig, axes
-
-
-def grid_sentence(said: Mapping[tuple, Mapping], rows: Sequence, name: str = "w", line: str = "column") -> str:
-    """The sentence naming :func:`repeated_columns`' columns per (panel, row) of :func:`grid_panels` (``""`` when
-    none): "Not drawn, within 2% in every row of the column named: model bigram w ≥ 4 (as w = 2); REST on HumanEval
-    w ≥ 8 (as w = 4)." A panel whose every row leaves the same columns out is named once. ``line="row"``: the
-    same of :func:`repeated_rows`' rows ("within 2% in every column of the row named: prompt lookup k ≥ 4 ...")."""
-    found: dict[object, dict[tuple, list]] = {}  # panel -> (first column left out, the one it repeats) -> rows
-    for (panel, row), columns in said.items():
-        if columns:
-            first = next(iter(columns))
-            found.setdefault(panel, {}).setdefault((first, columns[first], len(columns)), []).append(row)
-    clauses = [f"{panel}{'' if len(where) == len(rows) else ' on ' + ', '.join(map(str, where))} {name} "
-               f"{'=' if count == 1 else '≥'} {first} (as {name} = {anchor})" for panel, plateaus in found.items()
-               for (first, anchor, count), where in plateaus.items()]
-    across = "row" if line == "column" else "column"
-    return (f"Not drawn, within {REPEAT:.0%} in every {across} of the {line} named: " + "; ".join(clauses) + "."
-            if clauses else "")
 
 
 def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm: Normalize, cmap: str,
