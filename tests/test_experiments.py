@@ -446,6 +446,27 @@ def test_fig6_verdicts_judge_chat_below_code_and_dresd_above_rest_on_chat(tmp_pa
     assert uncited(json.loads(swapped.path.read_text())) == []
 
 
+def test_fig6_ratios_are_the_verdicts_ratios_with_table7_beside(tmp_path, monkeypatch):
+    """:func:`alignment_ratios`: the three ratios the Fig. 6 verdicts judge, in their order, each value and interval
+    the verdict's own (one computation for the figure and the verdict), coloured by the numerator's method, Table
+    7's range beside it."""
+    from specnb.experiments import ann_index
+    from specnb.study.results import Results
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    ratios = ann_index.alignment_ratios(*fig6_rows())
+    assert list(ratios.key) == ["mar_chat_code_REST", "mar_chat_code_DReSD", "mar_chat"]
+    assert list(ratios.method) == ["REST", "DReSD 10×6", "DReSD 10×6"]
+    assert ratios.value.to_numpy() == pytest.approx([0.5, 0.25 / 0.45, 2.0])
+    assert list(ratios.row) == ["REST: chat / code", "DReSD 10×6: chat / code", "chat: DReSD 10×6 / REST"]
+    assert ratios.iloc[2][["span_low", "span_high"]].tolist() == pytest.approx([18.5 / 9.3, 17.3 / 8.0])
+    report = Results("03", "smoke")
+    ann_index.compare_fig6(report, *fig6_rows())
+    for r in ratios.itertuples():
+        verdict = report.comparisons[r.key]
+        assert (r.value, r.low, r.high) == (verdict.ours, verdict.low, verdict.high)
+
+
 def test_fig6_replays_mtbench_against_the_chat_store_and_rest_on_its_documents(tmp_path, monkeypatch):
     """:func:`chat_rows`: the first n MT-Bench prompts, each replayed by REST over the chat store's own documents and
     by DReSD 10×6 over the store: one row per (method, prompt), every token of each reference counted."""

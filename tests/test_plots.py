@@ -174,6 +174,44 @@ def test_dots_near_a_ceiling_with_published_ranges_on_rows_of_their_own():
     plt.close("all")
 
 
+def test_dots_with_published_spans_behind_their_rows_and_a_reference_line():
+    """``spans``: a light grey bar on the dot's own row, in view and named once in the legend; ``reference``: a
+    line in view (1 token per call) named in the legend; a second panel keeps the first one's row order."""
+    fig, axes = plt.subplots(1, 2, figsize=(8, 2.6))
+    labels = ["REST, code", "REST, chat", "DReSD, code"]
+    plots.dots(axes[0], labels, [8.6, 1.3, 12.2], [6.9, 0.5, 10.3], [10.2, 2.1, 14.4], fmt="{:.1f}%",
+               colors=["C1", "C1", "C3"], keep_order=True, span_label="paper",
+               spans={"REST, code": (16.7, 18.0), "REST, chat": (8.0, 9.3), "DReSD, code": (29.0, 31.9)})
+    plots.dots(axes[1], labels, [1.27, 1.02, 1.44], [1.22, 1.01, 1.36], [1.33, 1.03, 1.53],
+               colors=["C1", "C1", "C3"], reference=1.0, reference_label="AR")
+    bars = [patch for patch in axes[0].patches if patch.get_width()]
+    assert len(bars) == 3 and [c.get_label() for c in axes[0].containers if c.get_label()[:1] != "_"] == ["paper"]
+    rows = {t.get_text(): t.get_position()[1] for t in axes[0].get_yticklabels()}
+    assert [rows[name] for name in labels] == [2, 1, 0]  # as given, first on top, no extra rows
+    assert {bar.get_y() + bar.get_height() / 2 for bar in bars} == {0, 1, 2}  # on the dots' own rows
+    assert axes[0].get_xlim()[1] > 31.9 and axes[1].get_xlim()[0] < 1.0 < axes[1].get_xlim()[1]
+    assert [t.get_text() for t in axes[1].get_yticklabels()] == [t.get_text() for t in axes[0].get_yticklabels()]
+    plots.legend_outside(fig, "below")
+    assert sorted(t.get_text() for t in fig.legends[0].get_texts()) == ["AR", "paper"]
+    assert plots.layout_problems(fig) == []
+    plt.close("all")
+
+
+def test_paired_ratios_draw_published_ranges_behind_their_rows():
+    """``span_label`` with ``span_low`` / ``span_high`` columns: a light grey bar per row, in view, named once."""
+    fig, ax = plt.subplots(figsize=(5, 2.4))
+    frame = pd.DataFrame({"row": ["a / b", "c / d"], "value": [0.15, 2.1], "low": [0.06, 1.2], "high": [0.26, 4.7],
+                          "method": ["REST", "DReSD"], "span_low": [0.44, 1.99], "span_high": [0.56, 2.16]})
+    plots.paired_ratios(ax, frame, xlabel="ratio", span_label="paper")
+    bars = [patch for patch in ax.patches if patch.get_width()]
+    assert [(round(b.get_x(), 2), round(b.get_x() + b.get_width(), 2)) for b in bars] == [(0.44, 0.56), (1.99, 2.16)]
+    assert [c.get_label() for c in ax.containers if c.get_label()[:1] != "_"] == ["paper"]
+    plots.legend_outside(fig, "below")
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["paper"]
+    assert plots.layout_problems(fig) == []
+    plt.close("all")
+
+
 def test_legends_list_methods_in_one_order_and_series_get_distinct_hues():
     fig, ax = plt.subplots()
     for name in ("mcsd", "n = 3", "rest", "pld"):

@@ -248,6 +248,33 @@ def alignment_table(rows: pd.DataFrame, chat: pd.DataFrame, code_set: str = "Hum
     return pd.DataFrame(out).set_index("row")
 
 
+def alignment_ratios(rows: pd.DataFrame, chat: pd.DataFrame, shape: str = "10x6") -> pd.DataFrame:
+    """The three MAR ratios :func:`compare_fig6` judges, one row each in its order (``key``: the verdict's key),
+    as :func:`~specnb.study.plots.paired_ratios` draws them: ``row`` (its tick label), ``value``, ``low``, ``high``
+    (90% interval), ``method`` (the numerator's: its colour) and ``span_low`` / ``span_high``: Table 7's ratio
+    over its two models (:meth:`Table1Fig4Claims.table7_ratio`).
+
+    * ``mar_chat_code_REST``, ``mar_chat_code_DReSD``: the method's MAR on MT-Bench (chat store) over its MAR on
+      the code prompts (code store), two prompt sets: unpaired (:func:`~specnb.experiments.paired.mean_across`);
+    * ``mar_chat``: DReSD ``shape``'s MAR over REST's on MT-Bench, paired over prompts
+      (:func:`~specnb.experiments.paired.mean_versus`).
+
+    rows: :func:`dresd_vs_rest_rows` on the code stores; chat: :func:`chat_rows`."""
+    replayed, name = alignment_methods(shape), f"DReSD {shape.replace('x', '×')}"
+    both = pd.concat([rows, chat], ignore_index=True)
+    out = []
+    for method in ("REST", name):
+        short = method.split()[0]
+        paper = CLAIMS.table7_ratio(f"{short}-M", f"{short}-C")
+        value, low, high = mean_across(both, replayed[(method, "chat")], replayed[(method, "code")], "acceptance_rate")
+        out.append({"key": f"mar_chat_code_{short}", "row": f"{method}: chat / code", "value": value, "low": low,
+                    "high": high, "method": method, "span_low": paper[0], "span_high": paper[1]})
+    paper = CLAIMS.table7_ratio("DReSD-M", "REST-M")
+    value, low, high = mean_versus(chat, replayed[(name, "chat")], replayed[("REST", "chat")], "acceptance_rate")
+    out.append({"key": "mar_chat", "row": f"chat: {name} / REST", "value": value, "low": low, "high": high,
+                "method": name, "span_low": paper[0], "span_high": paper[1]})
+    return pd.DataFrame(out)
+
 
 def compare_table1(report, mrr: pd.DataFrame) -> None:
     """One :meth:`specnb.study.results.Results.compare` per datastore of :func:`mrr_table` (index ``datastore``) that
@@ -328,13 +355,14 @@ def compare_fig6(report, rows: pd.DataFrame, chat: pd.DataFrame, code_set: str =
            for method in replayed.values()}
     said = {method: f"{value:.1%}" if np.isfinite(value) else "not measured (no draft)"
             for method, value in mar.items()}
+    ratios = alignment_ratios(rows, chat, shape).set_index("key")
     for method in ("REST", name):
         on_chat, on_code, short = replayed[(method, "chat")], replayed[(method, "code")], method.split()[0]
-        paper = CLAIMS.table7_ratio(f"{short}-M", f"{short}-C")
+        ratio = ratios.loc[f"mar_chat_code_{short}"]
         report.compare(f"mar_chat_code_{short}", f"{method} MAR, MT-Bench (chat store) over {code_set} (code store)",
-                       *mean_across(both, on_chat, on_code, "acceptance_rate"), Expect.below(1.0, TIE),
-                       f"DReSD Table 7 (MT-Bench over CodeAlpaca: ×{paper[0]:.2f}–×{paper[1]:.2f} for its two "
-                       "models)", internal=False, direction_only=True,
+                       ratio.value, ratio.low, ratio.high, Expect.below(1.0, TIE),
+                       f"DReSD Table 7 (MT-Bench over CodeAlpaca: ×{ratio.span_low:.2f}–×{ratio.span_high:.2f} "
+                       "for its two models)", internal=False, direction_only=True,
                        cause=f"{short}'s MAR is {said[on_chat]} on MT-Bench and {said[on_code]} on {code_set}: "
                              "the target's chat answers repeat the chat store's phrasing more than its code repeats "
                              "the code store's",
@@ -342,8 +370,9 @@ def compare_fig6(report, rows: pd.DataFrame, chat: pd.DataFrame, code_set: str =
     dense, rest = replayed[(name, "chat")], replayed[("REST", "chat")]
     paper = CLAIMS.table7_ratio("DReSD-M", "REST-M")
     nodes = float(chat[chat.method == rest].drafted_nodes.sum() / max(1, chat[chat.method == rest].calls.sum()))
-    report.compare("mar_chat", f"{name} MAR over REST's, MT-Bench on the chat store",
-                   *mean_versus(chat, dense, rest, "acceptance_rate"), Expect.above(1.0, TIE),
+    gain = ratios.loc["mar_chat"]
+    report.compare("mar_chat", f"{name} MAR over REST's, MT-Bench on the chat store", gain.value, gain.low, gain.high,
+                   Expect.above(1.0, TIE),
                    f"DReSD Table 7 (MT-Bench: ×{paper[0]:.2f}–×{paper[1]:.2f} for its two models; §5.3: "
                    f"{CLAIMS.chat_mar_gain:+.0%})", internal=False, direction_only=True,
                    cause=f"on MT-Bench DReSD's MAR is {said[dense]} and REST's {said[rest]} ({nodes:.0f} nodes "

@@ -330,16 +330,22 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
 def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
          high: Sequence[float] | None = None, *, fmt: str = "{:.3f}", colors: Sequence[str] | None = None,
          xlabel: str = "", ranges: Mapping[str, tuple[float, float]] | None = None, range_label: str = "",
-         keep_order: bool = False) -> plt.Axes:
+         keep_order: bool = False, spans: Mapping[str, tuple[float, float]] | None = None, span_label: str = "",
+         reference: float | None = None, reference_label: str = "") -> plt.Axes:
     """A dot per label with its 90% interval [low, high] as capped error bars and its value printed to the right,
     rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall), where a bar from zero
     spends the axis on the part every bar shares. The x axis spans the values and ranges only.
 
     ranges: label -> (low, high) of a published value (low == high: a single number), drawn in black on a row of
-    its own right under the label's row, that row named ``range_label``."""
+    its own right under the label's row, that row named ``range_label``.
+
+    spans: label -> (low, high) of a published range drawn instead as a light grey bar (:data:`SPAN_COLOR`) behind
+    the label's own dot, named ``span_label`` in the legend (:func:`legend_outside`): a reader compares the dot
+    with the range on one row. reference: a thin vertical line (1 for tokens per call: no speculation), always in
+    view, named ``reference_label`` in the legend when given."""
     frame = _value_rows(ax, labels, values, low, high, colors, f"dots of {xlabel or ax.get_title() or 'a panel'}",
                         keep_order)
-    ranges = dict(ranges or {})
+    ranges, spans = dict(ranges or {}), dict(spans or {})
     ticks: list[tuple[float, str, bool]] = []  # (y, tick label, a published range's row)
     y = 0.0
     for row in frame.itertuples():
@@ -351,6 +357,11 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
                 ax.plot([lo, hi], [y, y], color="black", lw=3, solid_capstyle="butt")
             ticks.append((y, range_label, True))
             y += 0.8
+        if row.label in spans:
+            lo, hi = spans[row.label]
+            first = not any(bars.get_label() == span_label for bars in ax.containers)
+            ax.barh([y], [hi - lo], left=lo, height=0.6, color=SPAN_COLOR, lw=0, zorder=0,
+                    label=span_label if first else "_nolegend_")
         if np.isfinite(row.low) and np.isfinite(row.high):
             ax.errorbar([row.value], [y], xerr=[[max(row.value - row.low, 0)], [max(row.high - row.value, 0)]],
                         fmt="none", ecolor=row.color, capsize=3, elinewidth=1)
@@ -358,12 +369,15 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
         y += 1.0
     rows = [t for t in ticks if not t[2]]
     ax.scatter(frame.value, [t[0] for t in rows], color=list(frame.color), s=30, zorder=3)
-    marks = np.asarray([*frame.value, *frame.low, *frame.high, *np.ravel(list(ranges.values()))], dtype=float)
+    marks = np.asarray([*frame.value, *frame.low, *frame.high, *np.ravel(list(ranges.values())),
+                        *np.ravel(list(spans.values())), *([reference] if reference is not None else [])], dtype=float)
     marks = marks[np.isfinite(marks)]
     lo, hi = float(marks.min()), float(marks.max())
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
     for (yi, _, _), row in zip(rows, frame.itertuples(), strict=True):
         _print_value(ax, np.nanmax([row.value, row.high]) + 0.03 * span, yi, fmt.format(row.value), "left")
+    if reference is not None:
+        ax.axvline(reference, color="0.2", lw=0.8, zorder=0, label=reference_label or "_nolegend_")
     ax.set_yticks([t[0] for t in ticks], [t[1] for t in ticks])
     for tick, (_, _, published) in zip(ax.get_yticklabels(), ticks, strict=True):
         if published:
@@ -373,6 +387,9 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
+
+
+SPAN_COLOR = "0.85"  # a published range behind a dot (:func:`dots`): light grey, no method's hue
 
 
 def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0.12, fmt: str = "{:.0%}",
@@ -417,7 +434,7 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
 
 
 def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = "×{:.2f}",
-                  reference: float = 1.0, band: Band | None = None) -> plt.Axes:
+                  reference: float = 1.0, band: Band | None = None, span_label: str = "") -> plt.Axes:
     """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
     with its paired 90% interval (capped error bars), its value printed past the interval (past the reference line
     when it would cross it there), and a reference line
@@ -432,7 +449,10 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     fewer than one value is finite.
 
     band: the tolerance a verdict judges some rows by (:class:`Band`: a cost model's prediction within 15% of 1), a
-    shaded region behind those rows only, named in the legend (:func:`legend_outside`)."""
+    shaded region behind those rows only, named in the legend (:func:`legend_outside`).
+
+    span_label: with columns ``span_low`` / ``span_high`` (a published ratio's range), each row's range drawn as a
+    light grey bar behind its dot (:func:`dots`' ``spans``), named ``span_label`` in the legend."""
     from matplotlib.lines import Line2D
 
     from ..eval.checks import DegenerateData
@@ -456,6 +476,11 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
             ax.errorbar([r.value], [y], xerr=[[max(r.value - r.low, 0)], [max(r.high - r.value, 0)]], fmt="none",
                         ecolor=tuple(0.6 * np.asarray(to_rgb(hue))), capsize=3, elinewidth=1.1)
             marks += [r.low, r.high]
+        if span_label and np.isfinite(getattr(r, "span_low", np.nan)) and np.isfinite(getattr(r, "span_high", np.nan)):
+            first = not any(bars.get_label() == span_label for bars in ax.containers)
+            ax.barh([y], [r.span_high - r.span_low], left=r.span_low, height=0.6, color=SPAN_COLOR, lw=0, zorder=0,
+                    label=span_label if first else "_nolegend_")
+            marks += [r.span_low, r.span_high]
         if np.isfinite(r.value):  # a ratio not measured (NaN): its sub-row stays empty
             ax.scatter([r.value], [y], color=hue, marker=MARKERS[j % len(MARKERS)], s=32, zorder=3,
                        edgecolors="0.1", linewidths=0.4)
