@@ -277,6 +277,24 @@ def test_q1_advantage_is_over_the_best_other_query_length_paired_by_prompt():
     assert "06_context_query_length" in report.takeaways
 
 
+def test_query_length_ratios_are_the_verdicts_paired_ratios_per_longer_q():
+    from specnb.experiments import ngrams
+
+    # mixed: q = 1: 2.0, q = 2: 1.5, q = 3: 2.5 tokens per call; context alone: 2.0, 1.0, 0.5
+    mixed = _query_runs({1: [(21, 10), (41, 20)], 2: [(16, 10), (31, 20)], 3: [(26, 10), (51, 20)]})
+    context = _query_runs({1: [(21, 10), (41, 20)], 2: [(11, 10), (21, 20)], 3: [(6, 10), (11, 20)]})
+    runs = pd.concat([mixed, context.assign(strategy="context")], ignore_index=True)
+    ratios = ngrams.query_length_ratios(runs)
+    assert ratios.row.tolist() == ["mixed: q = 1 / q = 2", "mixed: q = 1 / q = 3 (best q > 1: the verdict)",
+                                   "prompt lookup: q = 1 / q = 2", "prompt lookup: q = 1 / q = 3"]
+    assert ratios.method.tolist() == ["mixed", "mixed", "pld", "pld"] and set(ratios.set) == {"HumanEval"}
+    assert ratios.value.tolist() == pytest.approx([2.0 / 1.5, 2.0 / 2.5, 2.0, 4.0])
+    verdict = ratios.iloc[1]  # the verdict's own ratio and interval, not a twin's
+    assert (verdict.value, verdict.low, verdict.high) == ngrams.q1_advantage(runs, "HumanEval")
+    assert tuple(ratios.iloc[2][["value", "low", "high"]]) == ngrams.q1_advantage(runs, "HumanEval", "context", (2,))
+    assert (ratios.low <= ratios.value + 1e-12).all() and (ratios.value <= ratios.high + 1e-12).all()
+
+
 def test_the_query_length_sweep_replays_each_q_of_both_strategies():
     from specnb.datastores.ngram_tables import BigramTable
     from specnb.drafters.context import ContextNgramDrafter

@@ -407,15 +407,44 @@ def _q1_over_best_other(*samples, axis=-1):
     return per_q[0] / np.max(np.stack(per_q[1:]), axis=0)
 
 
-def q1_advantage(runs: pd.DataFrame, name: str, strategy: str = "mixed") -> tuple[float, float, float]:
+def q1_advantage(runs: pd.DataFrame, name: str, strategy: str = "mixed",
+                 against: tuple[int, ...] | None = None) -> tuple[float, float, float]:
     """(ratio, low, high): ``strategy``'s tokens per call at q = 1 over the best other query length's on set
-    ``name`` (:func:`query_length_runs` rows), paired by prompt, the 90% interval resampling the prompts."""
+    ``name`` (:func:`query_length_runs` rows), paired by prompt, the 90% interval resampling the prompts.
+    ``against``: the query lengths to take the best of (None: every other one; ``(2,)``: q = 1 over q = 2)."""
     sub = runs[(runs.set == name) & (runs.strategy == strategy)]
     by_q = {q: group.sort_values("prompt_id") for q, group in sub.groupby("q")}
-    samples = [np.asarray(col, dtype=float) for q in sorted(by_q) for col in (by_q[q].new_tokens - 1, by_q[q].calls)]
+    order = [1, *(q for q in sorted(by_q) if q != 1 and (against is None or q in against))]
+    samples = [np.asarray(col, dtype=float) for q in order for col in (by_q[q].new_tokens - 1, by_q[q].calls)]
     with np.errstate(invalid="ignore", divide="ignore"):
         value = float(_q1_over_best_other(*samples))
     return (value, *bootstrap_interval(_q1_over_best_other, *samples))
+
+
+def query_length_ratios(runs: pd.DataFrame) -> pd.DataFrame:
+    """The paired ratios behind ``q1_best_<set>`` (:func:`q1_advantage`, as the verdict computes them) for
+    :func:`specnb.study.plots.paired_ratios`, one row per (set, strategy, longer q): tokens per call at q = 1 over
+    that at q, the mixed strategy's first, then the context rows alone (``context``: prompt lookup's n-grams, named
+    so in figures). The mixed strategy's row over its best longer q is the verdict's ratio (q = 1 over the best of
+    them, its interval resampling that maximum) and says so. Columns ``set``, ``row`` (the tick label), ``value``,
+    ``low``, ``high`` and ``method`` (the colour's key: mixed, pld)."""
+    from ..eval.methods import METHODS
+
+    rows = []
+    for name in runs.set.unique():
+        for strategy, key in (("mixed", "mixed"), ("context", "pld")):
+            sub = runs[(runs.set == name) & (runs.strategy == strategy)]
+            longer = [int(q) for q in sorted(sub.q.unique()) if q != 1]
+            if not longer:  # a strategy not replayed (or at q = 1 only): no ratio
+                continue
+            best = max(longer, key=lambda q: (sub[sub.q == q].new_tokens - 1).sum() / sub[sub.q == q].calls.sum())
+            for q in longer:
+                verdict = strategy == "mixed" and q == best
+                value, low, high = q1_advantage(runs, name, strategy, None if verdict else (q,))
+                rows.append({"set": name, "row": f"{METHODS[key].label}: q = 1 / q = {q}"
+                             + (" (best q > 1: the verdict)" if verdict else ""),
+                             "value": value, "low": low, "high": high, "method": key})
+    return pd.DataFrame(rows, columns=["set", "row", "value", "low", "high", "method"])
 
 
 def judge_query_length(report, runs: pd.DataFrame) -> pd.DataFrame:
