@@ -41,7 +41,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib import patheffects
 from matplotlib.colors import LogNorm, Normalize, to_hex, to_rgb
-from matplotlib.ticker import NullFormatter, NullLocator, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
 from PIL import Image
 
 from ..atomic import atomic_file, write_csv, write_text
@@ -996,16 +996,37 @@ def _figure_handles(fig: plt.Figure) -> tuple[list, list]:
     return list(seen.values()), list(seen)
 
 
-def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | None = None) -> None:
-    """A logarithmic ``axis`` with labelled major ticks only (plain numbers; ``ticks`` to choose them)."""
+def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | None = None,
+             compact: bool = False) -> None:
+    """A logarithmic ``axis`` with labelled major ticks only (plain numbers; ``ticks`` to choose them; ``compact``:
+    counts as 300, 3k, 1M, so a narrow panel's labels do not run into each other)."""
     getattr(ax, f"set_{axis}scale")("log", base=base)
     target = ax.xaxis if axis == "x" else ax.yaxis
     if ticks is not None:
         target.set_ticks(list(ticks))
-    formatter = ScalarFormatter()
-    formatter.set_scientific(False)
-    target.set_major_formatter(formatter)
+    if compact:
+        target.set_major_formatter(FuncFormatter(lambda v, _: compact_count(v)))
+    else:
+        formatter = ScalarFormatter()
+        formatter.set_scientific(False)
+        target.set_major_formatter(formatter)
     target.set_minor_formatter(NullFormatter())
+
+
+def compact_count(value: float) -> str:
+    """A count as a short tick label: 300, 3k, 250k, 1M."""
+    for size, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
+
+
+def count_ticks(lo: float, hi: float) -> list[float]:
+    """Log-axis ticks for counts within [lo, hi]: 1 and 3 of every decade over at most 2.5 decades, else the
+    decades alone."""
+    steps = (1, 3) if hi / max(lo, 1e-12) <= 10**2.5 else (1,)
+    return [m * 10.0**e for e in range(int(np.floor(np.log10(max(lo, 1e-12)))), int(np.ceil(np.log10(hi))) + 1)
+            for m in steps if lo <= m * 10.0**e <= hi]
 
 
 # ------------------------------------------------------------------------------------------------ saving
