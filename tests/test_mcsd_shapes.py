@@ -283,3 +283,66 @@ def test_mcsd_budget_verdicts_judge_what_they_name():
     records = {key: {**c.record(), "cause": c.cause} for key, c in report.comparisons.items()}
     assert uncited({"ours": report.ours, "verdicts": records}) == []
     assert "budget 16 vs 4 speed code" in report.takeaways["08_mcsd_budgets"]
+
+
+def test_greedy_ranks_of_decoded_texts_are_the_replays_draft_ranks(tmp_path, monkeypatch):
+    """On the target's own greedy outputs (``decoded``), the ranks :func:`mcsd.acceptance_vs_k` keeps for the
+    SD γ sweep are notebook 08's :func:`shapes.draft_ranks` of the same references, position by position."""
+    from specnb.study.profiles import get_profile
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    target = tiny("gemma3")
+    draft = self_draft(target, 2)
+    texts = mcsd.forced_texts(target, get_profile("smoke"), (0.0,))
+    forced = mcsd.acceptance_vs_k(target, draft, texts, [1, 2])
+    refs = [(t.ids[:t.start], t.ids[t.start:]) for t in texts[0.0]]
+    assert [t for t, _ in forced.greedy] == texts[0.0]
+    expected = shapes.draft_ranks(draft, refs, target.vocab_size)
+    assert all(r.tolist() == e.tolist() for (_, r), e in zip(forced.greedy, expected, strict=True))
+    assert any(r.any() for _, r in forced.greedy) and any((r == 0).any() for _, r in forced.greedy)
+
+
+def forced_of(ranks: list[np.ndarray], prompt: int = 5) -> mcsd.Forced:
+    texts = [mcsd.ForcedText(str(i), torch.arange(prompt + len(r)), prompt) for i, r in enumerate(ranks)]
+    return mcsd.Forced(pd.DataFrame(), pd.DataFrame(), list(zip(texts, ranks, strict=True)))
+
+
+def test_sd_gamma_rows_replay_chains_and_price_their_draft_calls():
+    """A draft whose every rank is 0 accepts every level: on 10 output tokens an SD chain of γ = 2 takes 3 calls of
+    2 nodes (1.2 s each on LinearCost) and 2 draft calls each (0.5 s at a draft ratio of 0.5); γ = 1 takes 5."""
+    rows = mcsd.sd_gamma_rows(forced_of([np.zeros(10, dtype=np.int64)]), LinearCost(), 0.5, "2x2", (1, 2))
+    rows = rows.set_index("shape")
+    assert rows.method.tolist() == ["SD", "SD", "MCSD"] and rows.gamma.tolist() == [1, 2, 2]
+    assert rows.loc["1x1", ["calls", "drafted_nodes"]].tolist() == [3, 6]
+    assert rows.loc["1", "calls"] == 5 and rows.loc["1", "new_tokens"] - 1 == 9
+    assert rows.loc["1x1", "est_seconds"] == pytest.approx(3 * 1.2 + 3 * 2 * 0.5)
+    assert rows.loc["2x2", "est_seconds"] == pytest.approx(3 * 1.6 + 3 * 2 * 0.5)
+    assert rows.ar_seconds.tolist() == pytest.approx([9.0] * 3)
+
+
+def test_sd_best_gamma_verdict_judges_mcsd_against_the_fastest_chain():
+    """On random ranks, the best γ is the SD chain of the highest pooled estimated speedup, the verdict's number
+    is its priced seconds over the MCSD tree's, paired by prompt, direction only; the cause cites only what the
+    report holds."""
+    from specnb.study.results import Results, uncited
+
+    rng = np.random.default_rng(0)
+    ranks = [rng.geometric(0.6, 60) - 1 for _ in range(8)]
+    rows = mcsd.sd_gamma_rows(forced_of(ranks), LinearCost(), 0.2, "4x2x1")
+    summary = mcsd.sd_gamma_summary(rows)
+    seconds = rows.groupby("shape", sort=False).est_seconds.sum()
+    sd = seconds[[s for s in seconds.index if set(s.split("x")) == {"1"}]]
+    assert summary.loc[summary.best, "shape"].tolist() == [sd.idxmin()]
+    assert summary.label[summary.best].iloc[0] == f"SD γ = {len(sd.idxmin().split('x'))} (best)"
+    assert summary.set_index("shape").est_speedup[sd.idxmin()] == pytest.approx(
+        rows.ar_seconds.sum() / len(summary) / sd.min())
+    report = Results("99", "smoke")
+    report.add(cost_ratio=0.2)
+    mcsd.compare_sd_gamma(report, rows, summary, "8 texts")
+    verdict = report.comparisons["mcsd_vs_sd_best_gamma"]
+    assert verdict.ours == pytest.approx(sd.min() / seconds["4x2x1"])
+    assert verdict.direction_only and verdict.expect.kind == "above" and "cost table" in verdict.claim
+    assert report.ours["sd_best_gamma"] == len(sd.idxmin().split("x"))
+    records = {key: {**c.record(), "cause": c.cause} for key, c in report.comparisons.items()}
+    assert uncited({"ours": report.ours, "verdicts": records}) == []
+    assert "mcsd_vs_sd_best_gamma" in report.takeaways["07_sd_gamma"]

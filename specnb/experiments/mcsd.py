@@ -27,6 +27,7 @@ intervals come from resampling prompts (:func:`rate_rows`).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import json
@@ -260,6 +261,9 @@ class Forced:
 
     rows: pd.DataFrame
     tail: pd.DataFrame
+    greedy: list[tuple[ForcedText, np.ndarray]] = dataclasses.field(default_factory=list)
+    """Per text of temperature 0: (the text, int64 [n] the draft's rank of the target's argmax at each scored
+    position, as :func:`rank_of` ranks it): what :func:`sd_gamma_rows` replays."""
 
 
 def acceptance_vs_k(target: LoadedModel, draft: LoadedModel, texts: Mapping[float, list[ForcedText]],
@@ -273,7 +277,7 @@ def acceptance_vs_k(target: LoadedModel, draft: LoadedModel, texts: Mapping[floa
     from tqdm.auto import tqdm
 
     generator = torch.Generator().manual_seed(seed)
-    vocab, k_max, rows, tails = target.vocab_size, max(ks), [], []
+    vocab, k_max, rows, tails, greedy = target.vocab_size, max(ks), [], [], []
     runs: dict[int, tuple[ForcedText, list[float]]] = {}  # one pass per distinct text, in first-seen order
     for t, listed in texts.items():
         for text in listed:
@@ -284,6 +288,7 @@ def acceptance_vs_k(target: LoadedModel, draft: LoadedModel, texts: Mapping[floa
         base = {"prompt_id": text.prompt_id, "positions": n}
         for t in temperatures:
             if t == 0:
+                greedy.append((text, rank_of(dl, tl.argmax(1)).numpy()))
                 rows += [{**base, "temperature": 0.0, "scheme": SCHEMES["mcss-wor"], "k": k, "accepted": a}
                          for k, a in zip(ks, greedy_level(tl, dl, ks), strict=True)]
                 continue
@@ -297,7 +302,7 @@ def acceptance_vs_k(target: LoadedModel, draft: LoadedModel, texts: Mapping[floa
             for scheme, table in (("mcss-wor", wor), ("mcss", wr), ("mcns", mcns)):
                 rows += [{**base, "temperature": t, "scheme": SCHEMES[scheme], "k": k,
                           "accepted": float(table[:, k - 1].sum())} for k in ks]
-    return Forced(pd.DataFrame(rows), pd.DataFrame(tails))
+    return Forced(pd.DataFrame(rows), pd.DataFrame(tails), greedy)
 
 
 def rate_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -607,6 +612,89 @@ def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: f
             f"×{{verdicts[mcsd_vs_ar_t{t}][ours]:.2f}} at T = {t}" for t in timed) + "; over SD: " + ", ".join(
             f"×{{verdicts[mcsd_vs_sd_t{t}][ours]:.2f}}" for t in timed) + " (MCSD Table 2: " + " / ".join(
             f"×{mc}" for mc, _ in paper.values()) + " over AR)")
+
+
+GAMMAS = (1, 2, 3, 4, 5, 6, 8)
+"""The draft lengths γ of vanilla SD replayed for MCSD Table 2's "SD (best γ)" (:func:`sd_gamma_rows`)."""
+
+
+def sd_gamma_rows(forced: Forced, cost, draft_ratio: float, mcsd_shape: str,
+                  gammas: tuple[int, ...] = GAMMAS) -> pd.DataFrame:
+    """Per-prompt priced replay rows (:func:`specnb.experiments.shapes.mcsd_tree_rows`, greedy) of vanilla SD, the
+    chain 1x...x1 of each γ of ``gammas`` (``method`` SD), and of the MCSD tree ``mcsd_shape`` (``method`` MCSD),
+    with ``gamma`` (the tree's depth), over :attr:`Forced.greedy`: each text's scored tokens as the reference
+    and the draft's rank of the target's argmax at each position. With ``acceptance_on`` ``decoded`` the texts are
+    the target's greedy outputs and this is the replay of notebook 08; with ``canonical`` each level is judged on
+    the canonical solution's prefix (teacher-forced), not on the target's own outputs. Priced on ``cost``
+    (tree-masked calls of the drafted nodes; each draft call at ``draft_ratio`` one-token target calls)."""
+    from ..eval.replay import ar_priced_seconds
+    from .shapes import mcsd_tree_rows
+
+    refs = [(text.ids[:text.start], text.ids[text.start:]) for text, _ in forced.greedy]
+    ranks = [rank for _, rank in forced.greedy]
+    ar = [ar_priced_seconds([ref], cost) for ref in refs]
+    shapes = [("SD", "x".join(["1"] * g)) for g in gammas] + [("MCSD", mcsd_shape)]
+    frames = [mcsd_tree_rows(shape, refs, ranks, cost, draft_ratio, ar).assign(
+        method=method, gamma=len(shape.split("x"))) for method, shape in shapes]
+    return pd.concat(frames, ignore_index=True)
+
+
+def sd_gamma_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per shape of :func:`sd_gamma_rows` rows (:func:`specnb.experiments.shapes.priced_summary`'s
+    columns: tokens per call and estimated speedup with 90% intervals over prompts), with ``label`` ("SD γ = 3",
+    "SD γ = 4 (best)", "MCSD 4x2") and ``best`` (True on the SD row of the highest estimated speedup)."""
+    from .shapes import priced_summary
+
+    out = priced_summary(rows, ["method", "shape", "gamma"])
+    out["best"] = out.index == out[out.method == "SD"].est_speedup.idxmax()
+    out["label"] = [f"SD γ = {g}" + (" (best)" if b else "") if m == "SD" else f"MCSD {s}"
+                    for m, s, g, b in zip(out.method, out["shape"], out.gamma, out.best, strict=True)]
+    return out
+
+
+def compare_sd_gamma(report, rows: pd.DataFrame, summary: pd.DataFrame, texts: str) -> None:
+    """MCSD Table 2's "SD (best γ)" claim on :func:`sd_gamma_rows` rows and their :func:`sd_gamma_summary`:
+    ``mcsd_vs_sd_best_gamma``, the MCSD tree's estimated speed over vanilla SD's at its best γ (the SD chain of
+    the highest estimated speedup), paired by prompt, above 1 + TIE (direction only). An estimate: greedy replay
+    priced on this CPU's cost table (draft calls included), not timed decoding; the best γ is chosen on the same
+    prompts, which favours SD. ``texts``: what was replayed, in words. The cause cites SD's and MCSD's tokens per
+    call, the best γ and the draft's cost over the target's (``report.ours["cost_ratio"]``)."""
+    from .shapes import paired_ratio
+
+    best = summary[summary.best].iloc[0]
+    mc = summary[summary.method == "MCSD"].iloc[0]
+    ratio = paired_ratio(rows, {"shape": mc["shape"]}, {"shape": best["shape"]}, "est_speed")
+    cost_ratio = report.ours["cost_ratio"]
+    report.add(sd_best_gamma=int(best.gamma), sd_best_speedup=float(best.est_speedup),
+               mcsd_replayed_speedup=float(mc.est_speedup))
+    report.compare("mcsd_vs_sd_best_gamma", f"MCSD {mc['shape']} / SD at its best γ (γ = {best.gamma}) estimated "
+                   f"speed, greedy replay of {texts} on this CPU's cost table", *ratio, Expect.above(1.0, TIE),
+                   "MCSD Table 2: MCSD beats SD (best γ)",
+                   cause=f"SD's chain at γ = {best.gamma} reaches {best.tokens_per_call:.2f} tokens per call and the "
+                         f"MCSD tree {mc.tokens_per_call:.2f}, with a draft call at {cost_ratio:.2f} of a target "
+                         "call on this CPU's cost table", fmt=".2f", internal=False, direction_only=True,
+                   evidence={"SD best γ": int(best.gamma), "SD best γ tokens per call": float(best.tokens_per_call),
+                             "MCSD tokens per call": float(mc.tokens_per_call),
+                             "draft call over target call": cost_ratio})
+    report.takeaway("07_sd_gamma", "estimated on this CPU's cost table (greedy replay): MCSD over SD at its best "
+                    "γ ({ours[sd_best_gamma]}) ×{verdicts[mcsd_vs_sd_best_gamma][ours]:.2f} (MCSD Table 2: MCSD "
+                    "beats SD (best γ))")
+
+
+def sd_best_gamma(report, target: LoadedModel, forced: Forced, profile: Profile, mcsd_shape: str) -> pd.DataFrame:
+    """Notebook 07's "SD (best γ)" of MCSD Table 2 without timed decoding: :func:`sd_gamma_rows` of the texts
+    ``profile.mcsd.acceptance_on`` names, priced on the target's cost table (:func:`specnb.eval.timing.cost_table`
+    on ``profile.cost_grid``, cached), each draft call at
+    ``report.ours["cost_ratio"]``, judged by :func:`compare_sd_gamma`; the summary goes to ``report`` as
+    ``sd_gamma`` and is returned."""
+    from ..core.roofline import CostModel
+    from ..eval.timing import cost_table
+
+    cost = CostModel(cost_table(target, profile.cost_grid))
+    rows = sd_gamma_rows(forced, cost, report.ours["cost_ratio"], mcsd_shape)
+    summary = report.table("sd_gamma", sd_gamma_summary(rows))
+    compare_sd_gamma(report, rows, summary, f"{len(forced.greedy)} {ACCEPTANCE_TEXTS[profile.mcsd.acceptance_on]}")
+    return summary
 
 
 # ----------------------------------------------------------------------------------------- the pair, setup
