@@ -32,7 +32,6 @@ import gzip
 import importlib.util
 import json
 import math
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,13 +49,12 @@ from ..drafters.draft_model import DraftModelDrafter
 from ..eval.bench import BenchConfig, run_bench
 from ..eval.checks import check_partial_acceptance
 from ..eval.runner import Variant, ratio_intervals, summarize
-from ..model.device import model_device, synchronize
 from ..model.forward import forward
-from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel
 from ..study.profiles import Profile
 from ..study.verdicts import ACCEPTANCE, TIE, Expect
 from .setups import weights_label
+from .shapes import call_costs, mcsd_tree_rows, paired_ratio, priced_summary, rank_of
 
 SCHEMES = {"mcss-wor": "MCSS w/o replacement", "mcss": "MCSS w/ replacement", "mcns": "MCNS (naive sampling)"}
 """Acceptance schemes of :func:`acceptance_vs_k` -> display names (MCSD Table 4's rows). MCNS is the paper's naive
@@ -180,14 +178,6 @@ def forced_logits(model: LoadedModel, text: ForcedText, vocab: int) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------- one draft level
-
-
-def rank_of(logits: Tensor, token: Tensor) -> Tensor:
-    """int64 [n]: the rank of ``token[i]`` in row i of ``logits`` [n, V] as :func:`specnb.model.kernels.top_k` orders
-    it (largest first, ties to the lower id): 0 when it is the row's top-1."""
-    value = logits.gather(1, token[:, None])
-    ids = torch.arange(logits.shape[1])[None]
-    return ((logits > value) | ((logits == value) & (ids < token[:, None]))).sum(1)
 
 
 def greedy_level(target_logits: Tensor, draft_logits: Tensor, ks: list[int]) -> np.ndarray:
@@ -337,32 +327,6 @@ def paired_change(rows: pd.DataFrame, a: dict, b: dict, ratio: bool = False) -> 
 
 
 @torch.inference_mode()
-def call_costs(models: list[LoadedModel], context: int = 128, repeats: int = 9, seed: int = 0) -> list[float]:
-    """Median seconds of a one-token call of each of ``models`` at ``context`` cached (random) tokens, the
-    models' calls interleaved (one call of each per round, after a warm-up round), so that a busy spell of the
-    machine slows them alike and their ratio holds."""
-    generator = torch.Generator().manual_seed(seed)
-    caches, tokens = [], []
-    for model in models:
-        vocab = model.vocab_size
-        cache = GrowingCache()
-        forward(model, torch.randint(vocab, (1, context), generator=generator), last_only=True, cache=cache)
-        caches.append(cache)
-        tokens.append(torch.randint(vocab, (1, 1), generator=generator))
-    times: list[list[float]] = [[] for _ in models]
-    for round_ in range(repeats + 1):
-        for i, model in enumerate(models):
-            caches[i].keep(context, torch.empty(0, dtype=torch.long))
-            device = model_device(model.model)
-            synchronize(device)
-            start = time.perf_counter()
-            forward(model, tokens[i].to(device), cache=caches[i])
-            synchronize(device)
-            if round_:
-                times[i].append(time.perf_counter() - start)
-    return [float(np.median(t)) for t in times]
-
-
 def _own_parameters(model: LoadedModel) -> list[torch.nn.Parameter]:
     """The parameters ``model`` runs, each tensor once (tied embeddings share one); a ``self:L`` draft, which
     shares its target's module list, counts only its first L layers."""
@@ -628,7 +592,6 @@ def sd_gamma_rows(forced: Forced, cost, draft_ratio: float, mcsd_shape: str,
     the canonical solution's prefix (teacher-forced), not on the target's own outputs. Priced on ``cost``
     (tree-masked calls of the drafted nodes; each draft call at ``draft_ratio`` one-token target calls)."""
     from ..eval.replay import ar_priced_seconds
-    from .shapes import mcsd_tree_rows
 
     refs = [(text.ids[:text.start], text.ids[text.start:]) for text, _ in forced.greedy]
     ranks = [rank for _, rank in forced.greedy]
@@ -643,7 +606,6 @@ def sd_gamma_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per shape of :func:`sd_gamma_rows` rows (:func:`specnb.experiments.shapes.priced_summary`'s
     columns: tokens per call and estimated speedup with 90% intervals over prompts), with ``label`` ("SD γ = 3",
     "SD γ = 4 (best)", "MCSD 4x2") and ``best`` (True on the SD row of the highest estimated speedup)."""
-    from .shapes import priced_summary
 
     out = priced_summary(rows, ["method", "shape", "gamma"])
     out["best"] = out.index == out[out.method == "SD"].est_speedup.idxmax()
@@ -659,7 +621,6 @@ def compare_sd_gamma(report, rows: pd.DataFrame, summary: pd.DataFrame, texts: s
     priced on this CPU's cost table (draft calls included), not timed decoding; the best γ is chosen on the same
     prompts, which favours SD. ``texts``: what was replayed, in words. The cause cites SD's and MCSD's tokens per
     call, the best γ and the draft's cost over the target's (``report.ours["cost_ratio"]``)."""
-    from .shapes import paired_ratio
 
     best = summary[summary.best].iloc[0]
     mc = summary[summary.method == "MCSD"].iloc[0]

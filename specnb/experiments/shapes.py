@@ -15,6 +15,7 @@ A greedy draft model is replayed from one teacher-forced pass of the draft over 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,9 @@ from ..drafters.shaped import Shaped
 from ..eval.bench import BenchConfig, run_bench
 from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from ..eval.runner import Variant
+from ..model.device import model_device, synchronize
 from ..model.forward import forward
+from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel
 from ..study.profiles import ParameterError, Profile
 from ..study.verdicts import PREDICTION, TIE, Expect
@@ -55,6 +58,40 @@ from .setups import weights_label
 GRID_K = (1, 2, 4, 8, 16)
 GRID_W = (1, 2, 4, 8, 16)
 MAX_NODES = 64
+
+
+def rank_of(logits: Tensor, token: Tensor) -> Tensor:
+    """int64 [n]: the rank of ``token[i]`` in row i of ``logits`` [n, V] as :func:`specnb.model.kernels.top_k` orders
+    it (largest first, ties to the lower id): 0 when it is the row's top-1."""
+    value = logits.gather(1, token[:, None])
+    ids = torch.arange(logits.shape[1])[None]
+    return ((logits > value) | ((logits == value) & (ids < token[:, None]))).sum(1)
+
+
+def call_costs(models: list[LoadedModel], context: int = 128, repeats: int = 9, seed: int = 0) -> list[float]:
+    """Median seconds of a one-token call of each of ``models`` at ``context`` cached (random) tokens, the
+    models' calls interleaved (one call of each per round, after a warm-up round), so that a busy spell of the
+    machine slows them alike and their ratio holds."""
+    generator = torch.Generator().manual_seed(seed)
+    caches, tokens = [], []
+    for model in models:
+        vocab = model.vocab_size
+        cache = GrowingCache()
+        forward(model, torch.randint(vocab, (1, context), generator=generator), last_only=True, cache=cache)
+        caches.append(cache)
+        tokens.append(torch.randint(vocab, (1, 1), generator=generator))
+    times: list[list[float]] = [[] for _ in models]
+    for round_ in range(repeats + 1):
+        for i, model in enumerate(models):
+            caches[i].keep(context, torch.empty(0, dtype=torch.long))
+            device = model_device(model.model)
+            synchronize(device)
+            start = time.perf_counter()
+            forward(model, tokens[i].to(device), cache=caches[i])
+            synchronize(device)
+            if round_:
+                times[i].append(time.perf_counter() - start)
+    return [float(np.median(t)) for t in times]
 
 
 def grid_shapes(ks: tuple[int, ...] = GRID_K, ws: tuple[int, ...] = GRID_W, max_nodes: int = MAX_NODES,
@@ -91,7 +128,6 @@ def draft_ranks(draft: LoadedModel, references: list[Reference], vocab: int, chu
     output, ranked as :func:`specnb.model.kernels.top_k` ranks (largest first, ties to the lower id; 0 = the draft's
     top-1). The first entry (the prefill's token, never drafted) is included for alignment. ``vocab``: the
     target's LM-head rows (the draft's logits are cut or padded to them, as the drafter does)."""
-    from .mcsd import rank_of
 
     head, out = draft.decoder.head, []
     for prompt, output in references:
@@ -606,7 +642,7 @@ class ShapeStudy:
     (``n_prompts`` x ``max_new_tokens`` of the profile, cached) with their hidden states, the drafter families
     over the study stores, the draft model and its ranks of the references' tokens (:func:`draft_ranks`), the
     cost model (notebook 05's table) and one-token call times of the draft and the target (seconds, timed
-    interleaved: :func:`specnb.experiments.mcsd.call_costs`)."""
+    interleaved: :func:`call_costs`)."""
 
     profile: Profile
     target: LoadedModel
@@ -630,7 +666,6 @@ class ShapeStudy:
         from ..drafters.draft_model import load_draft
         from ..eval.timing import cost_table
         from ..model.models import load_model
-        from .mcsd import call_costs
         from .ngrams import restricted_bigram_table
         from .references import references_and_states
         from .stores import study_stores
