@@ -605,9 +605,9 @@ def test_the_paired_ratio_frames_hold_what_the_verdicts_judge():
     assert ratios.value.tolist() == [1.27, 1.29] and ratios.low.tolist() == [1.24, 1.27]
 
 
-def test_count_ticks_thin_out_over_many_decades_and_read_short():
-    """1-3 steps over a narrow range, decades alone over a wide one (the paper profile's t from 10^3 to 10^6, whose
+def test_log_ticks_thin_out_over_many_decades_and_read_short():
+    """1-2-5 steps over a narrow range, decades alone over a wide one (the paper profile's t from 10^3 to 10^6, whose
     1-3 labels overlapped in a narrow panel); labels as 3k, 250k, 1M."""
-    assert plots.count_ticks(900, 20_000) == [1000, 3000, 10_000]
-    assert plots.count_ticks(900, 1.2e6) == [1000, 10_000, 100_000, 1_000_000]
+    assert plots.log_ticks(900, 20_000) == [1000, 2000, 5000, 10_000, 20_000]
+    assert plots.log_ticks(900, 1.2e6) == [1000, 10_000, 100_000, 1_000_000]
     assert [plots.compact_count(v) for v in (300, 3000, 250_000, 1e6)] == ["300", "3k", "250k", "1M"]

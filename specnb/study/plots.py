@@ -841,13 +841,13 @@ def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm
         bar.ax.yaxis.set_minor_formatter(NullFormatter())
         bar.ax.yaxis.set_minor_locator(NullLocator())
     elif isinstance(norm, LogNorm):
-        bar.set_ticks(_log_ticks(norm.vmin, norm.vmax))
+        bar.set_ticks(log_ticks(norm.vmin, norm.vmax))
         bar.ax.yaxis.set_major_formatter(ScalarFormatter())
         bar.ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def _log_ticks(lo: float, hi: float) -> list[float]:
-    """The 1-2-5 values (…, 0.2, 0.5, 1, 2, 5, 10, …) within [lo, hi]; every other decade's when there are many."""
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """The 1-2-5 values (…, 0.2, 0.5, 1, 2, 5, 10, …) within [lo, hi]; the decades alone when there are over 7."""
     ticks = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
              for m in (1, 2, 5) if lo <= m * 10.0**e <= hi]
     return ticks if len(ticks) <= 7 else [t for t in ticks if str(t).lstrip("0.").startswith("1")]
@@ -1019,14 +1019,6 @@ def compact_count(value: float) -> str:
         if value >= size:
             return f"{value / size:g}{suffix}"
     return f"{value:g}"
-
-
-def count_ticks(lo: float, hi: float) -> list[float]:
-    """Log-axis ticks for counts within [lo, hi]: 1 and 3 of every decade over at most 2.5 decades, else the
-    decades alone."""
-    steps = (1, 3) if hi / max(lo, 1e-12) <= 10**2.5 else (1,)
-    return [m * 10.0**e for e in range(int(np.floor(np.log10(max(lo, 1e-12)))), int(np.ceil(np.log10(hi))) + 1)
-            for m in steps if lo <= m * 10.0**e <= hi]
 
 
 # ------------------------------------------------------------------------------------------------ saving
