@@ -72,11 +72,13 @@ def test_bars_are_sorted_labelled_and_carry_their_interval():
 
 def test_bars_draw_a_second_statistic_as_a_named_tick_and_print_past_it():
     fig, ax = plt.subplots()
-    plots.hbars(ax, ["pld", "rest"], [1.0, 2.0], also=("90th percentile", [3.0, 2.5]), xlabel="ms")
+    plots.hbars(ax, ["pld", "rest"], [1.0, 2.0], also=("90th percentile", "p90", [3.0, 2.5]), xlabel="ms")
     plots.legend_outside(ax)
     [ticks] = [c for c in ax.collections if c.get_label() == "90th percentile"]
     assert sorted(ticks.get_offsets()[:, 0]) == [2.5, 3.0]
     assert min(t.get_position()[0] for t in ax.texts) > 2.5  # each value printed past its tick
+    assert sorted(t.get_text() for t in ax.texts) == ["1.00 · p90 3.00", "2.00 · p90 2.50"]  # both named
+    assert plots.layout_problems(fig) == []  # and the longer text inside the panel
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["90th percentile"]
     plt.close("all")
 
@@ -153,10 +155,8 @@ def test_near_constant_series_are_told_apart_and_said_not_drawn():
     # capped error bars, no bands; the flat n = 2 on chat is said in the title, not drawn (a flat line)
     assert len(axes[0, 0].containers) == 2 and len(axes[0, 1].containers) == 1
     assert "n = 2 flat at 1.00 on chat" in fig._suptitle.get_text()
-    fig, axes = plots.series_panels(frame, panels="task", series="n", x="x", y="y", name="n ≤ {}",
-                                    titles={"code": "code", "chat": "chat"}, small_multiples="CREST")
     plots.legend_outside(fig)
-    assert axes.shape == (2, 2) and plots.key_problems(fig) == []  # one named band per panel
+    assert plots.key_problems(fig) == []
     plt.close("all")
 
 
@@ -474,21 +474,28 @@ def test_ratio_tick_labels_are_short_and_use_the_figures_names():
     assert plots.label("auto") == plots.style("auto").label == "auto"
 
 
-def test_a_value_left_of_the_line_at_one_is_printed_past_it():
+def test_a_value_left_of_the_line_at_one_is_printed_before_its_interval():
     """Token Recycling's ×0.85 (0.76-0.95): printed past its interval it would sit across the line at 1 on a white
-    ground and hide it; it goes past the line. A value whose interval ends right of 1 stays beside its interval."""
+    ground and hide it; past the line it would read as another row's: it goes before its interval, in view. A value
+    whose interval ends right of 1 stays past its interval."""
     frame = pd.DataFrame({"row": ["a", "b", "c"], "value": [0.85, 1.01, 0.5], "low": [0.76, 0.99, 0.45],
                           "high": [0.95, 1.03, 0.55], "method": ["recycle", "suffix", "pld"]})
     fig, ax = plt.subplots(figsize=(7.2, 3.0))
     plots.paired_ratios(ax, frame, xlabel="ratio")
     where = {t.get_text(): t.get_position()[0] for t in ax.texts}
-    assert where["×0.85"] > 1.0  # past the line
+    assert where["×0.85"] < 0.76 and ax.texts[0].get_horizontalalignment() == "right"  # before its interval
     assert 1.03 < where["×1.01"] < 1.1 and 0.55 < where["×0.50"] < 0.7  # beside their intervals
     fig.canvas.draw()
     line = ax.transData.transform((1.0, 0))[0]
     for text in ax.texts:
         box = text.get_window_extent()
         assert not box.x0 < line < box.x1, text.get_text()
+    assert plots.layout_problems(fig) == []
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(4.2, 2.2))  # dots keep the same rule (07's speedups)
+    plots.dots(ax, ["SD 1x1", "MCSD 4x2"], [1.05, 0.95], [1.0, 0.93], [1.1, 0.97], fmt="×{:.2f}", reference=1.0)
+    where = {t.get_text(): t.get_position()[0] for t in ax.texts}
+    assert where["×0.95"] < 0.93 and where["×1.05"] > 1.1 and plots.layout_problems(fig) == []
     plt.close(fig)
 
 
@@ -509,16 +516,6 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
     assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code; n = 3 "
                                         "flat at 1.00 tokens per call on chat.")
     assert [len(ax.containers) for ax in axes.flat] == [2, 2]  # n = 3 drawn in neither panel
-    # small multiples: a series said in every row loses its column; one said in some rows only keeps its column
-    # and is drawn in every row (no panel of words alone), the later ones said against it
-    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.6, 0.8, 1.0],
-                     ("code", 4): [0.6, 0.8, 1.0], ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.3, 0.4, 0.6],
-                     ("chat", 3): [0.3, 0.4, 0.6], ("chat", 4): [0.3, 0.4, 0.6]})
-    fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n ≤ {}", offset=1.0,
-                                    titles={"code": "code", "chat": "chat"}, small_multiples="CREST", same_at="t")
-    assert axes.shape == (2, 3)
-    assert all(ax.lines and not ax.texts for ax in axes.flat)  # chat's n ≤ 3 (as n ≤ 2) drawn in its column
-    assert fig._suptitle.get_text() == "Not drawn: n ≤ 4 within 2% of n ≤ 3 at every point."
     # nothing left out: no sentence, every series drawn
     frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9]})
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",
@@ -611,3 +608,13 @@ def test_log_ticks_thin_out_over_many_decades_and_read_short():
     assert plots.log_ticks(900, 20_000) == [1000, 2000, 5000, 10_000, 20_000]
     assert plots.log_ticks(900, 1.2e6) == [1000, 10_000, 100_000, 1_000_000]
     assert [plots.compact_count(v) for v in (300, 3000, 250_000, 1e6)] == ["300", "3k", "250k", "1M"]
+
+
+def test_dots_on_panels_sharing_an_axis_keep_every_panels_values_in_view():
+    """07's speedups at T = 0 and T = 1 on one x axis: the second panel's limits never hide the first's values."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.8, 2.2), sharex=True)
+    plots.dots(axes[0], ["SD 1x1", "MCSD 4x2"], [1.6, 1.9], [1.5, 1.8], [1.7, 2.0], reference=1.0)
+    plots.dots(axes[1], ["SD 1x1", "MCSD 4x2"], [1.05, 0.95], [1.0, 0.93], [1.1, 0.97], reference=1.0)
+    left, right = axes[0].get_xlim()
+    assert left < 0.93 and right > 2.0
+    plt.close(fig)

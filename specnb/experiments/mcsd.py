@@ -63,16 +63,15 @@ figures: at k = 1 it accepts sum(p q), below MCSS's sum(min(p, q)), by design, n
 
 
 def timed_sizes(profile: Profile) -> tuple[int, int]:
-    """(prompts, new tokens) per method of notebook 07's timed runs (the profile's ``mcsd`` record: 4 x 24 under
-    ``quick``, where the Qwen2.5-Coder pair decodes at a few tokens per second on a CPU; the profile's
-    ``timed_prompts`` x ``timed_tokens`` otherwise)."""
+    """(prompts, new tokens) per method of notebook 07's timed runs (the profile's ``mcsd`` record: the Qwen2.5-Coder
+    pair's, which need not be the profile's ``timed_prompts`` x ``timed_tokens`` for its target)."""
     return profile.mcsd.timed_prompts, profile.mcsd.timed_tokens
 
 
 def timed_temperatures(profile: Profile) -> tuple[float, ...]:
     """Temperatures of notebook 07's timed runs (the profile's ``mcsd`` record): T = 1 alone under ``quick``
-    (sampling, where the acceptance rule matters; the 1.5B target leaves no time for both in the profile's budget;
-    greedy identity with AR is tested in tests/test_families_lossless.py), T = 0 and 1 otherwise."""
+    (sampling, where the acceptance rule matters; greedy identity with AR is tested in
+    tests/test_families_lossless.py), T = 0 and 1 otherwise."""
     return profile.mcsd.temperatures
 
 

@@ -174,20 +174,23 @@ def table2_markdown(report) -> str:
     return text
 
 
-def mrr_note(table: pd.DataFrame, n_queries: int) -> str:
-    """One Markdown sentence on the MRR column of :func:`projection_ablation`'s ``table`` in place of a panel: MRR
-    here is a self-query measure (each query is a stored key, which finds itself unless the transform merges keys),
-    so the transforms that read its ceiling (1.000 at three decimals) are named together, the others with their
-    value and 90% interval. :func:`specnb.study.plots.near_constant` decides whether those at the ceiling differ
-    at all."""
+def mrr_note(table: pd.DataFrame, n_queries: int, index: str) -> str:
+    """One Markdown sentence on the MRR column of :func:`projection_ablation`'s ``table`` when some transforms read
+    its ceiling ("" when none does: the figure draws it). MRR here is a self-query measure (each query is a stored
+    key, which finds itself unless the transform or the index merges keys), so the transforms that read its ceiling
+    (1.000 at three decimals) are named together, the others with their value and 90% interval.
+    :func:`specnb.study.plots.near_constant` decides whether those at the ceiling differ at all. ``index``: the
+    index searched, with its parameters (``AnnIndex.label``)."""
     from ..study.plots import near_constant
 
     top = table[table.MRR.round(3) >= 1.0]
+    if top.empty:
+        return ""
     rest = table.drop(top.index)
     said = ", ".join(f"{name} {r.MRR:.3f} [{r.MRR_low:.3f}, {r.MRR_high:.3f}]" for name, r in rest.iterrows())
     alike = "indistinguishable" if near_constant(top.MRR, top.MRR_low, top.MRR_high) else "yet distinguishable"
-    return (f"*MRR through hnswlib ({n_queries:,} self-queries: each query is a stored key) reads 1.000 for "
+    return (f"*MRR through {index} ({n_queries:,} self-queries: each query is a stored key) reads 1.000 for "
             f"{len(top)} of {len(table)} transforms ({'; '.join(top.index)}: {alike})"
             + (f"; {said}" if len(rest) else "") + ". A self-query finds its own key under any transform that "
-            "keeps the keys apart and normalised, so MRR cannot separate those: the figure draws tokens per call of "
-            "the 10 × 10 drafter instead.*")
+            "keeps the keys apart and normalised, so MRR cannot separate those; tokens per call of the 10 × 10 "
+            "drafter can.*")

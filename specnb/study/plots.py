@@ -237,7 +237,7 @@ def line_with_interval(ax: plt.Axes, x, y, low, high, *, band: bool, label: str,
 # ------------------------------------------------------------------------------------------------ bars
 
 
-_BAR_PANELS: weakref.WeakSet[plt.Axes] = weakref.WeakSet()  # the axes hbars has drawn on
+_BAR_PANELS: weakref.WeakSet[plt.Axes] = weakref.WeakSet()  # the axes hbars or dots has drawn on
 _ROW_ORDERS: weakref.WeakKeyDictionary[plt.Figure, list[str]] = weakref.WeakKeyDictionary()  # bottom to top
 
 
@@ -276,22 +276,46 @@ def _print_value(ax: plt.Axes, x: float, y: float, text: str, ha: str) -> None:
             bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none"})
 
 
+def _set_shared_xlim(ax: plt.Axes, left: float, right: float) -> None:
+    """Set ``ax``'s x limits; on a panel sharing its x axis with one :func:`hbars` or :func:`dots` drew before, the
+    axis only grows, so every panel's values and labels stay in view."""
+    if any(other in _BAR_PANELS for other in ax.get_shared_x_axes().get_siblings(ax) if other is not ax):
+        shown = ax.get_xlim()
+        left, right = min(left, shown[0]), max(right, shown[1])
+    _BAR_PANELS.add(ax)
+    ax.set_xlim(left, right)
+
+
+def _print_beside(ax: plt.Axes, y: float, value: float, low: float, high: float, text: str, *, span: float,
+                  per_inch: float, reference: float | None) -> float:
+    """Print ``text`` past a dot's interval [low, high] (NaN: none), or before it when the text would cross the
+    ``reference`` line there (a value jumped past the line reads as another row's; on its white ground it would
+    hide the line). ``span``: the data range (the gap is a share of it); ``per_inch``: data units per inch of text.
+    Returns the leftmost x the text reaches (the axis must hold it)."""
+    x, ha, width = np.nanmax([value, high]) + 0.025 * span, "left", (len(text) * 0.6 * 7 / 72 + 0.05) * per_inch
+    if reference is not None and x < reference < x + width:
+        x, ha = np.nanmin([value, low]) - 0.025 * span, "right"
+    _print_value(ax, x, y, text, ha)
+    return x - width if ha == "right" else x
+
+
 def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
           colors: Sequence[str] | None = None, xlabel: str = "",
-          also: tuple[str, Sequence[float]] | None = None, keep_order: bool = False) -> plt.Axes:
+          also: tuple[str, str, Sequence[float]] | None = None, keep_order: bool = False) -> plt.Axes:
     """Horizontal bars in the figure's row order (the first panel's: sorted by value, largest on top), each value
     printed past its bar (and past its interval), the 90% interval [low, high] drawn as an error bar;
     ``reference`` draws a thin vertical line (1 for speedups), always in view. Negative values extend left of 0
     (a difference, a gain). On a panel sharing its x axis with one drawn before, the axis only grows, so every
     panel's labels stay in view.
     Colours: the methods' (:func:`color` of each label) unless ``colors`` are given. Labels are display names.
-    also: (name, values): a second statistic of each row (a 90th percentile beside a median), drawn as a black
-    tick on its row and named ``name`` in the legend (:func:`legend_outside`); the printed value goes past it.
+    also: (name, tag, values): a second statistic of each row (a 90th percentile beside a median), drawn as a black
+    tick on its row and named ``name`` in the legend (:func:`legend_outside`); the printed text goes past it and
+    names both numbers ("0.153 · p90 0.262"): a lone number beside the tick would read as the tick's.
     keep_order: rows as given, first on top (:func:`_value_rows`)."""
     frame = _value_rows(ax, labels, values, low, high, colors, f"bars of {xlabel or ax.get_title() or 'a panel'}",
                         keep_order)
-    extra = frame.label.map(dict(zip(labels, np.asarray(also[1], dtype=float), strict=True))) if also else None
+    extra = frame.label.map(dict(zip(labels, np.asarray(also[2], dtype=float), strict=True))) if also else None
     y = np.arange(len(frame))
     ax.barh(y, frame.value, color=frame.color, edgecolor="0.3", linewidth=0.4, height=0.7)
     has = frame.low.notna() & frame.high.notna()
@@ -309,19 +333,21 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
     marks = marks[np.isfinite(marks)]  # a missing value (NaN, no bar) has no end
     lo, hi = float(marks.min()), float(marks.max())
     span = max(hi - lo, 1e-12)
-    for yi, r, le, value in zip(y, right, left, frame.value, strict=True):
+    longest = 0
+    for i, (yi, r, le, value) in enumerate(zip(y, right, left, frame.value, strict=True)):
         if np.isfinite(value):
-            _print_value(ax, r + 0.015 * span if value >= 0 else le - 0.015 * span, yi, fmt.format(value),
+            text = fmt.format(value)
+            if extra is not None and np.isfinite(extra.iloc[i]):
+                text += f" · {also[1]} {fmt.format(extra.iloc[i])}"
+            longest = max(longest, len(text))
+            _print_value(ax, r + 0.015 * span if value >= 0 else le - 0.015 * span, yi, text,
                          "left" if value >= 0 else "right")
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     ax.set_yticks(y, [label(x) for x in frame.label])
-    left, right = lo - (0.18 * span if lo < 0 else 0), hi + (0.18 * span if hi > 0 else 0)
-    if any(other in _BAR_PANELS for other in ax.get_shared_x_axes().get_siblings(ax) if other is not ax):
-        shown = ax.get_xlim()  # a panel sharing this x axis was drawn: keep what it shows in view
-        left, right = min(left, shown[0]), max(right, shown[1])
-    _BAR_PANELS.add(ax)
-    ax.set_xlim(left, right)
+    # room for the printed values: ~0.6 em a character at 7 pt, in data units of the panel's width
+    room = max(0.18, 1.3 * longest * 0.6 * 7 / 72 / (ax.get_position().width * ax.figure.get_figwidth())) * span
+    _set_shared_xlim(ax, lo - (room if lo < 0 else 0), hi + (room if hi > 0 else 0))
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
@@ -332,7 +358,8 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
          xlabel: str = "", ranges: Mapping[str, tuple[float, float]] | None = None, range_label: str = "",
          keep_order: bool = False, spans: Mapping[str, tuple[float, float]] | None = None, span_label: str = "",
          reference: float | None = None, reference_label: str = "") -> plt.Axes:
-    """A dot per label with its 90% interval [low, high] as capped error bars and its value printed to the right,
+    """A dot per label with its 90% interval [low, high] as capped error bars and its value printed beside it
+    (:func:`_print_beside`),
     rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall), where a bar from zero
     spends the axis on the part every bar shares. The x axis spans the values and ranges only.
 
@@ -374,8 +401,10 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     marks = marks[np.isfinite(marks)]
     lo, hi = float(marks.min()), float(marks.max())
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
+    per_inch = 1.3 * 1.33 * span / (ax.get_position().width * ax.figure.get_figwidth())
     for (yi, _, _), row in zip(rows, frame.itertuples(), strict=True):
-        _print_value(ax, np.nanmax([row.value, row.high]) + 0.03 * span, yi, fmt.format(row.value), "left")
+        lo = min(lo, _print_beside(ax, yi, row.value, row.low, row.high, fmt.format(row.value), span=span,
+                                   per_inch=per_inch, reference=reference))
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0, label=reference_label or "_nolegend_")
     ax.set_yticks([t[0] for t in ticks], [t[1] for t in ticks])
@@ -383,7 +412,7 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
         if published:
             tick.set(fontsize=7, color="0.3")
     ax.set_ylim(-0.6, y - 0.4)
-    ax.set_xlim(lo - 0.08 * span, hi + 0.25 * span)
+    _set_shared_xlim(ax, lo - 0.08 * span, hi + 0.25 * span)
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
@@ -436,8 +465,8 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
 def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = "×{:.2f}",
                   reference: float = 1.0, band: Band | None = None, span_label: str = "") -> plt.Axes:
     """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
-    with its paired 90% interval (capped error bars), its value printed past the interval (past the reference line
-    when it would cross it there), and a reference line
+    with its paired 90% interval (capped error bars), its value printed beside it (:func:`_print_beside`), and a
+    reference line
     at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
     under intervals as wide as the prompts differ; the paired ratio shows it.
 
@@ -494,12 +523,8 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     for r in frame.itertuples():
         if np.isfinite(r.value):
             i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
-            end = np.nanmax([r.value, r.high]) if np.isfinite(r.high) else r.value
-            text = fmt.format(r.value)
-            x = end + 0.025 * span
-            if x < reference < x + (len(text) * 0.6 * 7 / 72 + 0.05) * per_inch:  # it would hide the line at 1
-                x = reference + 0.025 * span  # past the line: the line and the value both stay readable
-            _print_value(ax, x, top - i * block - j, text, "left")
+            lo = min(lo, _print_beside(ax, top - i * block - j, r.value, r.low, r.high, fmt.format(r.value),
+                                       span=span, per_inch=per_inch, reference=reference))
     ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     if band is not None:  # behind the rows it judges, from the top of the first to the bottom of the last
         spans = [i for i, row in enumerate(rows) if band.rows is None or row in band.rows]
@@ -558,16 +583,15 @@ def flat_curve(values: Iterable[float] | np.ndarray | pd.Series) -> bool:
 
 
 def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, offset: float = 0.0,
-                     same_at: str | None = None, drawn: Iterable = ()) -> dict[tuple, tuple[str, object]]:
+                     same_at: str | None = None) -> dict[tuple, tuple[str, object]]:
     """The curves of :func:`series_panels` a reader learns nothing more from, per (panel value, series value):
     ``("repeats", drawn)`` for a curve within :data:`REPEAT` at every point (matched on ``same_at``, default ``x``:
     an n-gram store's t, where n ≤ 4 stores more n-grams than n ≤ 3 for the same t) of the last series drawn before
     it in the same panel (in increasing order: a chain n ≤ 3, n ≤ 4, n ≤ 5 of repeats is said against n ≤ 3, the
     curve a reader sees, and a curve drifting away from it step by step is drawn once it is more than 2% away),
     and ``("flat", (low, high))`` for a flat curve (:func:`flat_curve`, values only: an interval says nothing of
-    whether a curve moves). ``drawn``: series values drawn in every panel whatever they show (a small multiple's
-    column kept for another panel: its panel draws it rather than say it)."""
-    key, forced = same_at or x, set(drawn)
+    whether a curve moves)."""
+    key = same_at or x
     out: dict[tuple, tuple[str, object]] = {}
     for row in dict.fromkeys(frame[panels]):
         last: tuple[object, pd.Series] | None = None
@@ -576,9 +600,6 @@ def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y
             if d.empty:
                 continue
             curve = (d.set_index(key)[y] + offset).astype(float).sort_index()
-            if value in forced:
-                last = (value, curve)
-                continue
             if flat_curve(curve):
                 out[(row, value)] = ("flat", (float(curve.min()), float(curve.max())))
             elif last is not None and len(curve) > 1 and last[1].index.equals(curve.index) \
@@ -622,49 +643,29 @@ def unchanged_sentence(said: Mapping[tuple, tuple[str, object]], name: str, rows
 
 
 def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
-                  titles: Mapping[str, str], small_multiples: str | None = None,
-                  offset: float = 0.0, title: str = "", same_at: str | None = None,
+                  titles: Mapping[str, str], offset: float = 0.0, title: str = "", same_at: str | None = None,
                   unit: str = "") -> tuple[plt.Figure, np.ndarray]:
     """Curves of ``y`` (and its interval, columns ``y_low`` / ``y_high``; all shifted by ``offset``) over ``x``
-    for each value of ``series``, a row of panels per value of ``panels`` (first seen first, titled
-    ``titles[value]``), one y scale for all. ``name``: a series' name, ``{}`` standing for its value (``"n = {}"``).
-
-    small_multiples: a method's name: one panel per series value, its curve in the method's colour with a band
-    (one per panel, named in the legend), for series whose intervals would overlap. None: the series overlaid
-    in one panel per ``panels`` value, side by side, distinct hues (:func:`series_colors`), capped error bars.
-    A curve that repeats an earlier series' or stays flat (:func:`unchanged_series`, matched on ``same_at``) is
-    not drawn: the suptitle ``title`` gets a second line saying so (:func:`unchanged_sentence`, ``unit`` after a
-    flat level); a small multiple left out in every row loses its column, one drawn in some rows is drawn in all
-    (its column is there: a panel shows the curve rather than words), later ones said against it.
-    Returns (figure, axes [rows, columns]): the first column holds the y labels, the last row the x labels."""
+    for each value of ``series``, overlaid in one panel per value of ``panels`` (side by side, first seen first,
+    titled ``titles[value]``), one y scale for all: distinct hues (:func:`series_colors`, by the series' place
+    among all of them) and capped error bars, readable where intervals overlap. ``name``: a series' name, ``{}``
+    standing for its value (``"n = {}"``). A curve that repeats an earlier series' or stays flat
+    (:func:`unchanged_series`, matched on ``same_at``) is not drawn: the suptitle ``title`` gets a second line
+    saying so (:func:`unchanged_sentence`, ``unit`` after a flat level).
+    Returns (figure, axes [1, panels])."""
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
-    kept: set = set()  # small multiples: a column kept for one row is drawn in every row (no panel of words only)
-    while True:
-        said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at,
-                                drawn=kept)
-        partial = {v for _, v in said if small_multiples and not all((row, v) in said for row in rows)}
-        if not partial:
-            break
-        kept |= partial
-    hues = series_colors(len(values))  # by the series' place among all of them: a left-out one keeps none
-    shown = [v for v in values if not small_multiples or not all((row, v) in said for row in rows)]
-    shape = (len(rows), len(shown)) if small_multiples else (1, len(rows))
-    fig, axes = plt.subplots(*shape, figsize=(2.4 * shape[1] + 1.6, 2.4 * shape[0] + 0.6), sharey=True, sharex=True,
+    said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at)
+    hues = series_colors(len(values))
+    fig, axes = plt.subplots(1, len(rows), figsize=(2.4 * len(rows) + 1.6, 3.0), sharey=True, sharex=True,
                              squeeze=False)
-    for r, row in enumerate(rows):
-        for c, value in enumerate(shown):
-            i = values.index(value)
-            ax = axes[r, c] if small_multiples else axes[0, r]
+    for ax, row in zip(axes[0], rows, strict=True):
+        for i, value in enumerate(values):
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
             if d.empty or (row, value) in said:
                 continue
-            curve = [d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset]
-            line_with_interval(ax, *curve, band=bool(small_multiples), label=small_multiples or name.format(value),
-                               color=color(small_multiples) if small_multiples else hues[i],
-                               marker=MARKERS[0 if small_multiples else i % len(MARKERS)], ms=3.5, lw=1)
-        for c in range(len(shown)) if small_multiples else [r]:
-            text = f"{titles[row]}, {name.format(shown[c])}" if small_multiples else titles[row]
-            axes[r if small_multiples else 0, c].set_title(text)
+            line_with_interval(ax, d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset, band=False,
+                               label=name.format(value), color=hues[i], marker=MARKERS[i % len(MARKERS)], ms=3.5, lw=1)
+        ax.set_title(titles[row])
     sentence = unchanged_sentence(said, name, rows, unit)
     if title or sentence:
         fig.suptitle("\n".join(t for t in (title, sentence) if t))

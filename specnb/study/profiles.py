@@ -194,7 +194,7 @@ PROFILES = {
         compaction=CompactionSizes(None, 3_000_000, (250, 500, 1000, 2000, 4000, 8000), 5,
                                    {"code": 2, "chat": 2}, 32),
         roofline=RooflineSizes("paper-quick", "curve", 3, heatmap_all_dtypes=False),
-        mcsd=McsdSizes(4, 24, (1.0,), acceptance_on="canonical"),
+        mcsd=McsdSizes(10, 64, (1.0,), acceptance_on="canonical"),
         study_stores=StudyStoreSizes(crest_t=10_000, rest_store="code-OOD")),
     "paper": Profile(
         "paper", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=20, max_new_tokens=128,
