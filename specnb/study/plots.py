@@ -345,8 +345,9 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     ax.set_yticks(y, [label(x) for x in frame.label])
-    # room for the printed values: ~0.6 em a character at 7 pt, in data units of the panel's width
-    room = max(0.18, 1.3 * longest * 0.6 * 7 / 72 / (ax.get_position().width * ax.figure.get_figwidth())) * span
+    # room for the printed values (~0.6 em a character at 7 pt) on an axis of span + room data units
+    text, width = longest * 0.6 * 7 / 72 + 0.05, ax.get_position().width * ax.figure.get_figwidth()
+    room = max(0.18, 0.03 + 1.15 * text / max(width - 1.15 * text, 0.25 * width)) * span
     _set_shared_xlim(ax, lo - (room if lo < 0 else 0), hi + (room if hi > 0 else 0))
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
