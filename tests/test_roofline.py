@@ -201,3 +201,28 @@ def test_a_drafter_that_prices_calls_gets_its_table_measured_by_the_bench(monkey
     make_drafter("auto", target, {"members": "pld", "roofline": "given.csv"})
     make_drafter("pld", target)
     assert asked == [target.name]
+
+
+def test_a_pair_that_cannot_be_true_is_timed_again(monkeypatch):
+    """A call costs 5 ms per token, but one-token calls are 10x slower until the first timed block of several
+    tokens: that block's ratio (its tokens / 10) says it cost less than one token, which cannot be, so the pair is
+    timed again and every cell's slowdown is its token count. Kept as measured, that cell's would be a tenth."""
+    import types
+
+    calls, now, disturbed = [], [0.0], [True]
+
+    def forward(model, ids, **kwargs):
+        calls.append(ids.numel())
+        slow = ids.numel() == 1 and len(calls) > 1 + 2 * 6 and disturbed[0]  # a one-token call, first timed pass
+        now[0] += 0.005 * ids.numel() * (10 if slow else 1)
+
+    def block(model, ids, **kwargs):  # after a disturbed one-token call comes its block: the disturbance ends
+        forward(model, ids, **kwargs)
+        if ids.numel() > 1 and len(calls) > 1 + 2 * 6:
+            disturbed[0] = False
+
+    monkeypatch.setattr(timing, "forward", block)
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    frame = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=1), progress=False)
+    assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
+    assert len(calls) == 1 + 2 * 6 * 2 + 2  # one pair timed again
