@@ -618,3 +618,24 @@ def test_dots_on_panels_sharing_an_axis_keep_every_panels_values_in_view():
     left, right = axes[0].get_xlim()
     assert left < 0.93 and right > 2.0
     plt.close(fig)
+
+
+def test_ratios_spanning_a_wide_range_are_drawn_on_a_log_axis():
+    """03's chat / code MAR ratios (0.15, 0.22) beside DReSD / REST (2.11, interval to 4.7): on a linear axis the
+    small ones crowd against zero and the axis runs below it; on a log one every ratio is in view, above zero."""
+    frame = pd.DataFrame({"row": ["REST: chat / code", "DReSD: chat / code", "chat: DReSD / REST"],
+                          "value": [0.15, 0.22, 2.11], "low": [0.08, 0.12, 1.2], "high": [0.25, 0.3, 4.7],
+                          "method": ["rest", "dense", "dense"]})
+    fig, ax = plt.subplots(figsize=(4.8, 2.6))
+    plots.paired_ratios(ax, frame, xlabel="MAR ratio")
+    assert ax.get_xscale() == "log" and ax.get_xlim()[0] > 0 and ax.get_xlabel() == "MAR ratio (log)"
+    fig.canvas.draw()
+    line = ax.transData.transform((1.0, 0))[0]
+    assert all(not t.get_window_extent().x0 < line < t.get_window_extent().x1 for t in ax.texts)
+    assert plots.layout_problems(fig) == []
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(4.8, 2.6))  # ratios near 1 stay linear
+    plots.paired_ratios(ax, frame.assign(value=[0.9, 1.1, 1.3], low=[0.8, 1.0, 1.2], high=[1.0, 1.2, 1.4]),
+                        xlabel="ratio")
+    assert ax.get_xscale() == "linear"
+    plt.close(fig)

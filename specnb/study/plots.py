@@ -199,10 +199,10 @@ def display_names(keys: Iterable[str]) -> list[str]:
     return names
 
 
-MCSD_SCHEMES: dict[str, str] = {"MCSS w/o replacement": "#3f007d", "MCSS w/ replacement": "#756bb1",
-                                "MCNS (naive sampling)": "#bcbddc"}
+MCSD_SCHEMES: dict[str, str] = {"MCSS w/o replacement": "#3f007d", "MCSS w/ replacement": "#6a51a3",
+                                "MCNS (naive sampling)": "#9e9ac8"}
 """MCSD's sampling schemes (:data:`specnb.experiments.mcsd.SCHEMES`' display names) -> one colour each, the same
-in every figure: dark to light purple, MCSD's hue."""
+in every figure: dark to mid purple, MCSD's hue, none as light as SD's lavender (a scheme is not SD)."""
 
 
 def scheme_color(scheme: str) -> str:
@@ -287,16 +287,19 @@ def _set_shared_xlim(ax: plt.Axes, left: float, right: float) -> None:
 
 
 def _print_beside(ax: plt.Axes, y: float, value: float, low: float, high: float, text: str, *, span: float,
-                  per_inch: float, reference: float | None) -> float:
+                  per_inch: float, reference: float | None, log: bool = False) -> float:
     """Print ``text`` past a dot's interval [low, high] (NaN: none), or before it when the text would cross the
     ``reference`` line there (a value jumped past the line reads as another row's; on its white ground it would
-    hide the line). ``span``: the data range (the gap is a share of it); ``per_inch``: data units per inch of text.
-    Returns the leftmost x the text reaches (the axis must hold it)."""
+    hide the line). ``span``: the data range (the gap is a share of it); ``per_inch``: data units per inch of text;
+    with ``log``, both in decades of a log axis. Returns the leftmost x the text reaches (the axis must hold it)."""
+    to, back = (np.log10, lambda v: 10.0**v) if log else (float, float)
+    value, low, high = to(value), to(low), to(high)
+    reference = None if reference is None else to(reference)
     x, ha, width = np.nanmax([value, high]) + 0.025 * span, "left", (len(text) * 0.6 * 7 / 72 + 0.05) * per_inch
     if reference is not None and x < reference < x + width:
         x, ha = np.nanmin([value, low]) - 0.025 * span, "right"
-    _print_value(ax, x, y, text, ha)
-    return x - width if ha == "right" else x
+    _print_value(ax, back(x), y, text, ha)
+    return back(x - width if ha == "right" else x)
 
 
 def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None = None,
@@ -469,7 +472,8 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     with its paired 90% interval (capped error bars), its value printed beside it (:func:`_print_beside`), and a
     reference line
     at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
-    under intervals as wide as the prompts differ; the paired ratio shows it.
+    under intervals as wide as the prompts differ; the paired ratio shows it. Ratios spanning more than
+    :data:`RATIO_SPAN_LOG` are drawn on a log axis (labelled "(log)").
 
     frame: one row per ratio, columns ``row`` (its tick label, e.g. "SuffixDecoding / prompt lookup"),
     ``value``, ``low``, ``high`` (the interval, NaN when there is none: no bar) and ``method`` (the colour: the
@@ -517,15 +521,17 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
             marks.append(r.value)
     marks += [band.low, band.high] if band is not None else []  # the whole band in view
     finite = np.asarray([m for m in marks if np.isfinite(m)], dtype=float)
-    lo, hi = float(finite.min()), float(finite.max())
+    log = finite.min() > 0 and finite.max() > RATIO_SPAN_LOG * finite.min()
+    to, back = (np.log10, lambda v: 10.0**v) if log else (float, float)
+    lo, hi = float(to(finite.min())), float(to(finite.max()))
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
-    # data units per inch of text, with room for the tick labels' share of the figure after layout
+    # data units (decades on a log axis) per inch of text, with room for the tick labels' share after layout
     per_inch = 1.3 * 1.6 * span / (ax.get_position().width * ax.figure.get_figwidth())
     for r in frame.itertuples():
         if np.isfinite(r.value):
             i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
-            lo = min(lo, _print_beside(ax, top - i * block - j, r.value, r.low, r.high, fmt.format(r.value),
-                                       span=span, per_inch=per_inch, reference=reference))
+            lo = min(lo, float(to(_print_beside(ax, top - i * block - j, r.value, r.low, r.high, fmt.format(r.value),
+                                                span=span, per_inch=per_inch, reference=reference, log=log))))
     ax.axvline(reference, color="0.2", lw=0.8, zorder=0)
     if band is not None:  # behind the rows it judges, from the top of the first to the bottom of the last
         spans = [i for i, row in enumerate(rows) if band.rows is None or row in band.rows]
@@ -535,14 +541,21 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     centres = [top - i * block - (len(groups) - 1) / 2 for i in range(len(rows))]
     ax.set_yticks(centres, rows)
     ax.set_ylim(-0.7, top + 0.7)
-    ax.set_xlim(lo - 0.08 * span, hi + 0.3 * span)
-    ax.set_xlabel(xlabel)
+    if log:
+        log_axis(ax, "x", ticks=log_ticks(back(lo - 0.08 * span), back(hi + 0.3 * span)))
+    ax.set_xlim(back(lo - 0.08 * span), back(hi + 0.3 * span))
+    ax.set_xlabel(xlabel + (" (log)" if log else ""))
     ax.grid(axis="y", visible=False)
     if groups != [None]:
         for j, group in enumerate(groups):  # a marker per group, in the legend (no data: never over the dots)
             ax.add_line(Line2D([], [], marker=MARKERS[j % len(MARKERS)], ls="none", color="0.45", mec="0.1",
                                mew=0.4, ms=6, label=str(group)))
     return ax
+
+
+RATIO_SPAN_LOG = 4.0
+"""Ratios on one panel spanning more than this factor are drawn on a log axis (a ratio of 0.25 is as far from 1 as
+one of 4): on a linear one the small ones crowd against zero and the axis runs below it."""
 
 
 @dataclass(frozen=True)
