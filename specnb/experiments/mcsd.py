@@ -414,14 +414,16 @@ class Study:
         """MCSD Table 2 with vanilla SD as deep as the MCSD tree: AR, the SD chain ``sd`` (``1x1``: MCSS with
         replacement, i.e. speculative sampling) and the MCSD tree ``mcsd`` (without replacement) at every
         temperature, on the prompt set ``dataset`` (None: the study's first): (every run row, one summary row per
-        variant and temperature with ``method`` = AR / SD / MCSD and ``config``)."""
+        variant and temperature with ``method`` = AR / SD / MCSD, ``config`` and ``label``: "SD γ = 2", "MCSD 4x2",
+        as :func:`sd_gamma_summary` names them)."""
         dataset = dataset or next(iter(self.prompts))
         runs, summaries = [], []
         for t in temperatures:
             rows, summary = self.timed({sd: self.variant(sd, t, "mcss"), mcsd: self.variant(mcsd, t)}, dataset, t)
             runs.append(rows)
+            names = {"AR": "AR", sd: f"SD γ = {sd.count('x') + 1}", mcsd: f"MCSD {mcsd}"}
             summaries.append(summary.assign(method=summary.variant.map({"AR": "AR", sd: "SD", mcsd: "MCSD"}),
-                                            config=summary.variant))
+                                            config=summary.variant, label=summary.variant.map(names)))
         return pd.concat(runs, ignore_index=True), pd.concat(summaries, ignore_index=True)
 
 
@@ -556,7 +558,7 @@ def compare_timed(report, runs: pd.DataFrame, table: pd.DataFrame, cost_ratio: f
         if not {"SD", "MCSD"} <= set(part.index):
             continue
         ratio = speed_ratio(runs, part.config["MCSD"], part.config["SD"], t)
-        report.compare(f"mcsd_vs_sd_t{t:g}", f"MCSD {part.config['MCSD']} / SD {part.config['SD']} tokens/s, "
+        report.compare(f"mcsd_vs_sd_t{t:g}", f"{part.label['MCSD']} / {part.label['SD']} tokens/s, "
                        f"T = {t:g}", *ratio, Expect.above(1.0, TIE),
                        f"MCSD Table 2, 13B appendix (x{mc} vs x{sd})",
                        cause="the extra candidates cost draft and verification time that their acceptance does "
