@@ -27,15 +27,21 @@
   - 03: hnswlib's sweep over 5 M real keys (three graphs) and the 5 M random keys of ``index_scale``: not measured
     at that size; 1-2 h by the quick run's 1 M-key build scaled with n log n; MRR queries 0.15 ms each through
     IVF-PQ at 300 k keys: minutes; the corpus sweep re-indexes fractions of the 5 M store: ~0.3 h;
-  - 04: CREST's trees for t up to 10^6 over the whole stdlib and all of ShareGPT: not measured; the quick run's
-    t = 8,000 stores came from the cache, so time a t = 10^5 build first;
-  - 07: the Qwen2.5-Coder pair decodes ~4-5 tokens/s here: 20 x 128 greedy and 20 x 128 sampled outputs (~20 min)
-    and 3 methods x 2 temperatures x 10 x 64 timed tokens (~20 min): ~0.7 h;
-  - 00, 05, 06, 08, 09, 10: as ``quick`` (RUN.json: 1-2 min each) with twice the replayed prompts, plus REST and
-    CREST over the 5 M-token ID store for 08-10: ~0.5 h together, CREST's t = 10^6 build aside.
+  - 04: CREST's trees for t up to 10^6 over the whole stdlib and all of ShareGPT: 15.4 min for the whole notebook
+    (measured while other work shared the cores);
+  - 07: the Qwen2.5-Coder pair over the GGUF blocks decodes ~20-37 tokens/s here (one-token calls 26.7 / 11 ms):
+    20 x 128 greedy and 20 x 128 sampled outputs and 3 methods x 2 temperatures x 10 x 64 timed tokens: ~0.2 h
+    alone. The pair holds ~11 GB (peak resident set measured: the checkpoints' dense weights beside the blocks):
+    two such processes at once exhaust a 24 GB machine (one was killed that way);
+  - 05 and 06: 17 and 3 min measured (shared cores); 00, 08, 09, 10: as ``quick`` (RUN.json: 1-2 min each) with
+    twice the replayed prompts, plus REST and CREST over the 5 M-token ID store for 08-10: ~0.5 h together,
+    CREST's t = 10^6 build aside.
 
   In all, about 11 h on the machine alone (more when shared), most of it building the ID data
-  and extracting hidden states, before the unmeasured CREST and hnswlib builds.
+  and extracting hidden states, before the unmeasured CREST and hnswlib builds. The stores may be built beside
+  other work (``specnb.experiments.dresd.id_responses`` and ``datastores``: nothing in them is timed); the
+  notebooks themselves time calls, so run them alone: a notebook sharing the cores reports the other work's cost
+  (07's one-token call read 68.9 ms that way, 26.7 ms alone).
 * ``full``: Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft: hours.
 
 Two sizes per profile: ``n_prompts`` x ``max_new_tokens`` for what is computed from the target's cached greedy
