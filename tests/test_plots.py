@@ -639,3 +639,19 @@ def test_ratios_spanning_a_wide_range_are_drawn_on_a_log_axis():
                         xlabel="ratio")
     assert ax.get_xscale() == "linear"
     plt.close(fig)
+
+
+def test_drawn_groups_skip_what_was_said_and_keep_each_series_place():
+    """06's top-k curves: extended bigram (w=3) repeats w=2 on HumanEval only; there it is not drawn, and every
+    other curve keeps its index (its hue and marker) in both panels."""
+    frame = pd.DataFrame({"set": ["HumanEval"] * 6 + ["MT-Bench"] * 6, "k": [1, 5] * 6,
+                          "strategy": ["unigram"] * 2 + ["w=2"] * 2 + ["w=3"] * 2
+                          + ["unigram"] * 2 + ["w=2"] * 2 + ["w=3"] * 2,
+                          "y": [1.0, 1.2, 1.1, 1.5, 1.1, 1.5, 1.0, 1.3, 1.1, 1.6, 1.2, 1.8]})
+    said = plots.unchanged_series(frame, panels="set", series="strategy", x="k", y="y")
+    assert said == {("HumanEval", "w=3"): ("repeats", "w=2")}
+    code = frame[frame.set == "HumanEval"]
+    assert [(i, v) for i, v, _ in plots.drawn_groups(code, "strategy", said, "HumanEval")] == [(0, "unigram"),
+                                                                                                (1, "w=2")]
+    chat = frame[frame.set == "MT-Bench"]
+    assert [i for i, _, _ in plots.drawn_groups(chat, "strategy", said, "MT-Bench")] == [0, 1, 2]

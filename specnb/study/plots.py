@@ -624,6 +624,15 @@ def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y
     return out
 
 
+def drawn_groups(frame: pd.DataFrame, series: str, said: Mapping[tuple, tuple[str, object]],
+                 panel: object) -> list[tuple[int, object, pd.DataFrame]]:
+    """(i, value, rows) for each value of ``series`` in ``frame`` (first seen first; ``i`` its place among all of
+    them, so its hue and marker stay the same in every panel) that :func:`unchanged_series` did not say for
+    ``panel``: the curves a panel draws when the others are said in its title (:func:`unchanged_sentence`)."""
+    return [(i, value, rows) for i, (value, rows) in enumerate(frame.groupby(series, sort=False))
+            if (panel, value) not in said]
+
+
 def _level(lo: float, hi: float) -> str:
     """A flat curve's level: one number when both ends print alike ("1.00"), else its range ("1.00–1.02")."""
     return f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}–{hi:.2f}"
