@@ -892,7 +892,7 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
         heatmap(table, ax, fmt=".1f", cmap="magma_r", norm=norm, colorbar=False, outline=table.to_numpy() > threshold,
                 outline_label=f"slow-down > {threshold:g}")
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"ℓ = {context}")
-    shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs (1, 0)")
+    shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
     legend_outside(fig, "below")
     fig.suptitle(title)
     return fig
