@@ -598,7 +598,7 @@ def test_the_paired_ratio_frames_hold_what_the_verdicts_judge():
                              "accuracy_low": [1.24], "accuracy_high": [1.30]})
     tree = pd.DataFrame({"family": ["mixed"], "k": [2], "w": [4], "ratio": [1.29], "low": [1.27], "high": [1.31]})
     ratios = shapes.timed_ratios(measured, tree)
-    assert ratios.row.tolist() == ["mixed 2x4 tree: measured / predicted", "mixed 2x4: tree / batch rows"]
+    assert ratios.row.tolist() == ["mixed 2x4 tree: measured / predicted", "mixed (2, 4): tree / batch rows"]
     assert ratios.value.tolist() == [1.27, 1.29] and ratios.low.tolist() == [1.24, 1.27]
 
 

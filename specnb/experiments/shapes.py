@@ -219,7 +219,7 @@ def grid_rows(make: Callable[[int, int], Drafter] | None, references: list[Refer
     for k, w in shapes:
         runs = (draft_replay((k,) + (1,) * (w - 1), references, ranks) if ranks is not None else
                 replay_many(lambda k=k, w=w: make(k, w), references, hidden))
-        frames.append(priced_rows(f"{k}x{w}", runs, references, cost, (k, w), draft_ratio, ar).assign(k=k, w=w))
+        frames.append(priced_rows(f"({k}, {w})", runs, references, cost, (k, w), draft_ratio, ar).assign(k=k, w=w))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -349,7 +349,7 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
     prefill excluded as the prediction excludes it), est_seconds and ar_seconds (predicted), new_tokens, calls,
     identical_to_ar.
     """
-    methods = {f"{family} {k}x{w} {mode}": Variant(makers[family](k, w), mode)
+    methods = {f"{family} ({k}, {w}) {mode}": Variant(makers[family](k, w), mode)
                for family, k, w in cells for mode in ("tree", "batch")}
     rows = run_bench(target, prompts, BenchConfig([], max_new_tokens=max_new_tokens, made=methods, warmup_tokens=4))
     ar = rows[rows.method == "ar"].set_index("prompt_id").decode_seconds
@@ -358,7 +358,7 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
         runs = replay_many(lambda family=family, k=k, w=w: makers[family](k, w), references, hidden)
         priced = priced_rows("", runs, references, cost, (k, w))
         for mode in ("tree", "batch"):
-            part = rows[rows.method == f"{family} {k}x{w} {mode}"].reset_index(drop=True)
+            part = rows[rows.method == f"{family} ({k}, {w}) {mode}"].reset_index(drop=True)
             out.append(part[["method", "prompt_id", "decode_seconds", "new_tokens", "calls", "identical_to_ar"]].assign(
                 family=family, k=k, w=w, mode=mode, ar_decode_seconds=part.prompt_id.map(ar).to_numpy(),
                 est_seconds=priced.est_seconds.to_numpy(), ar_seconds=priced.ar_seconds.to_numpy()))
@@ -419,11 +419,11 @@ def grid_headlines(grids: pd.DataFrame) -> dict[str, Any]:
     set) whose shape with the most tokens per call has more nodes than the one with the best estimated
     speedup)."""
     best, most = best_shapes(grids)
-    return {"best": {f"{r.family}, {r.set}": {"shape": f"{r.k}x{r.w}", "est_speedup": r.est_speedup,
+    return {"best": {f"{r.family}, {r.set}": {"shape": f"({r.k}, {r.w})", "est_speedup": r.est_speedup,
                                               "est_speedup_low": r.est_speedup_low,
                                               "est_speedup_high": r.est_speedup_high,
                                               "tokens_per_call": r.tokens_per_call} for _, r in best.iterrows()},
-            "most": {f"{r.family}, {r.set}": {"shape": f"{r.k}x{r.w}", "tokens_per_call": r.tokens_per_call}
+            "most": {f"{r.family}, {r.set}": {"shape": f"({r.k}, {r.w})", "tokens_per_call": r.tokens_per_call}
                      for _, r in most.iterrows()},
             "larger_for_acceptance": float(np.mean((most.k * most.w).to_numpy() > (best.k * best.w).to_numpy()))}
 
@@ -600,14 +600,14 @@ def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
                        else "the cost table prices a call above what it costs in this run", fmt=".2f")
     for _, r in ratios.iterrows():
         report.compare(f"tree {r.family} {r.k}x{r.w}", f"tree attention / batch rows, decode speed, {r.family} "
-                       f"{r.k}x{r.w}", r.ratio, r.low, r.high, Expect.above(1.0, TIE),
+                       f"({r.k}, {r.w})", r.ratio, r.low, r.high, Expect.above(1.0, TIE),
                        "MCSD Table 4 (x1.91 with tree attention, x1.61 without)",
                        cause="on this CPU a k-row batch call costs no more than one row of the same nodes",
                        fmt=".2f", internal=False, direction_only=True)
     report.takeaway("08_predicted_vs_measured", "measured over predicted speedup: " + ", ".join(
         f"{{verdicts[model {m}][ours]:.2f}} for {m} ({{verdicts[model {m}][verdict]}})" for m in summary.method)
         + f" (the cost model's aim: within {PREDICTION:.0%} of 1); tree attention's decode speed over batch rows': "
-        + ", ".join(f"×{{verdicts[tree {r.family} {r.k}x{r.w}][ours]:.2f}} for {r.family} {r.k}x{r.w}"
+        + ", ".join(f"×{{verdicts[tree {r.family} {r.k}x{r.w}][ours]:.2f}} for {r.family} ({r.k}, {r.w})"
                     for r in ratios.itertuples()))
 
 
@@ -628,7 +628,7 @@ def timed_ratios(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     columns row, value, low, high and method (the family: its colour)."""
     rows = [{"row": f"{r.method}: measured / predicted", "value": r.accuracy, "low": r.accuracy_low,
              "high": r.accuracy_high, "method": r.family} for r in summary.itertuples()]
-    rows += [{"row": f"{r.family} {r.k}x{r.w}: tree / batch rows", "value": r.ratio, "low": r.low, "high": r.high,
+    rows += [{"row": f"{r.family} ({r.k}, {r.w}): tree / batch rows", "value": r.ratio, "low": r.low, "high": r.high,
               "method": r.family} for r in ratios.itertuples()]
     return pd.DataFrame(rows, columns=["row", "value", "low", "high", "method"])
 
