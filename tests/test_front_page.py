@@ -192,8 +192,8 @@ def test_takeaways_render_the_results_files_numbers(tmp_path, monkeypatch):
     takeaways = json.loads(report.write().read_text())["takeaways"]
     assert takeaways["10_router_picks"] == ("auto's most used member: prompt lookup drafted 50% of calls on code "
                                             "(no draft: 25%); no member drafted on chat")
-    assert takeaways["08_grid_est_speedup"].startswith("the fastest estimated shape: mixed 1x8 at ×2.35 (2.00–2.70)")
-    assert takeaways["08_grid_tokens_per_call"] == "the most tokens per call: REST 4x2 with 3.40 on HumanEval"
+    assert takeaways["08_grid_est_speedup"].startswith("the fastest estimated shape: mixed (1, 8) at ×2.35 (2.00–2.70)")
+    assert takeaways["08_grid_tokens_per_call"] == "the most tokens per call: REST (4, 2) with 3.40 on HumanEval"
     assert takeaways["04_all_n_le_m_top_t"].startswith("with every n ≤ m stored, tokens per call grows with t: 1.40 "
                                                       "at t = 250 to 1.90 at t = 8,000 on code")
     assert "25% of occurrences for n = 1" in takeaways["04_ngram_cumulative_frequency"]
