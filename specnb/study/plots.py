@@ -363,9 +363,9 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
          keep_order: bool = False, spans: Mapping[str, tuple[float, float]] | None = None, span_label: str = "",
          reference: float | None = None, reference_label: str = "") -> plt.Axes:
     """A dot per label with its 90% interval [low, high] as capped error bars and its value printed beside it
-    (:func:`_print_beside`),
-    rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall), where a bar from zero
-    spends the axis on the part every bar shares. The x axis spans the values and ranges only.
+    (:func:`_print_beside`), rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall),
+    where a bar from zero spends the axis on the part every bar shares. The x axis spans the values, ranges and
+    printed values only; on panels sharing it, it only grows (:func:`_set_shared_xlim`).
 
     ranges: label -> (low, high) of a published value (low == high: a single number), drawn in black on a row of
     its own right under the label's row, that row named ``range_label``.
@@ -470,10 +470,9 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
                   reference: float = 1.0, band: Band | None = None, span_label: str = "") -> plt.Axes:
     """The ratios a claim is about, one method over another on the same prompts, in one panel: a dot per ratio
     with its paired 90% interval (capped error bars), its value printed beside it (:func:`_print_beside`), and a
-    reference line
-    at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared per-prompt effect
-    under intervals as wide as the prompts differ; the paired ratio shows it. Ratios spanning more than
-    :data:`RATIO_SPAN_LOG` are drawn on a log axis (labelled "(log)").
+    reference line at ``reference`` (1: as good as the other). Unpaired bars of the two methods hide a shared
+    per-prompt effect under intervals as wide as the prompts differ; the paired ratio shows it. Ratios spanning
+    more than :data:`RATIO_SPAN_LOG` are drawn on a log axis (labelled "(log)").
 
     frame: one row per ratio, columns ``row`` (its tick label, e.g. "SuffixDecoding / prompt lookup"),
     ``value``, ``low``, ``high`` (the interval, NaN when there is none: no bar) and ``method`` (the colour: the
