@@ -111,7 +111,7 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
 
     A pair that cannot be true is timed again (up to :data:`RETRIES` times): a block of several tokens does all of
     a one-token call's work and more, so a ratio below :data:`LEAST_RATIO` says the one-token call was disturbed
-    (a 2 x 4-token call at 0.69 of one token's cost once reached a published heatmap that way).
+    (docs/forward_pass.md, "Measurements behind the code").
     """
     device = model_device(target.model)
     vocab = target.vocab_size
