@@ -96,7 +96,7 @@ def test_body_without_kernels_matches_hugging_face(arch, dtype):
     with without_kernels(), torch.inference_mode():
         target = tiny_model(arch, dtype=dtype)  # loaded where the kernels do not run
         model, lean = target.model, target.decoder
-        assert lean.specs is None and not kernels.attends(1, 16, ids.float())
+        assert lean.specs is None and not kernels.attends(16, ids.float())
         assert_close(lean.forward(ids[:, :PROMPT], ours), hf(model, ids[:, :PROMPT], theirs, False), dtype)
         chain = ids[:, PROMPT:PROMPT + 3]  # cached keys and several queries: SDPA needs the causal mask
         assert_close(lean.forward(chain, ours), hf(model, chain, theirs, False), dtype)

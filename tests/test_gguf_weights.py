@@ -165,7 +165,7 @@ def test_a_tiny_model_over_blocks_computes_the_stock_model_of_their_values(arch)
     if arch == "gemma3":  # the sliding layers, their window and their rotary base from the file's metadata
         assert settings.layer_types == tuple(target.model.config.layer_types) and settings.window == 16
         assert settings.rope_base == {"full_attention": 1e6, "sliding_attention": 1e4}
-    ids = torch.randint(0, 256, (1, 150), generator=torch.Generator().manual_seed(1))  # 150 > 128: SDPA attends
+    ids = torch.randint(0, 256, (1, 150), generator=torch.Generator().manual_seed(1))  # 150 > 128: layer by layer
     for length in (20, 150):
         with torch.inference_mode():
             logits, _ = forward(target, ids[:, :length])

@@ -244,6 +244,28 @@ def test_attention_query_gives_the_bits_it_gives_alone(dtype, isa):
         assert torch.equal(softcapped[:, 0], ext.attention(q, k, v, mask, 0.17, 30.0, isa)[:, i])
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("window", [None, 30])
+def test_a_prefill_query_gives_the_bits_it_gives_alone(dtype, isa, window):
+    """A prefill's query rows are scored in chunks, each against the keys up to the last any of its rows sees:
+    a query of a call of many (more rows than a chunk, causal or through a sliding window's mask) gives the bits
+    it gives alone on its visible keys, and the call matches SDPA."""
+    q, k, v = _attention_inputs(dtype, q=90, s=90, heads=4, kv_heads=2)  # 180 rows per KV head
+    ext = kernels.extension()
+    i = torch.arange(90)
+    visible = i[None, :] <= i[:, None]
+    if window:
+        visible &= i[:, None] - i[None, :] < window
+    mask = torch.zeros(1, 1, 90, 90).masked_fill_(~visible, float("-inf")) if window else None
+    together = ext.attention(q, k, v, mask, 32 ** -0.5, 0.0, isa)
+    torch.testing.assert_close(together.double(), _sdpa(q, k, v, visible), rtol=TOL[dtype] * 2, atol=TOL[dtype] * 2)
+    for row in (0, 31, 32, 63, 64, 89):
+        keys = visible[row].nonzero().squeeze(1)
+        alone = ext.attention(q[:, :, row:row + 1], k[:, :, keys], v[:, :, keys], None, 32 ** -0.5, 0.0, isa)
+        assert torch.equal(alone[:, 0], together[:, row])
+
+
 def test_attention_accepts_expanded_batches_and_bool_masks():
     q, k, v = _attention_inputs(torch.float32, q=3, s=20, batch=1)
     rows = 4

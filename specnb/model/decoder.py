@@ -356,8 +356,8 @@ def _blocks(ext: Any, weight: QuantizedWeight, bias: Tensor | None) -> Any:
 
 
 class _Grouped(nn.Module):
-    """What :func:`specnb.model.kernels.attention`'s fallback (Hugging Face's SDPA function, for long prefills) reads
-    from an attention module: causal, and how many query heads share a key / value head."""
+    """What :func:`specnb.model.kernels.attention`'s fallback (Hugging Face's SDPA function, where the kernel does not
+    run) reads from an attention module: causal, and how many query heads share a key / value head."""
 
     def __init__(self, groups: int):
         super().__init__()
@@ -610,7 +610,7 @@ class Body:
         the attention's own causal rule is right: our kernel aligns the queries with the last keys; PyTorch's
         SDPA (:func:`specnb.model.kernels.attends` false) only without cached keys. Sliding layers need one once keys
         fall out of the window."""
-        sdpa = S > 1 and past > 0 and not kernels.attends(S, self.head_dim, x)
+        sdpa = S > 1 and past > 0 and not kernels.attends(self.head_dim, x)
         needed = {kind: (kind == "sliding_attention" and self.window is not None and past + S > self.window)
                   or sdpa for kind in self.kinds}
         if not any(needed.values()):

@@ -10,8 +10,8 @@ an AVX512-BF16 path (``vdpbf16ps``).
 Both kernels make the rows of a call **bit-independent**: a row gives exactly the bits it gives alone, so a
 verified draft has the logits of decoding its tokens one at a time and greedy speculative output equals
 greedy AR token for token in bf16 as in float32. specnb's decoder (:mod:`specnb.model.decoder`) calls them: linear
-layers on calls of up to :data:`MAX_ROWS` rows, attention on calls of up to :data:`MAX_QUERIES` queries
-(longer calls, i.e. prefills, go to PyTorch's GEMM and SDPA: the prefill is the same call for every method).
+layers on calls of up to :data:`MAX_ROWS` rows (longer calls, i.e. prefills, go to PyTorch's GEMM: the prefill
+is the same call for every method), attention on calls of every length (a prefill's causal half skipped).
 Every function here computes the same thing with PyTorch's ops where the kernels do not run (other devices
 and dtypes, or no extension), so the decoder has one path on every device. Nothing of Hugging Face's
 modules is patched: its model runs as shipped.
@@ -42,7 +42,7 @@ from . import memory
 from .cpu import ISAS, batch_dtype, kernel_isa
 
 MAX_ROWS = 256  # linear calls above this (prefills) go to PyTorch's GEMM, faster for many rows
-MAX_QUERIES = 128  # attention calls above this (prefills) go to PyTorch's SDPA
+MAX_QUERIES = 128  # calls of up to this many tokens run every layer in one C++ call (decoder_layers)
 STALE_LOCK_S = 600  # a build lock older than this was left by a killed build (a build takes about a minute)
 
 
@@ -116,8 +116,8 @@ def usable(x: Tensor, weight: Tensor) -> bool:
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear(x, weight, bias)``: x [..., K], weight [N, K], bias [N] -> [..., N] in x's dtype, each row
     bit-identical to the same row computed alone. Calls of more rows (prefills) go to PyTorch's GEMM, in
-    :func:`specnb.model.kernels.cpu.batch_dtype` (bf16 inputs and weights upcast, the output rounded to bf16 as a bf16
-    GEMM rounds it)."""
+    :func:`specnb.model.kernels.cpu.batch_dtype` (for fp32: bf16 inputs and weights upcast, the output rounded to
+    bf16 as a bf16 GEMM rounds it)."""
     if not usable(x, weight):
         if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.numel() // max(x.shape[-1], 1) > MAX_ROWS \
                 and batch_dtype("bfloat16") == "float32":
@@ -128,11 +128,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def attends(queries: int, head_dim: int, like: Tensor) -> bool:
-    """Whether :func:`attention` runs the kernel for a call of ``queries`` queries of ``head_dim`` on
-    ``like``'s device and dtype (else PyTorch's SDPA, whose causal rule aligns the first query with the first
-    key: with cached keys such a call needs its mask)."""
-    return (queries <= MAX_QUERIES and like.device.type == "cpu" and extension() is not None
+def attends(head_dim: int, like: Tensor) -> bool:
+    """Whether :func:`attention` runs the kernel for heads of ``head_dim`` on ``like``'s device and dtype (else
+    PyTorch's SDPA, whose causal rule aligns the first query with the first key: with cached keys such a call
+    needs its mask). Prefills too: the kernel skips their causal half, and beat SDPA at every length measured
+    (docs/kernels.md)."""
+    return (like.device.type == "cpu" and extension() is not None
             and like.dtype in (torch.float32, torch.bfloat16) and head_dim % 8 == 0)
 
 
@@ -145,7 +146,7 @@ def attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, atte
     output does not depend on the other queries or on masked keys of the call. The mask is None (causal),
     bool [B|1, 1|H, Q, S] (True = visible) or float (0 = visible, dtype-min = blocked).
     """
-    if not attends(query.shape[2], query.shape[-1], query):
+    if not attends(query.shape[-1], query):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,

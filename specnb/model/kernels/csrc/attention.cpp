@@ -1,11 +1,11 @@
-// attention(): exact attention for decoding and verification calls.
+// attention(): exact attention for decoding and verification calls, and for prefills.
 //
-// Per (batch, KV head): the scores of every query row of the group (G heads x Q queries) against every key
-// are one call of the few-row GEMM (gemm.h; per-element sequence fixed, whatever the numbers of rows and
-// keys); each row's softmax runs over the keys in cache order, a blocked key contributing exactly 0; and
-// out[r, d] = sum over keys, in cache order, of p[r, j] * v[j, d], one fused multiply-add per key. Adding
-// exact zeros changes no bits, so a query next to others and with extra masked keys gets the bits it gets
-// alone with only its visible keys: what makes tree verification exact.
+// Per (batch, KV head): the scores of the group's query rows (G heads x Q queries), ROW_CHUNK rows at a time,
+// against the keys up to the last any of them sees are one call of the few-row GEMM (gemm.h; per-element
+// sequence fixed, whatever the numbers of rows and keys); each row's softmax runs over the keys in cache order,
+// a blocked key contributing exactly 0; and out[r, d] = sum over keys, in cache order, of p[r, j] * v[j, d], one
+// fused multiply-add per key. Adding exact zeros changes no bits, so a query next to others and with extra
+// masked keys gets the bits it gets alone with only its visible keys: what makes tree verification exact.
 
 #include "fewrow.h"
 #include "gemm.h"
@@ -17,6 +17,7 @@ constexpr int PV_CHUNK = 16;  // output elements per task (two ymm accumulators 
 // The AVX512 form: 8 rows x 32 elements per task in zmm registers, each value vector loaded once for 8 rows.
 constexpr int PV_ROWS_512 = 8, PV_CHUNK_512 = 32;
 constexpr int64_t PARALLEL_WORK = int64_t(1) << 20;  // multiply-adds per KV head (R * S * D) worth a fork
+constexpr int64_t ROW_CHUNK = 128;  // query rows (heads x queries) scored at once
 
 // exp of 8 floats with the bits of glibc's expf (2.27 and later, its FMA variant, which std::exp calls on every
 // x86 class specnb builds for): the same double-precision steps, fused where it fuses them, with its 32-entry table
@@ -202,72 +203,97 @@ void pv_tasks(int64_t R, int64_t D, int64_t grain, const Block& block) {
   });
 }
 
+// The last key row r can see: from the causal rule (no mask: queries are the last Q positions) or the mask row.
+inline int64_t last_visible(const float* mrow, int64_t ms, int64_t S, int64_t Q, int64_t i) {
+  if (!mrow) return S - Q + i;
+  int64_t j = S - 1;
+  while (j >= 0 && !(mrow[j * ms] > -1e30f)) j--;
+  return j;
+}
+
 template <typename T, typename Out>
 void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const float* mask,
             const int64_t* mstride, float scale, float softcap, torch::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3);
   const int64_t Hk = k.size(1), S = k.size(2), G = H / Hk, R = G * Q;
-  // A decoding step's attention is a few hundred thousand multiply-adds per KV head: less than waking the
-  // other threads costs, so small ones run inline.
-  const bool parallel = R * S * D >= PARALLEL_WORK;
-  const int64_t grain = parallel ? 1 : std::numeric_limits<int64_t>::max();
   Out* op = reinterpret_cast<Out*>(out.data_ptr());  // [B, Q, H, D] contiguous
-  std::vector<float> scores(R * S), acc(R * D);
+  // Rows are scored ROW_CHUNK at a time against the keys up to the last one any of them sees: a prefill's scores
+  // stay a few MB, and its causal half is never computed. The keys left out weigh exactly 0 in every row of the
+  // chunk, so each row keeps the bits it has over all S keys.
+  const int64_t chunk_rows = std::min(R, ROW_CHUNK);
+  std::vector<float> scores(chunk_rows * S), acc(chunk_rows * D), totals(chunk_rows);
+  std::vector<int64_t> last(chunk_rows);
   for (int64_t b = 0; b < B; b++) {
     for (int64_t hk = 0; hk < Hk; hk++) {
-      // rows r = g * Q + i: query i of head hk * G + g
-      const auto rows = q[b].narrow(0, hk * G, G).reshape({R, D}).contiguous();
+      // rows r = i * G + g: query i of head hk * G + g (a chunk holds every head of consecutive queries)
+      const auto rows = q[b].narrow(0, hk * G, G).transpose(0, 1).reshape({R, D}).contiguous();
       auto keys = k[b][hk];
       if (keys.stride(0) != D) keys = keys.contiguous();
-      if constexpr (std::is_same_v<T, float>) {
-        gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>(), keys.data_ptr<float>(), nullptr, scores.data(),
-                                  R, S, D, parallel);
-      } else if (isa == ISA_AVX512BF16) {
-        gemm<bf16, bf16, float>(isa, reinterpret_cast<const bf16*>(rows.data_ptr()),
-                                reinterpret_cast<const bf16*>(keys.data_ptr()), nullptr, scores.data(), R, S, D, parallel);
-      } else {
-        const auto rows32 = rows.to(torch::kFloat32);
-        gemm<float, bf16, float>(isa, rows32.data_ptr<float>(), reinterpret_cast<const bf16*>(keys.data_ptr()),
-                                 nullptr, scores.data(), R, S, D, parallel);
-      }
-      std::vector<float> totals(R);
-      at::parallel_for(0, R, grain, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; r++) {
-          const int64_t g = r / Q, i = r % Q, h = hk * G + g;
-          const float* mrow = mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
-          const int64_t last = mrow ? S - 1 : S - Q + i;  // no mask: causal
-          weights_row(scores.data() + r * S, S, last, mrow, mstride[3], scale, softcap);
-        }
-        sum_rows(scores.data(), S, r0, r1, totals.data());
-      });
+      torch::Tensor rows32;
+      if constexpr (!std::is_same_v<T, float>)
+        if (isa != ISA_AVX512BF16) rows32 = rows.to(torch::kFloat32);
       const T* vb = reinterpret_cast<const T*>(v.data_ptr()) + b * v.stride(0) + hk * v.stride(1);
       const int64_t ldv = v.stride(2);
-      bool done = false;
-      if constexpr (std::is_same_v<T, bf16>) {
-        if (isa == ISA_AVX512BF16 && D % PV_CHUNK_512 == 0) {
-          pv_tasks<PV_ROWS_512, PV_CHUNK_512>(R, D, grain, [&](int64_t r0, int64_t d0) {
-            pv_block_512(scores.data() + r0 * S, S, int(std::min<int64_t>(PV_ROWS_512, R - r0)), vb, ldv, S, d0,
-                         acc.data() + r0 * D, D);
-          });
-          done = true;
+      for (int64_t c0 = 0; c0 < R; c0 += chunk_rows) {
+        const int64_t n = std::min(chunk_rows, R - c0);
+        auto mask_row = [&](int64_t r) -> const float* {
+          const int64_t g = r % G, i = r / G, h = hk * G + g;
+          return mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
+        };
+        int64_t Sc = 0;
+        for (int64_t r = 0; r < n; r++) {
+          last[r] = last_visible(mask_row(c0 + r), mstride[3], S, Q, (c0 + r) / G);
+          Sc = std::max(Sc, last[r] + 1);
         }
-      }
-      if (!done)
-        pv_tasks<PV_ROWS, PV_CHUNK>(R, D, grain, [&](int64_t r0, int64_t d0) {
-          pv_block<T>(scores.data() + r0 * S, S, int(std::min<int64_t>(PV_ROWS, R - r0)), vb, ldv, S, d0,
-                      std::min<int64_t>(PV_CHUNK, D - d0), acc.data() + r0 * D, D);
+        Sc = std::max<int64_t>(Sc, 1);
+        // A decoding step's attention is a few hundred thousand multiply-adds per KV head: less than waking the
+        // other threads costs, so small ones run inline.
+        const bool parallel = n * Sc * D >= PARALLEL_WORK;
+        const int64_t grain = parallel ? 1 : std::numeric_limits<int64_t>::max();
+        float* sc = scores.data();
+        if constexpr (std::is_same_v<T, float>) {
+          gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>() + c0 * D, keys.data_ptr<float>(), nullptr, sc,
+                                    n, Sc, D, parallel);
+        } else if (isa == ISA_AVX512BF16) {
+          gemm<bf16, bf16, float>(isa, reinterpret_cast<const bf16*>(rows.data_ptr()) + c0 * D,
+                                  reinterpret_cast<const bf16*>(keys.data_ptr()), nullptr, sc, n, Sc, D, parallel);
+        } else {
+          gemm<float, bf16, float>(isa, rows32.data_ptr<float>() + c0 * D,
+                                   reinterpret_cast<const bf16*>(keys.data_ptr()), nullptr, sc, n, Sc, D, parallel);
+        }
+        at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
+          for (int64_t r = r0; r < r1; r++)
+            weights_row(sc + r * Sc, Sc, last[r], mask_row(c0 + r), mstride[3], scale, softcap);
+          sum_rows(sc, Sc, r0, r1, totals.data());
         });
-      at::parallel_for(0, R, grain, [&](int64_t r0, int64_t r1) {
-        const int64_t D8 = D - D % 8;
-        for (int64_t r = r0; r < r1; r++) {
-          const int64_t g = r / Q, i = r % Q;
-          const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
-          Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
-          const float* a = acc.data() + r * D;
-          for (int64_t d = 0; d < D8; d += 8) store8(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), _mm256_set1_ps(inv)));
-          for (int64_t d = D8; d < D; d++) store(o + d, a[d] * inv);
+        bool done = false;
+        if constexpr (std::is_same_v<T, bf16>) {
+          if (isa == ISA_AVX512BF16 && D % PV_CHUNK_512 == 0) {
+            pv_tasks<PV_ROWS_512, PV_CHUNK_512>(n, D, grain, [&](int64_t r0, int64_t d0) {
+              pv_block_512(sc + r0 * Sc, Sc, int(std::min<int64_t>(PV_ROWS_512, n - r0)), vb, ldv, Sc, d0,
+                           acc.data() + r0 * D, D);
+            });
+            done = true;
+          }
         }
-      });
+        if (!done)
+          pv_tasks<PV_ROWS, PV_CHUNK>(n, D, grain, [&](int64_t r0, int64_t d0) {
+            pv_block<T>(sc + r0 * Sc, Sc, int(std::min<int64_t>(PV_ROWS, n - r0)), vb, ldv, Sc, d0,
+                        std::min<int64_t>(PV_CHUNK, D - d0), acc.data() + r0 * D, D);
+          });
+        at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
+          const int64_t D8 = D - D % 8;
+          for (int64_t r = r0; r < r1; r++) {
+            const int64_t g = (c0 + r) % G, i = (c0 + r) / G;
+            const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
+            Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
+            const float* a = acc.data() + r * D;
+            for (int64_t d = 0; d < D8; d += 8)
+              store8(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), _mm256_set1_ps(inv)));
+            for (int64_t d = D8; d < D; d++) store(o + d, a[d] * inv);
+          }
+        });
+      }
     }
   }
 }
