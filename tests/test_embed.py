@@ -64,17 +64,18 @@ def test_extraction_matches_a_full_forward(tmp_path):
     assert values[0].tolist() == docs[0][1:6] and values[28].tolist() == [docs[0][29], 257, 257, 257, 257]
 
 
-@pytest.mark.parametrize("klass", ["avx2", "amx"])
-def test_bf16_extraction_runs_its_gemms_in_the_batch_dtype(monkeypatch, tmp_path, klass):
-    """Batches of a bf16 model are fp32 GEMMs except on AMX (specnb.model.kernels.cpu.batch_dtype)."""
-    monkeypatch.setattr("specnb.model.kernels.cpu.cpu_class", lambda flags=None: klass)
+@pytest.mark.parametrize("measured", ["float32", "bfloat16"])
+def test_bf16_extraction_runs_its_gemms_in_the_batch_dtype(monkeypatch, tmp_path, measured):
+    """Batches of a bf16 model are GEMMs in the dtype this machine measured faster
+    (specnb.model.kernels.cpu.batch_dtype)."""
+    monkeypatch.setattr("specnb.model.kernels.cpu.batch_gemm_dtype", lambda: measured)
     target = tiny("llama", torch.bfloat16)
     gemms, real = set(), torch.nn.functional.linear
     monkeypatch.setattr(torch.nn.functional, "linear", lambda x, w, b=None: gemms.add(x.dtype) or real(x, w, b))
     doc = np.random.default_rng(3).integers(0, 256, 300).tolist()
     extract(target, corpus_of([doc], target), tmp_path, n_next=2, seq_len=300, overlap=0, batch_tokens=300,
             progress=False)
-    assert gemms == {torch.bfloat16 if klass == "amx" else torch.float32}
+    assert gemms == {getattr(torch, measured)}
 
 
 def test_interrupted_extraction_resumes_to_the_same_result(tmp_path, monkeypatch):

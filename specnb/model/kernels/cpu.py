@@ -68,13 +68,65 @@ def kernel_isa(flags: frozenset[str] | None = None) -> str | None:
     return "avx512bf16" if "avx512_bf16" in flags else "avx2"
 
 
+GEMM_SHAPE = (512, 640, 2048)  # rows x inner x outputs: a prefill's pass through one Gemma-3-270M MLP projection
+GEMM_REPEATS = 5
+
+
 def batch_dtype(dtype: str, device_type: str = "cpu") -> str:
     """The dtype (``"bfloat16"``, ``"float32"``, ...) the GEMMs of a many-row call (a prefill, an extraction batch)
-    with ``dtype`` weights compute in on ``device_type``: ``"float32"`` for bf16 on a CPU without AMX, else ``dtype``.
-
-    Why: without AMX tiles oneDNN's bf16 GEMM is slower than its fp32 GEMM, several times so on the AVX2 path
-    (``specnb kernels bench --backends torch --rows 4096`` in both dtypes; docs/forward_pass.md).
-    """
-    if device_type == "cpu" and dtype == "bfloat16" and cpu_class() != "amx":
-        return "float32"
+    with ``dtype`` weights compute in on ``device_type``: for bf16 on a CPU, the faster of the two on this machine
+    (:func:`batch_gemm_dtype`), else ``dtype``."""
+    if device_type == "cpu" and dtype == "bfloat16":
+        return batch_gemm_dtype()
     return dtype
+
+
+@functools.cache
+def batch_gemm_dtype() -> str:
+    """``"bfloat16"`` or ``"float32"``: which GEMM multiplies bf16 weights by many rows faster here, measured once
+    per machine, thread count and torch build and cached under ``<cache>/kernels`` (so every process routes alike).
+
+    Why measured: oneDNN's bf16 GEMM ran 1.9x slower than its fp32 GEMM on an AVX512-BF16 Xeon, and 4.5x faster
+    on an AVX512-BF16 Zen 4, whose fp32 GEMM (MKL) is the slow one (docs/forward_pass.md).
+    """
+    import json
+
+    import torch
+
+    from ...atomic import write_text
+    from ...paths import artifact_path
+
+    flags = "-".join(os.environ.get(v, "") for v in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "SPECNB_CPU_ISA"))
+    host = f"{cpu_model()}-{torch.get_num_threads()}threads-torch{torch.__version__}-{flags}"
+    path = artifact_path("kernels", "batch-gemm-" + "".join(c if c.isalnum() or c in "-._" else "_" for c in host)
+                         + ".json")
+    try:
+        return json.loads(path.read_text())["dtype"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    seconds = time_batch_gemms()
+    choice = min(seconds, key=seconds.get)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps({"dtype": choice, "seconds": seconds, "shape": GEMM_SHAPE}))
+    return choice
+
+
+def time_batch_gemms() -> dict[str, float]:
+    """Best-of-:data:`GEMM_REPEATS` seconds of one :data:`GEMM_SHAPE` GEMM of bf16 inputs and weights, computed in
+    ``"bfloat16"`` and in ``"float32"`` (upcast, the output rounded to bf16), the two interleaved."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    rows, inner, outputs = GEMM_SHAPE
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(rows, inner, generator=g).bfloat16(), torch.randn(outputs, inner, generator=g).bfloat16()
+    runs = {"bfloat16": lambda: F.linear(x, w), "float32": lambda: F.linear(x.float(), w.float()).bfloat16()}
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(GEMM_REPEATS):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
