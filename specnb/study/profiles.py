@@ -12,15 +12,15 @@
   resumably (a dense build in ``<store>.partial``, batch by batch; the ID answers prompt by prompt; the sampled
   references prompt by prompt), so the run can be stopped and restarted. Its run time on a 2-core AMD EPYC VM
   (AVX512-BF16), estimated from slices measured on 2026-11-29 while other work shared the cores: extraction ran
-  at 280 tokens/s there (15,758 stdlib tokens in 56 s) against ~1,000 tokens/s measured alone
-  (docs/forward_pass.md), so the slices below ran at about a third of the machine's rate; the hours given are
-  for the machine alone, the loaded rate's in brackets.
+  at 280 tokens/s there (15,758 stdlib tokens in 56 s) against ~2,400 tokens/s measured alone since prefills
+  attend through the kernel (``specnb extract-rate``, docs/datastores.md); the hours given are for the machine
+  alone, the loaded rate's in brackets.
 
   - ID data (first notebook to need it, 01): scanning the stubs, 557 s measured (0.2 h); answering them by
     specnb's loop with prompt lookup drafts, 16 stubs x 192 tokens at 376 new tokens/s measured alone (Hugging
     Face ``generate`` in batches of 8, which answered them before: 101 tokens/s), so 21,050 x ~180 new tokens:
     ~2.8 h;
-  - 01, 02, 03's dense stores: 3 x ~5 M tokens of hidden states at ~1,000 tokens/s: ~4.3 h (15 h), 6.4 GB of
+  - 01, 02, 03's dense stores: 3 x ~5 M tokens of hidden states at ~2,400 tokens/s: ~1.7 h (15 h), 6.4 GB of
     float16 states each (~25 GB on disk with keys, values and indexes); IVF-PQ per store: training 65 s and
     2.8 s per 100 k keys added (300 k keys measured): ~4 min;
   - 02: six key transforms, each an IVF-PQ index over 5 M keys: ~0.5 h;
@@ -37,7 +37,7 @@
     twice the replayed prompts, plus REST and CREST over the 5 M-token ID store for 08-10: ~0.5 h together,
     CREST's t = 10^6 build aside.
 
-  In all, about 11 h on the machine alone (more when shared), most of it building the ID data
+  In all, about 8.5 h on the machine alone (more when shared), most of it building the ID data
   and extracting hidden states, before the unmeasured CREST and hnswlib builds. The stores may be built beside
   other work (``specnb.experiments.dresd.id_responses`` and ``datastores``: nothing in them is timed); the
   notebooks themselves time calls, so run them alone: a notebook sharing the cores reports the other work's cost
