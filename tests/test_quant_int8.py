@@ -63,9 +63,10 @@ def test_int8_route_multiplies_the_rounded_rows_with_the_blocks_weights(fmt, row
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_bf16_rows_round_the_fp32_result_once(fmt):
+@pytest.mark.parametrize("rows", [5, 100])  # 100: a prefill's rows, rounded to int8 in parallel chunks
+def test_bf16_rows_round_the_fp32_result_once(fmt, rows):
     weight = int8(random_weight(fmt, 32, 512, seed=5))
-    x = torch.randn(5, 512, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(6))
     bias = torch.randn(32)
     out = quant.linear(x.bfloat16(), weight, bias)
     assert out.dtype == torch.bfloat16
@@ -75,7 +76,7 @@ def test_bf16_rows_round_the_fp32_result_once(fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_int8_rows_are_bit_independent_with_every_thread_count(fmt):
     weight = int8(random_weight(fmt, 4096 + 32, 512, seed=1))
-    x = torch.randn(33, 512, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)  # 16 + 16 + 1 a pass
+    x = torch.randn(100, 512, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16)  # 6 x 16 + 4 a pass
     threads = torch.get_num_threads()
     together = quant.linear(x, weight)
     try:
@@ -83,7 +84,7 @@ def test_int8_rows_are_bit_independent_with_every_thread_count(fmt):
             torch.set_num_threads(n)
             for m in range(0, x.shape[0], 4):
                 assert torch.equal(quant.linear(x[m:m + 1], weight), together[m:m + 1])
-            for rows in (slice(0, 2), slice(2, 9), slice(3, 19), slice(0, 33)):
+            for rows in (slice(0, 2), slice(2, 9), slice(3, 19), slice(0, 33), slice(7, 100)):
                 assert torch.equal(quant.linear(x[rows], weight), together[rows])
     finally:
         torch.set_num_threads(threads)

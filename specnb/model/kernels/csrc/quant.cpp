@@ -42,11 +42,11 @@ torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& wei
     N += w.size(0) * LANES;
   }
   auto out = torch::empty({M, N}, x.options());
-  const auto x32 = x.to(torch::kFloat32).contiguous();  // exact for bf16
+  const auto xc = x.contiguous();
   if (x.scalar_type() == torch::kFloat32)
-    qgemm_int8(x32.data_ptr<float>(), parts, out.data_ptr<float>(), M, N, K);
+    qgemm_int8(xc.data_ptr<float>(), parts, out.data_ptr<float>(), M, N, K);
   else
-    qgemm_int8(x32.data_ptr<float>(), parts, out.data_ptr<at::BFloat16>(), M, N, K);
+    qgemm_int8(xc.data_ptr<at::BFloat16>(), parts, out.data_ptr<at::BFloat16>(), M, N, K);
   return out;
 }
 

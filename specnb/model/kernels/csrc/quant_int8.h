@@ -165,25 +165,33 @@ struct QRows {
   std::vector<int32_t> sums;
 };
 
-template <int type>
-QUANT_VNNI QRows quantize_rows(const float* x, int64_t M, int64_t K) {
+// 16 input values as fp32 (bf16 widened exactly).
+inline __attribute__((always_inline)) QUANT_VNNI __m512 load16(const float* v) { return _mm512_loadu_ps(v); }
+inline __attribute__((always_inline)) QUANT_VNNI __m512 load16(const at::BFloat16* v) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Rows m0..m1-1 (whole chunks of Tile::rows, but the last) into r: each chunk writes only its own part of q, dx
+// and sums, so chunks may run in parallel.
+template <int type, typename In>
+QUANT_VNNI void quantize_chunks(const In* x, int64_t M, int64_t K, int64_t m0, int64_t m1, QRows& r) {
   using T = Tile<type>;
   const int64_t B = T::weights, groups = K / T::sub, slots = type == Q4_K ? groups / 2 : groups;
-  QRows r{std::vector<int32_t>(M * K / 4), std::vector<float>(M * K / B), std::vector<int32_t>(M * slots)};
   std::vector<int32_t> group(groups);
   alignas(64) int8_t q[16];
-  for (int64_t m = 0; m < M; m++) {
+  for (int64_t m = m0; m < m1; m++) {
     const int64_t c0 = m / T::rows * T::rows, rows = std::min<int64_t>(T::rows, M - c0), i = m - c0;
     int32_t* qc = r.q.data() + c0 * K / 4;
     for (int64_t c = 0; c < K / B; c++) {
-      const float* v = x + m * K + c * B;
+      const In* v = x + m * K + c * B;
       __m512 amax = _mm512_setzero_ps();
-      for (int64_t j = 0; j < B; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(v + j)));
+      for (int64_t j = 0; j < B; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(v + j)));
       const float top = _mm512_reduce_max_ps(amax);
       const float id = top > 0.0f ? 127.0f / top : 0.0f;
       r.dx[c0 * (K / B) + c * rows + i] = top / 127.0f;
       for (int64_t j = 0; j < B; j += 16) {  // round to nearest even, as the default MXCSR does
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(v + j), _mm512_set1_ps(id)));
+        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(load16(v + j), _mm512_set1_ps(id)));
         _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(qi));
         for (int u = 0; u < 4; u++) std::memcpy(qc + ((c * B + j) / 4 + u) * rows + i, q + 4 * u, 4);
         const int64_t g = (c * B + j) / T::sub;
@@ -198,6 +206,18 @@ QUANT_VNNI QRows quantize_rows(const float* x, int64_t M, int64_t K) {
       for (int64_t g = 0; g < groups; g++) sc[g * rows + i] = -T::offset * group[g];
     }
   }
+}
+
+constexpr int64_t QUANTIZE_INLINE_CHUNKS = 4;  // calls of more chunks than this (prefills) round in parallel
+
+template <int type, typename In>
+QRows quantize_rows(const In* x, int64_t M, int64_t K) {
+  using T = Tile<type>;
+  const int64_t groups = K / T::sub, slots = type == Q4_K ? groups / 2 : groups;
+  QRows r{std::vector<int32_t>(M * K / 4), std::vector<float>(M * K / T::weights), std::vector<int32_t>(M * slots)};
+  at::parallel_for(0, (M + T::rows - 1) / T::rows, QUANTIZE_INLINE_CHUNKS, [&](int64_t k0, int64_t k1) {
+    quantize_chunks<type, In>(x, M, K, k0 * T::rows, std::min(M, k1 * T::rows), r);
+  });
   return r;
 }
 
@@ -355,7 +375,8 @@ struct Part {
 
 inline int type_slot(int type) { return type == Q8_0 ? 0 : type == Q5_0 ? 1 : type == Q4_K ? 2 : 3; }
 
-inline QRows quantize_any(int type, const float* x, int64_t M, int64_t K) {
+template <typename In>
+QRows quantize_any(int type, const In* x, int64_t M, int64_t K) {
   switch (type) {
     case Q8_0: return quantize_rows<Q8_0>(x, M, K);
     case Q5_0: return quantize_rows<Q5_0>(x, M, K);
@@ -372,9 +393,9 @@ QUANT_VNNI void tile_all_rows(const Part& p, const QRows& r, int64_t t, Out* y, 
                          p.bias ? p.bias + t * LANES : nullptr, y + p.col + t * LANES, N, K);
 }
 
-// x [M, K] fp32 times every part -> y [M, N] (N: the parts' outputs side by side).
-template <typename Out>
-void qgemm_int8(const float* x, const std::vector<Part>& parts, Out* y, int64_t M, int64_t N, int64_t K) {
+// x [M, K] fp32 or bf16 times every part -> y [M, N] (N: the parts' outputs side by side).
+template <typename In, typename Out>
+void qgemm_int8(const In* x, const std::vector<Part>& parts, Out* y, int64_t M, int64_t N, int64_t K) {
   QRows rows[4];
   bool rounded[4] = {};
   int64_t tiles = 0, bytes = 0;
