@@ -1007,7 +1007,7 @@ def legend_outside(ax: plt.Axes | plt.Figure, where: str = "right", **kwargs) ->
     if isinstance(ax, plt.Figure):
         place = {"loc": "outside right center"} if where == "right" else \
             {"loc": "outside lower center", "ncols": min(len(handles), 4)}
-    ax.legend(handles, labels, **place, **kwargs)
+    ax.legend(handles, labels, **{**place, **kwargs})  # kwargs may override the placement (ncols)
 
 
 def _figure_handles(fig: plt.Figure) -> tuple[list, list]:
