@@ -114,6 +114,12 @@ def test_a_paper_run_is_published_beside_the_reference_run(tmp_path):
     with pytest.raises(ValueError, match="profile quick"):
         publish_beside(executed, figures, "paper")
     _run(figures, "paper")
+    raised = dict(cells[1], outputs=[{"output_type": "error", "ename": "FigureLayoutError", "evalue": "overlap",
+                                      "traceback": []}])
+    (executed / "00_a.ipynb").write_text(json.dumps({"metadata": {"papermill": {}}, "cells": [cells[0], raised]}))
+    with pytest.raises(ValueError, match="00_a.ipynb failed .FigureLayoutError"):  # rerun alone: RUN.json as it was
+        publish_beside(executed, figures, "paper")
+    (executed / "00_a.ipynb").write_text(json.dumps({"metadata": {"papermill": {}}, "cells": cells}))
     assert publish_beside(executed, figures, "paper") == [figures / "notebooks" / "00_a.ipynb"]
     done = json.loads((figures / "notebooks" / "00_a.ipynb").read_text())
     assert [c["source"] for c in done["cells"]] == ['profile = "paper"', "x = 1"]

@@ -88,13 +88,14 @@ def code_hash(notebook: dict) -> str:
 def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
     """Copy every executed notebook of ``executed`` over its source in ``notebooks`` with its outputs, without
     papermill's injected cell and metadata, stamped with its code hash and ``figures/RUN.json``'s run; refuses
-    (ValueError) a notebook whose code differs from its source's, one that failed, or a run not in quick; then
-    writes ``figures/README.md``. Returns the notebooks written."""
+    (ValueError) a notebook whose code differs from its source's, one that failed (a cell's error output, or
+    RUN.json's failures), or a run not in quick; then writes ``figures/README.md``. Returns the notebooks
+    written."""
     run = _finished_run(figures, "quick")
     written = []
     for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
         source_path = notebooks / path.name
-        done = json.loads(path.read_text())
+        done = _executed(path)
         done["cells"] = [c for c in done["cells"]
                          if "injected-parameters" not in c.get("metadata", {}).get("tags", [])]
         if code_hash(done) != code_hash(json.loads(source_path.read_text())):
@@ -115,10 +116,22 @@ def publish_beside(executed: Path, figures: Path, profile: str) -> list[Path]:
     written = []
     for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
         written.append(figures / "notebooks" / path.name)
-        write_text(written[-1], _stamped(json.loads(path.read_text()), run))
+        write_text(written[-1], _stamped(_executed(path), run))
     prune_titles(figures)
     write_text(figures / "README.md", index(figures, where="`notebooks/NN_*.ipynb` in this folder"))
     return written
+
+
+def _executed(path: Path) -> dict:
+    """The executed notebook at ``path``; ValueError where a cell raised (a notebook rerun alone after the whole
+    run leaves RUN.json as it was, so the notebook itself says whether it finished)."""
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                raise ValueError(f"{path.name} failed ({output.get('ename')}: {output.get('evalue')}); rerun it "
+                                 "before publishing")
+    return notebook
 
 
 def _finished_run(figures: Path, profile: str) -> dict[str, Any]:
