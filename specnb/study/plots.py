@@ -678,7 +678,7 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
     said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at)
     hues = series_colors(len(values))
-    fig, axes = plt.subplots(1, len(rows), figsize=(2.4 * len(rows) + 1.6, 3.0), sharey=True, sharex=True,
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows) + 1.6, 3.0), sharey=True, sharex=True,
                              squeeze=False)
     for ax, row in zip(axes[0], rows, strict=True):
         for i, value in enumerate(values):
@@ -690,7 +690,7 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
         ax.set_title(titles[row])
     sentence = unchanged_sentence(said, name, rows, unit)
     if title or sentence:
-        fig.suptitle("\n".join(t for t in (title, sentence) if t))
+        fig.suptitle("\n".join(t for t in (title, sentence) if t), fontsize=10)  # two lines, not four
     return fig, axes
 
 
