@@ -190,6 +190,16 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert run["failed"] == ["00_fails.ipynb", "02_fails.ipynb"]
     assert set(run["read_gb_per_s"]) == set(run["notebook_seconds"])
     assert all(v > 0 for v in run["read_gb_per_s"].values())
+    nb = nbformat.read(folder / "00_fails.ipynb", as_version=4)  # fixed and rerun alone: the stamp says so
+    nb.cells[1].source = "x = 2"
+    nbformat.write(nb, folder / "00_fails.ipynb")
+    chosen = {"00_fails": [folder / "00_fails.ipynb"]}
+    monkeypatch.setattr(notebooks, "find_notebooks",
+                        lambda names=None: sorted(folder.glob("*.ipynb")) if names is None else chosen[names[0]])
+    assert main(["notebooks", "run", "--profile", "smoke", "00_fails"]) == 0
+    amended = json.loads((tmp_path / "figures" / "RUN.json").read_text())
+    assert amended["failed"] == ["02_fails.ipynb"] and set(amended["rerun"]) == {"00_fails"}
+    assert amended["notebook_seconds"]["01_runs"] == run["notebook_seconds"]["01_runs"]
 
 
 def test_the_quickstart_runs_on_another_target_and_a_prompt_file(tmp_path, monkeypatch):

@@ -48,8 +48,8 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
                   output_dir: Path | None = None) -> list[NotebookRun]:
     """Execute notebooks in order, each to the end or to its first failing cell; a failure does not stop the
     others. Figures are saved strictly (:func:`specnb.study.plots.save_figure` refuses overlapping text, legends over
-    data and single-value panels). Prints each notebook's wall time as it finishes; returns one
-    :class:`NotebookRun` per notebook."""
+    data and single-value panels). Prints each notebook's wall time as it finishes; stamps the figures folder's
+    RUN.json (a whole run) or amends it (some notebooks rerun); returns one :class:`NotebookRun` per notebook."""
     import papermill
 
     from ..model.ceilings import sample_read_bandwidth
@@ -74,11 +74,12 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
         status = "FAILED" if error else "ok"
         print(f"{path.name}: {status} in {done[-1].seconds:.0f} s (read bandwidth before it {bandwidth:.1f} GB/s) "
               f"-> {out}", flush=True)
-    if len(paths) == len(find_notebooks()):  # a whole run: stamp the figures it wrote with the machine and commit
-        from .reference_run import stamp_run
+    from .reference_run import amend_run, stamp_run
 
-        stamp_run(figures_for(profile), profile, {r.source.stem: r.seconds for r in done},
-                  [r.source.name for r in done if r.error], {r.source.stem: r.read_gb_per_s for r in done})
+    # a whole run: stamp the figures it wrote with the machine and commit; a part of one: amend its stamp
+    stamp = stamp_run if len(paths) == len(find_notebooks()) else amend_run
+    stamp(figures_for(profile), profile, {r.source.stem: r.seconds for r in done},
+          [r.source.name for r in done if r.error], {r.source.stem: r.read_gb_per_s for r in done})
     return done
 
 

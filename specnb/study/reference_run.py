@@ -73,6 +73,27 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
     return path
 
 
+def amend_run(folder: Path, profile: str, seconds: dict[str, float], failed: list[str],
+              bandwidth: dict[str, float | None] | None = None) -> Path | None:
+    """Some notebooks of a whole run rerun alone (one that failed, fixed): ``folder/RUN.json``'s times, bandwidths
+    and failures of those notebooks replaced, the others' kept, and each rerun's date and commit recorded under
+    ``rerun``. None (nothing written) where the folder holds no RUN.json of ``profile``."""
+    path = folder / "RUN.json"
+    if not path.exists() or json.loads(path.read_text()).get("profile") != profile:
+        return None
+    record = json.loads(path.read_text())
+    when = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": git("rev-parse", "--short", "HEAD")}
+    record["notebook_seconds"].update({k: round(v, 1) for k, v in seconds.items()})
+    record["read_gb_per_s"].update({k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None})
+    record["total_minutes"] = round(sum(record["notebook_seconds"].values()) / 60, 1)
+    rerun = {f"{stem}.ipynb" for stem in seconds}
+    record["failed"] = sorted({*(f for f in record["failed"] if f not in rerun), *failed})
+    record["rerun"] = {**record.get("rerun", {}), **{stem: when for stem in seconds}}
+    write_text(path, json.dumps(record, indent=1) + "\n")
+    return path
+
+
 # ------------------------------------------------------------------------------------------ notebooks
 
 
