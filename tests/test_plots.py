@@ -209,7 +209,27 @@ def test_paired_ratios_draw_published_ranges_behind_their_rows():
     plots.legend_outside(fig, "below")
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["paper"]
     assert plots.layout_problems(fig) == []
+    assert not [line for line in ax.lines if line.get_color() == "0.55"]  # both wide enough to be seen as bars
     plt.close("all")
+
+
+def test_a_published_range_too_narrow_to_see_gets_a_tick_at_its_middle():
+    fig, ax = plt.subplots(figsize=(5, 2.4))
+    frame = pd.DataFrame({"row": ["code", "chat"], "value": [1.45, 1.57], "low": [1.17, 1.26], "high": [1.67, 1.95],
+                          "method": "crest", "span_low": 1.165, "span_high": 1.171})  # CREST's +16.5-17.1%
+    plots.paired_ratios(ax, frame, xlabel="ratio", span_label="paper")
+    ticks = [line for line in ax.lines if line.get_color() == "0.55"]
+    assert len(ticks) == 2 and all(np.allclose(t.get_xdata(), 1.168) for t in ticks)
+    plt.close("all")
+
+
+def test_a_methods_variants_share_its_hue_in_lighter_tints():
+    colors = plots.method_colors(["unigram", "bigram (w=1)", "extended bigram (w=2)", "extended bigram (w=3)"])
+    assert colors["unigram"] == plots.color("model unigram") and colors["bigram (w=1)"] == plots.color("model bigram")
+    assert len(set(colors.values())) == 4
+    variants = ("bigram (w=1)", "extended bigram (w=2)", "extended bigram (w=3)")
+    lightness = [sum(plots.to_rgb(colors[k])) for k in variants]
+    assert lightness == sorted(lightness) and lightness[0] < lightness[1]
 
 
 def test_legends_list_methods_in_one_order_and_series_get_distinct_hues():
@@ -589,6 +609,7 @@ def test_the_paired_ratio_frames_hold_what_the_verdicts_judge():
     ratios = compaction.figure_ratios(storage)
     assert ratios.row.tolist() == ["code", "chat"] and np.allclose(ratios.value, [1.45, 1.57])
     assert np.allclose(ratios.low, [1.17, 1.26]) and np.allclose(ratios.high, [1.67, 1.95])
+    assert np.allclose(ratios.span_low, 1.165) and np.allclose(ratios.span_high, 1.171)  # the paper's, drawn
     summary = {"tokens": [3839, 27075], "tpc": [1.1, 1.2], "tpc_low": [1.0, 1.1], "tpc_high": [1.2, 1.3],
                "speed": [0.7, 0.8], "speed_low": [0.6, 0.7], "speed_high": [0.75, 0.9]}
     ratios = corpus_sweep.figure_ratios({**summary, "corpora": ["10% of the store's", "the store's"]})

@@ -438,11 +438,13 @@ def judge_storage(report, storage: pd.DataFrame, t_max: int) -> None:
 def figure_ratios(storage: pd.DataFrame) -> pd.DataFrame:
     """:func:`judge_storage`'s gain as the ratio it is, CREST's best accepted length over REST's best (1 + gain),
     per task of a :func:`storage_table`, with its 90% interval (both stores replayed on the same resampled
-    prompts: paired), one row each for :func:`specnb.study.plots.paired_ratios`."""
+    prompts: paired), one row each for :func:`specnb.study.plots.paired_ratios`; ``span_low`` / ``span_high``:
+    the paper's ratio (1 + :attr:`CrestClaims.gain`), the range the verdict judges it against."""
     return pd.DataFrame({"row": list(storage.task),
                          "value": 1 + storage.crest_gain_over_rest_best.to_numpy(float),
                          "low": 1 + storage.crest_gain_over_rest_best_low.to_numpy(float),
-                         "high": 1 + storage.crest_gain_over_rest_best_high.to_numpy(float), "method": "crest"})
+                         "high": 1 + storage.crest_gain_over_rest_best_high.to_numpy(float), "method": "crest",
+                         "span_low": 1 + CLAIMS.gain[0], "span_high": 1 + CLAIMS.gain[1]})
 
 
 def single_n_summary(single: pd.DataFrame, task: str, best_n: int = CLAIMS.best_n) -> dict[str, float]:

@@ -80,7 +80,7 @@ COLORS: dict[str, str] = {
     "ar": "#636363", "hf": "#a3a3a3", "hf-pld": "#c4c4c4", "hf-assisted": "#dedede",
     "llamacpp": "#b8860b", "llamacpp-pld": "#e3c565",
     # context and model n-grams (N-Grammys)
-    "pld": "#1f77b4", "ngram-unigram": "#dbdb8d", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
+    "pld": "#1f77b4", "ngram-unigram": "#6b6c0f", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
     "mixed-adaptive": "#17becf",
     # retrieval: one hue each, the ID store darker, the priced form lighter (:data:`SHADES`: a key names them)
     "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffbb78", "crest": "#2ca02c", "crest-priced": "#98df8a",
@@ -210,6 +210,20 @@ def scheme_color(scheme: str) -> str:
     if scheme not in MCSD_SCHEMES:
         raise KeyError(f"no colour for MCSD scheme {scheme!r}: add it to specnb.study.plots.MCSD_SCHEMES")
     return MCSD_SCHEMES[scheme]
+
+
+def method_colors(labels: Sequence[str]) -> dict[str, str]:
+    """label -> colour for series that are methods or variants of one (``"bigram (w=1)"``, ``"extended bigram
+    (w=2)"``): each method's first label its own colour (:func:`color`), every later variant of it a lighter tint
+    of that hue, so a method reads the same in every figure and its variants stay apart."""
+    colors: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for name in labels:
+        key = method_of(name)
+        tint = 0.25 * seen.get(key, 0)
+        colors[name] = to_hex(tuple((1 - tint) * np.asarray(to_rgb(color(name))) + tint))
+        seen[key] = seen.get(key, 0) + 1
+    return colors
 
 
 def series_colors(n: int) -> list[str]:
@@ -393,13 +407,14 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
             first = not any(bars.get_label() == span_label for bars in ax.containers)
             ax.barh([y], [hi - lo], left=lo, height=0.6, color=SPAN_COLOR, lw=0, zorder=0,
                     label=span_label if first else "_nolegend_")
-        if np.isfinite(row.low) and np.isfinite(row.high):
+        if np.isfinite(row.low) and np.isfinite(row.high):  # in a darker shade of the dot's: a pale hue stays seen
             ax.errorbar([row.value], [y], xerr=[[max(row.value - row.low, 0)], [max(row.high - row.value, 0)]],
-                        fmt="none", ecolor=row.color, capsize=3, elinewidth=1)
+                        fmt="none", ecolor=tuple(0.6 * np.asarray(to_rgb(row.color))), capsize=3, elinewidth=1)
         ticks.append((y, label(row.label), False))
         y += 1.0
     rows = [t for t in ticks if not t[2]]
-    ax.scatter(frame.value, [t[0] for t in rows], color=list(frame.color), s=30, zorder=3)
+    ax.scatter(frame.value, [t[0] for t in rows], color=list(frame.color), s=30, zorder=3, edgecolors="0.1",
+               linewidths=0.4)
     marks = np.asarray([*frame.value, *frame.low, *frame.high, *np.ravel(list(ranges.values())),
                         *np.ravel(list(spans.values())), *([reference] if reference is not None else [])], dtype=float)
     marks = marks[np.isfinite(marks)]
@@ -485,7 +500,8 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     shaded region behind those rows only, named in the legend (:func:`legend_outside`).
 
     span_label: with columns ``span_low`` / ``span_high`` (a published ratio's range), each row's range drawn as a
-    light grey bar behind its dot (:func:`dots`' ``spans``), named ``span_label`` in the legend."""
+    light grey bar behind its dot (:func:`dots`' ``spans``), named ``span_label`` in the legend; one narrower than
+    :data:`NARROW_SPAN` of the axis gets a grey tick of a visible width at its middle too."""
     from matplotlib.lines import Line2D
 
     from ..eval.checks import DegenerateData
@@ -543,6 +559,13 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
     if log:
         log_axis(ax, "x", ticks=log_ticks(back(lo - 0.08 * span), back(hi + 0.3 * span)))
     ax.set_xlim(back(lo - 0.08 * span), back(hi + 0.3 * span))
+    if span_label and {"span_low", "span_high"} <= set(frame):  # a range narrower than a few pixels: a grey tick too
+        for r in frame.itertuples():
+            width = float(to(r.span_high) - to(r.span_low)) if np.isfinite([r.span_low, r.span_high]).all() else 1.0
+            if width < NARROW_SPAN * span:
+                i, j = rows.index(r.row), groups.index(getattr(r, "group", None))
+                ax.plot([back((to(r.span_low) + to(r.span_high)) / 2)] * 2, [top - i * block - j - 0.3,
+                        top - i * block - j + 0.3], color="0.55", lw=2.5, solid_capstyle="butt", zorder=0)
     ax.set_xlabel(xlabel + (" (log)" if log else ""))
     ax.grid(axis="y", visible=False)
     if groups != [None]:
@@ -553,6 +576,7 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
 
 
 RATIO_SPAN_LOG = 4.0
+NARROW_SPAN = 0.01  # a published range narrower than this share of its axis is drawn as a tick (it would not show)
 """Ratios on one panel spanning more than this factor are drawn on a log axis (a ratio of 0.25 is as far from 1 as
 one of 4): on a linear one the small ones crowd against zero and the axis runs below it."""
 
