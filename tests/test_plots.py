@@ -676,3 +676,15 @@ def test_drawn_groups_skip_what_was_said_and_keep_each_series_place():
                                                                                                 (1, "w=2")]
     chat = frame[frame.set == "MT-Bench"]
     assert [i for i, _, _ in plots.drawn_groups(chat, "strategy", said, "MT-Bench")] == [0, 1, 2]
+
+
+def test_wrapped_titles_keep_names_and_relations_whole():
+    """A title too wide for its figure wraps, but never inside ``MT-Bench`` or between ``n ≤`` and its number."""
+    fig, ax = plt.subplots(figsize=(3, 2))
+    words = "tokens per call on HumanEval and MT-Bench, " * 3 + "not drawn: n ≤ 3 within 2% of n ≤ 2, 10 × 64"
+    ax.set_title(words)
+    plots.fit_titles(fig)
+    lines = ax.title.get_text().splitlines()
+    assert len(lines) > 2 and not any(line.rstrip().endswith(("MT-", "≤", "×")) for line in lines)
+    assert "n\u00a0≤\u00a03" in ax.title.get_text()
+    plt.close("all")
