@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specnb.study.reference_run import final_progress, index, publish_beside
+from specnb.study.reference_run import final_progress, index, publish, publish_beside
 from specnb.study.results import Results, uncited
 from specnb.study.verdicts import Comparison, Expect
 
@@ -26,12 +26,12 @@ def _record(against: str, low: float, high: float, internal: bool = False, direc
                       internal=internal, direction_only=direction_only).record()
 
 
-def _run(folder: Path, profile: str = "quick", failed: tuple[str, ...] = ()) -> None:
+def _run(folder: Path, profile: str = "quick", failed: tuple[str, ...] = (), not_run: tuple[str, ...] = ()) -> None:
     folder.mkdir(exist_ok=True)
     (folder / "RUN.json").write_text(json.dumps({
         "profile": profile, "commit": "abc1234", "dirty": False, "date": "2026-01-01 00:00 UTC", "total_minutes": 1.0,
         "machine": {"cpu": "A CPU", "cores": 2, "cpu_class": "avx2", "flags": ["avx2"], "torch": "2.x"},
-        "failed": list(failed)}))
+        "failed": list(failed), "not_run": list(not_run)}))
 
 
 def test_the_front_page_counts_sources_apart_then_figures_verdicts_notation_machine(tmp_path):
@@ -126,7 +126,16 @@ def test_a_paper_run_is_published_beside_the_reference_run(tmp_path):
     assert "papermill" not in done["metadata"] and "papermill" not in done["cells"][0]["metadata"]
     assert done["metadata"]["specnb"]["profile"] == "paper" and done["metadata"]["specnb"]["commit"] == "abc1234"
     page = (figures / "README.md").read_text()
-    assert page.startswith("# The paper-profile run") and "`notebooks/NN_*.ipynb` in this folder" in page
+    assert page.startswith("# The paper-profile run\n") and "`notebooks/NN_*.ipynb` in this folder" in page
+    _run(figures, "paper", not_run=("01_hidden_states", "09_end_to_end"))  # a partial run: published, it says so
+    publish_beside(executed, figures, "paper")
+    page = (figures / "README.md").read_text()
+    assert page.startswith("# The paper-profile run (partial: 2 notebooks not run yet)")
+    assert "### 01_hidden_states.ipynb\n\nNot run yet at this profile" in page
+    assert "### 09_end_to_end.ipynb\n\nNot run yet at this profile" in page
+    _run(figures, "quick", not_run=("09_end_to_end",))  # the reference run: whole or not at all
+    with pytest.raises(ValueError, match="not run yet: 09_end_to_end"):
+        publish(executed, tmp_path / "notebooks", figures)
 
 
 # ----------------------------------------------------------------------------- the published run itself

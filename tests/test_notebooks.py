@@ -200,6 +200,10 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     amended = json.loads((tmp_path / "figures" / "RUN.json").read_text())
     assert amended["failed"] == ["02_fails.ipynb"] and set(amended["rerun"]) == {"00_fails"}
     assert amended["notebook_seconds"]["01_runs"] == run["notebook_seconds"]["01_runs"]
+    (tmp_path / "figures" / "RUN.json").unlink()  # the first part of a run: stamped, the rest named as not run
+    assert main(["notebooks", "run", "--profile", "smoke", "00_fails"]) == 0
+    first = json.loads((tmp_path / "figures" / "RUN.json").read_text())
+    assert first["not_run"] == ["01_runs", "02_fails"] and first["failed"] == []
 
 
 def test_the_quickstart_runs_on_another_target_and_a_prompt_file(tmp_path, monkeypatch):

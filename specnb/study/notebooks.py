@@ -49,7 +49,8 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     """Execute notebooks in order, each to the end or to its first failing cell; a failure does not stop the
     others. Figures are saved strictly (:func:`specnb.study.plots.save_figure` refuses overlapping text, legends over
     data and single-value panels). Prints each notebook's wall time as it finishes; stamps the figures folder's
-    RUN.json (a whole run) or amends it (some notebooks rerun); returns one :class:`NotebookRun` per notebook."""
+    RUN.json (a whole run, or the first part of one: the rest named as not run) or amends it (some notebooks of a
+    stamped run rerun or run at last); returns one :class:`NotebookRun` per notebook."""
     import papermill
 
     from ..model.ceilings import sample_read_bandwidth
@@ -76,10 +77,13 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
               f"-> {out}", flush=True)
     from .reference_run import amend_run, stamp_run
 
-    # a whole run: stamp the figures it wrote with the machine and commit; a part of one: amend its stamp
-    stamp = stamp_run if len(paths) == len(find_notebooks()) else amend_run
-    stamp(figures_for(profile), profile, {r.source.stem: r.seconds for r in done},
-          [r.source.name for r in done if r.error], {r.source.stem: r.read_gb_per_s for r in done})
+    # a whole run: stamp the figures it wrote with the machine and commit; a part of one: amend the run's stamp, or
+    # (the first part of a run) stamp it with the notebooks still to run
+    ran = ({r.source.stem: r.seconds for r in done}, [r.source.name for r in done if r.error],
+           {r.source.stem: r.read_gb_per_s for r in done})
+    every = find_notebooks()
+    if len(paths) == len(every) or amend_run(figures_for(profile), profile, *ran) is None:
+        stamp_run(figures_for(profile), profile, *ran, not_run=[p.stem for p in every if p not in paths])
     return done
 
 

@@ -58,16 +58,16 @@ def machine() -> dict[str, Any]:
 
 
 def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: list[str],
-              bandwidth: dict[str, float | None] | None = None) -> Path:
+              bandwidth: dict[str, float | None] | None = None, not_run: list[str] | None = None) -> Path:
     """Write ``folder/RUN.json``: profile, commit (and whether the tree had changes), date, machine, each
-    notebook's wall seconds, the read bandwidth sampled before each (GB/s; a VM's drifts, and times with it)
-    and the failures."""
+    notebook's wall seconds, the read bandwidth sampled before each (GB/s; a VM's drifts, and times with it),
+    the failures and the notebooks a partial run has not run yet (``not_run``, stems)."""
     record = {"profile": profile, "commit": git("rev-parse", "--short", "HEAD"),
               "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!figures")),
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": machine(), "notebook_seconds": {k: round(v, 1) for k, v in seconds.items()},
               "read_gb_per_s": {k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None},
-              "total_minutes": round(sum(seconds.values()) / 60, 1), "failed": failed}
+              "total_minutes": round(sum(seconds.values()) / 60, 1), "failed": failed, "not_run": list(not_run or [])}
     path = folder / "RUN.json"
     write_text(path, json.dumps(record, indent=1) + "\n")
     return path
@@ -76,8 +76,9 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
 def amend_run(folder: Path, profile: str, seconds: dict[str, float], failed: list[str],
               bandwidth: dict[str, float | None] | None = None) -> Path | None:
     """Some notebooks of a whole run rerun alone (one that failed, fixed): ``folder/RUN.json``'s times, bandwidths
-    and failures of those notebooks replaced, the others' kept, and each rerun's date and commit recorded under
-    ``rerun``. None (nothing written) where the folder holds no RUN.json of ``profile``."""
+    and failures of those notebooks replaced, the others' kept, those of a partial run's ``not_run`` taken off it,
+    and each rerun's date and commit recorded under ``rerun``. None (nothing written) where the folder holds no
+    RUN.json of ``profile``."""
     path = folder / "RUN.json"
     if not path.exists() or json.loads(path.read_text()).get("profile") != profile:
         return None
@@ -89,6 +90,7 @@ def amend_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
     record["total_minutes"] = round(sum(record["notebook_seconds"].values()) / 60, 1)
     rerun = {f"{stem}.ipynb" for stem in seconds}
     record["failed"] = sorted({*(f for f in record["failed"] if f not in rerun), *failed})
+    record["not_run"] = [stem for stem in record.get("not_run", []) if stem not in seconds]
     record["rerun"] = {**record.get("rerun", {}), **{stem: when for stem in seconds}}
     write_text(path, json.dumps(record, indent=1) + "\n")
     return path
@@ -113,6 +115,8 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
     RUN.json's failures), or a run not in quick; then writes ``figures/README.md``. Returns the notebooks
     written."""
     run = _finished_run(figures, "quick")
+    if run.get("not_run"):
+        raise ValueError(f"publish a whole quick run (not run yet: {', '.join(run['not_run'])})")
     written = []
     for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
         source_path = notebooks / path.name
@@ -131,8 +135,9 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
 def publish_beside(executed: Path, figures: Path, profile: str) -> list[Path]:
     """A run of another profile than quick (``paper``), published beside the reference run: every executed
     notebook of ``executed``, outputs and papermill's parameters cell included, into ``figures/notebooks/``
-    stamped with ``figures/RUN.json``'s run, and ``figures/README.md`` (its own front page). Refuses (ValueError)
-    a run of another profile or with a failed notebook. Returns the notebooks written."""
+    stamped with ``figures/RUN.json``'s run, and ``figures/README.md`` (its own front page, naming the notebooks a
+    partial run has not run yet). Refuses (ValueError) a run of another profile or with a failed notebook.
+    Returns the notebooks written."""
     run = _finished_run(figures, profile)
     written = []
     for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
@@ -238,7 +243,11 @@ def index(figures: Path, where: str = "`notebooks/NN_*.ipynb`") -> str:
         f"of notebooks{_bandwidth_note(run)}. The executed notebooks, with these outputs, are {where}. "
         "`specnb figures compare OLD NEW` lists what moved between two runs."]
     title = "The reference run" if run["profile"] == "quick" else f"The {run['profile']}-profile run"
-    return "\n".join(front_page(figures, title, machine_lines)) + "\n"
+    missing = {stem[:2]: "Not run yet at this profile: no figures or verdicts of it here."
+               for stem in run.get("not_run", [])}
+    if missing:
+        title += f" (partial: {len(missing)} notebooks not run yet)"
+    return "\n".join(front_page(figures, title, machine_lines, notes=missing)) + "\n"
 
 
 SOURCES = {"DReSD": "DReSD", "CREST": "CREST", "N-Grammys": "N-Grammys", "MCSD": "MCSD",
