@@ -133,6 +133,11 @@ def test_a_paper_run_is_published_beside_the_reference_run(tmp_path):
     assert page.startswith("# The paper-profile run (partial: 2 notebooks not run yet)")
     assert "### 01_hidden_states.ipynb\n\nNot run yet at this profile" in page
     assert "### 09_end_to_end.ipynb\n\nNot run yet at this profile" in page
+    run = json.loads((figures / "RUN.json").read_text())  # a notebook rerun since: the provenance says when
+    (figures / "RUN.json").write_text(json.dumps({**run, "rerun": {"00_a": {"commit": "def5678",
+                                                                            "date": "2026-01-02 00:00 UTC"}}}))
+    publish_beside(executed, figures, "paper")
+    assert "(rerun alone since: 00_a at `def5678` on 2026-01-02 00:00 UTC)" in (figures / "README.md").read_text()
     _run(figures, "quick", not_run=("09_end_to_end",))  # the reference run: whole or not at all
     with pytest.raises(ValueError, match="not run yet: 09_end_to_end"):
         publish(executed, tmp_path / "notebooks", figures)

@@ -199,6 +199,7 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert main(["notebooks", "run", "--profile", "smoke", "00_fails"]) == 0
     amended = json.loads((tmp_path / "figures" / "RUN.json").read_text())
     assert amended["failed"] == ["02_fails.ipynb"] and set(amended["rerun"]) == {"00_fails"}
+    assert set(amended["rerun"]["00_fails"]) == {"date", "commit", "dirty"}
     assert amended["notebook_seconds"]["01_runs"] == run["notebook_seconds"]["01_runs"]
     (tmp_path / "figures" / "RUN.json").unlink()  # the first part of a run: stamped, the rest named as not run
     assert main(["notebooks", "run", "--profile", "smoke", "00_fails"]) == 0

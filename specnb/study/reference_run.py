@@ -63,7 +63,7 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
     notebook's wall seconds, the read bandwidth sampled before each (GB/s; a VM's drifts, and times with it),
     the failures and the notebooks a partial run has not run yet (``not_run``, stems)."""
     record = {"profile": profile, "commit": git("rev-parse", "--short", "HEAD"),
-              "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!figures")),
+              "dirty": _dirty(),
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": machine(), "notebook_seconds": {k: round(v, 1) for k, v in seconds.items()},
               "read_gb_per_s": {k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None},
@@ -71,6 +71,11 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
     path = folder / "RUN.json"
     write_text(path, json.dumps(record, indent=1) + "\n")
     return path
+
+
+def _dirty() -> bool:
+    """Whether the tracked files outside ``figures/`` differ from the commit (the run's code is not the commit's)."""
+    return bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!figures"))
 
 
 def amend_run(folder: Path, profile: str, seconds: dict[str, float], failed: list[str],
@@ -84,7 +89,7 @@ def amend_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
         return None
     record = json.loads(path.read_text())
     when = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": git("rev-parse", "--short", "HEAD")}
+            "commit": git("rev-parse", "--short", "HEAD"), "dirty": _dirty()}
     record["notebook_seconds"].update({k: round(v, 1) for k, v in seconds.items()})
     record["read_gb_per_s"].update({k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None})
     record["total_minutes"] = round(sum(record["notebook_seconds"].values()) / 60, 1)
@@ -236,9 +241,12 @@ def index(figures: Path, where: str = "`notebooks/NN_*.ipynb`") -> str:
     the notation, then the run's provenance and machine (:func:`front_page`); ``where``: the executed notebooks."""
     run = json.loads((figures / "RUN.json").read_text())
     m = run["machine"]
+    reruns = "; ".join(f"{stem} at `{r['commit']}`{' with local changes' if r.get('dirty') else ''} on {r['date']}"
+                       for stem, r in run.get("rerun", {}).items())
     machine_lines = [
-        f"Every file here comes from one `make figures` run (profile `{run['profile']}`) of commit `{run['commit']}`"
-        f"{' with local changes' if run['dirty'] else ''} on {run['date']}: {m['cpu']}, {m['cores']} cores, CPU "
+        f"Every file here comes from one run of the notebooks (profile `{run['profile']}`) at commit `{run['commit']}`"
+        f"{' with local changes' if run['dirty'] else ''} on {run['date']}"
+        f"{f' (rerun alone since: {reruns})' if reruns else ''}: {m['cpu']}, {m['cores']} cores, CPU "
         f"class `{m['cpu_class']}` (flags: {', '.join(m['flags'])}), torch {m['torch']}; {run['total_minutes']} min "
         f"of notebooks{_bandwidth_note(run)}. The executed notebooks, with these outputs, are {where}. "
         "`specnb figures compare OLD NEW` lists what moved between two runs."]
