@@ -20,9 +20,11 @@
     specnb's loop with prompt lookup drafts, 16 stubs x 192 tokens at 376 new tokens/s measured alone (Hugging
     Face ``generate`` in batches of 8, which answered them before: 101 tokens/s), so 21,050 x ~180 new tokens:
     ~2.8 h;
-  - 01, 02, 03's dense stores: 3 x ~5 M tokens of hidden states at ~2,400 tokens/s: ~1.7 h (15 h), 6.4 GB of
-    float16 states each (~25 GB on disk with keys, values and indexes); IVF-PQ per store: training 65 s and
-    2.8 s per 100 k keys added (300 k keys measured): ~4 min;
+  - 01, 02, 03's dense stores: the code-ID store holds the answers with their stubs, 9.59 M tokens (the ID data of
+    2026-11-29: 20,999 answers), the code-OOD store as many stdlib tokens (the whole stdlib, ~9.4 M) and the
+    chat-OOD store 5 M: ~24 M tokens of hidden states at ~2,400 tokens/s, ~2.8 h (24 h); ~1.7 KB a row on disk
+    (float16 states, keys, values, IVF-PQ), ~40 GB for the three; IVF-PQ per store: training 65 s and 2.8 s per
+    100 k keys added (300 k keys measured): ~5-8 min;
   - 02: six key transforms, each an IVF-PQ index over 5 M keys: ~0.5 h;
   - 03: hnswlib's sweep over 5 M real keys (three graphs) and the 5 M random keys of ``index_scale``: not measured
     at that size; 1-2 h by the quick run's 1 M-key build scaled with n log n; MRR queries 0.15 ms each through
@@ -34,10 +36,10 @@
     alone. The pair holds ~11 GB (peak resident set measured: the checkpoints' dense weights beside the blocks):
     two such processes at once exhaust a 24 GB machine (one was killed that way);
   - 05 and 06: 17 and 3 min measured (shared cores); 00, 08, 09, 10: as ``quick`` (RUN.json: 1-2 min each) with
-    twice the replayed prompts, plus REST and CREST over the 5 M-token ID store for 08-10: ~0.5 h together,
+    twice the replayed prompts, plus REST and CREST over the 9.6 M-token ID store for 08-10: ~0.5 h together,
     CREST's t = 10^6 build aside.
 
-  In all, about 8.5 h on the machine alone (more when shared), most of it building the ID data
+  In all, about 9.6 h on the machine alone (more when shared), most of it building the ID data
   and extracting hidden states, before the unmeasured CREST and hnswlib builds. The stores may be built beside
   other work (``specnb.experiments.dresd.id_responses`` and ``datastores``: nothing in them is timed); the
   notebooks themselves time calls, so run them alone: a notebook sharing the cores reports the other work's cost
