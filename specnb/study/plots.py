@@ -213,6 +213,11 @@ def scheme_color(scheme: str) -> str:
     return MCSD_SCHEMES[scheme]
 
 
+def darker(hue: str) -> tuple[float, float, float]:
+    """``hue`` at 60% of its brightness: an interval's colour beside its dot, seen even when the hue is pale."""
+    return tuple(0.6 * np.asarray(to_rgb(hue)))
+
+
 def method_colors(labels: Sequence[str]) -> dict[str, str]:
     """label -> colour for series that are methods or variants of one (``"bigram (w=1)"``, ``"extended bigram
     (w=2)"``): each method's first label its own colour (:func:`color`), every later variant of it a lighter tint
@@ -410,7 +415,7 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
                     label=span_label if first else "_nolegend_")
         if np.isfinite(row.low) and np.isfinite(row.high):  # in a darker shade of the dot's: a pale hue stays seen
             ax.errorbar([row.value], [y], xerr=[[max(row.value - row.low, 0)], [max(row.high - row.value, 0)]],
-                        fmt="none", ecolor=tuple(0.6 * np.asarray(to_rgb(row.color))), capsize=3, elinewidth=1)
+                        fmt="none", ecolor=darker(row.color), capsize=3, elinewidth=1)
         ticks.append((y, label(row.label), False))
         y += 1.0
     rows = [t for t in ticks if not t[2]]
@@ -524,7 +529,7 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
         hue = color(r.method) if isinstance(getattr(r, "method", None), str) else "0.2"
         if np.isfinite(r.low) and np.isfinite(r.high):  # in a darker shade of the dot's: a pale hue stays seen
             ax.errorbar([r.value], [y], xerr=[[max(r.value - r.low, 0)], [max(r.high - r.value, 0)]], fmt="none",
-                        ecolor=tuple(0.6 * np.asarray(to_rgb(hue))), capsize=3, elinewidth=1.1)
+                        ecolor=darker(hue), capsize=3, elinewidth=1.1)
             marks += [r.low, r.high]
         if span_label and np.isfinite(getattr(r, "span_low", np.nan)) and np.isfinite(getattr(r, "span_high", np.nan)):
             first = not any(bars.get_label() == span_label for bars in ax.containers)
@@ -577,9 +582,10 @@ def paired_ratios(ax: plt.Axes, frame: pd.DataFrame, *, xlabel: str, fmt: str = 
 
 
 RATIO_SPAN_LOG = 4.0
-NARROW_SPAN = 0.01  # a published range narrower than this share of its axis is drawn as a tick (it would not show)
 """Ratios on one panel spanning more than this factor are drawn on a log axis (a ratio of 0.25 is as far from 1 as
 one of 4): on a linear one the small ones crowd against zero and the axis runs below it."""
+
+NARROW_SPAN = 0.01  # a published range narrower than this share of its axis is drawn as a tick (it would not show)
 
 
 @dataclass(frozen=True)

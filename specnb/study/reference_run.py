@@ -64,13 +64,18 @@ def stamp_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
     the failures and the notebooks a partial run has not run yet (``not_run``, stems)."""
     record = {"profile": profile, "commit": git("rev-parse", "--short", "HEAD"),
               "dirty": _dirty(),
-              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "date": _now(),
               "machine": machine(), "notebook_seconds": {k: round(v, 1) for k, v in seconds.items()},
               "read_gb_per_s": {k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None},
               "total_minutes": round(sum(seconds.values()) / 60, 1), "failed": failed, "not_run": list(not_run or [])}
     path = folder / "RUN.json"
     write_text(path, json.dumps(record, indent=1) + "\n")
     return path
+
+
+def _now() -> str:
+    """The time a run or a rerun is stamped with, to the minute, in UTC."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _dirty() -> bool:
@@ -88,7 +93,7 @@ def amend_run(folder: Path, profile: str, seconds: dict[str, float], failed: lis
     if not path.exists() or json.loads(path.read_text()).get("profile") != profile:
         return None
     record = json.loads(path.read_text())
-    when = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    when = {"date": _now(),
             "commit": git("rev-parse", "--short", "HEAD"), "dirty": _dirty()}
     record["notebook_seconds"].update({k: round(v, 1) for k, v in seconds.items()})
     record["read_gb_per_s"].update({k: round(v, 1) for k, v in (bandwidth or {}).items() if v is not None})
