@@ -183,11 +183,17 @@ FIG4_SHAPES = {"10x6": (10, 6, "rows"), "10x6 votes": (10, 6, "votes"), "10x10":
 greedy decoding; "votes" merges every neighbour passing the first-token filter into one ranked tree."""
 
 
+def replayed_name(store: str, shape: str) -> str:
+    """The method name a replay of DReSD ``shape`` (``"10x6 votes"``) on ``store`` (``"OOD"``) gets in every table
+    and figure: ``"DReSD-OOD 10×6 votes"``, the multiplication sign as the study's other DReSD labels."""
+    return f"DReSD-{store} {shape.replace('x', '×')}"
+
+
 def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list,
                        shapes: dict[str, tuple[int, int, str]] = FIG4_SHAPES) -> pd.DataFrame:
     """DReSD Fig. 4 by greedy replay, one row per (method, reference) (:func:`specnb.experiments.grids.replay_rows`:
     calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...): REST on each store's own documents
-    (:func:`specnb.experiments.dresd.rest_twin`) and DReSD in ``shapes``, methods "REST-OOD", "DReSD-OOD 10x6", ...
+    (:func:`specnb.experiments.dresd.rest_twin`) and DReSD in ``shapes``, methods "REST-OOD", "DReSD-OOD 10×6", ...
 
     stores: {"code-OOD": ..., "code-ID": ...}; hidden: the references' teacher-forced states."""
     frames = []
@@ -195,7 +201,7 @@ def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Refer
         suffix = name.split("-")[-1]
         index = rest_twin(store)
         makers = {f"REST-{suffix}": lambda index=index: RestDrafter(index)}
-        makers.update({f"DReSD-{suffix} {label}": lambda store=store, k=k, w=w, merge=merge:
+        makers.update({replayed_name(suffix, label): lambda store=store, k=k, w=w, merge=merge:
                        DenseDrafter(store, k, w, merge=merge) for label, (k, w, merge) in shapes.items()})
         frames += [replay_rows(method, replay_many(make, references, hidden)) for method, make in makers.items()]
     return pd.concat(frames, ignore_index=True)
@@ -203,7 +209,7 @@ def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Refer
 
 def dresd_vs_rest(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list) -> pd.DataFrame:
     """DReSD Fig. 4 by greedy replay: :func:`~specnb.experiments.dresd.replay_methods_table` of
-    :func:`dresd_vs_rest_rows` (one row per method, "REST-OOD", "DReSD-OOD 10x6", ...; index ``method``)."""
+    :func:`dresd_vs_rest_rows` (one row per method, "REST-OOD", "DReSD-OOD 10×6", ...; index ``method``)."""
     return replay_methods_table(dresd_vs_rest_rows(stores, references, hidden))
 
 
@@ -225,8 +231,8 @@ def alignment_methods(shape: str = "10x6") -> dict[tuple[str, str], str]:
     """{(method, data): replayed method} of Fig. 6, in the paper's order: REST and DReSD ``shape`` on code (the
     code-OOD store, :func:`dresd_vs_rest_rows`) and on chat (the chat-OOD store, :func:`chat_rows`)."""
     dense = f"DReSD {shape.replace('x', '×')}"
-    return {("REST", "code"): "REST-OOD", ("REST", "chat"): "REST-chat", (dense, "code"): f"DReSD-OOD {shape}",
-            (dense, "chat"): f"DReSD-chat {shape}"}
+    return {("REST", "code"): "REST-OOD", ("REST", "chat"): "REST-chat", (dense, "code"): replayed_name("OOD", shape),
+            (dense, "chat"): replayed_name("chat", shape)}
 
 
 def alignment_table(rows: pd.DataFrame, chat: pd.DataFrame, code_set: str = "HumanEval",
@@ -315,7 +321,7 @@ def compare_fig4(report, rows: pd.DataFrame, chat: pd.DataFrame | None = None, c
     small = "a store of tens of thousands of tokens: few neighbours continue the way the target does"
     name = shape.replace("x", "×")
     for store in ("OOD", "ID"):
-        dense, rest = f"DReSD-{store} {shape}", f"REST-{store}"
+        dense, rest = replayed_name(store, shape), f"REST-{store}"
         report.compare(f"mar_{store}", f"DReSD {name} MAR over REST's, {store} store",
                        *mean_versus(rows, dense, rest, "acceptance_rate"), Expect.above(1.0, TIE),
                        f"DReSD Fig. 4 (MAR {CLAIMS.mar_gain:+.0%} on average)", cause=small, internal=False,
@@ -325,7 +331,7 @@ def compare_fig4(report, rows: pd.DataFrame, chat: pd.DataFrame | None = None, c
                        f"DReSD §5.1 (accepted drafts {CLAIMS.length_gain:+.0%} on average)", cause=small,
                        internal=False, direction_only=True)
     report.compare("mar_id_ood", f"DReSD {name} MAR, ID store over OOD store",
-                   *mean_versus(rows, f"DReSD-ID {shape}", f"DReSD-OOD {shape}", "acceptance_rate"),
+                   *mean_versus(rows, replayed_name("ID", shape), replayed_name("OOD", shape), "acceptance_rate"),
                    Expect.above(1.0, TIE), f"DReSD §5.3 (MAR {CLAIMS.id_mar_gain:+.0%} with the ID store)",
                    internal=False, direction_only=True,
                    cause="our ID responses answer other prompts (stdlib docstring stubs) than HumanEval's")
