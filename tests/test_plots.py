@@ -23,13 +23,13 @@ def notebook_style():
 
 
 def test_every_label_of_a_method_gets_its_colour():
-    assert plots.method_of("DReSD-OOD 10x6") == "dense"
-    assert plots.method_of("DReSD-OOD 10x6 votes priced") == "dense-priced"
+    assert plots.method_of("DReSD-OOD 10×6") == "dense"
+    assert plots.method_of("DReSD-OOD 10×6 votes priced") == "dense-priced"
     assert plots.method_of("REST-ID") == "rest-id" and plots.method_of("REST-OOD") == "rest"
     assert plots.method_of("prompt lookup") == "pld" and plots.method_of("pld") == "pld"
     assert plots.method_of("mixed (10,10)") == "mixed" and plots.method_of("mixed-adaptive") == "mixed-adaptive"
     assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
-    assert plots.style("dense").label == "DReSD" and plots.style("DReSD-OOD 10x6").label == "DReSD-OOD 10x6"
+    assert plots.style("dense").label == "DReSD" and plots.style("DReSD-OOD 10×6").label == "DReSD-OOD 10×6"
     assert plots.color("REST-OOD") == plots.color("rest") != plots.color("crest")
     with pytest.raises(KeyError, match="add it to specnb.study.plots.COLORS"):
         plots.method_of("a method nobody mapped")
@@ -291,11 +291,11 @@ def test_a_methods_shades_get_a_key_when_saved_and_none_is_refused(tmp_path, mon
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-    labels = ["REST-OOD", "REST-ID", "DReSD-OOD 10x6", "DReSD-ID 10x6", "rest-priced"]
+    labels = ["REST-OOD", "REST-ID", "DReSD-OOD 10×6", "DReSD-ID 10×6", "rest-priced"]
     for ax in axes:
         plots.hbars(ax, labels, [1.2, 1.4, 1.3, 1.8, 1.1], xlabel="tokens per call")
     assert any("the shade 'DReSD, ID store'" in p for p in plots.layout_problems(fig))
-    assert plots.method_rank("DReSD-ID 10x6") == plots.method_rank("dense")
+    assert plots.method_rank("DReSD-ID 10×6") == plots.method_rank("dense")
     plots.save_figure(fig, "00_shades")
     [key] = fig.legends
     assert [t.get_text() for t in key.get_texts()] == ["DReSD, OOD store", "DReSD, ID store",
@@ -541,6 +541,12 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",
                                     titles={"code": "code"}, title="a title")
     assert fig._suptitle.get_text() == "a title" and len(axes[0, 0].containers) == 2
+    # nudged apart for a log axis: the first series' points at x / 1.1 ** 0.5, the second's at x * 1.1 ** 0.5
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",
+                                    titles={"code": "code"}, dodge=1.1)
+    xs = [container.lines[0].get_xdata() for container in axes[0, 0].containers]
+    assert np.allclose(xs[0], frame[frame.n == 1].entries / 1.1 ** 0.5)
+    assert np.allclose(xs[1], frame[frame.n == 2].entries * 1.1 ** 0.5)
     plt.close("all")
 
 

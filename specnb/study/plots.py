@@ -4,7 +4,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :func:`use_style`: :data:`STYLE` applied to matplotlib (the notebooks call it; importing this module changes no
   setting).
 * :data:`STYLES` / :func:`style`: the same method has the same colour and name in every figure (a label such as
-  ``"DReSD-OOD 10x6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
+  ``"DReSD-OOD 10×6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
   markers and line styles (:data:`MARKERS`, :data:`LINESTYLES`), never to colour.
 * :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn;
   :func:`dots` for values near a ceiling (a bar from zero hides their differences). One row order per figure: the
@@ -84,10 +84,10 @@ COLORS: dict[str, str] = {
     "pld": "#1f77b4", "ngram-unigram": "#6b6c0f", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
     "mixed-adaptive": "#17becf",
     # retrieval: one hue each, the ID store darker, the priced form lighter (:data:`SHADES`: a key names them)
-    "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffbb78", "crest": "#2ca02c", "crest-priced": "#98df8a",
-    "dense": "#d62728", "dense-id": "#8b1a1a", "dense-priced": "#ff9896",
+    "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffa95e", "crest": "#2ca02c", "crest-priced": "#74c476",
+    "dense": "#d62728", "dense-id": "#8b1a1a", "dense-priced": "#ef6f6c",
     # draft models
-    "sd": "#c5b0d5", "mcsd": "#9467bd",
+    "sd": "#5b3a8e", "mcsd": "#9467bd",
     # beyond the seed papers
     "suffix": "#e377c2", "recycle": "#8c564b", "auto": "#111111",
     # a router's picks
@@ -135,7 +135,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 def method_of(label: str) -> str:
     """The :data:`STYLES` key of ``label``: itself, or the longest key / alias ``label`` starts with
-    (``"DReSD-OOD 10x6"`` -> ``dense``, ``"REST priced"`` -> ``rest-priced``, ``"mixed (10,10)"`` -> ``mixed``).
+    (``"DReSD-OOD 10×6"`` -> ``dense``, ``"REST priced"`` -> ``rest-priced``, ``"mixed (10,10)"`` -> ``mixed``).
     KeyError names the label when nothing matches: every method a figure shows needs its entry."""
     text = label.strip().lower()
     if text in STYLES:
@@ -697,14 +697,16 @@ def unchanged_sentence(said: Mapping[tuple, tuple[str, object]], name: str, rows
 
 def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: str, name: str,
                   titles: Mapping[str, str], offset: float = 0.0, title: str = "", same_at: str | None = None,
-                  unit: str = "") -> tuple[plt.Figure, np.ndarray]:
+                  unit: str = "", dodge: float = 1.0) -> tuple[plt.Figure, np.ndarray]:
     """Curves of ``y`` (and its interval, columns ``y_low`` / ``y_high``; all shifted by ``offset``) over ``x``
     for each value of ``series``, overlaid in one panel per value of ``panels`` (side by side, first seen first,
     titled ``titles[value]``), one y scale for all: distinct hues (:func:`series_colors`, by the series' place
     among all of them) and capped error bars, readable where intervals overlap. ``name``: a series' name, ``{}``
     standing for its value (``"n = {}"``). A curve that repeats an earlier series' or stays flat
     (:func:`unchanged_series`, matched on ``same_at``) is not drawn: the suptitle ``title`` gets a second line
-    saying so (:func:`unchanged_sentence`, ``unit`` after a flat level).
+    saying so (:func:`unchanged_sentence`, ``unit`` after a flat level). ``dodge`` > 1 (a log x axis): the i-th
+    of the n series is drawn at x × dodge ** (i − (n − 1) / 2), so curves that lie on one another stand apart
+    (the x label should say so).
     Returns (figure, axes [1, panels])."""
     rows, values = list(dict.fromkeys(frame[panels])), sorted(frame[series].unique())
     said = unchanged_series(frame, panels=panels, series=series, x=x, y=y, offset=offset, same_at=same_at)
@@ -716,7 +718,8 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
             if d.empty or (row, value) in said:
                 continue
-            line_with_interval(ax, d[x], d[y] + offset, d[f"{y}_low"] + offset, d[f"{y}_high"] + offset, band=False,
+            line_with_interval(ax, d[x] * dodge ** (i - (len(values) - 1) / 2), d[y] + offset,
+                               d[f"{y}_low"] + offset, d[f"{y}_high"] + offset, band=False,
                                label=name.format(value), color=hues[i], marker=MARKERS[i % len(MARKERS)], ms=3.5, lw=1)
         ax.set_title(titles[row])
     sentence = unchanged_sentence(said, name, rows, unit)
