@@ -203,17 +203,12 @@ def test_takeaways_render_the_results_files_numbers(tmp_path, monkeypatch):
                           "tokens_per_call": [3.1, 3.4]})
     report.add(**shapes.grid_headlines(grids))
     shapes.grid_takeaways(report, grids)
-    upto = pd.DataFrame({"point": ["a", "b"], "task": ["code"] * 2, "method": "CREST", "ns": "1-2", "m": [2, 2],
-                         "t": [250, 8000], "entries": [500, 16000], "bytes": [1, 2], "accepted": [40, 90],
-                         "calls": [100, 100], "hits": [50, 80], "nodes": [10, 20]})
     cumulative = pd.DataFrame({"task": "code", "n": [1, 1, 2, 2], "fraction_of_ngrams": [0.001, 0.1] * 2,
                                "fraction_of_occurrences": [0.2, 0.8, 0.1, 0.4]})
-    compaction.takeaways(report, upto, cumulative)
+    compaction.takeaways(report, cumulative)
     takeaways = json.loads(report.write().read_text())["takeaways"]
     assert takeaways["10_router_picks"] == ("auto's most used member: prompt lookup drafted 50% of calls on code "
                                             "(no draft: 25%); no member drafted on chat")
     assert takeaways["08_grid_est_speedup"].startswith("the fastest estimated shape: mixed (1, 8) at ×2.35 (2.00–2.70)")
     assert takeaways["08_grid_tokens_per_call"] == "the most tokens per call: REST (4, 2) with 3.40 on HumanEval"
-    assert takeaways["04_all_n_le_m_top_t"].startswith("with every n ≤ m stored, tokens per call grows with t: 1.40 "
-                                                      "at t = 250 to 1.90 at t = 8,000 on code")
     assert "25% of occurrences for n = 1" in takeaways["04_ngram_cumulative_frequency"]

@@ -77,6 +77,39 @@ def test_storage_summary_and_its_verdicts_carry_intervals():
                                f"{1 + row.rest_best_accepted:.2f} on code; in accepted length")
 
 
+def _all_n(rates: dict[tuple[str, int, int], float]) -> pd.DataFrame:
+    """All-n <= m replay rows (:func:`cx.top_t_grids`' second frame) over 8 prompts: accepted = rate x calls,
+    a prompt's rate moved by a shared +-10% so the points stay paired."""
+    rows = []
+    for (task, m, t), rate in rates.items():
+        for prompt in range(8):
+            rows.append({"point": f"{task} {m} t{t}", "task": task, "method": "CREST", "m": m, "t": t,
+                         "entries": m * t, "prompt": prompt, "calls": 100,
+                         "accepted": round(100 * rate * (0.9 + 0.2 * prompt / 7)), "hits": 80, "nodes": 900})
+    return pd.DataFrame(rows)
+
+
+def test_all_n_stores_judge_the_best_m_and_the_peak_on_code():
+    """CREST Fig. 9: on code m = 3 peaks at t = 1,000 and falls by the largest t (both agree); on chat the best
+    store is m = 2 (the best m is 2: disagrees, a ratio of exactly 1) and no peak is judged."""
+    code = {("code", 1, 250): 0.4, ("code", 1, 1000): 0.5, ("code", 1, 4000): 0.5,
+            ("code", 2, 250): 0.5, ("code", 2, 1000): 0.7, ("code", 2, 4000): 0.6,
+            ("code", 3, 250): 0.55, ("code", 3, 1000): 0.9, ("code", 3, 4000): 0.7}
+    chat = {("chat", m, t): 0.3 + 0.1 * t / 4000 - 0.05 * (m == 3) for m in (1, 2, 3) for t in (250, 1000, 4000)}
+    chat[("chat", 2, 4000)] = 0.5
+    report = Results("99", "smoke")
+    rows = cx.judge_all_n(report, _all_n({**code, **chat})).set_index("task")
+    assert (rows.m.code, rows.t.code, rows.entries.code, rows.short_m.code) == (3, 1000, 3000, 2)
+    assert rows.mixing.code == pytest.approx(0.9 / 0.7, rel=0.01) and rows.decline.code == pytest.approx(0.9 / 0.7,
+                                                                                                        rel=0.01)
+    assert rows.mixing_low.code <= rows.mixing.code <= rows.mixing_high.code
+    judged = report.ours["judged"]
+    assert judged == {"best_m_code": "agrees", "peak_code": "agrees", "best_m_chat": "disagrees"}
+    assert (rows.m.chat, rows.mixing.chat) == (2, 1.0)
+    assert report.comparisons["peak_code"].evidence["n-grams at the peak"] == 3000
+    assert report.takeaways["04_all_n_le_m_top_t"].startswith("the best all-n store: m = {verdicts[best_m_code]")
+
+
 def test_a_timed_cell_reports_its_spread_over_passes():
     frame = time_cells(tiny("llama"), Grid((1, 2), (0, 3), (8,), repeats=3), progress=False)
     assert (frame.passes == 3).all()
