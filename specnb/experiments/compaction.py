@@ -465,8 +465,10 @@ def single_n_summary(single: pd.DataFrame, task: str, best_n: int = CLAIMS.best_
 
 
 def judge_single_n(report, single: pd.DataFrame) -> pd.DataFrame:
-    """Whether n = 2 is the best single n (CREST Fig. 8), per task; returns the :func:`single_n_summary` rows."""
+    """Whether n = 2 is the best single n (CREST Fig. 8), per task; returns the :func:`single_n_summary` rows,
+    also added to the results file as ``ours[single][task]``."""
     rows = pd.DataFrame([single_n_summary(single, task) for task in single.task.unique()])
+    report.add(single={r.task: r.to_dict() for _, r in rows.iterrows()})
     for _, r in rows.iterrows():
         _compare(
             report, f"best_single_n_{r.task}",
