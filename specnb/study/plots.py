@@ -87,7 +87,7 @@ COLORS: dict[str, str] = {
     "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffa95e", "crest": "#2ca02c", "crest-priced": "#74c476",
     "dense": "#d62728", "dense-id": "#8b1a1a", "dense-priced": "#ef6f6c",
     # draft models
-    "sd": "#5b3a8e", "mcsd": "#9467bd",
+    "sd": "#7b4173", "mcsd": "#9467bd",
     # beyond the seed papers
     "suffix": "#e377c2", "recycle": "#8c564b", "auto": "#111111",
     # a router's picks
@@ -203,7 +203,7 @@ def display_names(keys: Iterable[str]) -> list[str]:
 MCSD_SCHEMES: dict[str, str] = {"MCSS w/o replacement": "#3f007d", "MCSS w/ replacement": "#6a51a3",
                                 "MCNS (naive sampling)": "#9e9ac8"}
 """MCSD's sampling schemes (:data:`specnb.experiments.mcsd.SCHEMES`' display names) -> one colour each, the same
-in every figure: dark to mid purple, MCSD's hue, none as light as SD's lavender (a scheme is not SD)."""
+in every figure: dark to mid purple, MCSD's hue; SD is plum, apart from all three (a scheme is not SD)."""
 
 
 def scheme_color(scheme: str) -> str:
