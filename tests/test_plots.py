@@ -536,6 +536,12 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
     assert fig._suptitle.get_text() == ("a title\nNot drawn: n = 3 within 2% of n = 2 at every point on code; n = 3 "
                                         "flat at 1.00 tokens per call on chat.")
     assert [len(ax.containers) for ax in axes.flat] == [2, 2]  # n = 3 drawn in neither panel
+    # a series drawn only in a later panel keeps its place in the legend
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 3): [0.5, 0.7, 0.9], ("chat", 2): [0.2, 0.3, 0.5]})
+    fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",
+                                    titles={"code": "code", "chat": "chat"})
+    plots.legend_outside(fig)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["n = 1", "n = 2", "n = 3"]
     # nothing left out: no sentence, every series drawn
     frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9]})
     fig, axes = plots.series_panels(frame, panels="task", series="n", x="entries", y="y", name="n = {}",

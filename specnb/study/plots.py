@@ -259,6 +259,7 @@ def line_with_interval(ax: plt.Axes, x, y, low, high, *, band: bool, label: str,
 
 _BAR_PANELS: weakref.WeakSet[plt.Axes] = weakref.WeakSet()  # the axes hbars or dots has drawn on
 _ROW_ORDERS: weakref.WeakKeyDictionary[plt.Figure, list[str]] = weakref.WeakKeyDictionary()  # bottom to top
+_SERIES_ORDERS: weakref.WeakKeyDictionary[plt.Figure, list[str]] = weakref.WeakKeyDictionary()  # series_panels'
 
 
 def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequence[float] | None,
@@ -713,6 +714,7 @@ def series_panels(frame: pd.DataFrame, *, panels: str, series: str, x: str, y: s
     hues = series_colors(len(values))
     fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows) + 1.6, 3.0), sharey=True, sharex=True,
                              squeeze=False)
+    _SERIES_ORDERS[fig] = [name.format(value) for value in values]
     for ax, row in zip(axes[0], rows, strict=True):
         for i, value in enumerate(values):
             d = frame[(frame[panels] == row) & (frame[series] == value)].sort_values(x)
@@ -1026,13 +1028,16 @@ def _unnamed_shades(fig: plt.Figure, entries: list[tuple[str, str]]) -> list[str
 def legend_outside(ax: plt.Axes | plt.Figure, where: str = "right", **kwargs) -> None:
     """A legend beside the data: to the right of the axes (or of the figure's panels), or below them. Methods are
     listed in the study's one order (:func:`method_rank`), whatever order the panels drew them in; other entries
-    keep theirs, after the methods."""
+    keep theirs, after the methods (a :func:`series_panels` figure's series in their order, whichever panel drew
+    each first)."""
     handles, labels = (ax.get_legend_handles_labels() if isinstance(ax, plt.Axes) else
                        _figure_handles(ax))
     if not handles:
         return
     ranks = [method_rank(text) for text in labels]
-    order = sorted(range(len(labels)), key=lambda i: (ranks[i] is None, ranks[i] or 0, i))
+    series = _SERIES_ORDERS.get(ax if isinstance(ax, plt.Figure) else ax.figure, [])
+    places = [series.index(text) if text in series else len(series) for text in labels]
+    order = sorted(range(len(labels)), key=lambda i: (ranks[i] is None, ranks[i] or 0, places[i], i))
     handles, labels = [handles[i] for i in order], [labels[i] for i in order]
     if where == "right":
         place = {"loc": "center left", "bbox_to_anchor": (1.01, 0.5)}
