@@ -207,6 +207,30 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert first["not_run"] == ["01_runs", "02_fails"] and first["failed"] == []
 
 
+def test_a_run_is_dirty_where_code_changed_not_where_publishing_wrote_outputs(tmp_path, monkeypatch):
+    """A notebook whose cells' sources equal the commit's is clean though its outputs differ (a publish wrote
+    them); a changed source, a changed module or a deleted file is dirty."""
+    from specnb.study import reference_run
+
+    def notebook(source: str, output: str) -> str:
+        return json.dumps({"cells": [{"cell_type": "code", "source": [source], "outputs": [{"text": output}]}]})
+
+    committed = {"notebooks/01.ipynb": notebook("x = 1", "old"), "specnb/m.py": "a = 1\n"}
+    changed: list[str] = []
+    fake = {"diff": lambda *a: "\n".join(changed), "show": lambda ref: committed[ref.split(":", 1)[1]]}
+    monkeypatch.setattr(reference_run, "git", lambda command, *args: fake[command](*args))
+    monkeypatch.setattr(reference_run, "ROOT", tmp_path)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks/01.ipynb").write_text(notebook("x = 1", "new outputs"))
+    assert not reference_run._dirty()
+    changed.append("notebooks/01.ipynb")
+    assert not reference_run._dirty()  # outputs only
+    (tmp_path / "notebooks/01.ipynb").write_text(notebook("x = 2", "new outputs"))
+    assert reference_run._dirty()
+    changed[:] = ["specnb/m.py"]  # not a notebook: any change counts, here a deleted file
+    assert reference_run._dirty()
+
+
 def test_the_quickstart_runs_on_another_target_and_a_prompt_file(tmp_path, monkeypatch):
     """Notebook 00 under papermill with parameters: a tiny Llama where the smoke profile says Gemma-3, the
     prompts from a JSONL file, two timed prompts; its results name them. A bad value stops the first cell with one
