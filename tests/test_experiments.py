@@ -485,3 +485,22 @@ def test_fig6_replays_mtbench_against_the_chat_store_and_rest_on_its_documents(t
     assert rows.groupby("method").new_tokens.sum().tolist() == [sum(len(out) for _, out in references)] * 2
     rest = dresd.rest_twin(store)
     assert rest.meta["num_tokens"] == len(store.corpus_tokens())
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivfpq"])
+def test_the_storage_cause_names_the_stores_own_index_and_its_bytes(tmp_path, monkeypatch, kind):
+    """01's bytes-per-position cause names the index the store holds (the paper profile's is IVF-PQ, the quick
+    one's hnswlib) and cites bytes a position the results file holds."""
+    import json
+
+    from specnb.experiments import hidden_states as hs
+    from specnb.study.results import Results, uncited
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("01", "smoke")
+    storage = {"dense_bytes": 1.2e9, "rest_bytes": 8e7, "rows": 10_000_000, "bytes_per_row": 120.0, "ratio": 15.0,
+               "index": kind, "index_bytes_per_row": 40.1, "values_bytes_per_row": 84.0}
+    hs.judge_storage(report, storage)
+    cause = report.comparisons["bytes_per_token"].cause
+    assert hs.INDEX_NAMES[kind] in cause and "40.1 bytes a position" in cause and "84.0" in cause
+    assert uncited(json.loads(report.write().read_text())) == []
