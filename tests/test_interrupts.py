@@ -250,6 +250,8 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     same, calls = forwards(lambda: resumed("same", dense_config(4)))
     assert calls == total - 8  # the same run resumes after its 8 batches, and gives a fresh build's rows
     assert_same_extraction(same, reference)
+    assert reference.meta["timings"]["extract_seconds"] > 0  # timed whole
+    assert same.meta["timings"]["extract_seconds"] is None  # no process saw the whole: no time, not a part's
 
     other, calls = forwards(lambda: resumed("other", dense_config(6)))
     assert calls == total  # started over

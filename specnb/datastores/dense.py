@@ -190,19 +190,22 @@ def is_dense_store(path: Path) -> bool:
 
 def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: BuildConfig, progress: bool,
                 cluster: Cluster | None = None) -> None:
-    """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there)."""
+    """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there). A
+    resumed extraction's ``extract_seconds`` is None: this process saw only its last part."""
+    resumed = any(tmp.rglob("progress.json"))
     t0 = time.perf_counter()
     sizes = {"n_next": config.n_next, "seq_len": config.seq_len, "overlap": config.overlap,
              "batch_tokens": config.batch_tokens, "progress": progress}
     extracted = extract(target, corpus, tmp, **sizes) if cluster is None else \
         extract_on_ray(target, corpus, tmp, cluster, **sizes)
     info, _ = TokenizerInfo.of(target)
-    _index_into(tmp, extracted, info.__dict__, corpus.meta, config, {"extract_seconds": time.perf_counter() - t0},
-                progress, cluster)
+    seconds = None if resumed else time.perf_counter() - t0
+    _index_into(tmp, extracted, info.__dict__, corpus.meta, config, {"extract_seconds": seconds}, progress, cluster)
 
 
 def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any], corpus_meta: dict[str, Any],
-                config: BuildConfig, times: dict[str, float], progress: bool, cluster: Cluster | None = None) -> None:
+                config: BuildConfig, times: dict[str, float | None], progress: bool,
+                cluster: Cluster | None = None) -> None:
     """Fit the key transform on the hidden states in ``tmp``, write the keys and the index (an IVF-PQ index
     filled on ``cluster`` when given), then meta.json."""
     t0 = time.perf_counter()
@@ -238,7 +241,8 @@ def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any],
             "projection": {**projection.meta, "dims": projection.dims, "l2": projection.l2,
                            "explained_variance_at_dims": float(projection.explained_variance_ratio[
                                :projection.dims].sum())},
-            "index": {"kind": kind, **asdict(params)}, "timings": {k: round(v, 2) for k, v in times.items()},
+            "index": {"kind": kind, **asdict(params)},
+            "timings": {k: None if v is None else round(v, 2) for k, v in times.items()},
             "built": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_meta(tmp, meta)  # last: marks completion
 

@@ -64,6 +64,18 @@ def storage_versus_rest(store: DenseDatastore) -> dict[str, float | str]:
             "values_bytes_per_row": (store.path / "values.i32.npy").stat().st_size / store.rows}
 
 
+def extraction(store: DenseDatastore) -> dict[str, float | str | None]:
+    """The store's extraction as notebook 01 reports it: extract_seconds and positions_per_s from its meta.json,
+    both None where the build resumed an interrupted one (no process saw the whole), and ``extraction``, the
+    sentence its text prints."""
+    seconds = store.meta["timings"].get("extract_seconds")
+    if seconds is None:
+        return {"extract_seconds": None, "positions_per_s": None,
+                "extraction": "was resumed after an interruption, so its time is not known"}
+    return {"extract_seconds": seconds, "positions_per_s": store.rows / seconds,
+            "extraction": f"ran at {store.rows / seconds:,.0f} positions/s ({seconds:,.0f} s)"}
+
+
 def neighbours_table(target: LoadedModel, store: DenseDatastore, hidden: np.ndarray, root: int, k: int = 8,
                      context_tokens: int = 16, value_tokens: int = 10) -> pd.DataFrame:
     """The k nearest stored states of ``hidden``: similarity, the corpus text before each, the token it
