@@ -93,7 +93,7 @@ def neighbours_table(target: LoadedModel, store: DenseDatastore, hidden: np.ndar
     return pd.DataFrame(rows)
 
 
-def judge_storage(report, storage: dict[str, float]) -> None:
+def judge_storage(report, storage: dict[str, float | str]) -> None:
     """Notebook 01's comparisons on :func:`storage_versus_rest`'s ``storage`` (one build each, so judged as
     points): bytes per stored position against DReSD §5.6's 6.49 GB / 19 M tokens, and the dense store over
     REST's against its 30-40×, both with the published band (:meth:`Expect.published`)."""

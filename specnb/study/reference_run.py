@@ -78,17 +78,13 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _cells(notebook: str) -> list[tuple[str, str]]:
-    """A notebook's cells as (type, source): what a run executes, its outputs left out."""
-    return [(cell["cell_type"], "".join(cell["source"])) for cell in json.loads(notebook)["cells"]]
-
-
 def _dirty() -> bool:
     """Whether the run's code is not the commit's: a tracked file outside ``figures/`` differs from it, a notebook
-    only where its cells' sources do (publishing writes a run's outputs into the notebooks)."""
+    only where its code does (:func:`code_hash`; publishing writes a run's outputs into the notebooks)."""
     for name in git("diff", "--name-only", "HEAD", "--", ".", ":!figures").splitlines():
         try:
-            if not name.endswith(".ipynb") or _cells((ROOT / name).read_text()) != _cells(git("show", f"HEAD:{name}")):
+            if not name.endswith(".ipynb") or code_hash(json.loads((ROOT / name).read_text())) != \
+                    code_hash(json.loads(git("show", f"HEAD:{name}"))):
                 return True
         except (OSError, ValueError, KeyError):  # gone, or not a notebook's JSON: changed
             return True
