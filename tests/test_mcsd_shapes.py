@@ -346,3 +346,28 @@ def test_sd_best_gamma_verdict_judges_mcsd_against_the_fastest_chain():
     records = {key: {**c.record(), "cause": c.cause} for key, c in report.comparisons.items()}
     assert uncited({"ours": report.ours, "verdicts": records}) == []
     assert "mcsd_vs_sd_best_gamma" in report.takeaways["07_sd_gamma"]
+
+
+def test_setup_names_each_stores_own_documents_and_size(tmp_path):
+    """08's DReSD setup row states the OOD dense store DReSD replays and, apart, the documents REST and CREST
+    index: under ``paper`` the target's answers (in distribution), whose size is not DReSD's store's."""
+    import json
+    from types import SimpleNamespace
+
+    from specnb.experiments.endtoend import store_corpus_tokens
+    from specnb.study.profiles import get_profile
+    from specnb.study.results import Results
+
+    stores = {"rest": tmp_path / "rest", "dense": tmp_path / "dense", "dense-id": tmp_path / "dense-id"}
+    for (label, path), tokens in zip(stores.items(), (9_632_530, 9_379_302, 9_611_531), strict=True):
+        path.mkdir()
+        meta = {"num_tokens": tokens} if label == "rest" else {"corpus": {"num_tokens": tokens}}
+        (path / "meta.json").write_text(json.dumps(meta))
+    for profile, docs in (("paper", "the target's answers (in distribution)"), ("quick", "code (out of distribution)")):
+        study = SimpleNamespace(profile=get_profile(profile), headlines=lambda: {
+            "target": "t", "draft": "d", "dtype": "bf16", "draft_call_ratio": 0.5,
+            "store_tokens": store_corpus_tokens(stores)})
+        report = Results("08", "smoke")
+        shapes.ShapeStudy.record_setup(study, report)
+        assert report.setups["DReSD"]["here"]["datastore"] == (
+            f"DReSD: 9,379,302 tokens of code (out of distribution); REST and CREST: 9,632,530 tokens of {docs}")

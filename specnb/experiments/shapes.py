@@ -51,6 +51,7 @@ from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel
 from ..study.profiles import ParameterError, Profile
 from ..study.verdicts import PREDICTION, TIE, Expect
+from .endtoend import store_corpus_tokens
 from .gpu_price import PAPER_SHAPES, add_gpu_column
 from .grids import replay_rows
 from .setups import weights_label
@@ -408,11 +409,6 @@ def cut(references: list[Reference], hidden: list[Tensor], prompts: int, tokens:
     return refs, [h[:len(ids) + tokens] for (ids, _), h in zip(refs, hidden[:prompts], strict=True)]
 
 
-def study_corpus_size(stores: dict[str, Path]) -> int:
-    """Tokens of the study corpus the REST, CREST and DReSD stores are built on (REST's text)."""
-    return len(RestIndex.load(stores["rest"]))
-
-
 def grid_headlines(grids: pd.DataFrame) -> dict[str, Any]:
     """The results-file numbers of a :func:`grid_summary` table: ``best`` and ``most`` ({"family, set": shape,
     est_speedup / tokens_per_call} of :func:`best_shapes`) and ``larger_for_acceptance`` (the share of (family,
@@ -686,14 +682,15 @@ class ShapeStudy:
                    *call_costs([draft, target]))
 
     def headlines(self) -> dict[str, Any]:
-        """The setup's numbers for the results file: target, dtype, draft, sizes, the study corpus' tokens, the
+        """The setup's numbers for the results file: target, dtype, draft, sizes, the stores' corpus tokens
+        (:func:`~specnb.experiments.endtoend.store_corpus_tokens`: REST's, which CREST shares, and DReSD's), the
         draft's top-1 agreement with the references' tokens and its call cost over the target's."""
         ranks = np.concatenate([r[1:] for rs in self.ranks.values() for r in rs])
         return {"target": self.target.name, "draft": self.draft.name,
                 "dtype": weights_label(self.target),
                 "prompts": self.profile.n_prompts, "max_new_tokens": self.profile.max_new_tokens,
                 "timed_prompts": self.profile.timed_prompts, "timed_tokens": self.profile.timed_tokens,
-                "store_tokens": study_corpus_size(self.stores), "draft_top1": float(np.mean(ranks == 0)),
+                "store_tokens": store_corpus_tokens(self.stores), "draft_top1": float(np.mean(ranks == 0)),
                 "draft_call_ratio": self.draft_call / self.target_call}
 
     def grid(self, shapes: list[tuple[int, int]] | None = None) -> pd.DataFrame:
@@ -742,11 +739,16 @@ class ShapeStudy:
 
     def record_setup(self, report) -> None:
         """The setup tables of DReSD (Fig. 7) and MCSD (Fig. 4) against this run, on ``report``."""
+        from .stores import DOCUMENTS
+
         o, p = self.headlines(), self.profile
         sizes = f"{p.n_prompts} × {p.max_new_tokens} per set, greedy replay; timed {p.timed_prompts} × {p.timed_tokens}"
+        tokens = o["store_tokens"]
+        stores = (f"DReSD: {tokens['dense']:,} tokens of {DOCUMENTS['code-OOD']}; REST and CREST: "
+                  f"{tokens['rest']:,} tokens of {DOCUMENTS[p.study_stores.rest_store]}")
         report.setup("DReSD", here={
             "model": f"{o['target']}", "hardware": "this machine's CPU", "dtype": o["dtype"],
-            "datastore": f"{o['store_tokens']:,} tokens of code (out of distribution)", "prompts × tokens": sizes,
+            "datastore": stores, "prompts × tokens": sizes,
             "task": "HumanEval, MT-Bench"}, theirs={
             "model": "CodeLlama 7B / 13B, Llama-2-Chat 7B / 13B", "hardware": "one NVIDIA V100 GPU",
             "datastore": "EvolInstructCode, about 19 M tokens (Fig. 7: an ID store of greedy outputs)",
