@@ -65,7 +65,7 @@ def test_end_to_end_comparisons_are_computed_against_table3(tmp_path, monkeypatc
                               "rest-priced": 1.2})
     summary = e2e.table(rows)
     e2e.compare_with_papers(report, rows, summary, LinearCost(0.05), {"rest": 27_000, "dense-id": 40_000},
-                            tiny("gemma3"))
+                            tiny("gemma3"), rest_store="code-OOD")
     verdicts = {k: c.verdict for k, c in report.comparisons.items()}
     assert verdicts["table3_pld"] == "agrees"  # 2x, inside PLD's 1.11-2.21
     assert verdicts["table3_rest"] == "disagrees" and verdicts["table3_dense-id"] == "disagrees"
@@ -82,7 +82,10 @@ def test_end_to_end_comparisons_are_computed_against_table3(tmp_path, monkeypatc
     assert report.comparisons["table3_rest"].evidence["store tokens"] == 27_000
     assert uncited(json.loads(report.write().read_text())) == []  # every number a cause cites is in the file
     assert e2e.tally(report, "table3_") == {"total": 3, "agrees": 1, "disagrees": 2, "inconclusive": 0}
-    assert "DReSD Table 3" in report.setups
+    here = report.setups["DReSD Table 3"]["here"]
+    assert here["datastore"] == ("REST: 27,000 tokens of code (out of distribution); "
+                                 "DReSD: 40,000 tokens of the target's answers (in distribution)")
+    assert here["dtype"] == "float32 (specnb's decoder)"
 
 
 def test_the_quickstart_judges_prompt_lookup_once_with_the_band_of_notebook_09(tmp_path, monkeypatch):
@@ -94,7 +97,8 @@ def test_the_quickstart_judges_prompt_lookup_once_with_the_band_of_notebook_09(t
     quick, full = Results("00", "smoke"), Results("09", "smoke")
     here = {"model": "tiny", "dtype": "float32"}
     quickstart.judge_quickstart(quick, rows, e2e.table(rows).set_index("method"), here)
-    e2e.compare_with_papers(full, rows, e2e.table(rows), LinearCost(0.05), {}, tiny("gemma3"))
+    e2e.compare_with_papers(full, rows, e2e.table(rows), LinearCost(0.05), {}, tiny("gemma3"),
+                            rest_store="code-OOD")
     assert set(quick.comparisons) == {"lossless", "pld_paper", "ar_hf", "pld_hf", "hf_pld"}
     assert quick.comparisons["pld_paper"].expect == full.comparisons["table3_pld"].expect
     assert [k for k, c in quick.comparisons.items() if not c.internal] == ["pld_paper"]
@@ -106,7 +110,8 @@ def test_a_tie_with_rest_is_not_a_win():
     report = Results("99", "smoke")
     rows = timed_rows({"ar": [1.0] * 4, "rest": [0.8, 0.9, 0.7, 0.8], "dense-id": [0.8, 0.9, 0.7, 0.8]},
                       {"ar": 1, "rest": 1.5, "dense-id": 1.5})
-    e2e.compare_with_papers(report, rows, e2e.table(rows), LinearCost(0.05), {}, tiny("gemma3"))
+    e2e.compare_with_papers(report, rows, e2e.table(rows), LinearCost(0.05), {}, tiny("gemma3"),
+                            rest_store="code-OOD")
     assert report.comparisons["dense_id_vs_rest"].verdict == "disagrees"
     assert report.comparisons["dense_id_vs_rest"].finding == "tie"
 

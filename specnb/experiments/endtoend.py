@@ -22,6 +22,7 @@ from ..eval.runner import speedup_intervals, summarize
 from ..model.models import LoadedModel
 from ..study.verdicts import TIE, Expect
 from .gpu_price import PAPER_SHAPES, add_gpu_column
+from .setups import DOCUMENTS, weights_label
 
 METHODS = ("ar", "pld", "ngram-bigram", "mixed", "mixed-adaptive", "rest", "crest", "dense", "dense-id",
            "rest-priced", "crest-priced", "dense-priced", "sd", "mcsd", "hf", "hf-pld", "hf-assisted")
@@ -188,7 +189,7 @@ def call_cost(cost: Any, nodes: float, context: int = 256) -> float:
 
 
 def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, cost: Any,
-                        tokens: dict[str, int], target: LoadedModel) -> None:
+                        tokens: dict[str, int], target: LoadedModel, *, rest_store: str) -> None:
     """Every greedy comparison notebook 09 concludes from, as :meth:`Results.compare` calls with
     :meth:`Results.setup`'s table for DReSD: each Table 3 method's speedup against the paper's range (with the
     likely cause of a gap: tokens per call, what a call of that many draft tokens costs on this CPU, store size,
@@ -197,13 +198,13 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
 
     rows / summary: :func:`specnb.eval.bench.run_bench` rows at temperature 0 and their :func:`table`; cost:
     notebook 05's cost model; tokens: :func:`store_corpus_tokens`; target: the model the rows ran (its name, dtype
-    and machine go to the setup table)."""
+    and machine go to the setup table); rest_store: the dense store whose documents REST indexes
+    (``study_stores.rest_store``)."""
     s = summary.set_index("method")
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
     report.setup("DReSD Table 3", here={
-        "model": target.name, "hardware": hardware(target), "dtype": f"{dtype} (specnb's decoder)",
-        "datastore": f"CPython stdlib: {tokens.get('rest', 0):,} tokens (OOD); the target's answers: "
-                     f"{tokens.get('dense-id', 0):,} tokens (ID)",
+        "model": target.name, "hardware": hardware(target), "dtype": f"{weights_label(target)} (specnb's decoder)",
+        "datastore": f"REST: {tokens.get('rest', 0):,} tokens of {DOCUMENTS[rest_store]}; DReSD: "
+                     f"{tokens.get('dense-id', 0):,} tokens of {DOCUMENTS['code-ID']}",
         "prompts × tokens": f"{int(s.prompts.iloc[0])} × {int(rows.new_tokens.max())}", "task": "HumanEval (code)",
         "DReSD shape": "3 × 20 (ID store)", "SD's draft": "— (notebook 07)"},
         theirs=DRESD_SETUP)

@@ -8,6 +8,9 @@ from ..core.roofline import device_name
 from ..model.kernels.cpu import cpu_class
 from ..model.models import LoadedModel
 
+# what the documents of each dense code store are (``specnb.experiments.dresd.datastores``' kinds)
+DOCUMENTS = {"code-OOD": "code (out of distribution)", "code-ID": "the target's answers (in distribution)"}
+
 
 def hidden_size(target: LoadedModel) -> int:
     """The width of the target's hidden state (the dense keys' raw dimension)."""

@@ -54,7 +54,7 @@ from ..study.verdicts import PREDICTION, TIE, Expect
 from .endtoend import store_corpus_tokens
 from .gpu_price import PAPER_SHAPES, add_gpu_column
 from .grids import replay_rows
-from .setups import weights_label
+from .setups import DOCUMENTS, weights_label
 
 GRID_K = (1, 2, 4, 8, 16)
 GRID_W = (1, 2, 4, 8, 16)
@@ -739,8 +739,6 @@ class ShapeStudy:
 
     def record_setup(self, report) -> None:
         """The setup tables of DReSD (Fig. 7) and MCSD (Fig. 4) against this run, on ``report``."""
-        from .stores import DOCUMENTS
-
         o, p = self.headlines(), self.profile
         sizes = f"{p.n_prompts} × {p.max_new_tokens} per set, greedy replay; timed {p.timed_prompts} × {p.timed_tokens}"
         tokens = o["store_tokens"]

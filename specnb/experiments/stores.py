@@ -17,9 +17,6 @@ from ..study.profiles import Profile
 from .dresd import datastores, rest_twin
 from .study_folder import study_folder
 
-# what the documents of each dense code store are, as the setup tables name them
-DOCUMENTS = {"code-OOD": "code (out of distribution)", "code-ID": "the target's answers (in distribution)"}
-
 
 def study_stores(target: LoadedModel, profile: Profile, progress: bool = False) -> dict[str, Path]:
     """{"rest", "crest", "dense", "dense-id"}: paths of the stores for ``target`` at ``profile``'s size: REST and
