@@ -254,12 +254,15 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     rows = pd.DataFrame([{"method": m, "prompt_id": i, "acceptance_rate": r}
                          for m, rates in (("64D", [0.5, 0.6, 0.4]), ("128D", [0.5, 0.55, 0.45]))
                          for i, r in enumerate(rates)])
-    pv.compare_table2(report, np.linspace(0.1, 1.0, 640), 10, table, ranks, rows, 27_063)
+    pv.compare_table2(report, np.linspace(0.1, 1.0, 640), 10, table, ranks, rows, 27_063,
+                      "IVF-PQ (4096 lists, 32 B codes, nprobe 32)")
+    assert report.comparisons["mrr_32D"].claim == "MRR at 32 dimensions (IVF-PQ)"  # the index searched, named
     assert "mrr_64D" not in report.comparisons and {"mrr_32D", "mrr_128D", "drop_no_l2"} <= set(report.comparisons)
     assert report.comparisons["variance_64"].measured().endswith("% (no interval)")  # shares to 0.1%
     report.add(mrr=table.MRR.to_dict(), finding=findings(report))
     text = report.render(pv.table2_markdown(report)).data
     assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
+    assert "MRR through IVF-PQ (4096 lists, 32 B codes, nprobe 32) at 64 dimensions" in text
     assert uncited(json.loads(report.path.read_text())) == []
 
 

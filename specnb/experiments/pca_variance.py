@@ -65,15 +65,15 @@ def projection_variants(sample: np.ndarray, full: Projection, dims: tuple[int, .
 def projection_ablation(ood: DenseDatastore, ind: DenseDatastore, variants: dict[str, Projection],
                         references: list[Reference], hidden: list, n_queries: int = 2000, seed: int = 0
                         ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """DReSD Table 2 and its normalisation ablation. MRR searches every key transform through an hnswlib index
-    built with the store's own parameters (the search drafting uses; exact search would give MRR 1 by
+    """DReSD Table 2 and its normalisation ablation. MRR searches every key transform through an index of the
+    store's own kind and parameters (hnswlib or IVF-PQ: the search drafting uses; exact search would give MRR 1 by
     construction); the replay searches the ID store exactly, so MAR judges the transform alone (notebook 03
-    measures how close hnswlib comes to exact search: recall@10 on real queries).
+    measures how close the index comes to exact search: recall@10 on real queries).
 
     Returns (table, ranks, rows):
 
     * table, one row per variant (index ``variant``): MRR of ``n_queries`` of ``ood``'s own keys under the
-      variant (hnswlib) with ``MRR_low`` / ``MRR_high`` (90% interval over the queries), the variance its
+      variant (the store's index) with ``MRR_low`` / ``MRR_high`` (90% interval over the queries), the variance its
       dimensions explain, and the replayed acceptance_rate (MAR), accepted_length and tokens_per_call of a
       10 x 10 DReSD drafter over the ID store ``ind`` keyed by the variant (exact search), with their 90%
       intervals over prompts;
@@ -98,7 +98,7 @@ def projection_ablation(ood: DenseDatastore, ind: DenseDatastore, variants: dict
 
 
 def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.DataFrame, ranks: pd.DataFrame,
-                   rows: pd.DataFrame, keys: int) -> None:
+                   rows: pd.DataFrame, keys: int, index: str) -> None:
     """DReSD Fig. 5, Table 2 and §5.2 as :meth:`specnb.study.results.Results.compare` calls on
     :func:`projection_ablation`'s (table, ranks, rows), with :mod:`specnb.study.verdicts`' tolerances:
 
@@ -106,14 +106,18 @@ def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.Da
       our dimensions) of the cumulative explained variance ``cumulative`` [components], against the paper's
       30-40% (``CLAIMS.variance_64``) ± :data:`~specnb.study.verdicts.SHARE` (read off Fig. 5); one PCA fit,
       judged as a point;
-    * ``mrr_<dims>``: MRR through hnswlib at each of ``CLAIMS.mrr``'s dimensions we have but
+    * ``mrr_<dims>``: MRR through the store's index at each of ``CLAIMS.mrr``'s dimensions we have but
       :data:`JUDGED_IN_03`, against the paper's ± :data:`~specnb.study.verdicts.MRR`; ``keys``: the store's size,
-      for the cause (the 64-d MRR and its interval go to ``ours["mrr_64D_interval"]``);
+      for the cause (the 64-d MRR and its interval go to ``ours["mrr_64D_interval"]``); ``index``: the index
+      searched (``AnnIndex.label()``), named in the claims and, as ``ours["mrr_index"]``, in
+      :func:`table2_markdown`;
     * ``drop_no_z`` / ``drop_no_l2``: the MRR lost without each normalisation, paired over the queries, must
       exceed :data:`~specnb.study.verdicts.TIE` (the direction of the paper's drop);
     * ``mar_128_64`` (with 128 dimensions): MAR at 128 over MAR at 64, paired over prompts, against the paper's
       ratio (``CLAIMS.mar``) with the published band."""
     d = len(cumulative)
+    name = index.split(" (")[0]  # "hnswlib", "IVF-PQ": the claims' short name
+    report.add(mrr_index=index)
     for key, k in (("variance_64", 64), ("variance_share", same_share)):
         report.compare(key, f"variance held by {k} z-scored components (one fit)", cumulative[min(k, d) - 1],
                        np.nan, np.nan, Expect.within(*CLAIMS.variance_64, SHARE),
@@ -125,11 +129,11 @@ def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.Da
     for dims, paper in CLAIMS.mrr.items():
         if dims in table.index and dims != JUDGED_IN_03:
             row = table.loc[dims]
-            report.compare(f"mrr_{dims}", f"MRR at {dims[:-1]} dimensions (hnswlib)", row.MRR, row.MRR_low,
+            report.compare(f"mrr_{dims}", f"MRR at {dims[:-1]} dimensions ({name})", row.MRR, row.MRR_low,
                            row.MRR_high, Expect.near(paper, MRR), "DReSD Table 2", internal=False,
                            direction_only=False, evidence={"store keys": keys},
                            cause=f"a store of {keys:,} keys, not tens of millions: few keys sit near each query's own"
-                           if row.MRR > paper else "hnswlib's search misses more own keys here")
+                           if row.MRR > paper else f"{name}'s search misses more own keys here")
     for key, variant in (("drop_no_z", "64D, no z-score"), ("drop_no_l2", "64D, no L2")):
         report.compare(key, f"MRR lost {variant.replace('64D, no', 'without')} (paired over queries)",
                        *difference(ranks["64D"], ranks[variant]), Expect.above(0.0, TIE),
@@ -155,7 +159,7 @@ def compare_table2(report, cumulative: np.ndarray, same_share: int, table: pd.Da
 def table2_markdown(report) -> str:
     """The part of notebook 02's results template on MRR and MAR, naming only the comparisons
     :func:`compare_table2` recorded in ``report`` (its findings from ``ours[finding]``)."""
-    text = ("MRR through hnswlib at 64 dimensions is {ours[mrr][64D]:.3f} ({ours[mrr_64D_interval][0]:.3f}–"
+    text = ("MRR through {ours[mrr_index]} at 64 dimensions is {ours[mrr][64D]:.3f} ({ours[mrr_64D_interval][0]:.3f}–"
             "{ours[mrr_64D_interval][1]:.3f}): the store and keys notebook 03 judges against DReSD Table 1 "
             "(code-OOD), so it is judged there, once. Without the z-score it is {ours[mrr][64D, no z-score]:.3f}, "
             "without the L2 "
@@ -166,7 +170,7 @@ def table2_markdown(report) -> str:
                  if report.comparisons[key].verdict == "agrees"]
         tell = f"tell the transforms apart only by dropping {' or '.join(shown)}." if shown else \
             "cannot tell the transforms apart."
-        text += (" hnswlib returned almost every queried key first (the interval's lower end is at least 0.999), so "
+        text += (" The index returned almost every queried key first (the interval's lower end is at least 0.999), so "
                  "on a store this size self-queries " + tell)
     if "mar_128_64" in report.comparisons:
         text += (" MAR at 128 dimensions over MAR at 64 is {ours[finding][mar_128_64]} against the paper's ratio "
