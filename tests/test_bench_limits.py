@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny
 
-from specnb.core.prompts import Prompt
+from specnb.core.prompts import Prompt, encode_prompt
 from specnb.eval.bench import BenchConfig, run_bench
 from specnb.eval.runner import summarize
 from specnb.model import ceilings
@@ -85,6 +85,51 @@ def test_llamacpp_needs_an_embedded_gguf():
 
     with pytest.raises(ValueError, match="embedded model's GGUF"):
         llamacpp.embedded_gguf(tiny("llama"))
+
+
+class _CachingLlama:
+    """llama-cpp-python's ``Llama`` as the runner sees it: ``generate`` prefills only what follows the prefix the
+    prompt shares with the tokens already in its cache (``reset`` empties it), then yields ``[7, 8, ...]``."""
+
+    def __init__(self, **kwargs):
+        self.cached: list[int] = []
+        self.prefilled: list[int] = []
+
+    def token_eos(self) -> int:
+        return 0
+
+    def reset(self) -> None:
+        self.cached = []
+
+    def generate(self, tokens, **kwargs):
+        shared = next((i for i, (a, b) in enumerate(zip(self.cached, tokens, strict=False)) if a != b),
+                      min(len(self.cached), len(tokens)))
+        self.prefilled.append(len(tokens) - shared)
+        self.cached = list(tokens)
+        yield from range(7, 100)
+
+
+def test_llamacpp_prefills_every_prompt_whole(monkeypatch, tmp_path):
+    """Timed as ours: no prompt reuses the KV cache of the last prompt's shared prefix (the chat template's)."""
+    import sys
+    import types
+
+    from specnb.eval import llamacpp
+
+    made: list[_CachingLlama] = []
+    binding = types.SimpleNamespace(Llama=lambda **kw: made.append(_CachingLlama(**kw)) or made[-1])
+    speculative = types.SimpleNamespace(LlamaPromptLookupDecoding=lambda **kw: None)
+    monkeypatch.setitem(sys.modules, "llama_cpp", binding)
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", speculative)
+    monkeypatch.setattr(llamacpp, "check_available", lambda: None)
+    (tmp_path / "m.gguf").write_bytes(b"0" * 10)
+    monkeypatch.setattr(llamacpp, "embedded_gguf", lambda target: tmp_path / "m.gguf")
+    target = tiny("llama")
+    run = llamacpp.runner("llamacpp", target, max_context=64)
+    prompts = [Prompt("a", "def f(x):"), Prompt("b", "def f(y):"), Prompt("b", "def f(y):")]  # the warm-up's twice
+    for prompt in prompts:
+        assert run(prompt, 3)["tokens"] == [7, 8, 9]
+    assert made[0].prefilled == [len(encode_prompt(target, p)) for p in prompts]
 
 
 def test_uncounted_calls_give_no_per_call_numbers():

@@ -4,7 +4,9 @@
 This is what a CPU user would most likely run instead of PyTorch. Its weights are the GGUF's (Gemma-3-270M:
 Q4_K_M, ~4.5 bits per weight), so its tokens are not ours and its tok/s is not comparable one to one: compare
 the fraction of the read bandwidth each reaches (``weight_bytes`` is the GGUF file's size for these rows).
-The prompt goes in as our token ids (same vocabulary), greedy (top-k 1). Optional: ``pip install
+The prompt goes in as our token ids (same vocabulary), greedy (top-k 1), and is prefilled whole every time, as
+ours is: left alone, llama-cpp-python keeps the cached prefix a prompt shares with the last one (a chat template's
+opening, or the whole prompt after the bench's warm-up) and prefills only the rest. Optional: ``pip install
 llama-cpp-python`` builds llama.cpp from source (about ten minutes on two cores).
 """
 
@@ -55,6 +57,7 @@ def runner(method: str, target: LoadedModel, max_context: int, draft_tokens: int
         ids = encode_prompt(target, prompt).tolist()
         tokens: list[int] = []
         start = time.perf_counter()
+        llm.reset()  # n_tokens = 0: generate() finds no cached prefix to keep
         for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
             tokens.append(int(token))
             if token in eos or len(tokens) >= max_new_tokens:
