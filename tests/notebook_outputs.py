@@ -31,6 +31,50 @@ def output_problems(notebook: dict) -> list[str]:
     return problems
 
 
+MAX_PNG_BYTES = 150_000  # a committed figure stays small
+
+
+def run_problems(executed: Path, figures: Path, dump: Path) -> list[str]:
+    """What a smoke run of one notebook left wrong, one line each: :func:`output_problems` of ``executed`` (the
+    executed notebook, ``NN_name.ipynb``); no ``NN_*.png`` in ``figures`` and no line in a figure's place saying
+    why (:func:`specnb.study.plots.constant_instead`: a flat series); a figure over :data:`MAX_PNG_BYTES`; a figure
+    it pickled into ``dump`` (``SPECNB_FIGURE_DUMP``), reopened, with :func:`specnb.study.plots.layout_problems`;
+    no ``NN_results.json`` of profile smoke with headline numbers, a table it names missing, or conclusions not
+    rendered from it by a code cell. ``figures`` and ``dump`` may hold other notebooks' files: only this one's
+    ``NN_`` are read."""
+    import json
+    import pickle
+
+    import matplotlib.pyplot as plt
+
+    from specnb.study.plots import layout_problems
+
+    prefix = executed.name[:2]
+    notebook = json.loads(executed.read_text())
+    problems = output_problems(notebook)
+    pngs = sorted(figures.glob(f"{prefix}_*.png"))
+    rendered = ["".join(output["data"]["text/markdown"]) for cell in notebook["cells"] if cell["cell_type"] == "code"
+                for output in cell.get("outputs", []) if "text/markdown" in output.get("data", {})]
+    said_why = any(text.startswith("*No figure: ") for text in rendered)  # plots.constant_instead: a flat series
+    problems += [] if pngs or said_why else ["no figure saved, and no line saying why"]
+    problems += [f"{png.name}: {png.stat().st_size // 1000} kB" for png in pngs if png.stat().st_size >= MAX_PNG_BYTES]
+    for dumped in sorted(dump.glob(f"{prefix}_*.pickle")):
+        with open(dumped, "rb") as f:
+            fig = pickle.load(f)
+        problems += [f"{dumped.stem}: {problem}" for problem in layout_problems(fig)]
+        plt.close(fig)
+    path = figures / f"{prefix}_results.json"
+    if not path.exists():
+        return [*problems, f"no {path.name}: headline numbers go to NN_results.json"]
+    results = json.loads(path.read_text())
+    problems += [] if results["profile"] == "smoke" and results["ours"] else [f"{path.name}: no headline numbers"]
+    problems += [f"{path.name} names {table}, not written" for table in results["tables"]
+                 if not (figures / table).exists()]
+    problems += [] if any(path.name in text for text in rendered) else \
+        [f"the conclusions are not a code cell rendered from {path.name}"]
+    return problems
+
+
 def run_edited(path: Path, profile: str, cwd: Path, timeout: int = 900) -> dict:
     """Execute ``path`` top to bottom in a fresh kernel as a reader would after editing its ``parameters`` cell to
     ``profile`` (no papermill: its ``profile = ...`` line is rewritten in place); returns the executed notebook

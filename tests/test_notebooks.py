@@ -17,50 +17,32 @@ def test_there_are_notebooks():
     assert any(p.name == "00_quickstart.ipynb" for p in NOTEBOOKS)
 
 
-MAX_PNG_BYTES = 150_000  # a committed figure stays small
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
-    """papermill's path (make figures): the notebook runs, its outputs hold no traceback, no warning and no
-    progress bar of more than a couple of lines, and every figure it saved, reopened, has no overlapping text,
-    no legend over data and no panel of a single value (specnb.study.plots.layout_problems)."""
-    import pickle
-
-    import matplotlib.pyplot as plt
-    from notebook_outputs import output_problems
-
-    from specnb.study.plots import layout_problems
-
+def test_notebook_has_a_tagged_parameters_cell(path):
+    """papermill injects its parameters after the cell tagged ``parameters``, which sets ``profile``."""
     source = json.loads(path.read_text())
     tagged = [c for c in source["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert tagged and "profile" in "".join(tagged[0]["source"]), "needs a tagged parameters cell with profile"
+
+
+# make test runs notebook 00 here; tests/test_study_run.py runs every notebook with these same checks on another
+# model, prompts and corpus, so the others run here under make test-full
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[] if p.stem.startswith("00_") else pytest.mark.repeat)
+                                  for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
+    """papermill's path (make figures) on the smoke profile's own models: the notebook runs, and
+    :func:`notebook_outputs.run_problems` finds nothing (no traceback, warning or long progress bar, a figure saved
+    and none with overlapping text, a legend over data or a panel of one value, conclusions rendered from
+    ``NN_results.json``)."""
+    from notebook_outputs import run_problems
+
     monkeypatch.setattr("specnb.study.notebooks.figures_for", lambda profile: tmp_path / "figures")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it: tiny models run best on one thread
     monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))
     [run] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
     assert run.error is None, run.error
-    executed = run.executed
-    assert executed.exists()
-    assert output_problems(json.loads(executed.read_text())) == []
-    figures = tmp_path / "figures"
-    assert list(figures.glob("*.png")), "a notebook should save at least one figure"
-    for dumped in sorted((tmp_path / "dump").glob("*.pickle")):
-        with open(dumped, "rb") as f:
-            fig = pickle.load(f)
-        assert layout_problems(fig) == [], dumped.stem
-        plt.close(fig)
-    for png in figures.glob("*.png"):
-        assert png.stat().st_size < MAX_PNG_BYTES, f"{png.name}: {png.stat().st_size // 1000} kB"
-    prefix = path.stem[:2]
-    results = json.loads((figures / f"{prefix}_results.json").read_text())
-    assert results["profile"] == "smoke" and results["ours"], "headline numbers go to NN_results.json"
-    for table in results["tables"]:
-        assert (figures / table).exists()
-    rendered = [output for cell in json.loads(executed.read_text())["cells"] if cell["cell_type"] == "code"
-                for output in cell.get("outputs", []) if "text/markdown" in output.get("data", {})]
-    assert any(f"{prefix}_results.json" in "".join(o["data"]["text/markdown"]) for o in rendered), \
-        "the conclusions are a code cell rendered from the results file"
+    assert run.executed.exists()
+    assert run_problems(run.executed, tmp_path / "figures", tmp_path / "dump") == []
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[] if p.stem.startswith("00_") else pytest.mark.repeat)
@@ -231,21 +213,11 @@ def test_a_run_is_dirty_where_code_changed_not_where_publishing_wrote_outputs(tm
     assert reference_run._dirty()
 
 
-def test_the_quickstart_runs_on_another_target_and_a_prompt_file(tmp_path, monkeypatch):
-    """Notebook 00 under papermill with parameters: a tiny Llama where the smoke profile says Gemma-3, the
-    prompts from a JSONL file, two timed prompts; its results name them. A bad value stops the first cell with one
-    line naming the parameter, before any model loads."""
-    prompts = tmp_path / "mine.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return x"}) + "\n"
-                               for i in range(3)))
+def test_a_bad_parameter_stops_the_quickstart_in_its_first_cell(tmp_path, monkeypatch):
+    """Under papermill a bad value stops notebook 00's first cell with one line naming the parameter, before any
+    model loads. (Good values on another target and a prompt file: tests/test_study_run.py.)"""
     monkeypatch.setattr("specnb.study.notebooks.figures_for", lambda profile: tmp_path / "figures")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    [run] = run_notebooks("smoke", ["00_quickstart"], output_dir=tmp_path,
-                          parameters={"target": "tiny-llama", "prompts": str(prompts), "timed_prompts": 2})
-    assert run.error is None, run.error
-    results = json.loads((tmp_path / "figures" / "00_results.json").read_text())
-    assert results["ours"]["prompts"] == 2 and "tiny-llama" in json.dumps(results["setup"])
-    [bad] = run_notebooks("smoke", ["00_quickstart"], output_dir=tmp_path / "bad", parameters={"timed_tokens": 0})
+    [bad] = run_notebooks("smoke", ["00_quickstart"], output_dir=tmp_path, parameters={"timed_tokens": 0})
     assert bad.error == "PapermillExecutionError: ParameterError: parameter timed_tokens: must be a whole number " \
                         ">= 1, got 0"
 

@@ -114,6 +114,7 @@ def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
     for i in range(10):
         (corpus / f"m{i}.py").write_text(f"def f{i}(x, y):\n    return x * {i} + y\n" * 40)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernels inherit it: tiny models run best on one thread
+    monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))  # each figure pickled, for run_problems
     out = tmp_path / "study"
     state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": prompts.name,
                                                      "corpus": corpus.name}, progress=False)
@@ -124,11 +125,12 @@ def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
     "llama", pytest.param("qwen2", marks=pytest.mark.repeat)])  # where the smoke profile says Gemma-3
 def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path, monkeypatch):
     """Every notebook runs on another target, a local folder named as a user's fine-tune would be, with a prompt
-    file and a corpus folder, all given as paths relative to where the command runs; no output holds an error, a
-    warning or a long progress bar; the results name the target; the README lists every verdict of every results
-    file."""
+    file and a corpus folder, all given as paths relative to where the command runs; each passes the smoke run's
+    checks (:func:`notebook_outputs.run_problems`: no error, warning or long progress bar, its figures saved,
+    small and laid out, its conclusions rendered from its results file); the results name the target; the README
+    lists every verdict of every results file. make test's one run of notebooks 01-10."""
     from conftest import tiny
-    from notebook_outputs import output_problems
+    from notebook_outputs import run_problems
 
     monkeypatch.chdir(tmp_path)  # relative paths, as typed at a prompt: the notebooks run from here
     target = f"./my-org_{arch}-3.2-1b-instruct-ft"
@@ -143,4 +145,4 @@ def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path,
         for verdict in record["verdicts"].values():
             assert f"| {verdict['claim']} | {verdict['measured']} |" in readme, verdict["claim"]
     for path in sorted(out.glob("[0-9][0-9]_*.ipynb")):
-        assert output_problems(json.loads(path.read_text())) == [], path.name
+        assert run_problems(path, out / "figures", tmp_path / "dump") == [], path.name
