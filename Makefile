@@ -59,12 +59,12 @@ publish: setup
 # marked repeat (one protection at other moments, the edited-parameters run of every notebook) in test-full.
 test: setup
 	$(MAKE) -j2 --output-sync=target models kernels
-	$(PY) -m pytest -q -n auto --dist loadfile -m "not serial and not repeat"
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not serial and not repeat"
 	$(PY) -m pytest -q -m "serial and not repeat"
 
 test-full: setup
 	$(MAKE) -j2 --output-sync=target models kernels
-	$(PY) -m pytest -q -n auto --dist loadfile -m "not serial"
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder -m "not serial"
 	$(PY) -m pytest -q -m serial
 
 # make mutants: every one-line mutant of tests/mutants.py, each on a scratch copy of the tree with the tests meant to

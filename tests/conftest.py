@@ -24,6 +24,16 @@ from specnb.model import kernels  # noqa: E402
 from specnb.model.kernels.cpu import kernel_isa  # noqa: E402
 from specnb.model.models import LoadedModel, byte_tokenizer, tiny_model  # noqa: E402
 
+# The longest test file (the study of every notebook, ~3-4 min on 2 cores) is collected first; with make test's
+# --no-loadscope-reorder pytest-xdist starts it first, and the other worker runs the rest meanwhile (by default it
+# orders files by their number of tests, and this one, started last, ran alone at the end).
+FIRST = ("test_study_run.py",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in FIRST)  # stable: each file's own order is kept
+
+
 # Tiny models do tiny matmuls: a second thread only adds synchronisation (and, on a busy machine, a lot of
 # it). Tests that time or run a real model raise this locally.
 torch.set_num_threads(1)
