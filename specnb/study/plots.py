@@ -39,7 +39,6 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib import patheffects
 from matplotlib.colors import LogNorm, Normalize, to_hex, to_rgb
 from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
@@ -827,28 +826,48 @@ OUTLINE = "tab:cyan"  # the colour of a heatmap's outlined cells
 def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".2f", cmap: str = SEQUENTIAL_CMAP,
             label: str = "", colorbar: bool = True, outline: np.ndarray | None = None,
             outline_label: str = "") -> plt.Axes:
-    """A grid such as (k, w) -> value as an annotated seaborn heatmap, first row of ``table`` at the bottom.
+    """A grid such as (k, w) -> value as an annotated heatmap (a ``pcolormesh``, each cell's value printed in it,
+    dark on light colours and white on dark), first row of ``table`` at the bottom. Not seaborn's ``heatmap``: that
+    draws the whole figure at every call (to rotate crowded tick labels), so a figure of n panels cost n draws.
 
-    table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``); NaN
-    cells stay blank over a grey background named :data:`MISSING` (for the figure's legend:
+    table: index = y values, columns = x values (``frame.pivot(index="k", columns="w", values=...)``), their names
+    the axis labels; NaN cells stay blank over a grey background named :data:`MISSING` (for the figure's legend:
     :func:`legend_outside`). norm: the colour scale, shared by every panel of the figure that shows this metric
     (:func:`shared_norm`, :data:`SPEEDUP_NORM`). colorbar: draw this panel's colour bar (one per metric is
     enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
     threshold), named ``outline_label`` in the legend (the strict save refuses an outline no legend names).
     """
-    if table.isna().to_numpy().any():
-        ax.add_patch(plt.Rectangle((0, 0), table.shape[1], table.shape[0], facecolor="0.88", edgecolor="none",
+    values = table.to_numpy(dtype=float)
+    rows, columns = values.shape
+    if np.isnan(values).any():
+        ax.add_patch(plt.Rectangle((0, 0), columns, rows, facecolor="0.88", edgecolor="none",
                                    lw=0, zorder=0, label=MISSING))  # plain grey: a hatch costs tens of kB a PNG
-    sns.heatmap(table, ax=ax, annot=True, fmt=fmt, cmap=cmap, norm=norm, annot_kws={"fontsize": 6.5},
-                cbar=colorbar, cbar_kws={"label": label} if colorbar else None)
-    ax.invert_yaxis()
-    ax.tick_params(axis="y", rotation=0)
+    mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm)
+    colours = mesh.cmap(mesh.norm(values))
+    for (i, j), value in np.ndenumerate(values):
+        if np.isfinite(value):
+            ax.text(j + 0.5, i + 0.5, format(value, fmt), ha="center", va="center", fontsize=6.5,
+                    color="0.15" if _luminance(colours[i, j]) > 0.408 else "white")
+    ax.set(xlim=(0, columns), ylim=(0, rows), xticks=np.arange(columns) + 0.5, yticks=np.arange(rows) + 0.5,
+           xlabel=table.columns.name or "", ylabel=table.index.name or "")
+    ax.set_xticklabels([str(c) for c in table.columns])
+    ax.set_yticklabels([str(r) for r in table.index])
+    ax.spines[:].set_visible(False)
+    if colorbar:
+        ax.figure.colorbar(mesh, ax=ax, label=label)
     if outline is not None:
         for n, (i, j) in enumerate(zip(*np.nonzero(outline), strict=True)):
             ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec=OUTLINE, lw=1.0,
                                        label=outline_label if n == 0 else None))
     ax.grid(False)
     return ax
+
+
+def _luminance(rgba: np.ndarray) -> float:
+    """WCAG relative luminance of an sRGB colour (0 black .. 1 white): which text colour reads on it."""
+    rgb = np.asarray(rgba, dtype=float)[:3]
+    linear = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    return float(linear @ np.array([0.2126, 0.7152, 0.0722]))
 
 
 def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, label: str, norm: Normalize,
@@ -1131,7 +1150,7 @@ def mark_log_axes(fig: plt.Figure) -> None:
 def fit_titles(fig: plt.Figure) -> None:
     """Wrap the suptitle and every panel title that would run off the figure (a user's long model path in it)
     onto lines that fit its width (measured after a draw: a layout engine moves titles)."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # the layout and every text's extent, no pixels
     renderer = fig.canvas.get_renderer()
     edge = fig.bbox
     for text in [ax.title for ax in fig.axes] + ([fig._suptitle] if fig._suptitle is not None else []):
@@ -1207,7 +1226,7 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
       names, or two translucent bands in one panel (:func:`key_problems`).
 
     ``slack``: pixels two boxes may share before they count as overlapping. Returns one line per problem."""
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # the layout and every text's extent, no pixels
     renderer = fig.canvas.get_renderer()
     problems: list[str] = []
     free: list[tuple[str, object]] = []  # (description, bbox) of texts that must not touch each other
