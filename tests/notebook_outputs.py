@@ -34,20 +34,14 @@ def output_problems(notebook: dict) -> list[str]:
 MAX_PNG_BYTES = 150_000  # a committed figure stays small
 
 
-def run_problems(executed: Path, figures: Path, dump: Path) -> list[str]:
+def run_problems(executed: Path, figures: Path) -> list[str]:
     """What a smoke run of one notebook left wrong, one line each: :func:`output_problems` of ``executed`` (the
     executed notebook, ``NN_name.ipynb``); no ``NN_*.png`` in ``figures`` and no line in a figure's place saying
-    why (:func:`specnb.study.plots.constant_instead`: a flat series); a figure over :data:`MAX_PNG_BYTES`; a figure
-    it pickled into ``dump`` (``SPECNB_FIGURE_DUMP``), reopened, with :func:`specnb.study.plots.layout_problems`;
-    no ``NN_results.json`` of profile smoke with headline numbers, a table it names missing, or conclusions not
-    rendered from it by a code cell. ``figures`` and ``dump`` may hold other notebooks' files: only this one's
-    ``NN_`` are read."""
+    why (:func:`specnb.study.plots.constant_instead`: a flat series); a figure over :data:`MAX_PNG_BYTES`; no
+    ``NN_results.json`` of profile smoke with headline numbers, a table it names missing, or conclusions not
+    rendered from it by a code cell. ``figures`` may hold other notebooks' files: only this one's ``NN_`` are read.
+    (Layout: the runs save strictly, ``SPECNB_STRICT_FIGURES``, so a figure with layout problems fails its cell.)"""
     import json
-    import pickle
-
-    import matplotlib.pyplot as plt
-
-    from specnb.study.plots import layout_problems
 
     prefix = executed.name[:2]
     notebook = json.loads(executed.read_text())
@@ -58,11 +52,6 @@ def run_problems(executed: Path, figures: Path, dump: Path) -> list[str]:
     said_why = any(text.startswith("*No figure: ") for text in rendered)  # plots.constant_instead: a flat series
     problems += [] if pngs or said_why else ["no figure saved, and no line saying why"]
     problems += [f"{png.name}: {png.stat().st_size // 1000} kB" for png in pngs if png.stat().st_size >= MAX_PNG_BYTES]
-    for dumped in sorted(dump.glob(f"{prefix}_*.pickle")):
-        with open(dumped, "rb") as f:
-            fig = pickle.load(f)
-        problems += [f"{dumped.stem}: {problem}" for problem in layout_problems(fig)]
-        plt.close(fig)
     path = figures / f"{prefix}_results.json"
     if not path.exists():
         return [*problems, f"no {path.name}: headline numbers go to NN_results.json"]

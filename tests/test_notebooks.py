@@ -31,18 +31,17 @@ def test_notebook_has_a_tagged_parameters_cell(path):
                                   for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
     """papermill's path (make figures) on the smoke profile's own models: the notebook runs, and
-    :func:`notebook_outputs.run_problems` finds nothing (no traceback, warning or long progress bar, a figure saved
-    and none with overlapping text, a legend over data or a panel of one value, conclusions rendered from
-    ``NN_results.json``)."""
+    :func:`notebook_outputs.run_problems` finds nothing (no traceback, warning or long progress bar, a figure saved,
+    conclusions rendered from ``NN_results.json``); a figure with overlapping text, a legend over data or a panel
+    of one value fails the run (``run_notebooks`` saves strictly)."""
     from notebook_outputs import run_problems
 
     monkeypatch.setattr("specnb.study.notebooks.figures_for", lambda profile: tmp_path / "figures")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernel inherits it: tiny models run best on one thread
-    monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))
     [run] = run_notebooks("smoke", [path.stem], output_dir=tmp_path)
     assert run.error is None, run.error
     assert run.executed.exists()
-    assert run_problems(run.executed, tmp_path / "figures", tmp_path / "dump") == []
+    assert run_problems(run.executed, tmp_path / "figures") == []
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=[] if p.stem.startswith("00_") else pytest.mark.repeat)
@@ -155,7 +154,8 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
 
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    for name, code in (("00_fails", "raise RuntimeError('boom')"), ("01_runs", "x = 1"), ("02_fails", "1 / 0")):
+    strict = "import os\nassert os.environ['SPECNB_STRICT_FIGURES'] == '1'"  # the kernels save figures strictly
+    for name, code in (("00_fails", "raise RuntimeError('boom')"), ("01_runs", strict), ("02_fails", "1 / 0")):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('profile = "quick"',
                                                                         metadata={"tags": ["parameters"]}),
                                              nbformat.v4.new_code_cell(code)])

@@ -376,9 +376,8 @@ def test_layout_audit_finds_overlaps_legends_on_data_and_single_values():
     plt.close("all")
 
 
-def test_strict_save_refuses_a_bad_figure_and_dumps_the_good_ones(tmp_path, monkeypatch):
+def test_strict_save_refuses_a_bad_figure_and_saves_the_good_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path / "figures"))
-    monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))
     monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [3.0, 3.0, 3.0])
@@ -388,7 +387,7 @@ def test_strict_save_refuses_a_bad_figure_and_dumps_the_good_ones(tmp_path, monk
     ax.plot([1, 2, 3], [1.0, 2.0, 3.0])
     plots.save_figure(fig, "00_good", pd.DataFrame({"x": [1]}))
     assert (tmp_path / "figures" / "00_good.png").exists() and (tmp_path / "figures" / "00_good.csv").exists()
-    assert (tmp_path / "dump" / "00_good.pickle").exists() and not (tmp_path / "figures" / "00_bad.png").exists()
+    assert not (tmp_path / "figures" / "00_bad.png").exists()
     plt.close("all")
 
 

@@ -27,7 +27,8 @@ def _notebooks(folder, bodies: dict[str, str]) -> None:
 @pytest.fixture
 def fake_notebooks(tmp_path, monkeypatch):
     folder = tmp_path / "notebooks"
-    results = ('import json, os\nopen(os.path.join(os.environ["SPECNB_FIGURES"], "{nn}_results.json"), "w").write('
+    results = ('import json, os\nassert os.environ["SPECNB_STRICT_FIGURES"] == "1"  # figures saved strictly\n'
+               'open(os.path.join(os.environ["SPECNB_FIGURES"], "{nn}_results.json"), "w").write('
                'json.dumps({{"verdicts": {{"a": {{"claim": "claim {nn}", "measured": "1.5 (1.2-1.8)", "expected": '
                '"> 1", "against": "a paper", "verdict": "agrees"}}}}}}))')
     _notebooks(folder, {"00_a": results.format(nn="00"), "01_b": results.format(nn="01"),
@@ -114,7 +115,6 @@ def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
     for i in range(10):
         (corpus / f"m{i}.py").write_text(f"def f{i}(x, y):\n    return x * {i} + y\n" * 40)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernels inherit it: tiny models run best on one thread
-    monkeypatch.setenv("SPECNB_FIGURE_DUMP", str(tmp_path / "dump"))  # each figure pickled, for run_problems
     out = tmp_path / "study"
     state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": prompts.name,
                                                      "corpus": corpus.name}, progress=False)
@@ -126,8 +126,9 @@ def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
 def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path, monkeypatch):
     """Every notebook runs on another target, a local folder named as a user's fine-tune would be, with a prompt
     file and a corpus folder, all given as paths relative to where the command runs; each passes the smoke run's
-    checks (:func:`notebook_outputs.run_problems`: no error, warning or long progress bar, its figures saved,
-    small and laid out, its conclusions rendered from its results file); the results name the target; the README
+    checks (:func:`notebook_outputs.run_problems`: no error, warning or long progress bar, its figures saved and
+    small, its conclusions rendered from its results file; the study's strict save refused any figure with layout
+    problems); the results name the target; the README
     lists every verdict of every results file. make test's one run of notebooks 01-10."""
     from conftest import tiny
     from notebook_outputs import run_problems
@@ -145,4 +146,4 @@ def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path,
         for verdict in record["verdicts"].values():
             assert f"| {verdict['claim']} | {verdict['measured']} |" in readme, verdict["claim"]
     for path in sorted(out.glob("[0-9][0-9]_*.ipynb")):
-        assert run_problems(path, out / "figures", tmp_path / "dump") == [], path.name
+        assert run_problems(path, out / "figures") == [], path.name

@@ -19,8 +19,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :func:`save_figure`: ``figures/NAME.png`` and ``figures/NAME.csv``, so a reader can re-plot or check any number.
   Under ``specnb notebooks run`` (``SPECNB_STRICT_FIGURES=1``) it first refuses a figure whose text artists
   overlap, whose panel shows a single value, or whose hatch, outline or tint no legend names
-  (:func:`layout_problems`); with ``SPECNB_FIGURE_DUMP`` set it also pickles the figure there, for the test that
-  reopens every saved figure.
+  (:func:`layout_problems`).
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import re
 import textwrap
 import weakref
@@ -1176,9 +1174,8 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
 
     A key to the shades of methods' colours it fills is added first (:func:`add_shade_key`), and titles that would
     run off the figure are wrapped (:func:`fit_titles`). With ``SPECNB_STRICT_FIGURES=1``
-    (set by ``specnb notebooks run``) a figure with :func:`layout_problems`
-    raises :class:`FigureLayoutError` instead; with ``SPECNB_FIGURE_DUMP=DIR`` it is also pickled to
-    ``DIR/NAME.pickle``."""
+    (set by ``specnb notebooks run`` and ``specnb study run``) a figure with :func:`layout_problems` raises
+    :class:`FigureLayoutError` instead."""
     add_shade_key(fig)
     mark_log_axes(fig)
     fit_titles(fig)
@@ -1194,9 +1191,6 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
     _record_title(out.parent, name, fig)
     if data is not None:
         write_csv(out.with_suffix(".csv"), data)
-    if dump := os.environ.get("SPECNB_FIGURE_DUMP"):
-        with atomic_file(Path(dump) / f"{name}.pickle") as tmp:
-            tmp.write_bytes(pickle.dumps(fig))
     return out
 
 
