@@ -841,11 +841,11 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
         ax.add_patch(plt.Rectangle((0, 0), columns, rows, facecolor="0.88", edgecolor="none",
                                    lw=0, zorder=0, label=MISSING))  # plain grey: a hatch costs tens of kB a PNG
     mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm)
-    colours = mesh.cmap(mesh.norm(values))
+    light = _luminance(mesh.cmap(mesh.norm(values))) > 0.408  # [rows, columns]: dark text reads on the cell
     for (i, j), value in np.ndenumerate(values):
         if np.isfinite(value):
             ax.text(j + 0.5, i + 0.5, format(value, fmt), ha="center", va="center", fontsize=6.5,
-                    color="0.15" if _luminance(colours[i, j]) > 0.408 else "white")
+                    color="0.15" if light[i, j] else "white")
     ax.set(xlim=(0, columns), ylim=(0, rows), xticks=np.arange(columns) + 0.5, yticks=np.arange(rows) + 0.5,
            xlabel=table.columns.name or "", ylabel=table.index.name or "")
     ax.set_xticklabels([str(c) for c in table.columns])
@@ -861,11 +861,12 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     return ax
 
 
-def _luminance(rgba: np.ndarray) -> float:
-    """WCAG relative luminance of an sRGB colour (0 black .. 1 white): which text colour reads on it."""
-    rgb = np.asarray(rgba, dtype=float)[:3]
+def _luminance(rgba: np.ndarray) -> np.ndarray:
+    """WCAG relative luminance (0 black .. 1 white) of sRGB(A) colours [..., 3 or 4] -> [...]: which text colour
+    reads on each."""
+    rgb = np.asarray(rgba, dtype=float)[..., :3]
     linear = np.where(rgb <= 0.03928, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
-    return float(linear @ np.array([0.2126, 0.7152, 0.0722]))
+    return linear @ np.array([0.2126, 0.7152, 0.0722])
 
 
 def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, label: str, norm: Normalize,
