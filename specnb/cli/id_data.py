@@ -16,6 +16,9 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     parser.add_argument("--n", type=int, default=150, help="number of prompts")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch", type=int, default=16,
+                        help="prompts decoded side by side where each row keeps its bits alone (the same tokens); "
+                             "1: one at a time, with prompt lookup")
     parser.add_argument("--out", required=True, help="JSONL file (appended to; resumable)")
     parser.set_defaults(func=_generate)
 
@@ -27,7 +30,7 @@ def _generate(args: argparse.Namespace) -> int:
     from ..eval.methods import make_drafter
     from ..model.models import load_model
 
-    for flag in ("n", "max_new_tokens"):
+    for flag in ("n", "max_new_tokens", "batch"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     torch.manual_seed(args.seed)
@@ -35,5 +38,5 @@ def _generate(args: argparse.Namespace) -> int:
     target = load_model(args.model, dtype=args.dtype)
     source = f"{args.source}: {PROMPT_SOURCES[args.source].__name__}(n={args.n}, seed={args.seed})"
     print(generate_responses(target, prompts, args.out, max_new_tokens=args.max_new_tokens, source=source,
-                             seed=args.seed, drafter=make_drafter("pld", target)))
+                             seed=args.seed, drafter=make_drafter("pld", target), batch=args.batch))
     return 0
