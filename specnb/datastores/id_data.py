@@ -175,7 +175,7 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
 
 
 WINDOW_BATCHES = 16  # batches whose prompts are grouped by length before they are decoded (and then written)
-BATCH_MAX_PROMPT = 256  # longer prompts decode alone: their padding and attention cost more than batching saves
+BATCH_MAX_PROMPT = 768  # longer prompts decode alone: past ~1,000 tokens attention costs more than batching saves
 
 
 def _alone(target: LoadedModel, prompt: Prompt | Tensor, drafter: Drafter | None, max_new_tokens: int,
