@@ -146,16 +146,11 @@ def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype,
     the cache it leaves are bit-identical to the Python layers', past the sliding window too."""
     target = tiny_model_of(arch, weights, dtype)
     model, lean = target.model, target.decoder
-    specs, ran, stack = lean.specs, [], kernels.decoder_layers
-    assert specs is not None
-    monkeypatch.setattr(kernels, "decoder_layers", lambda *args: ran.append(1) or stack(*args))
+    ran = _count_stack_calls(monkeypatch)
+    assert lean.specs is not None
 
     def python_layers(*args, **kwargs):
-        lean.specs = None
-        try:
-            return lean.forward(*args, **kwargs)
-        finally:
-            lean.specs = specs
+        return _python_layers(lean, *args, **kwargs)
 
     ids = torch.randint(0, 256, (1, PROMPT + STEPS + 3))
     ours, theirs = GrowingCache(), GrowingCache()
@@ -174,6 +169,43 @@ def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype,
     assert len(ran) == STEPS + 1
     for a, b in zip(ours.layers, theirs.layers, strict=True):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+@pytest.mark.parametrize("arch, weights", MODELS)
+def test_one_call_layer_stack_runs_rows_side_by_side(arch, weights, monkeypatch):
+    """Rows with cache rows of their own, their own positions and masks (core/batched.py's decoding steps) run in
+    the one-call stack too, with the Python layers' bits in the hidden states and the cache."""
+    lean = tiny_model_of(arch, weights, torch.bfloat16).decoder
+    ran = _count_stack_calls(monkeypatch)
+    ids = torch.randint(0, 256, (3, PROMPT + STEPS))
+    pads = torch.tensor([0, 2, 5])  # each row's first keys hidden, as padding is
+    ours, theirs = GrowingCache(), GrowingCache()
+    with torch.inference_mode():
+        assert torch.equal(lean.forward(ids[:, :PROMPT], ours), _python_layers(lean, ids[:, :PROMPT], theirs))
+        for i in range(PROMPT, PROMPT + STEPS):
+            hidden = (torch.arange(i + 1)[None] < pads[:, None])[:, None, None]  # [3, 1, 1, K]
+            mask = torch.zeros(hidden.shape, dtype=torch.bfloat16).masked_fill_(hidden, torch.finfo(torch.bfloat16).min)
+            step = (ids[:, i:i + 1], ours, (i - pads)[:, None], mask)
+            assert torch.equal(lean.forward(*step), _python_layers(lean, ids[:, i:i + 1], theirs, *step[2:]))
+    assert len(ran) == STEPS
+    for a, b in zip(ours.layers, theirs.layers, strict=True):
+        assert a.keys.shape[0] == 3 and torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def _count_stack_calls(monkeypatch) -> list[int]:
+    """A list that grows by one at every call of kernels.decoder_layers (the one-call layer stack)."""
+    ran, stack = [], kernels.decoder_layers
+    monkeypatch.setattr(kernels, "decoder_layers", lambda *args: ran.append(1) or stack(*args))
+    return ran
+
+
+def _python_layers(lean: Body, *args, **kwargs) -> torch.Tensor:
+    """``lean.forward`` through its Python layers (the one-call stack switched off for the call)."""
+    specs, lean.specs = lean.specs, None
+    try:
+        return lean.forward(*args, **kwargs)
+    finally:
+        lean.specs = specs
 
 
 def test_forward_runs_the_decoder_the_model_loaded_with(monkeypatch):

@@ -574,9 +574,9 @@ class Body:
                 mask: Tensor | dict[str, Tensor] | None = None) -> Tensor:
         """Hidden states [B, S, d] in the model's dtype of ids [B, S] (on the model's device).
 
-        cache: the KV cache the call's keys and values are appended to (None: none kept). positions [1, S]:
+        cache: the KV cache the call's keys and values are appended to (None: none kept). positions [B|1, S]:
         default, the cache length onwards. mask: None (causal over the cache and the call) or a float mask
-        [1, 1, S, K] / a dict of them per layer type, as :class:`~specnb.model.masks.TreeMasks` builds.
+        [B|1, 1, S, K] / a dict of them per layer type, as :class:`~specnb.model.masks.TreeMasks` builds.
         """
         past = cache.get_seq_length() if cache is not None else 0
         S = input_ids.shape[1]
@@ -590,12 +590,12 @@ class Body:
         else:
             masks = dict.fromkeys(self.kinds, mask)
         rotary = self.rotary(positions, x.dtype)
-        # Decoding and verification calls (one row, a few dozen tokens, masks none or float, no autograd): every
-        # layer in one C++ call, the same steps as Layer.__call__ with the same bits, without Python between them.
-        if self.specs is not None and cache is not None and x.shape[0] == 1 and S <= kernels.MAX_QUERIES \
+        # Decoding and verification calls (a few dozen tokens, rows of their own cache rows, masks none or float, no
+        # autograd): every layer in one C++ call, Layer.__call__'s steps with the same bits, no Python between them.
+        if self.specs is not None and cache is not None and x.shape[0] * S <= kernels.MAX_QUERIES \
                 and not torch.is_grad_enabled() \
                 and all(m is None or m.is_floating_point() for m in masks.values()) \
-                and (buffers := cache.reserve(len(self.layers), past + S)) is not None:
+                and (buffers := cache.reserve(len(self.layers), past + S, rows=x.shape[0])) is not None:
             kinds = [layer.kind for layer in self.layers]
             x = kernels.decoder_layers(x, self.specs, [rotary[k][0] for k in kinds], [rotary[k][1] for k in kinds],
                                        [masks[k] for k in kinds], *buffers, past)

@@ -110,12 +110,12 @@ class GrowingCache(DynamicCache):
     def _initialized(self) -> list[GrowingLayer]:
         return [layer for layer in self.layers if layer.is_initialized]
 
-    def reserve(self, layers: int, end: int) -> tuple[list[Tensor], list[Tensor]] | None:
+    def reserve(self, layers: int, end: int, rows: int = 1) -> tuple[list[Tensor], list[Tensor]] | None:
         """For code that writes a call's entries into the buffers itself (:mod:`specnb.model.decoder`'s one-call
-        layer stack): the key and value buffers [1, H, capacity >= end, D] of all ``layers`` layers, or None
-        unless every layer holds a one-row buffer (not yet filled, or a broadcast call pending). Follow the
-        writes with :meth:`extend`."""
-        if len(self.layers) != layers or not all(layer.key_buffer is not None and layer.key_buffer.shape[0] == 1
+        layer stack): the key and value buffers [rows, H, capacity >= end, D] of all ``layers`` layers, or None
+        unless every layer holds a buffer of ``rows`` rows (None: not yet filled, or rows broadcast on a one-row
+        cache). Follow the writes with :meth:`extend`."""
+        if len(self.layers) != layers or not all(layer.key_buffer is not None and layer.key_buffer.shape[0] == rows
                                                  for layer in self.layers):
             return None
         buffers = [layer.reserve(end) for layer in self.layers]

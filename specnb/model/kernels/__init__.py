@@ -216,9 +216,9 @@ def _torch_top_k(x: Tensor, k: int) -> Tensor:
 def decoder_layers(x: Tensor, specs: list, cos: list[Tensor], sin: list[Tensor], masks: list[Tensor | None],
                    keys: list[Tensor], values: list[Tensor], start: int) -> Tensor:
     """A stack of decoder layers in one call (:class:`specnb.model.decoder.Layer`'s steps, same kernels, same
-    bits): x [1, S, d] -> [1, S, d] before the final norm. Per layer: its ``LayerSpec``, cos / sin
-    [1, S, D], a float mask [1, 1, S, start + S] or None (causal), and key / value buffers
-    [1, Hk, capacity >= start + S, D] holding ``start`` cached positions; the call's keys and values are
+    bits): x [B, S, d] -> [B, S, d] before the final norm. Per layer: its ``LayerSpec``, cos / sin
+    [B|1, S, D], a float mask [B|1, 1, S, start + S] or None (causal), and key / value buffers
+    [B, Hk, capacity >= start + S, D] holding ``start`` cached positions; the call's keys and values are
     written at start..start + S - 1."""
     return extension().decoder_layers(x, specs, cos, sin, masks, keys, values, start, isa_code())
 

@@ -31,7 +31,7 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t H, const c10::optional
   return heads(x, H, n->scale, n->eps, n->round_first, cos, sin);
 }
 
-// act(gate) * up [S, N] (gate, up: [S, N] views of the gate/up output), the ATen ops of the Python layer on each
+// act(gate) * up [R, N] (gate, up: [R, N] views of the gate/up output), the ATen ops of the Python layer on each
 // thread's share of the rows: each element takes the same steps, and a 16-row call's GELU runs on every thread.
 torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int64_t act) {
   const int64_t S = gate.size(0), N = gate.size(1);
@@ -49,46 +49,48 @@ torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int6
 
 }  // namespace
 
-// x [1, S, d] after the embedding; per layer i: cos[i] / sin[i] [1, S, D], masks[i] None (causal) or float
-// [1, 1, S, start + S], key / value buffers [1, Hk, capacity >= start + S, D] holding the cache's first
+// x [B, S, d] after the embedding; per layer i: cos[i] / sin[i] [B|1, S, D], masks[i] None (causal) or float
+// [B|1, 1, S, start + S], key / value buffers [B, Hk, capacity >= start + S, D] holding the cache's first
 // ``start`` positions. Writes the call's keys and values at start..start+S-1 of each buffer and returns the
-// last layer's output [1, S, d] (before the final norm).
+// last layer's output [B, S, d] (before the final norm). The B rows share every weight pass (rows side by side,
+// core/batched.py), each with the bits it gets alone.
 torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& cos,
                              const std::vector<torch::Tensor>& sin,
                              const std::vector<c10::optional<torch::Tensor>>& masks,
                              const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
                              int64_t start, int64_t isa) {
   const int64_t n = int64_t(layers.size());
-  TORCH_CHECK(x.dim() == 3 && x.size(0) == 1, "decoder_layers: x [1, S, d]");
+  TORCH_CHECK(x.dim() == 3, "decoder_layers: x [B, S, d]");
   TORCH_CHECK(int64_t(cos.size()) == n && int64_t(sin.size()) == n && int64_t(masks.size()) == n &&
               int64_t(keys.size()) == n && int64_t(values.size()) == n, "decoder_layers: one entry per layer");
-  const int64_t S = x.size(1), d = x.size(2), end = start + S;
+  const int64_t B = x.size(0), S = x.size(1), d = x.size(2), R = B * S, end = start + S;
   for (int64_t i = 0; i < n; i++) {
     const LayerSpec& L = layers[i];
+    TORCH_CHECK(keys[i].size(0) == B && values[i].size(0) == B, "decoder_layers: one cache row per row of x");
     TORCH_CHECK(keys[i].size(2) >= end && values[i].size(2) >= end, "decoder_layers: cache buffer too short");
-    const auto h = normed(x.view({S, d}), L.input_norm);
-    const auto qkv = project(h, L.qkv, L.qkv_bias, L.qkv_blocks, isa).view({1, S, -1});
+    const auto h = normed(x.view({R, d}), L.input_norm);
+    const auto qkv = project(h, L.qkv, L.qkv_bias, L.qkv_blocks, isa).view({B, S, -1});
     const int64_t kv_end = L.q_size + L.k_size;
-    const auto q = split_heads(qkv.narrow(2, 0, L.q_size), L.heads, L.q_norm, cos[i], sin[i]);  // [1, H, S, D]
+    const auto q = split_heads(qkv.narrow(2, 0, L.q_size), L.heads, L.q_norm, cos[i], sin[i]);  // [B, H, S, D]
     const auto k = split_heads(qkv.narrow(2, L.q_size, L.k_size), L.kv_heads, L.k_norm, cos[i], sin[i]);
-    const auto v = qkv.narrow(2, kv_end, qkv.size(2) - kv_end).view({1, S, L.kv_heads, -1}).transpose(1, 2);
+    const auto v = qkv.narrow(2, kv_end, qkv.size(2) - kv_end).view({B, S, L.kv_heads, -1}).transpose(1, 2);
     keys[i].narrow(2, start, S).copy_(k);
     values[i].narrow(2, start, S).copy_(v);
     const auto out = attention(q, keys[i].narrow(2, 0, end), values[i].narrow(2, 0, end), masks[i], L.scaling,
-                               L.softcap, isa);  // [1, S, H, D]
-    auto o = project(out.view({S, -1}), L.o, L.o_bias, L.o_blocks, isa);  // [S, d]
+                               L.softcap, isa);  // [B, S, H, D]
+    auto o = project(out.view({R, -1}), L.o, L.o_bias, L.o_blocks, isa);  // [R, d]
     torch::Tensor x2;
     if (!L.pre_mlp_norm.has_value()) {  // Llama, Qwen2
-      x = x.view({S, d}) + o;
+      x = x.view({R, d}) + o;
       x2 = normed(x, L.post_attention_norm);
     } else {  // Gemma
-      x = x.view({S, d}) + normed(o, L.post_attention_norm);
+      x = x.view({R, d}) + normed(o, L.post_attention_norm);
       x2 = normed(x, *L.pre_mlp_norm);
     }
     const auto gu = project(x2, L.gate_up, L.gate_up_bias, L.gate_up_blocks, isa);
     const auto gate = gu.narrow(1, 0, L.gate_size), up = gu.narrow(1, L.gate_size, gu.size(1) - L.gate_size);
     auto down = project(activated(gate, up, L.act), L.down, L.down_bias, L.down_blocks, isa);
-    x = (x + (L.post_mlp_norm.has_value() ? normed(down, *L.post_mlp_norm) : down)).view({1, S, d});
+    x = (x + (L.post_mlp_norm.has_value() ? normed(down, *L.post_mlp_norm) : down)).view({B, S, d});
   }
   return x;
 }
