@@ -304,7 +304,7 @@ def test_mrr_per_datastore_counts_duplicate_keys_and_ranks_held_out_queries(tmp_
 
 def test_docstring_stubs_come_from_every_root_the_profile_names(tmp_path, monkeypatch):
     """The paper profile's ID prompts: stubs of the installed packages beside the stdlib's, ids prefixed by their
-    root, the stdlib's alone as before."""
+    root, the stdlib's alone as before; the scan kept in the cache until a file changes."""
     from specnb.datastores import id_data
 
     doc = '    """' + "Return the thing this function computes, explained at length. " * 2 + '"""\n'
@@ -317,6 +317,14 @@ def test_docstring_stubs_come_from_every_root_the_profile_names(tmp_path, monkey
     both = id_data.docstring_stubs(10, roots=("stdlib", "site-packages"))
     assert sorted(p.id for p in both) == ["mod.x.alpha", "site-packages.mod.x.beta"]
     assert both[0].text.startswith("def ") and "return a" not in both[0].text  # the stub: signature and docstring
+    monkeypatch.setattr(id_data.ast, "parse", lambda source: 1 / 0)
+    assert id_data.docstring_stubs(10, roots=("stdlib", "site-packages")) == both  # the cached scan, nothing parsed
+    monkeypatch.undo()
+    monkeypatch.setattr(id_data, "STUB_ROOTS", {"stdlib": lambda: tmp_path / "lib",
+                                                "site-packages": lambda: tmp_path / "pkgs"})
+    (tmp_path / "pkgs" / "mod" / "x.py").write_text(f"def gamma(a):\n{doc}    return a\n")  # a changed file
+    assert sorted(p.id for p in id_data.docstring_stubs(10, roots=("stdlib", "site-packages"))) == \
+        ["mod.x.alpha", "site-packages.mod.x.gamma"]
 
 
 def test_id_and_ood_stores_of_equal_size_and_a_shipped_file_only_when_large_enough(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ recomputed.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import sysconfig
 import textwrap
@@ -34,6 +35,7 @@ from ..atomic import write_text
 from ..core.drafter import Drafter
 from ..core.prompts import Prompt, encode_prompt
 from ..model.models import LoadedModel
+from ..paths import artifact_path
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
 
 # Stdlib folders whose functions are tests, demos or GUI code rather than library code.
@@ -53,15 +55,42 @@ def docstring_stubs(n: int, seed: int = 0, min_doc_chars: int = 60, max_files: i
     :data:`STUB_ROOTS`), in a seeded order.
 
     Each prompt's text is the stub (for base models); its chat message asks to implement it. ``max_files``
-    limits the scan to the first files of each root (parsing the whole standard library takes ~20 s). A stub's id is
-    its dotted module path and name (prefixed by the root past the first).
+    limits the scan to the first files of each root (parsing the whole standard library takes ~20 s, the installed
+    packages ~85 s). A stub's id is its dotted module path and name (prefixed by the root past the first). The
+    stubs are kept in the cache under a digest of the arguments and of every scanned file's path, size and
+    modification time, so the paper profile's notebooks parse the packages once, and anew when a file changes.
     """
-    stubs: list[Prompt] = []
-    for number, name in enumerate(roots):
-        root = STUB_ROOTS[name]()
-        for path in stdlib_files(root)[:max_files] if name == "stdlib" else _package_files(root)[:max_files]:
-            if _SKIP_PARTS.intersection(path.parts):
-                continue
+    files = {name: _stub_files(name, max_files) for name in roots}
+    key = [_STUBS_FORMAT, n, seed, min_doc_chars,
+           [[name, str(root), [(str(path.relative_to(root)), (st := path.stat()).st_size, st.st_mtime_ns)
+                               for path in paths]] for name, (root, paths) in files.items()]]
+    cached = artifact_path("id_data", f"stubs-{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.json")
+    if cached.exists():
+        chosen = json.loads(cached.read_text())
+    else:
+        stubs = _parse_stubs(files, min_doc_chars)
+        chosen = [stubs[i] for i in np.random.default_rng(seed).permutation(len(stubs))[:n]]
+        write_text(cached, json.dumps(chosen))
+    return [Prompt(ident, text=stub, messages=({"role": "user", "content": CODE_INSTRUCTION + stub},))
+            for ident, stub in chosen]
+
+
+_STUBS_FORMAT = 1  # part of the cached stubs' key: bump it when _parse_stubs changes what it returns
+
+
+def _stub_files(name: str, max_files: int | None) -> tuple[Path, list[Path]]:
+    """Root ``name`` of :data:`STUB_ROOTS` and the files :func:`docstring_stubs` scans in it, in order."""
+    root = STUB_ROOTS[name]()
+    paths = stdlib_files(root)[:max_files] if name == "stdlib" else _package_files(root)[:max_files]
+    return root, [path for path in paths if not _SKIP_PARTS.intersection(path.parts)]
+
+
+def _parse_stubs(files: dict[str, tuple[Path, list[Path]]], min_doc_chars: int) -> list[list[str]]:
+    """[id, stub] of every public documented top-level function in ``files`` (root name -> root, paths), in
+    order."""
+    stubs = []
+    for number, (name, (root, paths)) in enumerate(files.items()):
+        for path in paths:
             try:
                 source = path.read_text(encoding="utf-8")
                 tree = ast.parse(source)
@@ -78,10 +107,8 @@ def docstring_stubs(n: int, seed: int = 0, min_doc_chars: int = 60, max_files: i
                 stub = textwrap.dedent("\n".join(lines[node.lineno - 1:node.body[0].end_lineno])) + "\n"
                 ident = ".".join((*([name] if number else []), *path.relative_to(root).with_suffix("").parts,
                                   node.name))
-                stubs.append(Prompt(ident, text=stub,
-                                    messages=({"role": "user", "content": CODE_INSTRUCTION + stub},)))
-    order = np.random.default_rng(seed).permutation(len(stubs))[:n]
-    return [stubs[i] for i in order]
+                stubs.append([ident, stub])
+    return stubs
 
 
 def _package_files(root: Path) -> list[Path]:
