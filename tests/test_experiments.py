@@ -65,7 +65,7 @@ def test_greedy_references_are_decoded_once_then_read_from_the_cache(tmp_path, m
     again = refs_module.greedy_references(target, prompts, 12)
     assert all(a.tolist() == b.tolist() and pa.tolist() == pb.tolist()
                for (pa, a), (pb, b) in zip(first, again, strict=True))
-    assert len(list(tmp_path.rglob("*.json"))) == 2
+    assert len(list((tmp_path / "references").rglob("*.json"))) == 2  # one file a prompt
 
 
 def sweep_rows(corpus: str, tokens: int, method: str, accepted: list[int], est: list[float]) -> pd.DataFrame:

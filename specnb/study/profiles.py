@@ -3,28 +3,24 @@
 * ``smoke``: tiny random models, a handful of prompts and tokens: seconds (the test suite runs it).
 * ``quick``: Gemma-3-270M (the default; notebook 07's draft-model study: the Qwen2.5-Coder 0.5B -> 1.5B pair):
   minutes on 2 CPU cores.
-* ``paper``: sized to test the papers' claims (issue 51): Gemma-3-270M; DReSD stores of about 5 M tokens per
-  domain on FAISS IVF-PQ, the code-ID store the target's greedy answers (192 new tokens) to the 21,050 documented
-  public functions of the stdlib and the installed packages, the code-OOD store cut to the same size; MRR over
-  20,000 stored keys and the replayed prompts' states; CREST's t up to 10^6 on the whole stdlib and ShareGPT;
-  REST and CREST of 08-10 on the ID store (DReSD Table 3); MCSD's acceptance on the target's own outputs and its
-  timed runs at T = 0 and 1 on 10 prompts x 64 tokens. Every store is cached under ``SPECNB_CACHE`` and built
-  resumably (a dense build in ``<store>.partial``, batch by batch; the ID answers prompt by prompt; the sampled
-  references prompt by prompt), so the run can be stopped and restarted. Its run time on a 2-core AMD EPYC VM
-  (AVX512-BF16), estimated from slices measured on 2026-11-29 while other work shared the cores: extraction ran
-  at 280 tokens/s there (15,758 stdlib tokens in 56 s) against ~2,400 tokens/s measured alone since prefills
-  attend through the kernel (``specnb extract-rate``, docs/datastores.md); the hours given are for the machine
-  alone, the loaded rate's in brackets.
+* ``paper``: sized to test the papers' claims (issue 51): Gemma-3-270M; DReSD stores of over 5 M keys per domain
+  on FAISS IVF-PQ, the code-ID store the target's greedy answers (192 new tokens) to 12,500 of the ~21,050
+  documented public functions of the stdlib and the installed packages, the code-OOD store cut to the same size;
+  MRR over 20,000 stored keys and the replayed prompts' states; CREST's t up to 10^6 on the whole stdlib and
+  ShareGPT; REST and CREST of 08-10 on the ID store (DReSD Table 3); MCSD's acceptance on the target's own outputs
+  and its timed runs at T = 0 and 1 on 10 prompts x 64 tokens. Every store is cached under ``SPECNB_CACHE`` and
+  built resumably (a dense build in ``<store>.partial``, batch by batch; the ID answers 256 prompts at a time; the
+  sampled references prompt by prompt), so the run can be stopped and restarted. Its run time on the 2-core AMD
+  EPYC VM (Zen 4, AVX512-BF16), from slices measured alone (every other process stopped):
 
-  - ID data (first notebook to need it, 01): scanning the stubs, 557 s measured (0.2 h); answering them by
-    specnb's loop with prompt lookup drafts, 16 stubs x 192 tokens at 376 new tokens/s measured alone (Hugging
-    Face ``generate`` in batches of 8, which answered them before: 101 tokens/s), so 21,050 x ~180 new tokens:
-    ~2.8 h;
-  - 01, 02, 03's dense stores: the code-ID store holds the answers with their stubs, 9.59 M tokens (the ID data of
-    2026-11-29: 20,999 answers), the code-OOD store as many stdlib tokens (the whole stdlib, ~9.4 M) and the
-    chat-OOD store 5 M: ~24 M tokens of hidden states at ~2,400 tokens/s, ~2.8 h (24 h); ~1.7 KB a row on disk
-    (float16 states, keys, values, IVF-PQ), ~40 GB for the three; IVF-PQ per store: training 65 s and 2.8 s per
-    100 k keys added (300 k keys measured): ~5-8 min;
+  - ID data (first notebook to need it, 01): scanning the stubs, 85 s once (then cached); answering them 16 side
+    by side (``specnb.core.batched``), 1.73 prompts/s measured on 256 real stubs (2026-11-30), so ~2.0 h for
+    12,500; the answers average ~447 tokens with their stubs, so the code-ID store holds ~5.6 M tokens and
+    ~5.3 M keys (each document's last 21 positions have no value);
+  - 01, 02, 03's dense stores: the code-ID store, the code-OOD store as many stdlib tokens and the chat-OOD store
+    5.2 M (ShareGPT, so over 5 M keys): ~16.4 M tokens of hidden states at 1,633 tokens/s (``specnb
+    extract-rate``, 2026-11-30), ~2.8 h; ~1.7 KB a row on disk (float16 states, keys, values, IVF-PQ), ~28 GB for
+    the three; IVF-PQ per store: training 65 s and 2.8 s per 100 k keys added (300 k keys measured): ~5 min;
   - 02: six key transforms, each an IVF-PQ index over 5 M keys: ~0.5 h;
   - 03: hnswlib's sweep over 5 M real keys (three graphs) and the 5 M random keys of ``index_scale``: not measured
     at that size; 1-2 h by the quick run's 1 M-key build scaled with n log n; MRR queries 0.15 ms each through
@@ -36,14 +32,14 @@
     alone. The pair holds ~11 GB (peak resident set measured: the checkpoints' dense weights beside the blocks):
     two such processes at once exhaust a 24 GB machine (one was killed that way);
   - 05 and 06: 17 and 3 min measured (shared cores); 00, 08, 09, 10: as ``quick`` (RUN.json: 1-2 min each) with
-    twice the replayed prompts, plus REST and CREST over the 9.6 M-token ID store for 08-10: ~0.5 h together,
-    CREST's t = 10^6 build aside.
+    twice the replayed prompts, plus REST and CREST over the ID store for 08-10: ~0.5 h together, CREST's
+    t = 10^6 build aside.
 
-  In all, about 9.6 h on the machine alone (more when shared), most of it building the ID data
-  and extracting hidden states, before the unmeasured CREST and hnswlib builds. The stores may be built beside
-  other work (``specnb.experiments.dresd.id_responses`` and ``datastores``: nothing in them is timed); the
-  notebooks themselves time calls, so run them alone: a notebook sharing the cores reports the other work's cost
-  (07's one-token call read 68.9 ms that way, 26.7 ms alone).
+  In all, about 8 h on the machine alone (more when shared), most of it answering the stubs and extracting hidden
+  states, before the unmeasured CREST and hnswlib builds. The stores may be built beside other work
+  (``specnb.experiments.dresd.id_responses`` and ``datastores``: nothing in them is timed); the notebooks
+  themselves time calls, so run them alone: a notebook sharing the cores reports the other work's cost (07's
+  one-token call read 68.9 ms that way, 26.7 ms alone).
 * ``full``: Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft: hours.
 
 Two sizes per profile: ``n_prompts`` x ``max_new_tokens`` for what is computed from the target's cached greedy
@@ -208,8 +204,8 @@ PROFILES = {
         "paper", target="gemma-3-270m", draft=SelfDraft(12), n_prompts=20, max_new_tokens=128,
         timed_prompts=10, timed_tokens=64, pair=("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
         cost_grid="adaptive",
-        dresd=DresdSizes({"code": 5_000_000, "chat": 5_000_000}, {"index_kind": "ivfpq"},
-                         id_generated=(21_000, 192), random_vectors=1_000_000,
+        dresd=DresdSizes({"code": 5_000_000, "chat": 5_200_000}, {"index_kind": "ivfpq"},
+                         id_generated=(12_500, 192), random_vectors=1_000_000,
                          index_scale=(100_000, 1_000_000, 5_000_000), mrr_queries=20_000, equal_id_ood=True,
                          id_stub_files=None, id_stub_roots=("stdlib", "site-packages")),
         corpus_sweep=CorpusSweepSizes((0.01, 0.1, 0.3, 1.0), whole_stdlib=True),
