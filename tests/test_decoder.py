@@ -142,8 +142,8 @@ def test_body_rows_are_bit_independent(arch, weights):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("arch, weights", MODELS)
 def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype, monkeypatch):
-    """Decoding and tree calls run every layer in one C++ call (kernels.decoder_layers): the hidden states and
-    the cache it leaves are bit-identical to the Python layers', past the sliding window too."""
+    """Decoding, tree and batch-verification calls run every layer in one C++ call (kernels.decoder_layers): the
+    hidden states and the cache it leaves are bit-identical to the Python layers', past the sliding window too."""
     target = tiny_model_of(arch, weights, dtype)
     model, lean = target.model, target.decoder
     ran = _count_stack_calls(monkeypatch)
@@ -166,7 +166,11 @@ def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype,
         tree = ids[:, [-3, -2, -1]]
         assert torch.equal(lean.forward(tree, ours, positions[None], mask),
                            python_layers(tree, theirs, positions[None], mask))
-    assert len(ran) == STEPS + 1
+        rows = torch.stack([ids[0, -3:], ids[0, -3:].flip(0)])  # a batch verification: rows on the one-row cache
+        assert torch.equal(lean.forward(rows, ours), python_layers(rows, theirs))
+        for cache in (ours, theirs):
+            cache.keep_row(1, 2)  # the second row's first two entries
+    assert len(ran) == STEPS + 2
     for a, b in zip(ours.layers, theirs.layers, strict=True):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 

@@ -590,16 +590,21 @@ class Body:
         else:
             masks = dict.fromkeys(self.kinds, mask)
         rotary = self.rotary(positions, x.dtype)
-        # Decoding and verification calls (a few dozen tokens, rows of their own cache rows, masks none or float, no
-        # autograd): every layer in one C++ call, Layer.__call__'s steps with the same bits, no Python between them.
+        # Decoding and verification calls (a few dozen tokens; rows of their own cache rows, or of one row broadcast;
+        # masks none or float; no autograd): every layer in one C++ call, Layer.__call__'s steps with the same bits,
+        # no Python between them.
         if self.specs is not None and cache is not None and x.shape[0] * S <= kernels.MAX_QUERIES \
                 and not torch.is_grad_enabled() \
                 and all(m is None or m.is_floating_point() for m in masks.values()) \
                 and (buffers := cache.reserve(len(self.layers), past + S, rows=x.shape[0])) is not None:
             kinds = [layer.kind for layer in self.layers]
-            x = kernels.decoder_layers(x, self.specs, [rotary[k][0] for k in kinds], [rotary[k][1] for k in kinds],
-                                       [masks[k] for k in kinds], *buffers, past)
-            cache.extend(past + S)
+            x, keys, values = kernels.decoder_layers(x, self.specs, [rotary[k][0] for k in kinds],
+                                                     [rotary[k][1] for k in kinds], [masks[k] for k in kinds],
+                                                     *buffers, past)
+            if keys:  # rows broadcast on a one-row cache: their entries held aside until keep_row
+                cache.hold(keys, values)
+            else:
+                cache.extend(past + S)
             return self.norm(x)
         for layer in self.layers:
             x = layer(x, rotary[layer.kind], masks[layer.kind], cache)

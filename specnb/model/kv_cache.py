@@ -112,14 +112,23 @@ class GrowingCache(DynamicCache):
 
     def reserve(self, layers: int, end: int, rows: int = 1) -> tuple[list[Tensor], list[Tensor]] | None:
         """For code that writes a call's entries into the buffers itself (:mod:`specnb.model.decoder`'s one-call
-        layer stack): the key and value buffers [rows, H, capacity >= end, D] of all ``layers`` layers, or None
-        unless every layer holds a buffer of ``rows`` rows (None: not yet filled, or rows broadcast on a one-row
-        cache). Follow the writes with :meth:`extend`."""
-        if len(self.layers) != layers or not all(layer.key_buffer is not None and layer.key_buffer.shape[0] == rows
-                                                 for layer in self.layers):
+        layer stack): the key and value buffers of all ``layers`` layers for a call of ``rows`` rows, or None
+        unless every layer holds a buffer of that many rows or of one. Buffers of ``rows`` rows are made to hold
+        positions up to ``end``: follow the writes with :meth:`extend`. One-row buffers for more rows are read as
+        the rows' shared past (a broadcast call, see the module docstring): follow the call with :meth:`hold`."""
+        held = {layer.key_buffer.shape[0] if layer.key_buffer is not None else 0 for layer in self.layers}
+        if len(self.layers) != layers or len(held) != 1 or held.pop() not in (rows, 1):
             return None
+        if self.layers[0].key_buffer.shape[0] != rows:  # broadcast: nothing written, no room needed
+            return [layer.key_buffer for layer in self.layers], [layer.value_buffer for layer in self.layers]
         buffers = [layer.reserve(end) for layer in self.layers]
         return [k for k, _ in buffers], [v for _, v in buffers]
+
+    def hold(self, keys: list[Tensor], values: list[Tensor]) -> None:
+        """After a broadcast call written by other code: each layer's new entries [P, H, s, D], held aside for
+        :meth:`keep_row` as :meth:`GrowingLayer.update` holds them."""
+        for layer, key, value in zip(self.layers, keys, values, strict=True):
+            layer.pending = (key, value)
 
     def extend(self, end: int) -> None:
         """Every layer now ends at ``end`` (its entries up to there written into its buffer)."""

@@ -214,12 +214,14 @@ def _torch_top_k(x: Tensor, k: int) -> Tensor:
 
 
 def decoder_layers(x: Tensor, specs: list, cos: list[Tensor], sin: list[Tensor], masks: list[Tensor | None],
-                   keys: list[Tensor], values: list[Tensor], start: int) -> Tensor:
+                   keys: list[Tensor], values: list[Tensor], start: int) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """A stack of decoder layers in one call (:class:`specnb.model.decoder.Layer`'s steps, same kernels, same
-    bits): x [B, S, d] -> [B, S, d] before the final norm. Per layer: its ``LayerSpec``, cos / sin
+    bits): x [B, S, d] -> ([B, S, d] before the final norm, [], []). Per layer: its ``LayerSpec``, cos / sin
     [B|1, S, D], a float mask [B|1, 1, S, start + S] or None (causal), and key / value buffers
     [B, Hk, capacity >= start + S, D] holding ``start`` cached positions; the call's keys and values are
-    written at start..start + S - 1."""
+    written at start..start + S - 1. With one-row buffers and B > 1 (a broadcast call, :mod:`specnb.model.kv_cache`)
+    each row reads the cached row and nothing is written: the lists hold the call's keys and values
+    [B, Hk, S, D] per layer."""
     return extension().decoder_layers(x, specs, cos, sin, masks, keys, values, start, isa_code())
 
 

@@ -52,9 +52,12 @@ torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int6
 // x [B, S, d] after the embedding; per layer i: cos[i] / sin[i] [B|1, S, D], masks[i] None (causal) or float
 // [B|1, 1, S, start + S], key / value buffers [B, Hk, capacity >= start + S, D] holding the cache's first
 // ``start`` positions. Writes the call's keys and values at start..start+S-1 of each buffer and returns the
-// last layer's output [B, S, d] (before the final norm). The B rows share every weight pass (rows side by side,
-// core/batched.py), each with the bits it gets alone.
-torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& cos,
+// last layer's output [B, S, d] (before the final norm), and two empty lists. The B rows share every weight pass
+// (rows side by side, core/batched.py), each with the bits it gets alone. With one-row buffers and B > 1 (batch
+// verification, kv_cache.py's broadcast call) every row reads the one cached row and nothing is written: the
+// call's keys and values [B, Hk, S, D] per layer come back in the two lists instead.
+std::tuple<torch::Tensor, std::vector<torch::Tensor>, std::vector<torch::Tensor>> decoder_layers(
+    torch::Tensor x, const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& cos,
                              const std::vector<torch::Tensor>& sin,
                              const std::vector<c10::optional<torch::Tensor>>& masks,
                              const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
@@ -64,9 +67,12 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
   TORCH_CHECK(int64_t(cos.size()) == n && int64_t(sin.size()) == n && int64_t(masks.size()) == n &&
               int64_t(keys.size()) == n && int64_t(values.size()) == n, "decoder_layers: one entry per layer");
   const int64_t B = x.size(0), S = x.size(1), d = x.size(2), R = B * S, end = start + S;
+  const bool broadcast = B > 1 && n > 0 && keys[0].size(0) == 1;
+  std::vector<torch::Tensor> held_keys, held_values;
   for (int64_t i = 0; i < n; i++) {
     const LayerSpec& L = layers[i];
-    TORCH_CHECK(keys[i].size(0) == B && values[i].size(0) == B, "decoder_layers: one cache row per row of x");
+    const int64_t rows = broadcast ? 1 : B;
+    TORCH_CHECK(keys[i].size(0) == rows && values[i].size(0) == rows, "decoder_layers: one cache row per row of x");
     TORCH_CHECK(keys[i].size(2) >= end && values[i].size(2) >= end, "decoder_layers: cache buffer too short");
     const auto h = normed(x.view({R, d}), L.input_norm);
     const auto qkv = project(h, L.qkv, L.qkv_bias, L.qkv_blocks, isa).view({B, S, -1});
@@ -74,10 +80,19 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
     const auto q = split_heads(qkv.narrow(2, 0, L.q_size), L.heads, L.q_norm, cos[i], sin[i]);  // [B, H, S, D]
     const auto k = split_heads(qkv.narrow(2, L.q_size, L.k_size), L.kv_heads, L.k_norm, cos[i], sin[i]);
     const auto v = qkv.narrow(2, kv_end, qkv.size(2) - kv_end).view({B, S, L.kv_heads, -1}).transpose(1, 2);
-    keys[i].narrow(2, start, S).copy_(k);
-    values[i].narrow(2, start, S).copy_(v);
-    const auto out = attention(q, keys[i].narrow(2, 0, end), values[i].narrow(2, 0, end), masks[i], L.scaling,
-                               L.softcap, isa);  // [B, S, H, D]
+    torch::Tensor seen_keys, seen_values;  // [B, Hk, end, D]
+    if (broadcast) {  // the cached row for every row, then each row's own entries (kept aside, not written)
+      seen_keys = torch::cat({keys[i].narrow(2, 0, start).expand({B, -1, -1, -1}), k}, 2);
+      seen_values = torch::cat({values[i].narrow(2, 0, start).expand({B, -1, -1, -1}), v}, 2);
+      held_keys.push_back(k);
+      held_values.push_back(v);
+    } else {
+      keys[i].narrow(2, start, S).copy_(k);
+      values[i].narrow(2, start, S).copy_(v);
+      seen_keys = keys[i].narrow(2, 0, end);
+      seen_values = values[i].narrow(2, 0, end);
+    }
+    const auto out = attention(q, seen_keys, seen_values, masks[i], L.scaling, L.softcap, isa);  // [B, S, H, D]
     auto o = project(out.view({R, -1}), L.o, L.o_bias, L.o_blocks, isa);  // [R, d]
     torch::Tensor x2;
     if (!L.pre_mlp_norm.has_value()) {  // Llama, Qwen2
@@ -92,5 +107,5 @@ torch::Tensor decoder_layers(torch::Tensor x, const std::vector<LayerSpec>& laye
     auto down = project(activated(gate, up, L.act), L.down, L.down_bias, L.down_blocks, isa);
     x = (x + (L.post_mlp_norm.has_value() ? normed(down, *L.post_mlp_norm) : down)).view({B, S, d});
   }
-  return x;
+  return {x, held_keys, held_values};
 }
