@@ -196,6 +196,23 @@ def test_one_call_layer_stack_runs_rows_side_by_side(arch, weights, monkeypatch)
         assert a.keys.shape[0] == 3 and torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
+def test_a_batch_call_needs_no_room_in_the_buffers(monkeypatch):
+    """Batch verification writes nothing into the cache, so rows whose entries would run past the buffers' capacity
+    (256 positions after a 128-token prefill) still run in the one-call stack, with the Python layers' bits."""
+    lean = tiny_model_of("qwen2", "gguf", torch.bfloat16).decoder
+    ran = _count_stack_calls(monkeypatch)
+    ids = torch.randint(0, 256, (1, 250))
+    rows = torch.randint(0, 256, (2, 10))
+    ours, theirs = GrowingCache(), GrowingCache()
+    with torch.inference_mode():
+        for cache in (ours, theirs):
+            _python_layers(lean, ids[:, :128], cache)
+            _python_layers(lean, ids[:, 128:], cache)
+        assert ours.layers[0].key_buffer.shape[2] == 256 < 250 + rows.shape[1]
+        assert torch.equal(lean.forward(rows, ours), _python_layers(lean, rows, theirs))
+    assert len(ran) == 1
+
+
 def _count_stack_calls(monkeypatch) -> list[int]:
     """A list that grows by one at every call of kernels.decoder_layers (the one-call layer stack)."""
     ran, stack = [], kernels.decoder_layers

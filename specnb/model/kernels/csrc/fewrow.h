@@ -74,7 +74,5 @@ constexpr int64_t ACT_GELU_TANH = 1;
 
 std::tuple<torch::Tensor, std::vector<torch::Tensor>, std::vector<torch::Tensor>> decoder_layers(
     torch::Tensor x, const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& cos,
-                             const std::vector<torch::Tensor>& sin,
-                             const std::vector<c10::optional<torch::Tensor>>& masks,
-                             const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
-                             int64_t start, int64_t isa);
+    const std::vector<torch::Tensor>& sin, const std::vector<c10::optional<torch::Tensor>>& masks,
+    const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values, int64_t start, int64_t isa);

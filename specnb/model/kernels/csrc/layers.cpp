@@ -58,10 +58,8 @@ torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int6
 // call's keys and values [B, Hk, S, D] per layer come back in the two lists instead.
 std::tuple<torch::Tensor, std::vector<torch::Tensor>, std::vector<torch::Tensor>> decoder_layers(
     torch::Tensor x, const std::vector<LayerSpec>& layers, const std::vector<torch::Tensor>& cos,
-                             const std::vector<torch::Tensor>& sin,
-                             const std::vector<c10::optional<torch::Tensor>>& masks,
-                             const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
-                             int64_t start, int64_t isa) {
+    const std::vector<torch::Tensor>& sin, const std::vector<c10::optional<torch::Tensor>>& masks,
+    const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values, int64_t start, int64_t isa) {
   const int64_t n = int64_t(layers.size());
   TORCH_CHECK(x.dim() == 3, "decoder_layers: x [B, S, d]");
   TORCH_CHECK(int64_t(cos.size()) == n && int64_t(sin.size()) == n && int64_t(masks.size()) == n &&
@@ -73,7 +71,8 @@ std::tuple<torch::Tensor, std::vector<torch::Tensor>, std::vector<torch::Tensor>
     const LayerSpec& L = layers[i];
     const int64_t rows = broadcast ? 1 : B;
     TORCH_CHECK(keys[i].size(0) == rows && values[i].size(0) == rows, "decoder_layers: one cache row per row of x");
-    TORCH_CHECK(keys[i].size(2) >= end && values[i].size(2) >= end, "decoder_layers: cache buffer too short");
+    const int64_t filled = broadcast ? start : end;  // what the buffers must hold: read, or read and written
+    TORCH_CHECK(keys[i].size(2) >= filled && values[i].size(2) >= filled, "decoder_layers: cache buffer too short");
     const auto h = normed(x.view({R, d}), L.input_norm);
     const auto qkv = project(h, L.qkv, L.qkv_bias, L.qkv_blocks, isa).view({B, S, -1});
     const int64_t kv_end = L.q_size + L.k_size;
