@@ -132,23 +132,30 @@ def work_folder(path: str | Path) -> Iterator[Path]:
 
 
 @contextmanager
-def _exclusive(partial: Path) -> Iterator[None]:
-    """Hold ``<partial>.lock`` while a resumable build fills ``partial`` (a name shared by every build of one
-    store, so that a killed build resumes): a second process building the same store at the same time gets
-    ExistsError instead of writing into the first one's files."""
-    lock = partial.with_name(partial.name + ".lock")
+def exclusive(path: str | Path, busy: str, finished: Callable[[], bool] = lambda: True) -> Iterator[None]:
+    """Hold ``<path>.lock`` for the block, so that a second process doing the same work on ``path`` at the same time
+    gets ExistsError (``busy``: what to say) instead of writing beside the first. The lock file is removed at the
+    end when ``finished()`` (default: always), else left for a run that resumes."""
+    path = Path(path)
+    lock = path.with_name(path.name + ".lock")
     with open(lock, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ExistsError(f"another process is building {partial.with_suffix('')} right now; wait for it "
-                              "to finish (its result will be reused)") from None
+            raise ExistsError(busy) from None
         try:
             yield
         finally:
-            if not partial.exists():  # the build completed: nothing left to guard
+            if finished():
                 lock.unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _exclusive(partial: Path) -> contextlib.AbstractContextManager[None]:
+    """:func:`exclusive` for a resumable build filling ``partial`` (a name shared by every build of one store, so
+    that a killed build resumes): its lock stays until the build has completed."""
+    return exclusive(partial, f"another process is building {partial.with_suffix('')} right now; wait for it to "
+                     "finish (its result will be reused)", finished=lambda: not partial.exists())
 
 
 def _swap_in(tmp: Path, path: Path) -> None:

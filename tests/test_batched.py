@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import kernel_path_exists, tiny, tiny_gguf, without_kernels
 
+from specnb.atomic import ExistsError, exclusive
 from specnb.core.batched import greedy_batch, rows_exact
 from specnb.core.generate import generate
 from specnb.core.prompts import Prompt
@@ -69,3 +70,13 @@ def test_responses_in_batches_are_the_file_one_at_a_time_writes(tmp_path, monkey
     generate_responses(target, items, two, max_new_tokens=9, batch=2)  # resumes, 5 left: windows of 4 and 1
     assert two.read_text() == one.read_text()
     assert json.loads(two.with_suffix(".meta.json").read_text())["drafts"] == "none (batches of 2)"
+
+
+def test_a_second_run_on_an_answers_file_being_written_is_refused(tmp_path):
+    """Two runs appending to one file would each write the answers the other writes: the second one is refused
+    while the first holds the file, and the lock goes with the run."""
+    out, items = tmp_path / "answers.jsonl", [Prompt("0", text="def f(x):")]
+    with exclusive(out, "held"), pytest.raises(ExistsError, match="another process is writing answers to"):
+        generate_responses(tiny("gemma3"), items, out, max_new_tokens=3)
+    generate_responses(tiny("gemma3"), items, out, max_new_tokens=3)
+    assert len(out.read_text().splitlines()) == 1 and not (tmp_path / "answers.jsonl.lock").exists()

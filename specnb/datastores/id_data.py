@@ -31,7 +31,7 @@ import numpy as np
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..atomic import write_text
+from ..atomic import exclusive, write_text
 from ..core.drafter import Drafter
 from ..core.prompts import Prompt, encode_prompt
 from ..model.models import LoadedModel
@@ -161,13 +161,22 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
     ``WINDOW_BATCHES`` batches' prompts grouped by length and written in the given order; prompts over
     ``BATCH_MAX_PROMPT`` tokens are still decoded alone, with ``drafter``. Prompts whose id is
     already in ``out`` are skipped, so an interrupted run continues where it stopped; a file made with other
-    settings (model, weights, tokenizer, max_new_tokens, how it was made) is refused (ValueError). The sidecar
-    ``out.meta.json`` records what produced the file.
+    settings (model, weights, tokenizer, max_new_tokens, how it was made) is refused (ValueError), and so is a second
+    run on the same file while one is writing it (:class:`specnb.atomic.ExistsError`: both would append the same
+    answers). The sidecar ``out.meta.json`` records what produced the file.
     """
-    from ..core.batched import rows_exact
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(out, f"another process is writing answers to {out} right now; wait for it to finish (a rerun "
+                   "then resumes after its last answer)"):
+        return _write_responses(target, prompts, out, max_new_tokens, source, seed, drafter, batch)
+
+
+def _write_responses(target: LoadedModel, prompts: list[Prompt], out: Path, max_new_tokens: int, source: str,
+                     seed: int, drafter: Drafter | None, batch: int) -> Path:
+    """:func:`generate_responses`' work, its file held by this process."""
+    from ..core.batched import rows_exact
+
     meta_path = out.with_suffix(".meta.json")
     batched = batch > 1 and rows_exact(target)
     drafts = f"none (batches of {batch})" if batched else type(drafter).__name__ if drafter else "none"
