@@ -55,10 +55,10 @@ def test_display_names_come_from_the_method_registry():
         ("recycle", "Token Recycling"), ("auto", "auto"), ("-", "no draft"), ("merged", "two members merged")]
 
 
-def test_bars_are_sorted_labelled_and_carry_their_interval():
+def test_bars_are_ordered_labelled_and_carry_their_interval():
     fig, ax = plt.subplots()
     plots.hbars(ax, ["pld", "rest", "auto"], [1.2, 0.8, 2.0], [1.1, 0.7, 1.8], [1.3, 0.9, 2.2], reference=1.0)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["REST", "prompt lookup", "auto"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto", "REST", "prompt lookup"]  # bottom to top
     assert sorted(t.get_text() for t in ax.texts) == ["0.80", "1.20", "2.00"]
     assert plots.layout_problems(fig) == []
     with pytest.raises(DegenerateData, match="constant"):
@@ -129,12 +129,15 @@ def test_one_row_order_per_figure_kept_in_every_panel():
     plots.hbars(axes[1], labels, [5.0, 9.0, 1.0])  # another ranking: rows stay put
     plots.dots(axes[2], labels, [0.9, 0.95, 0.99])
     rows = [[t.get_text() for t in ax.get_yticklabels()] for ax in axes]
-    assert rows[0] == rows[1] == rows[2] == ["REST", "prompt lookup", "auto"]
-    fig, ax = plt.subplots()  # another figure sorts by its own values
-    plots.hbars(ax, labels, [5.0, 9.0, 1.0])
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto", "prompt lookup", "REST"]
+    assert rows[0] == rows[1] == rows[2] == ["auto", "REST", "prompt lookup"]
+    fig, ax = plt.subplots()  # another figure, other values: methods stay in the study's one order
+    plots.dots(ax, ["auto", "rest", "pld"], [5.0, 9.0, 1.0])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["auto", "REST", "prompt lookup"]
+    fig, ax = plt.subplots()  # rows that are not methods: by value, largest on top
+    plots.hbars(ax, ["hnswlib", "IVF-PQ", "exact"], [5.0, 9.0, 1.0], colors=["0.3"] * 3)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["exact", "hnswlib", "IVF-PQ"]
     fig, axes = plt.subplots(1, 2)  # other labels of the same methods (06's best shape per set): kept by method
-    plots.hbars(axes[0], ["pld", "mixed (1, 10)"], [1.6, 1.5])
+    plots.hbars(axes[0], ["mixed (1, 10)", "pld"], [1.6, 1.5])
     plots.hbars(axes[1], ["mixed (1, 6)", "pld"], [1.53, 1.50])
     assert [t.get_text() for t in axes[1].get_yticklabels()] == ["mixed (1, 6)", "prompt lookup"]
     plt.close("all")
@@ -558,7 +561,7 @@ def test_series_panels_say_a_repeated_or_flat_series_instead_of_drawing_it():
 def test_a_chain_of_repeats_is_said_against_the_series_drawn():
     """n ≤ 4 repeats n ≤ 3 (drawn), n ≤ 5 repeats n ≤ 4 (not drawn): the sentence names n ≤ 3 for both, never a
     series a reader cannot see; a curve drifting 1.5% a step is drawn once it is more than 2% from the drawn one."""
-    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.9], ("code", 3): [0.5, 0.7, 0.915],
+    frame = _curves({("code", 1): [0.4, 0.6, 0.8], ("code", 2): [0.5, 0.7, 0.92], ("code", 3): [0.5, 0.7, 0.915],
                      ("code", 4): [0.5, 0.7, 0.915], ("chat", 1): [0.2, 0.3, 0.5], ("chat", 2): [0.2, 0.3, 0.5],
                      ("chat", 3): [0.2, 0.3, 0.53], ("chat", 4): [0.2, 0.3, 0.56]})
     said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0, same_at="t")
@@ -568,6 +571,14 @@ def test_a_chain_of_repeats_is_said_against_the_series_drawn():
     sentence = plots.unchanged_sentence(said, "n ≤ {}", ["code", "chat"])
     assert sentence == ("Not drawn: n ≤ 2, n ≤ 3 within 2% of n ≤ 1 at every point on chat; n ≤ 3, n ≤ 4 within 2% "
                         "of n ≤ 2 at every point on code.")
+
+
+def test_the_best_curve_is_drawn_even_within_2_percent_of_another():
+    """04's all-n figure said n ≤ 3 on chat "within 2% of n ≤ 2" while the takeaway named n ≤ 3 the best store:
+    the curve holding a panel's largest value is drawn, and a later one within 2% of it is said against it."""
+    frame = _curves({("chat", 2): [0.5, 0.7, 0.9], ("chat", 3): [0.5, 0.7, 0.91], ("chat", 4): [0.5, 0.7, 0.905]})
+    said = plots.unchanged_series(frame, panels="task", series="n", x="entries", y="y", offset=1.0, same_at="t")
+    assert said == {("chat", 4): ("repeats", 3)}
 
 
 def test_a_tokens_per_call_curve_within_2_percent_of_its_level_is_flat():

@@ -6,9 +6,10 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :data:`STYLES` / :func:`style`: the same method has the same colour and name in every figure (a label such as
   ``"DReSD-OOD 10×6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
   markers and line styles (:data:`MARKERS`, :data:`LINESTYLES`), never to colour.
-* :func:`hbars`: horizontal bars sorted by value, the value printed at the end of each bar, the 90% interval drawn;
-  :func:`dots` for values near a ceiling (a bar from zero hides their differences). One row order per figure: the
-  first panel's, kept in every later panel; legends list methods in one order study-wide (:func:`method_rank`).
+* :func:`hbars`: horizontal bars, the value printed at the end of each bar, the 90% interval drawn; :func:`dots`
+  for values near a ceiling (a bar from zero hides their differences). One row order per figure, the first panel's,
+  kept in every later panel: methods in the study's one order (:func:`method_rank`, as legends list them), other
+  rows sorted by value.
 * :func:`stacked_shares`: shares of calls (a router's picks) as stacked horizontal bars, one per row, values printed.
 * :func:`series_colors` (distinct hues for three or more series that are not methods) and
   :func:`line_with_interval` (a band for a lone series, capped error bars when several share a panel).
@@ -263,12 +264,13 @@ def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], lo
                 high: Sequence[float] | None, colors: Sequence[str] | None, what: str,
                 keep_order: bool = False) -> pd.DataFrame:
     """The rows of a bar or dot panel (label, value, low, high, color), bottom to top in the figure's one row
-    order: the first panel of a figure sorts its rows by value (largest on top, ties as given) and sets the
-    order; a later panel whose labels that order holds keeps it, so a row is at the same height in every panel
-    (one re-sorted per panel reads as another ranking); one whose labels differ but name the same methods, one
-    row each (``mixed (1, 10)`` and ``mixed (1, 6)``), keeps it by method. Raises DegenerateData when the values
-    do not vary. ``keep_order``: the first panel keeps the rows as given, first on top (an ordered quantity such as
-    dimensions, where a ranking by value would scramble it)."""
+    order. The first panel of a figure sets it: rows that all name methods in the study's one method order
+    (:func:`method_rank`, first on top, variants of one method as given), so that a method sits at the same place
+    in every figure; other rows sorted by value (largest on top, ties as given). A later panel whose labels that
+    order holds keeps it, so a row is at the same height in every panel (one re-sorted per panel reads as another
+    ranking); one whose labels differ but name the same methods, one row each (``mixed (1, 10)`` and ``mixed (1,
+    6)``), keeps it by method. Raises DegenerateData when the values do not vary. ``keep_order``: the first panel
+    keeps the rows as given, first on top (an ordered quantity such as dimensions, or groups a reader compares)."""
     from ..eval.checks import check_varies
 
     frame = pd.DataFrame({"label": list(labels), "value": np.asarray(values, dtype=float)})
@@ -282,7 +284,11 @@ def _value_rows(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], lo
         rank = frame.label.map(lambda name: known.get(key(name)))  # noqa: B023 (used at once)
         if len(known) == len(order) and rank.notna().all() and rank.is_unique:
             return frame.iloc[np.argsort(rank.to_numpy(), kind="stable")].reset_index(drop=True)
-    frame = frame if keep_order else frame.sort_values("value", ascending=False, kind="stable")
+    ranks = frame.label.map(method_rank)
+    if not keep_order and ranks.notna().all():
+        frame = frame.iloc[np.argsort(ranks.to_numpy(dtype=float), kind="stable")]
+    elif not keep_order:
+        frame = frame.sort_values("value", ascending=False, kind="stable")
     frame = frame.iloc[::-1].reset_index(drop=True)
     _ROW_ORDERS.setdefault(ax.figure, list(frame.label))
     return frame
@@ -324,7 +330,7 @@ def hbars(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Seq
           high: Sequence[float] | None = None, *, fmt: str = "{:.2f}", reference: float | None = None,
           colors: Sequence[str] | None = None, xlabel: str = "",
           also: tuple[str, str, Sequence[float]] | None = None, keep_order: bool = False) -> plt.Axes:
-    """Horizontal bars in the figure's row order (the first panel's: sorted by value, largest on top), each value
+    """Horizontal bars in the figure's row order (:func:`_value_rows`: methods in the study's order), each value
     printed past its bar (and past its interval), the 90% interval [low, high] drawn as an error bar;
     ``reference`` draws a thin vertical line (1 for speedups), always in view. Negative values extend left of 0
     (a difference, a gain). On a panel sharing its x axis with one drawn before, the axis only grows, so every
@@ -632,19 +638,22 @@ def unchanged_series(frame: pd.DataFrame, *, panels: str, series: str, x: str, y
     it in the same panel (in increasing order: a chain n ≤ 3, n ≤ 4, n ≤ 5 of repeats is said against n ≤ 3, the
     curve a reader sees, and a curve drifting away from it step by step is drawn once it is more than 2% away),
     and ``("flat", (low, high))`` for a flat curve (:func:`flat_curve`, values only: an interval says nothing of
-    whether a curve moves)."""
+    whether a curve moves). The curve holding a panel's largest value is never said to repeat another: it is the
+    one a takeaway names ("the best store"), and a reader must find it drawn."""
     key = same_at or x
     out: dict[tuple, tuple[str, object]] = {}
     for row in dict.fromkeys(frame[panels]):
         last: tuple[object, pd.Series] | None = None
+        panel = frame[frame[panels] == row]
+        best = panel[series].loc[panel[y].astype(float).idxmax()] if panel[y].notna().any() else None
         for value in sorted(frame[series].unique()):
-            d = frame[(frame[panels] == row) & (frame[series] == value)]
+            d = panel[panel[series] == value]
             if d.empty:
                 continue
             curve = (d.set_index(key)[y] + offset).astype(float).sort_index()
             if flat_curve(curve):
                 out[(row, value)] = ("flat", (float(curve.min()), float(curve.max())))
-            elif last is not None and len(curve) > 1 and last[1].index.equals(curve.index) \
+            elif value != best and last is not None and len(curve) > 1 and last[1].index.equals(curve.index) \
                     and within(curve, last[1]):
                 out[(row, value)] = ("repeats", last[0])
             else:
