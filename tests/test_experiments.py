@@ -110,24 +110,31 @@ def test_beyond_verdicts_read_suffix_against_pld_and_the_retrieval_ceiling():
     assert verdict["ceiling_vs_pld_tokens_per_call"] == pytest.approx(1.25)
 
 
-def test_pick_shares_per_prompt_fold_every_merged_pair_into_one_series():
-    """One row per prompt in the order they ran, then all calls; members in the study's method order, then no
-    draft and merged pairs, the same columns for every set."""
+def test_pick_shares_per_prompt_split_merged_calls_between_their_members():
+    """One row per prompt in the order they ran, then all calls; members in the study's method order, each
+    beside its half of the calls it merged with another (``pld+``), then no draft, the same columns for every set.
+    10's chart folded every merged pair into one grey bar, the largest, hiding which members drafted."""
     import pandas as pd
 
-    from specnb.experiments.beyond import ALL_CALLS, pick_shares
+    from specnb.experiments.beyond import ALL_CALLS, member_shares, pick_shares
 
     picks = pd.DataFrame({"set": ["a"] * 5 + ["b"] * 2, "step": [0, 1, 2, 3, 4, 0, 1],
                           "prompt_id": ["p2", "p2", "p1", "p1", "p1", "q1", "q1"],
                           "picked": ["suffix", "pld+suffix", "suffix+recycle", "-", "pld", "suffix", "suffix"]})
     shares = pick_shares(picks)
-    assert list(shares["a"].columns) == list(shares["b"].columns) == ["pld", "suffix", "-", "merged"]
+    assert list(shares["a"].columns) == list(shares["b"].columns) == ["pld", "pld+", "suffix", "suffix+",
+                                                                      "recycle+", "-"]
     assert list(shares["a"].index) == ["prompt 1", "prompt 2", ALL_CALLS]
-    assert shares["a"].loc["prompt 1"].to_dict() == {"pld": 0.0, "suffix": 0.5, "-": 0.0, "merged": 0.5}
-    assert shares["a"].loc["prompt 2"].to_dict() == pytest.approx({"pld": 1 / 3, "suffix": 0.0, "-": 1 / 3,
-                                                                  "merged": 1 / 3})
-    assert shares["a"].loc[ALL_CALLS].to_dict() == {"pld": 0.2, "suffix": 0.2, "-": 0.2, "merged": 0.4}
-    assert shares["b"].loc[ALL_CALLS].to_dict() == {"pld": 0.0, "suffix": 1.0, "-": 0.0, "merged": 0.0}
+    assert shares["a"].loc["prompt 1"].to_dict() == {"pld": 0.0, "pld+": 0.25, "suffix": 0.5, "suffix+": 0.25,
+                                                     "recycle+": 0.0, "-": 0.0}
+    assert shares["a"].loc["prompt 2"].to_dict() == pytest.approx({"pld": 1 / 3, "pld+": 0.0, "suffix": 0.0,
+                                                                  "suffix+": 1 / 6, "recycle+": 1 / 6, "-": 1 / 3})
+    assert shares["a"].loc[ALL_CALLS].to_dict() == pytest.approx({"pld": 0.2, "pld+": 0.1, "suffix": 0.2,
+                                                                 "suffix+": 0.2, "recycle+": 0.1, "-": 0.2})
+    assert shares["b"].loc[ALL_CALLS].to_dict() == {"pld": 0.0, "pld+": 0.0, "suffix": 1.0, "suffix+": 0.0,
+                                                    "recycle+": 0.0, "-": 0.0}
+    assert member_shares(picks) == {"a": pytest.approx({"pld": 0.3, "suffix": 0.4, "recycle": 0.1, "-": 0.2}),
+                                    "b": {"suffix": 1.0}}
 
 
 def test_the_corpus_sweep_runs_on_a_users_corpus(tmp_path, monkeypatch):

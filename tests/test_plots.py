@@ -52,7 +52,7 @@ def test_display_names_come_from_the_method_registry():
         ("rest-priced", "REST, priced"), ("crest", "CREST"),
         ("crest-priced", "CREST, priced"), ("dense", "DReSD"), ("dense-id", "DReSD, ID store"),
         ("dense-priced", "DReSD, priced"), ("sd", "SD"), ("mcsd", "MCSD"), ("suffix", "SuffixDecoding"),
-        ("recycle", "Token Recycling"), ("auto", "auto"), ("-", "no draft"), ("merged", "two members merged")]
+        ("recycle", "Token Recycling"), ("auto", "auto"), ("-", "no draft")]
 
 
 def test_bars_are_ordered_labelled_and_carry_their_interval():

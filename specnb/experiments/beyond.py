@@ -103,31 +103,56 @@ def beyond(target: LoadedModel, sets: dict[str, list[Prompt]], config: BenchConf
     return pd.concat(summaries, ignore_index=True), pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
 
-MERGED = "merged"  # the picks' label, in the charts, for every pair of members whose trees were verified together
-
-
 ALL_CALLS = "all calls"  # the row of :func:`pick_shares` that pools a set's prompts
 
 
-def pick_shares(picks: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """{set: [rows, members]} the share of a prompt's target calls each member drafted (``-``: none; ``merged``:
-    two members' trees together, whichever), one row per prompt in the order they ran (``prompt 1`` ...; the
-    router goes on learning from one to the next), then :data:`ALL_CALLS` over the set, for a stacked bar per row
-    (:func:`specnb.study.plots.stacked_shares`); the same columns, members in the study's method order then
-    ``-`` and ``merged``, for every set (so that a member keeps its colour and its place)."""
-    from ..study.plots import method_rank
+def _member_calls(picks: pd.DataFrame) -> pd.DataFrame:
+    """One row per (call, member who drafted it): columns set, prompt_id, member and share, a call merging k
+    members' trees counted 1/k to each, drawn as :data:`specnb.study.plots.SHARED` (``crest+``), a call drafted
+    alone 1 to its member, ``-`` (no draft) 1 to ``-``."""
+    from ..study.plots import SHARED
 
-    picked = picks.picked.where(~picks.picked.str.contains("+", regex=False), MERGED)
-    others = sorted(set(picked) - {"-", MERGED}, key=lambda m: (method_rank(m) is None, method_rank(m) or 0, m))
-    members = [*others, *(["-"] if (picked == "-").any() else []), *([MERGED] if (picked == MERGED).any() else [])]
+    members = picks.picked.str.split("+", regex=False)
+    merged = members.str.len() > 1
+    rows = picks.assign(member=members, share=1.0 / members.str.len(), merged=merged).explode("member")
+    rows["member"] = rows.member.where(~rows.merged, rows.member + SHARED)
+    return rows[["set", "prompt_id", "member", "share"]]
+
+
+def pick_shares(picks: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """{set: [rows, members]} the share of a prompt's target calls each member drafted, one row per prompt in the
+    order they ran (``prompt 1`` ...; the router goes on learning from one to the next), then :data:`ALL_CALLS`
+    over the set, for a stacked bar per row (:func:`specnb.study.plots.stacked_shares`). A member's calls alone
+    are column ``member``, its share of the calls it merged with another (half of each pair's) ``member+``
+    beside it, ``-`` the calls with no draft; the same columns, members in the study's method order, for every
+    set (so that a member keeps its colour and its place)."""
+    from ..study.plots import SHARED, method_rank
+
+    calls = _member_calls(picks)
+    drafted = sorted({m.removesuffix(SHARED) for m in calls.member} - {"-"},
+                     key=lambda m: (method_rank(m) is None, method_rank(m) or 0, m))
+    columns = [c for m in drafted for c in (m, m + SHARED) if (calls.member == c).any()]
+    columns += ["-"] if (calls.member == "-").any() else []
     shares = {}
-    for name, group in picks.assign(picked=picked).groupby("set", sort=False):
+    for name, group in calls.groupby("set", sort=False):
         order = list(dict.fromkeys(group.prompt_id))
-        counts = pd.crosstab(group.prompt_id, group.picked).reindex(index=order, columns=members, fill_value=0)
+        counts = group.pivot_table(index="prompt_id", columns="member", values="share", aggfunc="sum")
+        counts = counts.reindex(index=order, columns=columns).fillna(0.0)
         counts.index = [f"prompt {i}" for i in range(1, len(order) + 1)]
         counts.loc[ALL_CALLS] = counts.sum()
         shares[name] = counts.div(counts.sum(axis=1), axis=0).astype(float)
     return shares
+
+
+def member_shares(picks: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """{set: {member: share of the set's target calls}}: each member's calls alone plus its share of the merged
+    ones (a pair's call half to each), ``-`` the calls with no draft; each set's shares sum to 1."""
+    from ..study.plots import SHARED
+
+    calls = _member_calls(picks)
+    calls["member"] = calls.member.str.removesuffix(SHARED)
+    return {name: (g.groupby("member").share.sum() / g.share.sum()).to_dict()
+            for name, g in calls.groupby("set", sort=False)}
 
 
 def ceilings(target: LoadedModel, sets: dict[str, list[Prompt]], *, max_new_tokens: int,
@@ -403,20 +428,20 @@ def router_text(names: Any) -> str:
 
 
 def picks_takeaway(report, picks: pd.DataFrame) -> None:
-    """The front page's line for the router's picks figure: per set, the member that drafted the most calls and
-    the share of calls with no draft, from ``ours[picked]`` (each set's shares of ``picks``, which the notebook
-    adds)."""
+    """The front page's line for the router's picks figure: per set, the member that drafted the most calls (its
+    merged calls counted half, :func:`member_shares`) and the share of calls with no draft, from ``ours[picked]``
+    (:func:`member_shares` of ``picks``, which the notebook adds)."""
     from ..study.plots import label
 
     parts = []
-    for name, group in picks.groupby("set", sort=False):
-        shares = group.picked.value_counts(normalize=True)
-        members = shares.drop("-", errors="ignore")
-        if members.empty:
+    for name, shares in member_shares(picks).items():
+        members = {m: v for m, v in shares.items() if m != "-"}
+        if not members:
             parts.append(f"no member drafted on {name}")
             continue
-        top = members.idxmax()
+        top = max(members, key=members.get)
         part = f"{label(top)} drafted {{ours[picked][{name}][{top}]:.0%}} of calls on {name}"
-        parts.append(part + (f" (no draft: {{ours[picked][{name}][-]:.0%}})" if "-" in shares.index else ""))
+        parts.append(part + (f" (no draft: {{ours[picked][{name}][-]:.0%}})" if "-" in shares else ""))
     if parts:
-        report.takeaway("10_router_picks", "auto's most used member: " + "; ".join(parts))
+        report.takeaway("10_router_picks", "auto's most used member (a call merging two members' trees counted half "
+                        "to each): " + "; ".join(parts))

@@ -88,15 +88,14 @@ COLORS: dict[str, str] = {
     "sd": "#7b4173", "mcsd": "#9467bd",
     # beyond the seed papers
     "suffix": "#e377c2", "recycle": "#8c564b", "auto": "#111111",
-    # a router's picks
-    "-": "#e8e8e8", "merged": "#6f6f6f",
+    # a router's calls with no draft
+    "-": "#e8e8e8",
 }
 """Method key (the bench's name) -> its colour in every figure of every notebook; the order is the legends'."""
 
-NOT_METHODS = {"rest-id": "REST, ID store", "dense-id": "DReSD, ID store", "-": "no draft",
-               "merged": "two members merged"}
+NOT_METHODS = {"rest-id": "REST, ID store", "dense-id": "DReSD, ID store", "-": "no draft"}
 """Display names of the keys that are not methods of the registry: REST and DReSD on their ID stores, a router's
-picks."""
+calls with no draft."""
 
 SHADES: dict[str, tuple[str, str, str]] = {
     "-id": ("ID store", "OOD store", "dark: the in-distribution (ID) store"),
@@ -450,15 +449,23 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
 SPAN_COLOR = "0.85"  # a published range behind a dot (:func:`dots`): light grey, no method's hue
 
 
+SHARED = "+"
+"""Suffix of a :func:`stacked_shares` column holding a method's share of calls it drafted together with another
+(a router's merged trees): drawn in the method's colour, hatched with :data:`SHARED_HATCH`, one key entry."""
+SHARED_HATCH = "////"
+
+
 def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0.12, fmt: str = "{:.0%}",
                    xlabel: str = "share of calls") -> plt.Axes:
     """One horizontal bar per row of ``shares`` (index: row labels, first on top; columns: method keys such as a
-    router's members, ``-`` and ``merged`` included; each row sums to 1), split into opaque segments in the
-    methods' colours (named in the legend: :func:`legend_outside`) in the columns' order, each share of at least
-    ``min_printed`` printed inside its segment (dark text on a light colour, white on a dark one). A last row
-    that pools the others (``all calls``) is set off from them by a gap. Where one method took every call of every
-    row, the panel says so in a sentence instead: its bars would all be one length."""
+    router's members, ``-`` (no draft) and ``<key>+`` (:data:`SHARED`: that method's share of calls merged with
+    another) included; each row sums to 1), split into opaque segments in the methods' colours (named in the
+    legend: :func:`legend_outside`) in the columns' order, a shared share hatched (one key entry names the hatch),
+    each share of at least ``min_printed`` printed inside its segment (dark text on a light colour, white on a dark
+    one). A last row that pools the others (``all calls``) is set off from them by a gap. Where one method took
+    every call of every row, the panel says so in a sentence instead: its bars would all be one length."""
     from matplotlib.colors import to_rgb
+    from matplotlib.patches import Rectangle
 
     taken = [key for key in shares.columns if (shares[key].to_numpy(dtype=float) > 0).any()]
     if len(taken) == 1:
@@ -475,14 +482,20 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
     left = np.zeros(len(rows))
     for key in shares.columns:
         width = shares[key].to_numpy(dtype=float)
-        fill = color(key)
-        ax.barh(y, width, left=left, height=0.8, color=fill, edgecolor="white", linewidth=0.6, label=label(key))
+        shared = key.endswith(SHARED)
+        fill = color(key.removesuffix(SHARED))
+        ax.barh(y, width, left=left, height=0.8, color=fill, edgecolor="white", linewidth=0.6,
+                hatch=SHARED_HATCH if shared else None, label="_nolegend_" if shared else label(key))
         dark = float(np.dot(to_rgb(fill), (0.299, 0.587, 0.114))) < 0.5
         for yi, x0, w in zip(y, left, width, strict=True):
             if w >= min_printed:
                 ax.text(x0 + w / 2, yi, fmt.format(w), ha="center", va="center", fontsize=6.5,
-                        color="white" if dark else "0.1")
+                        color="white" if dark else "0.1",
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": fill, "edgecolor": "none"} if shared else None)
         left = left + width
+    if any(key.endswith(SHARED) for key in taken):
+        ax.add_patch(Rectangle((0, 0), 0, 0, facecolor="0.6", edgecolor="white", hatch=SHARED_HATCH, lw=0,
+                               label="hatched: calls merged with another member (half to each)"))
     ax.set_yticks(y, rows)
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.6, float(y.max()) + 0.6)
