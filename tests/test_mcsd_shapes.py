@@ -265,7 +265,7 @@ def test_mcsd_budget_verdicts_judge_what_they_name():
     rows = shapes.mcsd_budget_rows(references, ranks, LinearCost(), 0.0, budgets).assign(set="code")
     report = Results("99", "smoke")
     report.add(draft_top1=0.5)
-    shapes.compare_mcsd_budgets(report, rows, LinearCost())
+    judged = shapes.compare_mcsd_budgets(report, rows, LinearCost())
     assert set(report.comparisons) == {"budget 4 alike code", "budget 16 alike code", "budget 16 vs 4 tokens code",
                                        "budget 16 vs 4 speed code"}
     tpc = shapes.priced_summary(rows, ["budget", "shape"]).set_index("shape").tokens_per_call
@@ -283,6 +283,12 @@ def test_mcsd_budget_verdicts_judge_what_they_name():
     records = {key: {**c.record(), "cause": c.cause} for key, c in report.comparisons.items()}
     assert uncited({"ours": report.ours, "verdicts": records}) == []
     assert "budget 16 vs 4 speed code" in report.takeaways["08_mcsd_budgets"]
+    # the figure's ratio panel draws exactly the judged numbers, the alike rows under the tie band
+    assert judged.value.tolist() == pytest.approx([c.ours for c in report.comparisons.values()])
+    assert judged[["low", "high"]].to_numpy().ravel().tolist() == pytest.approx(
+        [end for c in report.comparisons.values() for end in (c.low, c.high)])
+    band = shapes.budget_band(judged)
+    assert band.rows == tuple(judged.row[:2]) and (band.low, band.high) == pytest.approx((0.98, 1.02))
 
 
 def test_greedy_ranks_of_decoded_texts_are_the_replays_draft_ranks(tmp_path, monkeypatch):

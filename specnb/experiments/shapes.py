@@ -516,7 +516,7 @@ def compare_mcsd_order(report, rows: pd.DataFrame) -> None:
         + " (MCSD Fig. 4: decreasing better); the draft's top-1 is right at {ours[draft_top1]:.1%} of positions")
 
 
-def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -> None:
+def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -> pd.DataFrame:
     """MCSD §4.4 / Fig. 4's budget claims on :func:`mcsd_budget_rows` rows (one per set, column ``set``), every
     ratio paired by prompt with its 90% interval:
 
@@ -529,7 +529,9 @@ def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -
       where a call of many tokens costs far more than on the paper's GPU; claim and cause say so, the cause citing
       what a call verifying each group's mean tree costs in one-token calls at ``context``.
 
-    Causes cite the draft's top-1 rate, ``report.ours["draft_top1"]`` (:meth:`ShapeStudy.headlines`)."""
+    Causes cite the draft's top-1 rate, ``report.ours["draft_top1"]`` (:meth:`ShapeStudy.headlines`). Returns the
+    judged ratios for :func:`specnb.study.plots.paired_ratios` (columns row, group: the set, value, low, high,
+    method), so the figure draws what the verdicts judge."""
     top1 = report.ours["draft_top1"]
     budgets = sorted(int(b) for b in rows.budget.unique())
     small, large = budgets[0], budgets[-1]
@@ -537,13 +539,21 @@ def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -
     nodes = {b: int(round(rows[rows.budget == b].groupby("shape").nodes.first().mean())) for b in (small, large)}
     price = {b: float(cost.chain_seconds(np.array([n]), context)[0] / one) for b, n in nodes.items()}
     against = "MCSD §4.4, Fig. 4 (LLaMA-68M → LLaMA-13B, Alpaca, GPU)"
+    judged = []
+
+    def ratio(row: str, name: str, values: tuple[float, float, float]) -> tuple[float, float, float]:
+        judged.append({"row": row, "group": name, **dict(zip(("value", "low", "high"), values, strict=True)),
+                       "method": "mcsd"})
+        return values
+
     for name, sub in rows.groupby("set", sort=False):
         for budget, group in sub.groupby("budget", sort=False):
             tpc = priced_summary(group, ["shape"]).set_index("shape").tokens_per_call
             hi, lo = tpc.idxmax(), tpc.idxmin()
             report.compare(f"budget {budget} alike {name}", f"tokens per call of the {budget}-budget shapes, the "
                            f"most ({hi}) / the fewest ({lo}), {name}",
-                           *paired_ratio(group, {"shape": hi}, {"shape": lo}),
+                           *ratio(f"{budget}-budget shapes: most / fewest\ntokens per call", name,
+                                  paired_ratio(group, {"shape": hi}, {"shape": lo})),
                            Expect.near(1.0, TIE), f"{against}: equal budgets perform alike",
                            cause=f"how the leaves spread over the levels decides the tokens per call: {hi} reaches "
                                  f"{tpc[hi]:.2f}, {lo} {tpc[lo]:.2f}, where the draft's top-1 is the target's token "
@@ -555,14 +565,17 @@ def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -
                     **{f"{b}-budget mean tree nodes": nodes[b] for b in (small, large)},
                     **{f"{b}-budget call cost over a one-token call": price[b] for b in (small, large)}}
         report.compare(f"budget {large} vs {small} tokens {name}", f"tokens per call, the {large}-budget group / "
-                       f"the {small}-budget group, {name}", *paired_ratio(pooled, {"budget": large}, {"budget": small}),
+                       f"the {small}-budget group, {name}",
+                       *ratio(f"{large}-budget / {small}-budget group:\ntokens per call", name,
+                              paired_ratio(pooled, {"budget": large}, {"budget": small})),
                        Expect.above(1.0, TIE), f"{against}: the {large}-budget group has the higher block efficiency",
                        cause=f"the {large}-budget trees' extra candidates are seldom the target's token: the draft's "
                              f"top-1 is right at {top1:.1%} of positions", fmt=".3f", internal=False,
                        direction_only=True, evidence=evidence)
         report.compare(f"budget {large} vs {small} speed {name}", f"estimated speed on this CPU's cost table, the "
                        f"{large}-budget group / the {small}-budget group, {name}",
-                       *paired_ratio(pooled, {"budget": large}, {"budget": small}, "est_speed"),
+                       *ratio(f"{large}-budget / {small}-budget group:\nestimated speed", name,
+                              paired_ratio(pooled, {"budget": large}, {"budget": small}, "est_speed")),
                        Expect.below(1.0, TIE), f"{against}: the {large}-budget group is slower",
                        cause=f"priced with this CPU's cost table, where a call verifying the {large}-budget trees' "
                              f"{nodes[large]} nodes costs {price[large]:.1f} one-token calls and the {small}-budget "
@@ -578,6 +591,7 @@ def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -
                     + "; within one budget the most over the fewest tokens per call: " + ", ".join(
                         f"×{{verdicts[budget {b} alike {n}][ours]:.2f}} ({b}, {n})" for n in sets
                         for b in (small, large)) + " (MCSD Fig. 4: equal budgets alike, the larger budget slower)")
+    return pd.DataFrame(judged)
 
 
 def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
@@ -605,6 +619,15 @@ def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
         + f" (the cost model's aim: within {PREDICTION:.0%} of 1); tree attention's decode speed over batch rows': "
         + ", ".join(f"×{{verdicts[tree {r.family} {r.k}x{r.w}][ours]:.2f}} for {r.family} ({r.k}, {r.w})"
                     for r in ratios.itertuples()))
+
+
+def budget_band(judged: pd.DataFrame) -> Any:
+    """The tolerance :func:`compare_mcsd_budgets` judges "equal budgets perform alike" by (within
+    :data:`~specnb.study.verdicts.TIE` of 1), shaded behind those rows of its returned ratios (the groups' ratios
+    are judged by direction only)."""
+    from ..study.plots import Band
+
+    return Band(1 - TIE, 1 + TIE, f"±{TIE:.0%}: alike", tuple(r for r in dict.fromkeys(judged.row) if "most" in r))
 
 
 def prediction_band(summary: pd.DataFrame) -> Any:
