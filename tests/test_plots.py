@@ -55,6 +55,11 @@ def test_display_names_come_from_the_method_registry():
         ("recycle", "Token Recycling"), ("auto", "auto"), ("-", "no draft")]
 
 
+def test_a_self_draft_is_named_by_its_layers():
+    assert plots.model_label("gemma-3-270m:self:12") == "gemma-3-270m's first 12 layers"
+    assert plots.model_label("qwen2.5-coder-0.5b-instruct") == "qwen2.5-coder-0.5b-instruct"
+
+
 def test_bars_are_ordered_labelled_and_carry_their_interval():
     fig, ax = plt.subplots()
     plots.hbars(ax, ["pld", "rest", "auto"], [1.2, 0.8, 2.0], [1.1, 0.7, 1.8], [1.3, 0.9, 2.2], reference=1.0)

@@ -621,6 +621,14 @@ def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
                     for r in ratios.itertuples()))
 
 
+def tie_band() -> Any:
+    """The band within which :func:`compare_mcsd_order` calls a ratio a tie (:data:`~specnb.study.verdicts.TIE`
+    of 1: neither order beats the other), as :func:`specnb.study.plots.paired_ratios` shades it."""
+    from ..study.plots import Band
+
+    return Band(1 - TIE, 1 + TIE, f"±{TIE:.0%}: a tie")
+
+
 def budget_band(judged: pd.DataFrame) -> Any:
     """The tolerance :func:`compare_mcsd_budgets` judges "equal budgets perform alike" by (within
     :data:`~specnb.study.verdicts.TIE` of 1), shaded behind those rows of its returned ratios (the groups' ratios
@@ -783,12 +791,13 @@ class ShapeStudy:
 
 
 def order_ratios(order: pd.DataFrame) -> pd.DataFrame:
-    """One row per (set, pair) of :func:`mcsd_shape_rows` rows: ``pair`` ("4x2 vs 2x4, HumanEval") and the
-    decreasing shape's tokens per call over the increasing one's (``ratio``, ``low``, ``high``: paired by prompt)."""
+    """One row per (set, pair) of :func:`mcsd_shape_rows` rows: ``pair`` ("4x2 vs 2x4, HumanEval"), its ``shapes``
+    ("4x2 vs 2x4") and ``set``, and the decreasing shape's tokens per call over the increasing one's (``ratio``,
+    ``low``, ``high``: paired by prompt)."""
     out = []
     for (name, pair), group in order.groupby(["set", "pair"], sort=False):
         dec, inc = pair.split(" vs ")
-        out.append({"pair": f"{pair}, {name}", **dict(zip(("ratio", "low", "high"),
+        out.append({"pair": f"{pair}, {name}", "shapes": pair, "set": name, **dict(zip(("ratio", "low", "high"),
                                                           paired_ratio(group, {"shape": dec}, {"shape": inc}),
                                                           strict=True))})
     return pd.DataFrame(out)

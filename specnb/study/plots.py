@@ -165,6 +165,13 @@ def label(name: str) -> str:
     return STYLES[name].label if name in STYLES else REFERENCES.get(name, name)
 
 
+def model_label(name: str) -> str:
+    """A model's name as a figure prints it: a self-draft (``gemma-3-270m:self:12``,
+    :func:`specnb.drafters.draft_model.self_draft`) as "gemma-3-270m's first 12 layers", any other name as is."""
+    parts = name.rsplit(":", 2)
+    return f"{parts[0]}'s first {parts[2]} layers" if len(parts) == 3 and parts[1] == "self" else name
+
+
 def _method_key(label: str) -> str | None:
     """``label``'s method key (a display name such as ``"Token Recycling"`` included), None for a label that
     names no method."""
