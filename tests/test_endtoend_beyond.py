@@ -80,7 +80,10 @@ def test_end_to_end_comparisons_are_computed_against_table3(tmp_path, monkeypatc
     assert kinds["table3_pld"] == (False, False) and kinds["dense_id_vs_rest"] == (False, True)
     assert kinds["ar_vs_hf"] == (True, False) and kinds["rest_priced_vs_rest"] == (True, False)
     assert report.comparisons["table3_rest"].evidence["store tokens"] == 27_000
-    assert uncited(json.loads(report.write().read_text())) == []  # every number a cause cites is in the file
+    written = json.loads(report.write().read_text())
+    assert uncited(written) == []  # every number a cause cites is in the file
+    # the front page's line names the priced tree too (09 named 3 of its rows and left out the fastest retrieval)
+    assert written["takeaways"]["09_end_to_end"].endswith("; the trees cut to what pays here: REST ×1.11")
     assert e2e.tally(report, "table3_") == {"total": 3, "agrees": 1, "disagrees": 2, "inconclusive": 0}
     here = report.setups["DReSD Table 3"]["here"]
     assert here["datastore"] == ("REST: 27,000 tokens of code (out of distribution); "

@@ -18,6 +18,7 @@ import torch
 from ..core.roofline import device_name
 from ..draft_shapes import SelfDraft
 from ..eval.bench import BenchConfig
+from ..eval.methods import METHODS as REGISTRY
 from ..eval.runner import speedup_intervals, summarize
 from ..model.models import LoadedModel
 from ..study.verdicts import TIE, Expect
@@ -225,9 +226,14 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
                      r[["speedup_vs_ar", "speedup_vs_ar_low", "speedup_vs_ar_high"]],
                      cause + "; the paper ran 7B–13B models on a V100 GPU", evidence)
     judged = [m for m in CLAIMS.speedups if f"table3_{m}" in report.comparisons]
+    priced = [m for m in s.index if m.endswith("-priced")]
+    report.add(priced_speedups={m: float(s.loc[m, "speedup_vs_ar"]) for m in priced})
     report.takeaway("09_end_to_end", "speedup over our AR: " + ", ".join(
         f"{names[m]} ×{{verdicts[table3_{m}][ours]:.2f}}" for m in judged) + " (DReSD Table 3's averages on a V100: "
-        + ", ".join(f"×{CLAIMS.average(m):.2f}" for m in judged) + ")")
+        + ", ".join(f"×{CLAIMS.average(m):.2f}" for m in judged) + ")" + ("; the trees cut to what pays here: "
+                                                                           + ", ".join(
+            f"{REGISTRY[m.removesuffix('-priced')].label} ×{{ours[priced_speedups][{m}]:.2f}}" for m in priced)
+                                                                           if priced else ""))
     pairs = [("dense_id_vs_rest", "dense-id", "rest", "DReSD (ID store) faster than REST", "DReSD Table 3", False),
              ("rest_priced_vs_rest", "rest-priced", "rest", "REST cut to what pays here faster than REST's whole tree",
               "the priced tree's aim (ours)", True),
