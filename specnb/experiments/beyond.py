@@ -260,13 +260,13 @@ def verdicts(summary: pd.DataFrame, ceiling: dict[str, float]) -> dict[str, dict
 FIGURE_RATIOS = {
     "speed": (("auto", "best", "auto_vs_best"), ("auto", "pld", "auto_vs_pld"),
               ("suffix", "pld", "suffix_vs_pld"), ("recycle", "pld", "recycle_vs_pld")),
-    "tokens_per_call": (("suffix", "pld", "suffix_vs_pld_tokens_per_call"),
-                        ("auto", "pld", "auto_vs_pld_tokens_per_call"),
+    "tokens_per_call": (("auto", "pld", "auto_vs_pld_tokens_per_call"),
+                        ("suffix", "pld", "suffix_vs_pld_tokens_per_call"),
                         ("recycle", "pld", "recycle_vs_pld_tokens_per_call"),
                         ("suffix", "ceiling", "suffix_vs_ceiling"))}
 """The ratios notebook 10 draws per metric: (method, what it is set over: a method or a
-:data:`specnb.study.plots.REFERENCES` key, :func:`verdicts`' key), the claims' order: each a ratio of two runs on
-the same prompts with its paired 90% interval."""
+:data:`specnb.study.plots.REFERENCES` key, :func:`verdicts`' key), in one order for both figures (auto, then the
+drafters in the study's method order): each a ratio of two runs on the same prompts with its paired 90% interval."""
 
 
 def ratio_row(method: str, over: str) -> str:
