@@ -746,7 +746,10 @@ def record_latency(report, latency: pd.DataFrame) -> None:
                  evidence={"CREST median lookup ms": r["median ms"]})
 
 
-def takeaways(report, cumulative: pd.DataFrame, share: float = 0.01) -> None:
+FREQUENT_SHARE = 0.01  # the head of the n-gram distribution the front page quotes (04's cumulative figure marks it)
+
+
+def takeaways(report, cumulative: pd.DataFrame, share: float = FREQUENT_SHARE) -> None:
     """The front page's lines for notebook 04's figures that no verdict speaks for, their numbers added to the
     results file: the share of occurrences the most frequent ``share`` of distinct n-grams hold
     (``frequent_hold``, from the cumulative-frequency table) and the median lookups already in ``ours[latency]``."""
