@@ -135,6 +135,8 @@ def test_pick_shares_per_prompt_split_merged_calls_between_their_members():
                                                     "recycle+": 0.0, "-": 0.0}
     assert member_shares(picks) == {"a": pytest.approx({"pld": 0.3, "suffix": 0.4, "recycle": 0.1, "-": 0.2}),
                                     "b": {"suffix": 1.0}}
+    assert member_shares(picks, merged=False) == {"a": pytest.approx({"pld": 0.2, "suffix": 0.2, "-": 0.2}),
+                                                  "b": {"suffix": 1.0}}
 
 
 def test_the_corpus_sweep_runs_on_a_users_corpus(tmp_path, monkeypatch):

@@ -197,7 +197,7 @@ def test_takeaways_render_the_results_files_numbers(tmp_path, monkeypatch):
     report = Results("42", "smoke")
     picks = pd.DataFrame({"set": ["code"] * 4 + ["chat"] * 2, "prompt_id": ["p"] * 6,
                           "picked": ["pld", "pld+suffix", "pld", "-", "-", "-"]})
-    report.add(picked=beyond.member_shares(picks))
+    report.add(picked=beyond.member_shares(picks), picked_alone=beyond.member_shares(picks, merged=False))
     beyond.picks_takeaway(report, picks)
     grids = pd.DataFrame({"family": ["mixed", "REST"], "set": ["HumanEval"] * 2, "k": [1, 4], "w": [8, 2],
                           "est_speedup": [2.35, 0.9], "est_speedup_low": [2.0, 0.8], "est_speedup_high": [2.7, 1.0],
@@ -209,8 +209,8 @@ def test_takeaways_render_the_results_files_numbers(tmp_path, monkeypatch):
     compaction.takeaways(report, cumulative)
     takeaways = json.loads(report.write().read_text())["takeaways"]
     assert takeaways["10_router_picks"] == ("auto's most used member (a call merging two members' trees counted half "
-                                            "to each): prompt lookup drafted 62% of calls on code (no draft: 25%); no "
-                                            "member drafted on chat")
+                                            "to each): prompt lookup drafted 62% of calls on code, 50% alone (no "
+                                            "draft: 25%); no member drafted on chat")
     assert takeaways["08_grid_est_speedup"].startswith("the fastest estimated shape: mixed (1, 8) at ×2.35 (2.00–2.70)")
     assert takeaways["08_grid_tokens_per_call"] == "the most tokens per call: REST (4, 2) with 3.40 on HumanEval"
     assert "25% of occurrences for n = 1" in takeaways["04_ngram_cumulative_frequency"]

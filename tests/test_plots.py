@@ -231,13 +231,18 @@ def test_a_published_range_too_narrow_to_see_gets_a_tick_at_its_middle():
     plt.close("all")
 
 
-def test_a_methods_variants_share_its_hue_in_lighter_tints():
+def test_a_methods_variants_share_its_hue_in_darker_and_lighter_shades():
+    """06's top-k figure drew w = 2 and w = 3 in two pale tints a reader could not tell apart: the variants after a
+    method's own colour alternate darker and lighter, each pair of them far apart."""
     colors = plots.method_colors(["unigram", "bigram (w=1)", "extended bigram (w=2)", "extended bigram (w=3)"])
     assert colors["unigram"] == plots.color("model unigram") and colors["bigram (w=1)"] == plots.color("model bigram")
     assert len(set(colors.values())) == 4
     variants = ("bigram (w=1)", "extended bigram (w=2)", "extended bigram (w=3)")
     lightness = [sum(plots.to_rgb(colors[k])) for k in variants]
-    assert lightness == sorted(lightness) and lightness[0] < lightness[1]
+    assert lightness[1] < lightness[0] < lightness[2]
+    assert min(abs(a - b) for i, a in enumerate(lightness) for b in lightness[i + 1:]) > 0.5
+    rgb = [np.asarray(plots.to_rgb(c)) for c in colors.values()]  # the unigram (its own hue) apart from all three
+    assert min(np.linalg.norm(a - b) for i, a in enumerate(rgb) for b in rgb[i + 1:]) > 0.3
 
 
 def test_legends_list_methods_in_one_order_and_series_get_distinct_hues():

@@ -144,14 +144,17 @@ def pick_shares(picks: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return shares
 
 
-def member_shares(picks: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """{set: {member: share of the set's target calls}}: each member's calls alone plus its share of the merged
-    ones (a pair's call half to each), ``-`` the calls with no draft; each set's shares sum to 1."""
+def member_shares(picks: pd.DataFrame, merged: bool = True) -> dict[str, dict[str, float]]:
+    """{set: {member: share of the set's target calls}}: each member's calls alone plus, with ``merged``, its share
+    of the merged ones (a pair's call half to each; each set's shares then sum to 1); ``-`` the calls with no
+    draft."""
     from ..study.plots import SHARED
 
     calls = _member_calls(picks)
-    calls["member"] = calls.member.str.removesuffix(SHARED)
-    return {name: (g.groupby("member").share.sum() / g.share.sum()).to_dict()
+    total = calls.groupby("set", sort=False).share.sum()
+    calls = calls if merged else calls[~calls.member.str.endswith(SHARED)]
+    calls = calls.assign(member=calls.member.str.removesuffix(SHARED))
+    return {name: (g.groupby("member").share.sum() / total[name]).to_dict()
             for name, g in calls.groupby("set", sort=False)}
 
 
@@ -429,8 +432,9 @@ def router_text(names: Any) -> str:
 
 def picks_takeaway(report, picks: pd.DataFrame) -> None:
     """The front page's line for the router's picks figure: per set, the member that drafted the most calls (its
-    merged calls counted half, :func:`member_shares`) and the share of calls with no draft, from ``ours[picked]``
-    (:func:`member_shares` of ``picks``, which the notebook adds)."""
+    merged calls counted half, :func:`member_shares`), its calls alone (the figure's solid segment) and the share of
+    calls with no draft, from ``ours[picked]`` and ``ours[picked_alone]`` (:func:`member_shares` of ``picks`` with
+    and without the merged calls, which the notebook adds)."""
     from ..study.plots import label
 
     parts = []
@@ -440,7 +444,8 @@ def picks_takeaway(report, picks: pd.DataFrame) -> None:
             parts.append(f"no member drafted on {name}")
             continue
         top = max(members, key=members.get)
-        part = f"{label(top)} drafted {{ours[picked][{name}][{top}]:.0%}} of calls on {name}"
+        part = f"{label(top)} drafted {{ours[picked][{name}][{top}]:.0%}} of calls on {name}, " \
+               f"{{ours[picked_alone][{name}][{top}]:.0%}} alone"
         parts.append(part + (f" (no draft: {{ours[picked][{name}][-]:.0%}})" if "-" in shares else ""))
     if parts:
         report.takeaway("10_router_picks", "auto's most used member (a call merging two members' trees counted half "

@@ -79,7 +79,7 @@ COLORS: dict[str, str] = {
     "ar": "#636363", "hf": "#a3a3a3", "hf-pld": "#c4c4c4", "hf-assisted": "#dedede",
     "llamacpp": "#b8860b", "llamacpp-pld": "#e3c565",
     # context and model n-grams (N-Grammys)
-    "pld": "#1f77b4", "ngram-unigram": "#6b6c0f", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
+    "pld": "#1f77b4", "ngram-unigram": "#393b79", "ngram-bigram": "#bcbd22", "mixed": "#9edae5",
     "mixed-adaptive": "#17becf",
     # retrieval: one hue each, the ID store darker, the priced form lighter (:data:`SHADES`: a key names them)
     "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffa95e", "crest": "#2ca02c", "crest-priced": "#74c476",
@@ -222,16 +222,23 @@ def darker(hue: str) -> tuple[float, float, float]:
     return tuple(0.6 * np.asarray(to_rgb(hue)))
 
 
+VARIANT_SHADES = (0.0, -0.45, 0.45, -0.7, 0.7)
+"""A method's variants in a figure, in order: its own colour, then darker (negative: towards black) and lighter
+(towards white) shades in turn, so that neighbours in a legend differ most."""
+
+
 def method_colors(labels: Sequence[str]) -> dict[str, str]:
     """label -> colour for series that are methods or variants of one (``"bigram (w=1)"``, ``"extended bigram
-    (w=2)"``): each method's first label its own colour (:func:`color`), every later variant of it a lighter tint
-    of that hue, so a method reads the same in every figure and its variants stay apart."""
+    (w=2)"``): each method's first label its own colour (:func:`color`), its later variants the shades of
+    :data:`VARIANT_SHADES` of that hue (darker, lighter, ...), so a method reads the same in every figure and its
+    variants stay apart (lighter tints alone left the third a near-white line)."""
     colors: dict[str, str] = {}
     seen: dict[str, int] = {}
     for name in labels:
         key = method_of(name)
-        tint = 0.25 * seen.get(key, 0)
-        colors[name] = to_hex(tuple((1 - tint) * np.asarray(to_rgb(color(name))) + tint))
+        shade = VARIANT_SHADES[seen.get(key, 0) % len(VARIANT_SHADES)]
+        rgb = np.asarray(to_rgb(color(name)))
+        colors[name] = to_hex(rgb * (1 + shade) if shade < 0 else (1 - shade) * rgb + shade)
         seen[key] = seen.get(key, 0) + 1
     return colors
 
