@@ -342,6 +342,26 @@ def test_stacked_shares_draw_one_opaque_bar_per_row_with_its_shares_printed(tmp_
     plt.close("all")
 
 
+def test_stacked_shares_hatch_a_members_merged_calls_and_key_the_hatch(tmp_path, monkeypatch):
+    """A member's half of the calls it merged with another (column ``pld+``) is hatched in the member's own colour,
+    with one key entry for the hatch, so the strict save (which refuses an unnamed hatch) passes."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    shares = pd.DataFrame({"pld": [0.5, 0.2, 0.35], "pld+": [0.1, 0.2, 0.15], "suffix": [0.3, 0.4, 0.35],
+                           "suffix+": [0.1, 0.2, 0.15]}, index=["prompt 1", "prompt 2", "all calls"])
+    fig, ax = plt.subplots(figsize=(9, 2))
+    plots.stacked_shares(ax, shares)
+    plots.legend_outside(fig)
+    hatched = [p for p in ax.patches if p.get_hatch() and p.get_width() > 0]
+    assert len(hatched) == 6 and {p.get_facecolor()[:3] for p in hatched} == {
+        plt.matplotlib.colors.to_rgb(plots.color(k)) for k in ("pld", "suffix")}
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert names[:2] == ["prompt lookup", "SuffixDecoding"] and sum("hatched" in n for n in names) == 1
+    assert plots.key_problems(fig) == []
+    plots.save_figure(fig, "00_merged_picks")
+    plt.close("all")
+
+
 def test_stacked_shares_say_in_a_sentence_when_one_member_took_every_call(tmp_path, monkeypatch):
     """A tiny model's router that always picks one member: no bars all of one length (the strict save refuses a
     panel of a single value), a sentence naming the member."""

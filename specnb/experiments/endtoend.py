@@ -228,12 +228,11 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
     judged = [m for m in CLAIMS.speedups if f"table3_{m}" in report.comparisons]
     priced = [m for m in s.index if m.endswith("-priced")]
     report.add(priced_speedups={m: float(s.loc[m, "speedup_vs_ar"]) for m in priced})
+    cut = "; the trees cut to what pays here: " + ", ".join(
+        f"{REGISTRY[m.removesuffix('-priced')].label} ×{{ours[priced_speedups][{m}]:.2f}}" for m in priced)
     report.takeaway("09_end_to_end", "speedup over our AR: " + ", ".join(
         f"{names[m]} ×{{verdicts[table3_{m}][ours]:.2f}}" for m in judged) + " (DReSD Table 3's averages on a V100: "
-        + ", ".join(f"×{CLAIMS.average(m):.2f}" for m in judged) + ")" + ("; the trees cut to what pays here: "
-                                                                           + ", ".join(
-            f"{REGISTRY[m.removesuffix('-priced')].label} ×{{ours[priced_speedups][{m}]:.2f}}" for m in priced)
-                                                                           if priced else ""))
+        + ", ".join(f"×{CLAIMS.average(m):.2f}" for m in judged) + ")" + (cut if priced else ""))
     pairs = [("dense_id_vs_rest", "dense-id", "rest", "DReSD (ID store) faster than REST", "DReSD Table 3", False),
              ("rest_priced_vs_rest", "rest-priced", "rest", "REST cut to what pays here faster than REST's whole tree",
               "the priced tree's aim (ours)", True),
