@@ -112,6 +112,13 @@ class Results:
         self.comparisons[key] = comparison
         return comparison.verdict
 
+    def judged_ratio(self, key: str, what: str) -> str:
+        """"``what``: ×0.69 (0.67–0.72), paired": comparison ``key``'s ratio and interval as a figure states it
+        beside what it draws ("" where ``key`` was not compared), so a panel of each method over AR also shows
+        the ratio its verdict judges."""
+        c = self.comparisons.get(key)
+        return f"{what}: ×{c.ours:.2f} ({c.low:.2f}–{c.high:.2f}), paired" if c is not None else ""
+
     def claim(self, key: str, what: str, effect: float, low: float, high: float, fmt: str = "+.3g") -> None:
         """An effect a conclusion states as found (``{ours[key]}``, ``{ours[key_low]}``, ``{ours[key_high]}``);
         :class:`~specnb.eval.checks.DegenerateData` when its 90% interval is wider than the effect."""
