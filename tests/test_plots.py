@@ -3,6 +3,8 @@ shared colour scales, and the layout audit that fails a figure a reader would tr
 
 from __future__ import annotations
 
+import warnings
+
 import matplotlib.collections
 import matplotlib.colors
 import matplotlib.pyplot as plt
@@ -643,6 +645,15 @@ def test_a_heatmap_plateau_is_drawn_with_its_values():
     plt.close("all")
 
 
+def test_the_slowdown_heatmap_keeps_a_few_percent_apart_from_one():
+    """A 4-token call at 1.04 one-token calls must not read 1.0 (the memory-bound regime's question is whether it
+    costs nothing); a 10.96x call reads 11.0."""
+    frame = pd.DataFrame({"context": 100, "k": [1, 1, 2, 2], "w": [0, 3, 0, 3], "slowdown": [1.0, 1.04, 1.2, 10.96]})
+    fig = plots.slowdown_heatmaps(frame, "a title", threshold=1.5)
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["1.00", "1.04", "1.20", "11.0"]
+    plt.close("all")
+
+
 def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():
     dresd = [1.026, 1.027, 1.036, 1.041]  # DReSD on MT-Bench: 1.03-1.04 on a 1-5 scale, one colour
     assert plots.flat_on_scale(dresd, plots.TOKENS_PER_CALL_NORM)
@@ -681,6 +692,19 @@ def test_log_ticks_thin_out_over_many_decades_and_read_short():
     assert plots.log_ticks(900, 20_000) == [1000, 2000, 5000, 10_000, 20_000]
     assert plots.log_ticks(900, 1.2e6) == [1000, 10_000, 100_000, 1_000_000]
     assert [plots.compact_count(v) for v in (300, 3000, 250_000, 1e6)] == ["300", "3k", "250k", "1M"]
+
+
+def test_a_dot_not_measured_leaves_its_row_empty():
+    """A method that drafted nothing (MAR NaN on a tiny store) keeps its row, with no dot and no printed value, and
+    warns of nothing (a notebook's run fails on a warning)."""
+    fig, ax = plt.subplots()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plots.dots(ax, ["REST-OOD", "DReSD-OOD 10×6", "DReSD-ID 10×6"], [0.2, np.nan, 0.3], [0.1, np.nan, 0.2],
+                   [0.3, np.nan, 0.4], keep_order=True)
+    assert sorted(t.get_text() for t in ax.texts) == ["0.200", "0.300"]
+    assert len(ax.get_yticklabels()) == 3
+    plt.close(fig)
 
 
 def test_dots_on_panels_sharing_an_axis_keep_every_panels_values_in_view():

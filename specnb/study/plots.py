@@ -445,8 +445,9 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
     per_inch = 1.3 * 1.33 * span / (ax.get_position().width * ax.figure.get_figwidth())
     for (yi, _, _), row in zip(rows, frame.itertuples(), strict=True):
-        lo = min(lo, _print_beside(ax, yi, row.value, row.low, row.high, fmt.format(row.value), span=span,
-                                   per_inch=per_inch, reference=reference))
+        if np.isfinite(row.value):  # a value not measured (NaN): its row stays empty
+            lo = min(lo, _print_beside(ax, yi, row.value, row.low, row.high, fmt.format(row.value), span=span,
+                                       per_inch=per_inch, reference=reference))
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0, label=reference_label or "_nolegend_")
     ax.set_yticks([t[0] for t in ticks], [t[1] for t in ticks])
@@ -969,7 +970,8 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
     """One :func:`heatmap` per context length of a roofline table (:func:`specnb.eval.timing.measure` rows: context,
     k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
-    panel, cells above ``threshold`` outlined (past the memory-bound regime), unmeasured cells grey."""
+    panel, each value to three digits (1.04 stays apart from 1.00), cells above ``threshold`` outlined (past the
+    memory-bound regime), unmeasured cells grey."""
     from ..eval.timing import heatmap_table
 
     contexts = sorted(frame.context.unique())
@@ -978,7 +980,7 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
     norm = LogNorm(1.0, max(float(np.nanmax(frame.slowdown)), 1.01))
     for ax, context in zip(axes[0], contexts, strict=True):
         table = heatmap_table(frame, context).reindex(index=ks, columns=ws)
-        heatmap(table, ax, fmt=".1f", cmap="magma_r", norm=norm, colorbar=False, outline=table.to_numpy() > threshold,
+        heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=table.to_numpy() > threshold,
                 outline_label=f"slow-down > {threshold:g}")
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"ℓ = {context}")
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
