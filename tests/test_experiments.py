@@ -420,12 +420,12 @@ def test_fig6_table_holds_each_method_on_code_and_on_chat_with_table7_beside():
     from specnb.experiments import ann_index
 
     table = ann_index.alignment_table(*fig6_rows())
-    assert list(table.index) == ["REST, code (HumanEval)", "REST, chat (MT-Bench)", "DReSD 10×6, code (HumanEval)",
-                                 "DReSD 10×6, chat (MT-Bench)"]
-    assert list(table.method) == ["REST", "REST", "DReSD 10×6", "DReSD 10×6"]
+    assert list(table.index) == ["DReSD 10×6, code (HumanEval)", "DReSD 10×6, chat (MT-Bench)",
+                                 "REST, code (HumanEval)", "REST, chat (MT-Bench)"]  # the study's method order
+    assert list(table.method) == ["DReSD 10×6", "DReSD 10×6", "REST", "REST"]
     assert list(table.store) == ["code-OOD", "chat-OOD", "code-OOD", "chat-OOD"] and set(table.prompts) == {4}
-    assert table.acceptance_rate.to_numpy() == pytest.approx([0.25, 0.125, 0.45, 0.25])
-    assert table.tokens_per_call.to_numpy() == pytest.approx([28 / 8, 18 / 8, 44 / 8, 28 / 8])
+    assert table.acceptance_rate.to_numpy() == pytest.approx([0.45, 0.25, 0.25, 0.125])
+    assert table.tokens_per_call.to_numpy() == pytest.approx([44 / 8, 28 / 8, 28 / 8, 18 / 8])
     assert (table.acceptance_rate_low <= table.acceptance_rate).all()
     assert (table.acceptance_rate <= table.acceptance_rate_high).all()
     assert table.loc["REST, chat (MT-Bench)", ["paper_MAR_low", "paper_MAR_high"]].tolist() == \
@@ -482,6 +482,27 @@ def test_fig6_ratios_are_the_verdicts_ratios_with_table7_beside(tmp_path, monkey
     assert ratios.iloc[2][["span_low", "span_high"]].tolist() == pytest.approx([18.5 / 9.3, 17.3 / 8.0])
     report = Results("03", "smoke")
     ann_index.compare_fig6(report, *fig6_rows())
+    for r in ratios.itertuples():
+        verdict = report.comparisons[r.key]
+        assert (r.value, r.low, r.high) == (verdict.ours, verdict.low, verdict.high)
+
+
+def test_fig4_ratios_are_the_verdicts_ratios(tmp_path, monkeypatch):
+    """:func:`fig4_ratios`: the five ratios the Fig. 4 verdicts judge, in their order, each value and interval the
+    verdict's own (the figure draws what is judged), coloured by the numerator's method."""
+    from specnb.experiments import ann_index
+    from specnb.study.results import Results
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    code, chat = fig6_rows()  # its chat rows stand in for the ID store's: MAR REST 0.125, DReSD 0.25
+    rows = pd.concat([code, chat.assign(method=chat.method.str.replace("chat", "ID"))])
+    ratios = ann_index.fig4_ratios(rows)
+    assert list(ratios.key) == ["mar_OOD", "length_OOD", "mar_ID", "length_ID", "mar_id_ood"]
+    assert ratios.value.to_numpy() == pytest.approx([1.8, 36 / 20, 2.0, 20 / 10, 0.25 / 0.45])
+    assert list(ratios.method) == ["DReSD 10×6"] * 4 + ["dense-id"]
+    assert ratios.row.iloc[0] == "OOD store: MAR, DReSD 10×6 / REST"
+    report = Results("03", "smoke")
+    ann_index.compare_fig4(report, rows)
     for r in ratios.itertuples():
         verdict = report.comparisons[r.key]
         assert (r.value, r.low, r.high) == (verdict.ours, verdict.low, verdict.high)

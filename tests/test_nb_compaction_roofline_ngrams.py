@@ -179,6 +179,11 @@ def test_crest_lookup_is_judged_against_rest_on_the_same_contexts():
     assert report.ours["judged"] == {"lookup_code": "agrees", "lookup_chat": "disagrees"}
     assert report.comparisons["lookup_code"].direction_only
     assert report.ours["latency"]["code CREST"]["median ms"] == 0.018
+    drawn = cx.latency_ratios(pd.DataFrame(rows))  # the figure's ratios: the verdicts' numbers, in their order
+    assert list(drawn.row) == ["code: REST / CREST", "chat: REST / CREST"]
+    for r in drawn.itertuples():
+        verdict = report.comparisons[f"lookup_{r.row.split(':')[0]}"]
+        assert (r.value, r.low, r.high) == (verdict.ours, verdict.low, verdict.high)
 
 
 def _query_case():

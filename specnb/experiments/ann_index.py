@@ -192,17 +192,18 @@ def replayed_name(store: str, shape: str) -> str:
 def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list,
                        shapes: dict[str, tuple[int, int, str]] = FIG4_SHAPES) -> pd.DataFrame:
     """DReSD Fig. 4 by greedy replay, one row per (method, reference) (:func:`specnb.experiments.grids.replay_rows`:
-    calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...): REST on each store's own documents
-    (:func:`specnb.experiments.dresd.rest_twin`) and DReSD in ``shapes``, methods "REST-OOD", "DReSD-OOD 10×6", ...
+    calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...): per store, DReSD in ``shapes`` and REST on
+    the store's own documents (:func:`specnb.experiments.dresd.rest_twin`), methods "DReSD-OOD 10×6", ...,
+    "REST-OOD" (the study's method order).
 
     stores: {"code-OOD": ..., "code-ID": ...}; hidden: the references' teacher-forced states."""
     frames = []
     for name, store in stores.items():
         suffix = name.split("-")[-1]
         index = rest_twin(store)
-        makers = {f"REST-{suffix}": lambda index=index: RestDrafter(index)}
-        makers.update({replayed_name(suffix, label): lambda store=store, k=k, w=w, merge=merge:
-                       DenseDrafter(store, k, w, merge=merge) for label, (k, w, merge) in shapes.items()})
+        makers = {replayed_name(suffix, label): lambda store=store, k=k, w=w, merge=merge:
+                  DenseDrafter(store, k, w, merge=merge) for label, (k, w, merge) in shapes.items()}
+        makers[f"REST-{suffix}"] = lambda index=index: RestDrafter(index)
         frames += [replay_rows(method, replay_many(make, references, hidden)) for method, make in makers.items()]
     return pd.concat(frames, ignore_index=True)
 
@@ -228,11 +229,11 @@ def chat_rows(target, store: DenseDatastore, n_prompts: int, max_new_tokens: int
 
 
 def alignment_methods(shape: str = "10x6") -> dict[tuple[str, str], str]:
-    """{(method, data): replayed method} of Fig. 6, in the paper's order: REST and DReSD ``shape`` on code (the
-    code-OOD store, :func:`dresd_vs_rest_rows`) and on chat (the chat-OOD store, :func:`chat_rows`)."""
+    """{(method, data): replayed method} of Fig. 6, in the study's method order: DReSD ``shape`` and REST on code
+    (the code-OOD store, :func:`dresd_vs_rest_rows`) and on chat (the chat-OOD store, :func:`chat_rows`)."""
     dense = f"DReSD {shape.replace('x', '×')}"
-    return {("REST", "code"): "REST-OOD", ("REST", "chat"): "REST-chat", (dense, "code"): replayed_name("OOD", shape),
-            (dense, "chat"): replayed_name("chat", shape)}
+    return {(dense, "code"): replayed_name("OOD", shape), (dense, "chat"): replayed_name("chat", shape),
+            ("REST", "code"): "REST-OOD", ("REST", "chat"): "REST-chat"}
 
 
 def alignment_table(rows: pd.DataFrame, chat: pd.DataFrame, code_set: str = "HumanEval",
@@ -309,29 +310,55 @@ def compare_table1(report, mrr: pd.DataFrame) -> None:
             + ", ".join(f"{low}–{high}" for low, high in (CLAIMS.mrr[name] for name in judged)) + ")")
 
 
-def compare_fig4(report, rows: pd.DataFrame, chat: pd.DataFrame | None = None, code_set: str = "HumanEval",
-                 shape: str = "10x6") -> None:
-    """DReSD Fig. 4 and §5.3 as :meth:`specnb.study.results.Results.compare` calls on :func:`dresd_vs_rest_rows`:
-    DReSD (``shape``) over REST on each store, for MAR (mean over prompts, :func:`~specnb.experiments.paired.
-    mean_versus`) and accepted length (ratio of totals, :func:`~specnb.experiments.paired.versus`), and DReSD's
-    MAR on the ID store over the OOD store; each a ratio paired over prompts that must exceed 1 +
-    :data:`~specnb.study.verdicts.TIE`. The paper reports each gain's size: these check its direction only.
-    Keys ``mar_OOD``, ``length_OOD``, ``mar_ID``, ``length_ID``, ``mar_id_ood``; with ``chat`` (:func:`chat_rows`,
-    MT-Bench against the chat store) also Fig. 6's (:func:`compare_fig6`, ``rows`` on ``code_set``'s prompts)."""
-    small = "a store of tens of thousands of tokens: few neighbours continue the way the target does"
+def fig4_ratios(rows: pd.DataFrame, shape: str = "10x6") -> pd.DataFrame:
+    """The five ratios :func:`compare_fig4` judges, one row each in its order (``key``: the verdict's key), as
+    :func:`~specnb.study.plots.paired_ratios` draws them: ``row`` (its tick label), ``value``, ``low``, ``high``
+    (90% interval, paired over prompts) and ``method`` (the numerator's, for its colour).
+
+    * ``mar_<store>``: DReSD ``shape``'s MAR over REST's on the OOD and ID stores (mean over prompts,
+      :func:`~specnb.experiments.paired.mean_versus`);
+    * ``length_<store>``: its accepted length ("length") over REST's (ratio of totals,
+      :func:`~specnb.experiments.paired.versus`);
+    * ``mar_id_ood``: DReSD ``shape``'s MAR on the ID store over the OOD store.
+
+    rows: :func:`dresd_vs_rest_rows` on the code stores."""
     name = shape.replace("x", "×")
+    out = []
     for store in ("OOD", "ID"):
         dense, rest = replayed_name(store, shape), f"REST-{store}"
-        report.compare(f"mar_{store}", f"DReSD {name} MAR over REST's, {store} store",
-                       *mean_versus(rows, dense, rest, "acceptance_rate"), Expect.above(1.0, TIE),
-                       f"DReSD Fig. 4 (MAR {CLAIMS.mar_gain:+.0%} on average)", cause=small, internal=False,
-                       direction_only=True)
-        report.compare(f"length_{store}", f"DReSD {name} accepted length over REST's, {store} store",
-                       *versus(rows, dense, rest, "accepted_length"), Expect.above(1.0, TIE),
+        for key, what, paired in (("mar", "MAR", mean_versus), ("length", "length", versus)):
+            metric = "acceptance_rate" if key == "mar" else "accepted_length"
+            value, low, high = paired(rows, dense, rest, metric)
+            out.append({"key": f"{key}_{store}", "row": f"{store} store: {what}, DReSD {name} / REST",
+                        "value": value, "low": low, "high": high, "method": f"DReSD {name}"})
+    value, low, high = mean_versus(rows, replayed_name("ID", shape), replayed_name("OOD", shape), "acceptance_rate")
+    out.append({"key": "mar_id_ood", "row": f"DReSD {name}'s MAR: ID / OOD store", "value": value, "low": low,
+                "high": high, "method": "dense-id"})
+    return pd.DataFrame(out)
+
+
+def compare_fig4(report, rows: pd.DataFrame, chat: pd.DataFrame | None = None, code_set: str = "HumanEval",
+                 shape: str = "10x6") -> None:
+    """DReSD Fig. 4 and §5.3 as :meth:`specnb.study.results.Results.compare` calls on :func:`fig4_ratios`: DReSD
+    (``shape``) over REST on each store, for MAR and accepted length, and DReSD's MAR on the ID store over the OOD
+    store; each a ratio paired over prompts that must exceed 1 + :data:`~specnb.study.verdicts.TIE`. The paper
+    reports each gain's size: these check its direction only. Keys ``mar_OOD``, ``length_OOD``, ``mar_ID``,
+    ``length_ID``, ``mar_id_ood``; with ``chat`` (:func:`chat_rows`, MT-Bench against the chat store) also
+    Fig. 6's (:func:`compare_fig6`, ``rows`` on ``code_set``'s prompts)."""
+    small = "a store of tens of thousands of tokens: few neighbours continue the way the target does"
+    name = shape.replace("x", "×")
+    ratios = fig4_ratios(rows, shape).set_index("key")
+    for store in ("OOD", "ID"):
+        mar, length = ratios.loc[f"mar_{store}"], ratios.loc[f"length_{store}"]
+        report.compare(f"mar_{store}", f"DReSD {name} MAR over REST's, {store} store", mar.value, mar.low, mar.high,
+                       Expect.above(1.0, TIE), f"DReSD Fig. 4 (MAR {CLAIMS.mar_gain:+.0%} on average)", cause=small,
+                       internal=False, direction_only=True)
+        report.compare(f"length_{store}", f"DReSD {name} accepted length over REST's, {store} store", length.value,
+                       length.low, length.high, Expect.above(1.0, TIE),
                        f"DReSD §5.1 (accepted drafts {CLAIMS.length_gain:+.0%} on average)", cause=small,
                        internal=False, direction_only=True)
-    report.compare("mar_id_ood", f"DReSD {name} MAR, ID store over OOD store",
-                   *mean_versus(rows, replayed_name("ID", shape), replayed_name("OOD", shape), "acceptance_rate"),
+    id_ood = ratios.loc["mar_id_ood"]
+    report.compare("mar_id_ood", f"DReSD {name} MAR, ID store over OOD store", id_ood.value, id_ood.low, id_ood.high,
                    Expect.above(1.0, TIE), f"DReSD §5.3 (MAR {CLAIMS.id_mar_gain:+.0%} with the ID store)",
                    internal=False, direction_only=True,
                    cause="our ID responses answer other prompts (stdlib docstring stubs) than HumanEval's")

@@ -746,6 +746,16 @@ def record_latency(report, latency: pd.DataFrame) -> None:
                  evidence={"CREST median lookup ms": r["median ms"]})
 
 
+def latency_ratios(latency: pd.DataFrame) -> pd.DataFrame:
+    """The ratios :func:`record_latency` judges, as :func:`~specnb.study.plots.paired_ratios` draws them: one row
+    per task in the table's order, ``row`` ("code: REST / CREST"), ``value``, ``low``, ``high`` (REST's lookup over
+    CREST's on the same contexts, paired over queries) and ``method`` ("CREST", for its colour)."""
+    crest = latency[latency.retriever == "CREST"]
+    return pd.DataFrame({"row": (crest.task + ": REST / CREST").to_numpy(), "value": crest["REST over this"].to_numpy(),
+                         "low": crest["REST over this low"].to_numpy(), "high": crest["REST over this high"].to_numpy(),
+                         "method": "CREST"})
+
+
 FREQUENT_SHARE = 0.01  # the head of the n-gram distribution the front page quotes (04's cumulative figure marks it)
 
 
