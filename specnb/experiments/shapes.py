@@ -103,16 +103,17 @@ def grid_shapes(ks: tuple[int, ...] = GRID_K, ws: tuple[int, ...] = GRID_W, max_
 
 def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
              draft: LoadedModel | None = None) -> dict[str, Callable[[int, int], Drafter]]:
-    """{family: make(k, w)} for the context n-gram, model bigram, mixed, REST, CREST, DReSD (OOD store) and,
-    with ``draft``, draft-model families; the stores are :func:`specnb.experiments.stores.study_stores`'."""
+    """{family: make(k, w)} for the context n-gram, model bigram, mixed, DReSD (OOD store), REST, CREST and, with
+    ``draft``, draft-model families, in the study's method order; the stores are
+    :func:`specnb.experiments.stores.study_stores`'."""
     rest, crest, dense = RestIndex.load(stores["rest"]), CrestStore(stores["crest"]), load_datastore(stores["dense"])
     made = {
         "prompt lookup": lambda k, w: ContextNgramDrafter(k=k, w=w),
         "model bigram": lambda k, w: BigramDrafter(table, k, w),
         "mixed": lambda k, w: MixedDrafter(table, k, w),
+        "DReSD": lambda k, w: DenseDrafter(dense, k, w),
         "REST": lambda k, w: RestDrafter(rest, dataclasses.replace(DEFAULT_SEARCH, length=w, max_nodes=k * w)),
         "CREST": lambda k, w: Shaped(CrestDrafter(crest), k, w),
-        "DReSD": lambda k, w: DenseDrafter(dense, k, w),
     }
     if draft is not None:
         made["draft model"] = lambda k, w: DraftModelDrafter(draft, (k,) + (1,) * (w - 1), target.vocab_size)
