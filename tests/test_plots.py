@@ -717,6 +717,17 @@ def test_dots_on_panels_sharing_an_axis_keep_every_panels_values_in_view():
     plt.close(fig)
 
 
+def test_a_log_axis_takes_its_ticks_from_the_data_not_from_linear_limits_below_zero():
+    """Latencies of 0.02-0.3 ms on a linear axis get limits below 0 (its margins); ``ticks="data"`` still gives
+    1-2-5 ticks over the data (the limits' log was NaN and the notebook failed)."""
+    fig, ax = plt.subplots()
+    ax.plot([10, 128], [0.018, 0.28])
+    ax.set_ylim(-0.01, 0.3)
+    plots.log_axis(ax, "y", ticks="data")
+    assert list(ax.get_yticks()) == pytest.approx([0.02, 0.05, 0.1, 0.2])
+    plt.close(fig)
+
+
 def test_ratios_spanning_a_wide_range_are_drawn_on_a_log_axis():
     """03's chat / code MAR ratios (0.15, 0.22) beside DReSD / REST (2.11, interval to 4.7): on a linear axis the
     small ones crowd against zero and the axis runs below it; on a log one every ratio is in view, above zero."""

@@ -1114,10 +1114,13 @@ def _figure_handles(fig: plt.Figure) -> tuple[list, list]:
     return list(seen.values()), list(seen)
 
 
-def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | None = None,
+def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | str | None = None,
              compact: bool = False) -> None:
-    """A logarithmic ``axis`` with labelled major ticks only (plain numbers; ``ticks`` to choose them; ``compact``:
-    counts as 300, 3k, 1M, so a narrow panel's labels do not run into each other)."""
+    """A logarithmic ``axis`` with labelled major ticks only (plain numbers; ``ticks`` to choose them, ``"data"``
+    for :func:`log_ticks` over the data drawn so far; ``compact``: counts as 300, 3k, 1M, so a narrow panel's
+    labels do not run into each other)."""
+    if isinstance(ticks, str):  # "data": from the artists' extent (a linear axis' limits may reach below 0)
+        ticks = log_ticks(*(ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly))
     getattr(ax, f"set_{axis}scale")("log", base=base)
     target = ax.xaxis if axis == "x" else ax.yaxis
     if ticks is not None:
