@@ -326,8 +326,8 @@ def fig4_ratios(rows: pd.DataFrame, shape: str = "10x6") -> pd.DataFrame:
     out = []
     for store in ("OOD", "ID"):
         dense, rest = replayed_name(store, shape), f"REST-{store}"
-        for key, what, paired in (("mar", "MAR", mean_versus), ("length", "length", versus)):
-            metric = "acceptance_rate" if key == "mar" else "accepted_length"
+        for key, what, paired, metric in (("mar", "MAR", mean_versus, "acceptance_rate"),
+                                          ("length", "length", versus, "accepted_length")):
             value, low, high = paired(rows, dense, rest, metric)
             out.append({"key": f"{key}_{store}", "row": f"{store} store: {what}, DReSD {name} / REST",
                         "value": value, "low": low, "high": high, "method": f"DReSD {name}"})
