@@ -475,10 +475,10 @@ def test_fig6_ratios_are_the_verdicts_ratios_with_table7_beside(tmp_path, monkey
 
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     ratios = ann_index.alignment_ratios(*fig6_rows())
-    assert list(ratios.key) == ["mar_chat_code_REST", "mar_chat_code_DReSD", "mar_chat"]
-    assert list(ratios.method) == ["REST", "DReSD 10×6", "DReSD 10×6"]
-    assert ratios.value.to_numpy() == pytest.approx([0.5, 0.25 / 0.45, 2.0])
-    assert list(ratios.row) == ["REST: chat / code", "DReSD 10×6: chat / code", "chat: DReSD 10×6 / REST"]
+    assert list(ratios.key) == ["mar_chat_code_DReSD", "mar_chat_code_REST", "mar_chat"]  # the study's order
+    assert list(ratios.method) == ["DReSD 10×6", "REST", "DReSD 10×6"]
+    assert ratios.value.to_numpy() == pytest.approx([0.25 / 0.45, 0.5, 2.0])
+    assert list(ratios.row) == ["DReSD 10×6: chat / code", "REST: chat / code", "chat: DReSD 10×6 / REST"]
     assert ratios.iloc[2][["span_low", "span_high"]].tolist() == pytest.approx([18.5 / 9.3, 17.3 / 8.0])
     report = Results("03", "smoke")
     ann_index.compare_fig6(report, *fig6_rows())
@@ -499,7 +499,7 @@ def test_fig4_ratios_are_the_verdicts_ratios(tmp_path, monkeypatch):
     ratios = ann_index.fig4_ratios(rows)
     assert list(ratios.key) == ["mar_OOD", "length_OOD", "mar_ID", "length_ID", "mar_id_ood"]
     assert ratios.value.to_numpy() == pytest.approx([1.8, 36 / 20, 2.0, 20 / 10, 0.25 / 0.45])
-    assert list(ratios.method) == ["DReSD 10×6"] * 4 + ["dense-id"]
+    assert list(ratios.method) == ["dense", "dense", "dense-id", "dense-id", "dense-id"]  # dark: the ID store
     assert ratios.row.iloc[0] == "OOD store: MAR, DReSD 10×6 / REST"
     report = Results("03", "smoke")
     ann_index.compare_fig4(report, rows)

@@ -311,6 +311,7 @@ def test_a_methods_shades_get_a_key_when_saved_and_none_is_refused(tmp_path, mon
         plots.hbars(ax, labels, [1.2, 1.4, 1.3, 1.8, 1.1], xlabel="tokens per call")
     assert any("the shade 'DReSD, ID store'" in p for p in plots.layout_problems(fig))
     assert plots.method_rank("DReSD-ID 10×6") == plots.method_rank("dense")
+    assert plots.method_rank("rest-priced") == plots.method_rank("REST") < plots.method_rank("crest-priced")
     plots.save_figure(fig, "00_shades")
     [key] = fig.legends
     assert [t.get_text() for t in key.get_texts()] == ["DReSD, OOD store", "DReSD, ID store",

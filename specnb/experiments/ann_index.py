@@ -261,7 +261,7 @@ def alignment_ratios(rows: pd.DataFrame, chat: pd.DataFrame, shape: str = "10x6"
     (90% interval), ``method`` (the numerator's: its colour) and ``span_low`` / ``span_high``: Table 7's ratio
     over its two models (:meth:`Table1Fig4Claims.table7_ratio`).
 
-    * ``mar_chat_code_REST``, ``mar_chat_code_DReSD``: the method's MAR on MT-Bench (chat store) over its MAR on
+    * ``mar_chat_code_DReSD``, ``mar_chat_code_REST``: the method's MAR on MT-Bench (chat store) over its MAR on
       the code prompts (code store), two prompt sets: unpaired (:func:`~specnb.experiments.paired.mean_across`);
     * ``mar_chat``: DReSD ``shape``'s MAR over REST's on MT-Bench, paired over prompts
       (:func:`~specnb.experiments.paired.mean_versus`).
@@ -270,7 +270,7 @@ def alignment_ratios(rows: pd.DataFrame, chat: pd.DataFrame, shape: str = "10x6"
     replayed, name = alignment_methods(shape), f"DReSD {shape.replace('x', '×')}"
     both = pd.concat([rows, chat], ignore_index=True)
     out = []
-    for method in ("REST", name):
+    for method in (name, "REST"):  # the study's method order
         short = method.split()[0]
         paper = CLAIMS.table7_ratio(f"{short}-M", f"{short}-C")
         value, low, high = mean_across(both, replayed[(method, "chat")], replayed[(method, "code")], "acceptance_rate")
@@ -313,7 +313,8 @@ def compare_table1(report, mrr: pd.DataFrame) -> None:
 def fig4_ratios(rows: pd.DataFrame, shape: str = "10x6") -> pd.DataFrame:
     """The five ratios :func:`compare_fig4` judges, one row each in its order (``key``: the verdict's key), as
     :func:`~specnb.study.plots.paired_ratios` draws them: ``row`` (its tick label), ``value``, ``low``, ``high``
-    (90% interval, paired over prompts) and ``method`` (the numerator's, for its colour).
+    (90% interval, paired over prompts) and ``method`` (the numerator's colour: ``dense-id``, the darker shade, on
+    the ID store).
 
     * ``mar_<store>``: DReSD ``shape``'s MAR over REST's on the OOD and ID stores (mean over prompts,
       :func:`~specnb.experiments.paired.mean_versus`);
@@ -330,7 +331,7 @@ def fig4_ratios(rows: pd.DataFrame, shape: str = "10x6") -> pd.DataFrame:
                                           ("length", "length", versus, "accepted_length")):
             value, low, high = paired(rows, dense, rest, metric)
             out.append({"key": f"{key}_{store}", "row": f"{store} store: {what}, DReSD {name} / REST",
-                        "value": value, "low": low, "high": high, "method": f"DReSD {name}"})
+                        "value": value, "low": low, "high": high, "method": "dense-id" if store == "ID" else "dense"})
     value, low, high = mean_versus(rows, replayed_name("ID", shape), replayed_name("OOD", shape), "acceptance_rate")
     out.append({"key": "mar_id_ood", "row": f"DReSD {name}'s MAR: ID / OOD store", "value": value, "low": low,
                 "high": high, "method": "dense-id"})

@@ -185,10 +185,12 @@ def _method_key(label: str) -> str | None:
 def method_rank(label: str) -> int | None:
     """The place of ``label``'s method in the study's one method order (the order of :data:`METHODS`: baselines,
     n-grams, retrieval, draft models, the rest), or None for a label that names no method: legends list methods
-    in this order in every figure, so a reader finds a method at the same place everywhere."""
+    in this order in every figure, so a reader finds a method at the same place everywhere. A shade of a method
+    (:data:`SHADES`: ``dense-id``, ``rest-priced``) takes its method's place."""
     key = _method_key(label)
-    for suffix in SHADES:  # a shade (DReSD on its ID store) sits with its method
-        key = key.removesuffix(suffix) if key is not None and key not in METHODS else key
+    for suffix in SHADES:  # a shade (DReSD on its ID store, REST priced) sits with its method
+        if key is not None and key.endswith(suffix) and key.removesuffix(suffix) in METHODS:
+            key = key.removesuffix(suffix)
     return list(METHODS).index(key) if key in METHODS else None
 
 
