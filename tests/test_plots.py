@@ -655,6 +655,39 @@ def test_the_slowdown_heatmap_keeps_a_few_percent_apart_from_one():
     plt.close("all")
 
 
+def _dashed_cells(ax: plt.Axes) -> set[tuple[int, int]]:
+    """(row, column) of the cells :func:`plots.heatmap` frames as unsure (its dashed grey frame)."""
+    return {(round(r.get_y()), round(r.get_x())) for r in ax.patches
+            if not r.get_fill() and matplotlib.colors.same_color(r.get_edgecolor(), plots.UNSURE)}
+
+
+def test_a_speedup_cell_whose_interval_holds_one_is_framed_as_a_tie():
+    """08's bigram cell at 1.02 (0.97-1.08) coloured as a gain: the heatmap says which cells' intervals hold 1,
+    and names the frame in the key (the strict save checks it)."""
+    rows = [{"family": "bigram", "set": "HumanEval", "k": k, "w": w, "est": est, "est_low": low, "est_high": high}
+            for k, w, est, low, high in ((1, 1, 1.02, 0.97, 1.08), (1, 2, 1.30, 1.12, 1.41),
+                                         (2, 1, 0.90, 0.85, 0.95), (2, 2, 0.99, 0.80, 1.00))]
+    fig, axes = plots.grid_panels(pd.DataFrame(rows), rows="set", panels="family", value="est", label="speedup",
+                                  norm=plots.SPEEDUP_NORM, cmap=plots.SPEEDUP_CMAP)
+    assert _dashed_cells(axes[0, 0]) == {(0, 0), (1, 1)}  # k = 1, w = 1 and k = 2, w = 2 (its high end at 1)
+    assert plots.TIE_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert plots.key_problems(fig) == []
+    plt.close("all")
+
+
+def test_the_slowdown_heatmap_outlines_only_cells_past_the_line_beyond_their_interval():
+    """A 1.6x cell whose interval reaches 1.4 is not past 1.5 by its data: framed as unsure, not outlined."""
+    frame = pd.DataFrame({"context": 100, "k": [1, 1, 2, 2], "w": [0, 3, 0, 3], "slowdown": [1.0, 1.6, 1.2, 3.0],
+                          "slowdown_low": [0.9, 1.4, 1.1, 2.8], "slowdown_high": [1.1, 1.7, 1.3, 3.1]})
+    fig = plots.slowdown_heatmaps(frame, "a title", threshold=1.5)
+    ax = fig.axes[0]
+    outlined = {(round(r.get_y()), round(r.get_x())) for r in ax.patches
+                if not r.get_fill() and matplotlib.colors.same_color(r.get_edgecolor(), plots.OUTLINE)}
+    assert outlined == {(1, 1)} and _dashed_cells(ax) == {(0, 1)}
+    assert plots.key_problems(fig) == []
+    plt.close("all")
+
+
 def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():
     dresd = [1.026, 1.027, 1.036, 1.041]  # DReSD on MT-Bench: 1.03-1.04 on a 1-5 scale, one colour
     assert plots.flat_on_scale(dresd, plots.TOKENS_PER_CALL_NORM)

@@ -858,11 +858,13 @@ SEQUENTIAL_CMAP = "viridis"
 
 MISSING = "not measured"  # the legend name of a heatmap's grey (blank) cells
 OUTLINE = "tab:cyan"  # the colour of a heatmap's outlined cells
+TIE_LABEL = "interval holds 1: a tie"  # the key of a speedup cell so framed
+UNSURE = "0.45"  # the dashed frame of a heatmap cell whose interval holds its reference line
 
 
 def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".2f", cmap: str = SEQUENTIAL_CMAP,
             label: str = "", colorbar: bool = True, outline: np.ndarray | None = None,
-            outline_label: str = "") -> plt.Axes:
+            outline_label: str = "", unsure: np.ndarray | None = None, unsure_label: str = "") -> plt.Axes:
     """A grid such as (k, w) -> value as an annotated heatmap (a ``pcolormesh``, each cell's value printed in it,
     dark on light colours and white on dark), first row of ``table`` at the bottom. Not seaborn's ``heatmap``: that
     draws the whole figure at every call (to rotate crowded tick labels), so a figure of n panels cost n draws.
@@ -873,6 +875,8 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     (:func:`shared_norm`, :data:`SPEEDUP_NORM`). colorbar: draw this panel's colour bar (one per metric is
     enough: :func:`shared_colorbar`). outline: bool [rows, columns], cells to frame in cyan (e.g. past a
     threshold), named ``outline_label`` in the legend (the strict save refuses an outline no legend names).
+    unsure: bool [rows, columns], cells whose interval holds the line the colours are read against (1 for a
+    speedup): framed dashed in grey inside the cell and named ``unsure_label``, since a colour shows no interval.
     """
     values = table.to_numpy(dtype=float)
     rows, columns = values.shape
@@ -896,6 +900,10 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
         for n, (i, j) in enumerate(zip(*np.nonzero(outline), strict=True)):
             ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec=OUTLINE, lw=1.0,
                                        label=outline_label if n == 0 else None))
+    if unsure is not None:
+        for n, (i, j) in enumerate(zip(*np.nonzero(unsure), strict=True)):
+            ax.add_patch(plt.Rectangle((j + 0.06, i + 0.06), 0.88, 0.88, fill=False, ec=UNSURE, lw=0.9, ls=(0, (2, 2)),
+                                       label=unsure_label if n == 0 else None))
     ax.grid(False)
     return ax
 
@@ -914,7 +922,9 @@ def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, labe
     (``norm``, :func:`shared_colorbar` named ``label``), rows and panels in their first-seen order. A panel of
     one colour (:func:`flat_on_scale`) is said in its place (:func:`flat_words`); every other panel draws every
     measured cell, a plateau (prompt lookup's k >= 4 at k = 2's tokens per call) included: its printed values say
-    it. Returns (figure, axes [rows, panels])."""
+    it. A speedup (``norm`` :data:`SPEEDUP_NORM`) with ``<value>_low`` / ``<value>_high`` columns frames the cells
+    whose interval holds 1 (:func:`heatmap`'s ``unsure``): their colour says a side of 1 the data do not. Returns
+    (figure, axes [rows, panels])."""
     row_values, panel_values = list(dict.fromkeys(frame[rows])), list(dict.fromkeys(frame[panels]))
     fig, axes = plt.subplots(len(row_values), len(panel_values), squeeze=False, sharex=True, sharey=True,
                              figsize=(1.6 * len(panel_values) + 1.2, 2.0 * len(row_values) + 0.5))
@@ -927,7 +937,13 @@ def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, labe
                 ax.text(0.5, 0.5, flat_words(sub[value], label), ha="center", va="center", fontsize=7, color="0.3",
                         transform=ax.transAxes, wrap=True)
                 continue
-            heatmap(sub.pivot(index=index, columns=columns, values=value), ax, norm=norm, cmap=cmap, colorbar=False)
+            table = sub.pivot(index=index, columns=columns, values=value)
+            unsure = None
+            if norm is SPEEDUP_NORM and {f"{value}_low", f"{value}_high"} <= set(sub.columns):
+                low, high = (sub.pivot(index=index, columns=columns, values=f"{value}_{end}").reindex_like(table)
+                             for end in ("low", "high"))
+                unsure = ((low <= 1) & (high >= 1)).to_numpy()
+            heatmap(table, ax, norm=norm, cmap=cmap, colorbar=False, unsure=unsure, unsure_label=TIE_LABEL)
             ax.set(title=panel if r == 0 else "", xlabel=columns if r == len(row_values) - 1 else "",
                    ylabel=f"{row}: {index}" if c == 0 else "")
     shared_colorbar(fig, axes, norm, cmap, label)
@@ -973,7 +989,8 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
     """One :func:`heatmap` per context length of a roofline table (:func:`specnb.eval.timing.measure` rows: context,
     k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
     panel, each value to three digits (1.04 stays apart from 1.00), cells above ``threshold`` outlined (past the
-    memory-bound regime), unmeasured cells grey."""
+    memory-bound regime; with ``slowdown_low`` / ``slowdown_high`` columns, only those whose interval lies above it,
+    and those whose interval holds it framed dashed), unmeasured cells grey."""
     from ..eval.timing import heatmap_table
 
     contexts = sorted(frame.context.unique())
@@ -982,8 +999,14 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
     norm = LogNorm(1.0, max(float(np.nanmax(frame.slowdown)), 1.01))
     for ax, context in zip(axes[0], contexts, strict=True):
         table = heatmap_table(frame, context).reindex(index=ks, columns=ws)
-        heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=table.to_numpy() > threshold,
-                outline_label=f"slow-down > {threshold:g}")
+        low, high, past = table, table, f"slow-down > {threshold:g}"
+        if {"slowdown_low", "slowdown_high"} <= set(frame.columns):
+            low, high = (heatmap_table(frame, context, f"slowdown_{end}").reindex(index=ks, columns=ws)
+                         for end in ("low", "high"))
+            past += ", its interval too"
+        heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=(low > threshold).to_numpy(),
+                outline_label=past, unsure=((low <= threshold) & (high > threshold)).to_numpy(),
+                unsure_label=f"interval holds {threshold:g}")
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"ℓ = {context}")
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
     legend_outside(fig, "below")
