@@ -655,6 +655,17 @@ def test_the_slowdown_heatmap_keeps_a_few_percent_apart_from_one():
     plt.close("all")
 
 
+def test_dots_at_a_ceiling_draw_no_tick_past_it():
+    """02's MRR panel ticked its axis to 1.1 to hold the printed values: a reader sees room for MRRs above 1."""
+    fig, ax = plt.subplots(figsize=(6, 2))
+    plots.dots(ax, ["32D", "64D, no L2"], [1.0, 0.461], [1.0, 0.44], [1.0, 0.48], colors=["tab:red"] * 2,
+               keep_order=True, ceiling=1.0)
+    fig.canvas.draw()
+    assert ax.get_xlim()[1] > 1.0  # the room for "1.000"
+    assert max(ax.get_xticks()) <= 1.0 and "1.0" in [t.get_text() for t in ax.get_xticklabels()]
+    plt.close("all")
+
+
 def _dashed_cells(ax: plt.Axes) -> set[tuple[int, int]]:
     """(row, column) of the cells :func:`plots.heatmap` frames as unsure (its dashed grey frame)."""
     return {(round(r.get_y()), round(r.get_x())) for r in ax.patches

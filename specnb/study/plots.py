@@ -400,7 +400,7 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
          high: Sequence[float] | None = None, *, fmt: str = "{:.3f}", colors: Sequence[str] | None = None,
          xlabel: str = "", ranges: Mapping[str, tuple[float, float]] | None = None, range_label: str = "",
          keep_order: bool = False, spans: Mapping[str, tuple[float, float]] | None = None, span_label: str = "",
-         reference: float | None = None, reference_label: str = "") -> plt.Axes:
+         reference: float | None = None, reference_label: str = "", ceiling: float | None = None) -> plt.Axes:
     """A dot per label with its 90% interval [low, high] as capped error bars and its value printed beside it
     (:func:`_print_beside`), rows in the figure's order as :func:`hbars`: for values near a ceiling (MRR, recall),
     where a bar from zero spends the axis on the part every bar shares. The x axis spans the values, ranges and
@@ -412,7 +412,8 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     spans: label -> (low, high) of a published range drawn instead as a light grey bar (:data:`SPAN_COLOR`) behind
     the label's own dot, named ``span_label`` in the legend (:func:`legend_outside`): a reader compares the dot
     with the range on one row. reference: a thin vertical line (1 for tokens per call: no speculation), always in
-    view, named ``reference_label`` in the legend when given."""
+    view, named ``reference_label`` in the legend when given. ceiling: the measure's largest possible value (1 for
+    MRR): no tick past it, the room there holds printed values only (an axis ticked to 1.1 offers MRRs above 1)."""
     frame = _value_rows(ax, labels, values, low, high, colors, f"dots of {xlabel or ax.get_title() or 'a panel'}",
                         keep_order)
     ranges, spans = dict(ranges or {}), dict(spans or {})
@@ -458,6 +459,9 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
             tick.set(fontsize=7, color="0.3")
     ax.set_ylim(-0.6, y - 0.4)
     _set_shared_xlim(ax, lo - 0.08 * span, hi + 0.25 * span)
+    if ceiling is not None:
+        left, right = ax.get_xlim()
+        ax.set_xticks([t for t in ax.get_xticks() if left <= t <= min(right, ceiling + 1e-9)])
     ax.set_xlabel(xlabel)
     ax.grid(axis="y", visible=False)
     return ax
