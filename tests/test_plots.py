@@ -666,6 +666,20 @@ def test_dots_at_a_ceiling_draw_no_tick_past_it():
     plt.close("all")
 
 
+def test_a_legend_below_takes_no_more_columns_than_the_figure_holds():
+    """03's paper run failed its strict save: four long labels ("5,696,849 real keys, M = 8") in a row ran off a
+    9-inch figure."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    labels = [*(f"5,696,849 real keys, M = {m}" for m in (8, 16, 32)), "1,000,000 random vectors, M = 16",
+              "dotted: 90th percentile (same colour)"]
+    for i, text in enumerate(labels):
+        axes[i % 2].plot([1, 2], [i, i + 1], label=text)
+    plots.legend_outside(fig, "below")
+    assert not [p for p in plots.layout_problems(fig) if "runs off" in p]
+    assert fig.legends[0]._ncols < 4
+    plt.close("all")
+
+
 def _dashed_cells(ax: plt.Axes) -> set[tuple[int, int]]:
     """(row, column) of the cells :func:`plots.heatmap` frames as unsure (its dashed grey frame)."""
     return {(round(r.get_y()), round(r.get_x())) for r in ax.patches

@@ -1114,7 +1114,7 @@ def legend_outside(ax: plt.Axes | plt.Figure, where: str = "right", **kwargs) ->
     """A legend beside the data: to the right of the axes (or of the figure's panels), or below them. Methods are
     listed in the study's one order (:func:`method_rank`), whatever order the panels drew them in; other entries
     keep theirs, after the methods (a :func:`series_panels` figure's series in their order, whichever panel drew
-    each first)."""
+    each first). Below, in up to four columns, fewer when the labels are too long for the figure's width."""
     handles, labels = (ax.get_legend_handles_labels() if isinstance(ax, plt.Axes) else
                        _figure_handles(ax))
     if not handles:
@@ -1131,7 +1131,13 @@ def legend_outside(ax: plt.Axes | plt.Figure, where: str = "right", **kwargs) ->
     if isinstance(ax, plt.Figure):
         place = {"loc": "outside right center"} if where == "right" else \
             {"loc": "outside lower center", "ncols": min(len(handles), 4)}
-    ax.legend(handles, labels, **{**place, **kwargs})  # kwargs may override the placement (ncols)
+    legend = ax.legend(handles, labels, **{**place, **kwargs})  # kwargs may override the placement (ncols)
+    figure = ax if isinstance(ax, plt.Figure) else ax.figure
+    while "ncols" not in kwargs and place.get("ncols", 1) > 1 and \
+            legend.get_window_extent(figure.canvas.get_renderer()).width > figure.bbox.width:
+        legend.remove()  # below: no more columns than the figure's width holds (long labels at a larger scale)
+        place["ncols"] -= 1
+        legend = ax.legend(handles, labels, **{**place, **kwargs})
 
 
 def _figure_handles(fig: plt.Figure) -> tuple[list, list]:
