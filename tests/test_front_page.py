@@ -133,6 +133,9 @@ def test_a_paper_run_is_published_beside_the_reference_run(tmp_path):
     assert page.startswith("# The paper-profile run (partial: 2 notebooks not run yet)")
     assert "### 01_hidden_states.ipynb\n\nNot run yet at this profile" in page
     assert "### 09_end_to_end.ipynb\n\nNot run yet at this profile" in page
+    _run(figures, "paper", not_run=("09_end_to_end",))
+    publish_beside(executed, figures, "paper")
+    assert (figures / "README.md").read_text().startswith("# The paper-profile run (partial: 1 notebook not run yet)")
     run = json.loads((figures / "RUN.json").read_text())  # a notebook rerun since: the provenance says when
     (figures / "RUN.json").write_text(json.dumps({**run, "rerun": {"00_a": {"commit": "def5678",
                                                                             "date": "2026-01-02 00:00 UTC"}}}))

@@ -267,7 +267,7 @@ def index(figures: Path, where: str = "`notebooks/NN_*.ipynb`") -> str:
     missing = {stem[:2]: "Not run yet at this profile: no figures or verdicts of it here."
                for stem in run.get("not_run", [])}
     if missing:
-        title += f" (partial: {len(missing)} notebooks not run yet)"
+        title += f" (partial: {len(missing)} notebook{'' if len(missing) == 1 else 's'} not run yet)"
     return "\n".join(front_page(figures, title, machine_lines, notes=missing)) + "\n"
 
 
