@@ -900,14 +900,12 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     ax.spines[:].set_visible(False)
     if colorbar:
         ax.figure.colorbar(mesh, ax=ax, label=label)
-    if outline is not None:
-        for n, (i, j) in enumerate(zip(*np.nonzero(outline), strict=True)):
-            ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, ec=OUTLINE, lw=1.0,
-                                       label=outline_label if n == 0 else None))
-    if unsure is not None:
-        for n, (i, j) in enumerate(zip(*np.nonzero(unsure), strict=True)):
-            ax.add_patch(plt.Rectangle((j + 0.06, i + 0.06), 0.88, 0.88, fill=False, ec=UNSURE, lw=0.9, ls=(0, (2, 2)),
-                                       label=unsure_label if n == 0 else None))
+    frames = ((outline, 0.0, {"ec": OUTLINE, "lw": 1.0}, outline_label),
+              (unsure, 0.06, {"ec": UNSURE, "lw": 0.9, "ls": (0, (2, 2))}, unsure_label))  # (cells, inset, style, key)
+    for cells, inset, style, key in frames:
+        for n, (i, j) in enumerate(zip(*np.nonzero(cells if cells is not None else []), strict=True)):
+            ax.add_patch(plt.Rectangle((j + inset, i + inset), 1 - 2 * inset, 1 - 2 * inset, fill=False, **style,
+                                       label=key if n == 0 else None))
     ax.grid(False)
     return ax
 
