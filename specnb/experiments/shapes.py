@@ -101,6 +101,10 @@ def grid_shapes(ks: tuple[int, ...] = GRID_K, ws: tuple[int, ...] = GRID_W, max_
     return [(k, w) for k in ks for w in ws if k * w <= max_nodes and (max_k is None or k <= max_k)]
 
 
+DRESD = "DReSD (OOD store)"
+"""The DReSD family's name: its store is the code-OOD one (notebook 09 drafts from the ID store too)."""
+
+
 def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
              draft: LoadedModel | None = None) -> dict[str, Callable[[int, int], Drafter]]:
     """{family: make(k, w)} for the context n-gram, model bigram, mixed, DReSD (OOD store), REST, CREST and, with
@@ -111,7 +115,7 @@ def families(target: LoadedModel, stores: dict[str, Path], table: BigramTable,
         "prompt lookup": lambda k, w: ContextNgramDrafter(k=k, w=w),
         "model bigram": lambda k, w: BigramDrafter(table, k, w),
         "mixed": lambda k, w: MixedDrafter(table, k, w),
-        "DReSD": lambda k, w: DenseDrafter(dense, k, w),
+        DRESD: lambda k, w: DenseDrafter(dense, k, w),
         "REST": lambda k, w: RestDrafter(rest, dataclasses.replace(DEFAULT_SEARCH, length=w, max_nodes=k * w)),
         "CREST": lambda k, w: Shaped(CrestDrafter(crest), k, w),
     }
@@ -477,7 +481,7 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
       DReSD shape here, a tie with 1 (the paper's shape is as good as the best here). Its likely cause names
       what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table."""
     grid_takeaways(report, grids)
-    code = rows[(rows.family == "DReSD") & (rows.set == "HumanEval")]
+    code = rows[(rows.family == DRESD) & (rows.set == "HumanEval")]
     greedy = "{} x {}".format(*CLAIMS.dresd_greedy)
     if code.empty or not {(4, 16), (16, 4)} <= set(zip(code.k, code.w, strict=True)):
         return
@@ -486,7 +490,7 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
                    f"DReSD §5.4, Fig. 7 (narrow and deep best for greedy: {greedy})",
                    cause="the OOD store's neighbours seldom continue for 16 tokens", fmt=".3f", internal=False,
                    direction_only=True, evidence={"draft depth": 16})
-    sub = grids[(grids.family == "DReSD") & (grids.set == "HumanEval")]
+    sub = grids[(grids.family == DRESD) & (grids.set == "HumanEval")]
     best = sub.loc[sub.est_speedup.idxmax()]
     price = cost.seconds_at(4, 16, context) / cost.seconds_at(1, 0, context)
     report.add(dresd_best=f"{best.k}x{best.w}", call_4x16=price)
@@ -731,7 +735,7 @@ class ShapeStudy:
         where a GPU cost table exists (:func:`specnb.experiments.gpu_price.add_gpu_column`: target calls only)."""
         shapes = shapes or grid_shapes()
         frames = [grid_rows(make, self.refs[name], shapes, self.cost,
-                            self.hidden[name] if family == "DReSD" else None).assign(family=family, set=name)
+                            self.hidden[name] if family == DRESD else None).assign(family=family, set=name)
                   for name in self.sets for family, make in self.makers.items()]
         frames += [grid_rows(None, self.refs[name], shapes, self.cost, ranks=self.ranks[name],
                              draft_ratio=self.draft_call / self.target_call).assign(family="draft model", set=name)
