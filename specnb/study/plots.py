@@ -902,8 +902,8 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
         ax.figure.colorbar(mesh, ax=ax, label=label)
     frames = ((outline, 0.0, {"ec": OUTLINE, "lw": 1.0}, outline_label),
               (unsure, 0.06, {"ec": UNSURE, "lw": 0.9, "ls": (0, (2, 2))}, unsure_label))  # (cells, inset, style, key)
-    for cells, inset, style, key in frames:
-        for n, (i, j) in enumerate(zip(*np.nonzero(cells if cells is not None else []), strict=True)):
+    for cells, inset, style, key in (frame for frame in frames if frame[0] is not None):
+        for n, (i, j) in enumerate(zip(*np.nonzero(cells), strict=True)):
             ax.add_patch(plt.Rectangle((j + inset, i + inset), 1 - 2 * inset, 1 - 2 * inset, fill=False, **style,
                                        label=key if n == 0 else None))
     ax.grid(False)
