@@ -275,6 +275,23 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     assert uncited(json.loads(report.path.read_text())) == []
 
 
+def test_notebook_02_pairs_each_transform_with_64d():
+    """02_pca_dims_paired's ratios: a transform that doubles every prompt's tokens per call reads x2 with a paired
+    interval of [2, 2] however much the prompts differ, and MRR pairs the same queries (half the reciprocal rank on
+    every query: x0.5); 64D itself is the base, not a row."""
+    from specnb.experiments import pca_variance as pv
+
+    calls = [10, 40, 20]
+    rows = pd.DataFrame([{"method": m, "prompt_id": i, "new_tokens": 1 + factor * n * (i + 2), "calls": n,
+                          "acceptance_rate": 0.1 * factor * (i + 1)}
+                         for m, factor in (("64D", 1), ("32D", 2)) for i, n in enumerate(calls)])
+    ranks = pd.DataFrame({"32D": [0.5, 0.25, 0.5, 0.05], "64D": [1.0, 0.5, 1.0, 0.1]})
+    ratios = pv.paired_with_base(ranks, rows).set_index("group")
+    assert list(ratios.row.unique()) == ["32D / 64D"]
+    for group, value in (("tokens per call", 2.0), ("MAR", 2.0), ("MRR", 0.5)):
+        assert ratios.loc[group, ["value", "low", "high"]].tolist() == pytest.approx([value] * 3)
+
+
 def test_mrr_per_datastore_counts_duplicate_keys_and_ranks_held_out_queries(tmp_path, monkeypatch):
     """DReSD Table 1 on a store whose every document is stored twice (each key has an exact duplicate): by the
     paper's definition MRR is 0.75 through the index and under exact search, well below 1; held-out queries (the
