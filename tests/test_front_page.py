@@ -50,9 +50,9 @@ def test_the_front_page_counts_sources_apart_then_figures_verdicts_notation_mach
     page = index(tmp_path)
     headings = [line for line in page.splitlines() if line.startswith("## ")]
     assert headings == ["## Figures", "## Verdicts", "## Notation", "## Setup and machine"]
-    assert page.index("| DReSD | 3 | 1 (1) | 1 | 1 (1 / 0) |") < page.index("## Figures")
-    assert "| other published sources | 1 | 0 (0) | 0 | 1 (0 / 1) |" in page
-    assert "| internal checks (ours) | 1 | 1 (0) | 0 | 0 (0 / 0) |" in page and "| checks |" in page
+    assert page.index("| DReSD | 3 | 1 (1) | 1 | 1 (1 / 0) | 0 |") < page.index("## Figures")
+    assert "| other published sources | 1 | 0 (0) | 0 | 1 (0 / 1) | 0 |" in page
+    assert "| internal checks (ours) | 1 | 1 (0) | 0 | 0 (0 / 0) | 0 |" in page and "| checks |" in page
     assert "[`00_speed.png`](00_speed.png) — prompt lookup ×1.50 over AR" in page  # the takeaway
     assert "[`00_other.png`](00_other.png) — a title" in page  # no takeaway: the title
     assert "**agrees (direction only)**" in page and "**inconclusive, leans agrees**" in page

@@ -277,32 +277,42 @@ SOURCES = {"DReSD": "DReSD", "CREST": "CREST", "N-Grammys": "N-Grammys", "MCSD":
 
 
 def results_files(figures: Path, only: list[str] | None = None) -> dict[str, dict]:
-    """{``NN``: parsed ``NN_results.json``} of ``figures`` (those of ``only``'s prefixes, when given)."""
-    return {p.name[:2]: json.loads(p.read_text()) for p in sorted(figures.glob("[0-9][0-9]_results.json"))
-            if only is None or p.name[:2] in only}
+    """{``NN``: parsed ``NN_results.json``} of ``figures`` (those of ``only``'s prefixes, when given), each file's
+    comparisons scoped (:func:`specnb.study.scope.scoped`: a file written before a claim was found bound to the
+    papers' hardware or model reads as one written after)."""
+    from .scope import scoped
+
+    results = {p.name[:2]: json.loads(p.read_text()) for p in sorted(figures.glob("[0-9][0-9]_results.json"))
+               if only is None or p.name[:2] in only}
+    for prefix, values in results.items():
+        values["verdicts"] = scoped(prefix, values.get("verdicts", {}), values.get("setup", {}))
+    return results
 
 
 def count_table(results: dict[str, dict]) -> list[str]:
     """Markdown: the comparisons of ``results`` counted per source (:data:`SOURCES`): claims tested, agree (of
-    which direction only), disagree, inconclusive (leaning to agree / to disagree); the papers and other
-    published sources first, our internal checks in a table of their own."""
+    which direction only), disagree, inconclusive (leaning to agree / to disagree), and apart from those the
+    claims not tested here (bound to the papers' hardware or model: :mod:`specnb.study.scope`); the papers and
+    other published sources first, our internal checks in a table of their own."""
+    from .scope import UNTESTED
     from .verdicts import source
 
     counts: dict[str, dict[str, int]] = {}
     for record in (r for values in results.values() for r in values.get("verdicts", {}).values()):
         c = counts.setdefault(source(record), dict.fromkeys(("claims", "agrees", "direction", "disagrees",
-                                                              "inconclusive", "lean_agrees", "lean_disagrees"), 0))
-        c["claims"] += 1
+                                                              "inconclusive", "lean_agrees", "lean_disagrees",
+                                                              UNTESTED), 0))
+        c["claims"] += record["verdict"] != UNTESTED
         c[record["verdict"]] += 1
         c["direction"] += record["verdict"] == "agrees" and bool(record.get("direction_only"))
         if isinstance(record.get("lean"), str):
             c[f"lean_{record['lean']}"] += 1
-    header = ["| {} | claims tested | agree (direction only) | disagree | inconclusive (leaning agree / disagree) |",
-              "|---|---|---|---|---|"]
+    header = ["| {} | claims tested | agree (direction only) | disagree | inconclusive (leaning agree / disagree) | "
+              "not tested here |", "|---|---|---|---|---|---|"]
     lines: list[str] = []
     for group in ([k for k in SOURCES if k != "internal"], ["internal"]):
         rows = [f"| {SOURCES[k]} | {c['claims']} | {c['agrees']} ({c['direction']}) | {c['disagrees']} | "
-                f"{c['inconclusive']} ({c['lean_agrees']} / {c['lean_disagrees']}) |"
+                f"{c['inconclusive']} ({c['lean_agrees']} / {c['lean_disagrees']}) | {c[UNTESTED]} |"
                 for k in group if (c := counts.get(k))]
         if rows:
             lines += [header[0].format("source" if group != ["internal"] else "checks"), header[1], *rows, ""]
@@ -320,7 +330,11 @@ outside, and is **inconclusive** when it straddles an edge (more prompts or a qu
 *leans agrees / disagrees* says on which side the interval's centre lies. **Direction only** marks an agreement
 that checks only the sign of an effect whose size the source reports; **internal** marks a check against our own
 method, baseline or aim rather than a published claim. The likely cause of a disagreement cites the measured
-quantities it rests on (their values are in the notebook's `NN_results.json`, under `evidence`).
+quantities it rests on (their values are in the notebook's `NN_results.json`, under `evidence`). **Not tested
+here** marks a claim bound to what the paper ran on, where this run differs: a speed measured on the paper's GPU
+(on a CPU a call verifying several tokens costs several one-token calls, so the number measures the CPU) or a
+number of the paper's own model (its width, its vocabulary, its draft pair); it is measured and shown with what its
+numbers gave, and counted apart (`specnb.study.scope`).
 
 One tolerance per kind of claim (`specnb.study.verdicts`), shared by every notebook making that kind of claim:
 
@@ -369,13 +383,15 @@ def _heading(prefix: str, headings: dict[str, str] | None) -> str:
 
 def verdict_rows(verdicts: dict[str, dict]) -> list[str]:
     """A results file's comparisons as a Markdown table: claim, ours, expected (and whose claim), the verdict in
-    words (:func:`specnb.study.results.verdict_words`) and the likely cause where it does not agree."""
+    words (:func:`specnb.study.results.verdict_words`) and the likely cause where it does not agree (why not,
+    for a claim not tested here)."""
     from .results import verdict_words
 
-    lines = ["| claim | ours (90% interval) | expected | verdict | likely cause, where not agreeing |",
-             "|---|---|---|---|---|"]
+    lines = ["| claim | ours (90% interval) | expected | verdict | likely cause where not agreeing, or why not "
+             "tested |", "|---|---|---|---|---|"]
     return lines + [f"| {v['claim']} | {v['measured']} | {v['expected']} ({v['against']}) | **{verdict_words(v)}** | "
-                    f"{v.get('cause', '') if v['verdict'] != 'agrees' else ''} |" for v in verdicts.values()]
+                    f"{v.get('untested') or (v.get('cause', '') if v['verdict'] != 'agrees' else '')} |"
+                    for v in verdicts.values()]
 
 
 def prune_titles(figures: Path) -> None:

@@ -34,6 +34,7 @@ import pandas as pd
 
 from ..atomic import write_csv, write_text
 from .plots import figures_dir, use_profile
+from .scope import UNTESTED, scoped
 from .verdicts import Comparison, Expect
 
 SETUP_FIELDS = ("model", "hardware", "dtype", "datastore", "prompts × tokens", "task")
@@ -146,7 +147,8 @@ class Results:
         self._drop_twins()
         self.values.update(wall_seconds=round(time.perf_counter() - self.start, 1), tables=self.tables,
                            ours=self.ours, paper=self.papers,
-                           verdicts={k: c.record() for k, c in self.comparisons.items()}, setup=self.setups)
+                           verdicts=scoped(self.prefix, {k: c.record() for k, c in self.comparisons.items()},
+                                           self.setups), setup=self.setups)
         values = _plain(self.values)
         context = _nan(json.loads(json.dumps(values)))
         values["takeaways"] = {figure: template.format_map(context) for figure, template in self.takeaways.items()}
@@ -184,7 +186,10 @@ class Results:
 
 def verdict_words(record: dict) -> str:
     """A comparison's verdict with its kind: ``agrees (direction only)``, ``inconclusive, leans agrees``,
-    ``disagrees``, and ``; internal`` for our own checks."""
+    ``disagrees``, ``not tested here (measured: disagrees)`` (:mod:`specnb.study.scope`), and ``; internal`` for
+    our own checks."""
+    if record["verdict"] == UNTESTED:
+        return f"not tested here (measured: {record['measured_verdict']})"
     words = record["verdict"]
     if record["verdict"] == "agrees" and record.get("direction_only"):
         words += " (direction only)"
@@ -199,6 +204,8 @@ def verdict_sentence(record: dict) -> str:
     text = f"**{verdict_words(record)}** — {record['measured']} against {record['expected']} ({record['against']})"
     if record["verdict"] == "inconclusive" and not math.isnan(record["low"]):
         text += "; the interval crosses an edge of the expectation"
+    if record.get("untested"):
+        return text + f"; not tested here: {record['untested']}"
     return text + (f"; likely cause: {record['cause']}" if record.get("cause") else "")
 
 
@@ -211,7 +218,7 @@ def verdict_table(records: dict[str, dict]) -> str:
              "|---|---|---|---|---|---|---|"]
     for r in records.values():
         lines.append(f"| {r['claim']} | {r['measured']} | {r['expected']} | {r['against']} | **{verdict_words(r)}** | "
-                     f"{r['finding']} | {r.get('cause') or ''} |")
+                     f"{r['finding']} | {r.get('untested') or r.get('cause') or ''} |")
     return "\n".join(lines)
 
 
