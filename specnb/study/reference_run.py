@@ -280,13 +280,9 @@ def results_files(figures: Path, only: list[str] | None = None) -> dict[str, dic
     """{``NN``: parsed ``NN_results.json``} of ``figures`` (those of ``only``'s prefixes, when given), each file's
     comparisons scoped (:func:`specnb.study.scope.scoped`: a file written before a claim was found bound to the
     papers' hardware or model reads as one written after)."""
-    from .scope import scoped
-
-    results = {p.name[:2]: json.loads(p.read_text()) for p in sorted(figures.glob("[0-9][0-9]_results.json"))
-               if only is None or p.name[:2] in only}
-    for prefix, values in results.items():
-        values["verdicts"] = scoped(prefix, values.get("verdicts", {}), values.get("setup", {}))
-    return results
+    if not figures.is_dir():
+        return {}
+    return {prefix: values for prefix, values in load_results(str(figures)).items() if only is None or prefix in only}
 
 
 def count_table(results: dict[str, dict]) -> list[str]:
@@ -409,15 +405,22 @@ def prune_titles(figures: Path) -> None:
 
 
 def load_results(where: str) -> dict[str, dict]:
-    """{``NN``: results file} of a figures folder, or of ``figures/`` at a git revision (``HEAD~1``, a sha)."""
+    """{``NN``: results file} of a figures folder, or of ``figures/`` at a git revision (``HEAD~1``, a sha), each
+    file's comparisons scoped as :func:`results_files` scopes them (two runs then differ only where they do)."""
+    from .scope import scoped
+
     folder = Path(where)
     if folder.is_dir():
-        return {p.name[:2]: json.loads(p.read_text()) for p in sorted(folder.glob("[0-9][0-9]_results.json"))}
-    names = git("ls-tree", "--name-only", f"{where}:figures")
-    if not names:
-        raise ValueError(f"{where!r} is neither a folder nor a git revision with a figures/ folder")
-    return {name[:2]: json.loads(git("show", f"{where}:figures/{name}"))
-            for name in names.splitlines() if name.endswith("_results.json") and name[:2].isdigit()}
+        results = {p.name[:2]: json.loads(p.read_text()) for p in sorted(folder.glob("[0-9][0-9]_results.json"))}
+    else:
+        names = git("ls-tree", "--name-only", f"{where}:figures")
+        if not names:
+            raise ValueError(f"{where!r} is neither a folder nor a git revision with a figures/ folder")
+        results = {name[:2]: json.loads(git("show", f"{where}:figures/{name}"))
+                   for name in names.splitlines() if name.endswith("_results.json") and name[:2].isdigit()}
+    for prefix, values in results.items():
+        values["verdicts"] = scoped(prefix, values.get("verdicts", {}), values.get("setup", {}))
+    return results
 
 
 def moved(old: dict[str, dict], new: dict[str, dict]) -> list[dict[str, Any]]:
