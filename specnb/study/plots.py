@@ -918,6 +918,17 @@ def _luminance(rgba: np.ndarray) -> np.ndarray:
     return linear @ np.array([0.2126, 0.7152, 0.0722])
 
 
+def tie_cells(frame: pd.DataFrame, table: pd.DataFrame, value: str, norm: Normalize) -> np.ndarray | None:
+    """bool [rows, columns] of ``table`` (``frame`` pivoted on ``value``, its index and columns two columns of
+    ``frame``): the cells whose ``<value>_low`` / ``<value>_high`` interval holds 1, for :func:`heatmap`'s
+    ``unsure``; None unless ``norm`` is the speedups' scale (:data:`SPEEDUP_NORM`) and ``frame`` has the interval."""
+    if norm is not SPEEDUP_NORM or not {f"{value}_low", f"{value}_high"} <= set(frame.columns):
+        return None
+    low, high = (frame.pivot(index=table.index.name, columns=table.columns.name, values=f"{value}_{end}")
+                 .reindex_like(table) for end in ("low", "high"))
+    return ((low <= 1) & (high >= 1)).to_numpy()
+
+
 def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, label: str, norm: Normalize,
                 cmap: str, index: str = "k", columns: str = "w", title: str = "") -> tuple[plt.Figure, np.ndarray]:
     """A (``index`` × ``columns``) :func:`heatmap` of ``value`` per (row value, panel value), one colour scale
@@ -940,12 +951,8 @@ def grid_panels(frame: pd.DataFrame, *, rows: str, panels: str, value: str, labe
                         transform=ax.transAxes, wrap=True)
                 continue
             table = sub.pivot(index=index, columns=columns, values=value)
-            unsure = None
-            if norm is SPEEDUP_NORM and {f"{value}_low", f"{value}_high"} <= set(sub.columns):
-                low, high = (sub.pivot(index=index, columns=columns, values=f"{value}_{end}").reindex_like(table)
-                             for end in ("low", "high"))
-                unsure = ((low <= 1) & (high >= 1)).to_numpy()
-            heatmap(table, ax, norm=norm, cmap=cmap, colorbar=False, unsure=unsure, unsure_label=TIE_LABEL)
+            heatmap(table, ax, norm=norm, cmap=cmap, colorbar=False, unsure=tie_cells(sub, table, value, norm),
+                    unsure_label=TIE_LABEL)
             ax.set(title=panel if r == 0 else "", xlabel=columns if r == len(row_values) - 1 else "",
                    ylabel=f"{row}: {index}" if c == 0 else "")
     shared_colorbar(fig, axes, norm, cmap, label)
