@@ -44,12 +44,10 @@ def bound(prefix: str, key: str) -> str | None:
 def _setup(against: str, setups: dict[str, dict[str, dict[str, str]]]) -> tuple[dict[str, str], dict[str, str]]:
     """(here, theirs) of the setup table whose source ``against`` cites (its first word, or the words in its
     brackets: ``SuffixDecoding (ArcticInference docs)``); the only one, or empty, otherwise."""
-    for name, sides in setups.items():
-        words = [name.split()[0], *re.findall(r"\(([^)]*)\)", name)]
-        if any(against.startswith(w) for w in words) or against.split()[0] in name:
-            return sides["here"], sides["paper"]
-    only = next(iter(setups.values()), {"here": {}, "paper": {}}) if len(setups) == 1 else {"here": {}, "paper": {}}
-    return only["here"], only["paper"]
+    cited = [sides for name, sides in setups.items()
+             if any(against.startswith(w) for w in [name.split()[0], *re.findall(r"\(([^)]*)\)", name)])]
+    sides = cited[0] if cited else next(iter(setups.values())) if len(setups) == 1 else {"here": {}, "paper": {}}
+    return sides["here"], sides["paper"]
 
 
 def why_untested(prefix: str, key: str, record: dict, setups: dict[str, dict[str, dict[str, str]]]) -> str:
@@ -66,8 +64,8 @@ def why_untested(prefix: str, key: str, record: dict, setups: dict[str, dict[str
             return ""
         return (f"a speed on {theirs.get('hardware') or 'a GPU'}; on {ours or 'a CPU'} a call verifying several "
                 "tokens costs several one-token calls (notebook 05), so this measures the CPU, not the claim")
-    return (f"a number of {theirs.get('model') or 'the paper’s model'} itself; "
-            f"this run's model is {here.get('model') or 'another'}")
+    model = theirs.get("model") or "the paper's model"
+    return f"a number of {model} itself; this run's model is {here.get('model') or 'another'}"
 
 
 def scoped(prefix: str, verdicts: dict[str, dict], setups: dict[str, dict[str, dict[str, str]]]) -> dict[str, dict]:
