@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny
+from conftest import tiny, tiny_gguf
 
 from specnb.core.prompts import Prompt, encode_prompt
 from specnb.eval.bench import BenchConfig, run_bench
@@ -124,12 +124,24 @@ def test_llamacpp_prefills_every_prompt_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(llamacpp, "check_available", lambda: None)
     (tmp_path / "m.gguf").write_bytes(b"0" * 10)
     monkeypatch.setattr(llamacpp, "embedded_gguf", lambda target: tmp_path / "m.gguf")
+    monkeypatch.setattr(llamacpp, "streamed_bytes", lambda path: 10)
     target = tiny("llama")
     run = llamacpp.runner("llamacpp", target, max_context=64)
     prompts = [Prompt("a", "def f(x):"), Prompt("b", "def f(y):"), Prompt("b", "def f(y):")]  # the warm-up's twice
     for prompt in prompts:
         assert run(prompt, 3)["tokens"] == [7, 8, 9]
     assert made[0].prefilled == [len(encode_prompt(target, p)) for p in prompts]
+
+
+def test_llamacpp_bytes_leave_out_an_untied_embedding_table():
+    """A decoding step reads one row of the token embedding table when the file has its own output head."""
+    from specnb.eval import llamacpp
+    from specnb.model.gguf_file import open_gguf
+
+    path = tiny_gguf("llama").decoder.source.path
+    sizes = {t.name: t.data.nbytes for t in open_gguf(path).tensors}
+    assert "output.weight" in sizes
+    assert llamacpp.streamed_bytes(path) == sum(sizes.values()) - sizes["token_embd.weight"]
 
 
 def test_uncounted_calls_give_no_per_call_numbers():
