@@ -257,8 +257,10 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     report = Results("02", "smoke")
     names = ["32D", "64D", "96D", "128D", "64D, no z-score", "64D, no L2"]
-    table = pd.DataFrame({"MRR": [1.0, 1.0, 1.0, 1.0, 0.99, 0.5], "MRR_low": [1.0] * 4 + [0.98, 0.45],
-                          "MRR_high": [1.0] * 4 + [1.0, 0.55]}, index=names)
+    table = pd.DataFrame({"MRR": [1.0, 1.0, 0.9, 0.8, 0.99, 0.5], "MRR_low": [1.0, 1.0, 0.88, 0.78, 0.98, 0.45],
+                          "MRR_high": [1.0, 1.0, 0.92, 0.82, 1.0, 0.55], "MRR_exact": [0.999] * 6,
+                          "code_bits": [8.0, 4.0, 8 / 3, 2.0, 4.0, 4.0],
+                          "code_error": [0.05, 0.2, 0.3, 0.4, 0.2, 0.2]}, index=names)
     ranks = pd.DataFrame({"64D": [1.0] * 8, "64D, no z-score": [1.0] * 7 + [0.5], "64D, no L2": [0.5, 1.0] * 4})
     rows = pd.DataFrame([{"method": m, "prompt_id": i, "acceptance_rate": r}
                          for m, rates in (("64D", [0.5, 0.6, 0.4]), ("128D", [0.5, 0.55, 0.45]))
@@ -268,11 +270,23 @@ def test_notebook_02_judges_every_table2_row_but_the_one_notebook_03_judges(tmp_
     assert report.comparisons["mrr_32D"].claim == "MRR at 32 dimensions (IVF-PQ)"  # the index searched, named
     assert "mrr_64D" not in report.comparisons and {"mrr_32D", "mrr_128D", "drop_no_l2"} <= set(report.comparisons)
     assert report.comparisons["variance_64"].measured().endswith("% (no interval)")  # shares to 0.1%
+    # above the paper's: the store's size (exact search); below it: the index's codes, 2 bits a dimension at 128
+    assert report.comparisons["mrr_32D"].cause.startswith("exact search over the same 27,063 keys reads MRR 0.999")
+    assert report.comparisons["mrr_128D"].cause.startswith("IVF-PQ keeps 2 bits a dimension of a key here (a "
+                                                           "stored key 40.0% of its length off)")
     report.add(mrr=table.MRR.to_dict(), finding=findings(report))
     text = report.render(pv.table2_markdown(report)).data
     assert "judged there, once" in text and "1.000 (1.000–1.000)" in text
     assert "MRR through IVF-PQ (4096 lists, 32 B codes, nprobe 32) at 64 dimensions" in text
+    assert "keeps 8 and 2 bits a dimension of a key there (a stored key 5.0% and 40.0% of its length off)" in text
     assert uncited(json.loads(report.path.read_text())) == []
+    exact = Results("02", "smoke")  # an index that keeps the float32 keys (hnswlib): no precision to speak of
+    pv.compare_table2(exact, np.linspace(0.1, 1.0, 640), 10, table.assign(code_bits=32.0, code_error=0.0), ranks,
+                      rows, 27_063, "hnswlib (M 16, ef 64)")
+    exact.add(mrr=table.MRR.to_dict(), finding=findings(exact))
+    text = exact.render(pv.table2_markdown(exact)).data
+    assert "Searched exactly" in text and "bits a dimension" not in text
+    assert exact.comparisons["mrr_128D"].cause.startswith("hnswlib's search misses own keys")
 
 
 def test_notebook_02_pairs_each_transform_with_64d():

@@ -3,11 +3,23 @@ merged into the index one build gives, a saved index memory-mapped back."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import clustered_unit_vectors
 
-from specnb.datastores.ann import IvfPqIndex, IvfPqParams, exact_search, recall_at_k, unit_vectors
+from specnb.datastores.ann import (
+    AnnIndex,
+    ExactIndex,
+    IvfPqIndex,
+    IvfPqParams,
+    code_bits,
+    code_error,
+    exact_search,
+    recall_at_k,
+    unit_vectors,
+)
 
 PARAMS = IvfPqParams(nlist=32, m=8, nprobe=4, train_size=4000)
 
@@ -73,3 +85,16 @@ def test_a_small_store_trains_a_codebook_it_can_fill(keys):
 def test_the_key_dimension_must_split_into_m_parts(keys):
     with pytest.raises(ValueError, match="divide"):
         IvfPqIndex.trained(keys[:500, :15], 500, PARAMS)
+
+
+def test_a_stored_key_is_as_precise_as_its_code_bytes(keys, index):
+    """What an IVF-PQ code decodes to lies off the key (the precision the index ranks a key's own entry with), the
+    less the more bytes a key keeps; hnswlib and exact search keep the float32 keys themselves."""
+    rows = keys[:500]
+    finer = IvfPqIndex.build(keys, dataclasses.replace(PARAMS, m=16), progress=False)
+    coarse, fine = code_error(index, rows), code_error(finer, rows)
+    assert 0 < fine.mean() < coarse.mean() < 1 and (coarse < 1).all()
+    assert (code_bits(index), code_bits(finer)) == (4.0, 8.0)  # 8 and 16 bytes over 16 dimensions
+    hnsw = AnnIndex.build(keys, threads=1)
+    for exact in (hnsw, ExactIndex(keys)):
+        assert code_bits(exact) == 32.0 and not code_error(exact, rows).any()

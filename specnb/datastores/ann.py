@@ -287,6 +287,25 @@ def reciprocal_ranks(found: np.ndarray, true_ids: np.ndarray) -> np.ndarray:
     return np.where(match.any(1), 1.0 / ranks, 0.0)
 
 
+def code_error(index: AnnIndex | IvfPqIndex | ExactIndex, keys: np.ndarray) -> np.ndarray:
+    """float [m]: how far what ``index`` stores for each of ``keys`` (float [m, dim], keys it holds) lies from the
+    key, over the key's length. An IVF-PQ code decodes to its list's centroid plus the product-quantised residual;
+    hnswlib and exact search keep the float32 keys (0). The precision an index ranks a key's own entry with."""
+    if not isinstance(index, IvfPqIndex):
+        return np.zeros(keys.shape[0], dtype=np.float32)
+    x = np.ascontiguousarray(keys, dtype=np.float32)
+    decoded = index.index.sa_decode(index.index.sa_encode(x))
+    return np.linalg.norm(x - decoded, axis=1) / np.maximum(np.linalg.norm(x, axis=1), 1e-30)
+
+
+def code_bits(index: AnnIndex | IvfPqIndex | ExactIndex) -> float:
+    """Bits a dimension of a key the index keeps: an IVF-PQ code's m x nbits over the dimensions (its 32 bytes are
+    8 bits a dimension at 32 dimensions, 2 at 128), 32 where the keys are kept as float32."""
+    if not isinstance(index, IvfPqIndex):
+        return 32.0
+    return float(index.index.pq.M * index.index.pq.nbits) / index.dim
+
+
 def self_ranks(index: AnnIndex | IvfPqIndex | ExactIndex | None, keys: np.ndarray, rows: np.ndarray,
                k: int = 10) -> np.ndarray:
     """float [len(rows)]: DReSD's reciprocal rank (Eq. 4) of each stored key of ``rows`` (int [m], rows of
