@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import patheffects
 from matplotlib.colors import LogNorm, Normalize, to_hex, to_rgb
-from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, Locator, NullFormatter, NullLocator, ScalarFormatter
 from PIL import Image
 
 from ..atomic import atomic_file, write_csv, write_text
@@ -994,6 +994,18 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return ticks if len(ticks) <= 7 else [t for t in ticks if str(t).lstrip("0.").startswith("1")]
 
 
+class LogTicks(Locator):
+    """:func:`log_ticks` over the axis' view at draw time: the labels follow whatever is drawn after the axis was
+    made logarithmic."""
+
+    def __call__(self) -> list[float]:
+        return self.tick_values(*self.axis.get_view_interval())
+
+    def tick_values(self, vmin: float, vmax: float) -> list[float]:
+        lo, hi = sorted((vmin, vmax))
+        return log_ticks(lo, hi) if lo > 0 else []
+
+
 def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
     """One :func:`heatmap` per context length of a roofline table (:func:`specnb.eval.timing.measure` rows: context,
     k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
@@ -1154,17 +1166,19 @@ def _figure_handles(fig: plt.Figure) -> tuple[list, list]:
     return list(seen.values()), list(seen)
 
 
-def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | str | None = None,
+def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | None = None,
              compact: bool = False) -> None:
-    """A logarithmic ``axis`` with labelled major ticks only (plain numbers; ``ticks`` to choose them, ``"data"``
-    for :func:`log_ticks` over the data drawn so far; ``compact``: counts as 300, 3k, 1M, so a narrow panel's
-    labels do not run into each other)."""
-    if isinstance(ticks, str):  # "data": from the artists' extent (a linear axis' limits may reach below 0)
-        ticks = log_ticks(*(ax.dataLim.intervalx if axis == "x" else ax.dataLim.intervaly))
+    """A logarithmic ``axis`` with labelled major ticks only (plain numbers): ``ticks`` where given, else
+    :class:`LogTicks` (1-2-5 values over the range shown, so no end of the data lies far past the last label);
+    ``compact``: counts as 300, 3k, 1M, so a narrow panel's labels do not run into each other."""
     getattr(ax, f"set_{axis}scale")("log", base=base)
     target = ax.xaxis if axis == "x" else ax.yaxis
+    if min(target.get_view_interval()) <= 0:  # linear limits set below 0: the data's extent instead
+        ax.autoscale(axis=axis)
     if ticks is not None:
         target.set_ticks(list(ticks))
+    elif base == 10:
+        target.set_major_locator(LogTicks())
     if compact:
         target.set_major_formatter(FuncFormatter(lambda v, _: compact_count(v)))
     else:
