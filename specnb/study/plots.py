@@ -512,7 +512,7 @@ def stacked_shares(ax: plt.Axes, shares: pd.DataFrame, *, min_printed: float = 0
             if w >= min_printed:
                 ax.text(x0 + w / 2, yi, fmt.format(w), ha="center", va="center", fontsize=6.5,
                         color="white" if dark else "0.1",
-                        bbox={"boxstyle": "square,pad=0.1", "facecolor": fill, "edgecolor": "none"} if shared else None)
+                        bbox={"boxstyle": "round,pad=0.3", "facecolor": fill, "edgecolor": "none"} if shared else None)
         left = left + width
     if any(key.endswith(SHARED) for key in taken):
         ax.add_patch(Rectangle((0, 0), 0, 0, facecolor="0.6", edgecolor="white", hatch=SHARED_HATCH, lw=0,
