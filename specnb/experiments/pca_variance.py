@@ -187,7 +187,7 @@ def _mrr_cause(row: pd.Series, paper: float, keys: int, name: str) -> str:
     the same queries searched exactly (what the transform and the store's size give) and the precision the index
     keeps a key with (what its search adds)."""
     exact = f"exact search over the same {keys:,} keys reads MRR {row.MRR_exact:.3f}"
-    kept = (f"{name} keeps {row.code_bits:g} bits a dimension of a key here (a stored key {row.code_error:.1%} of "
+    kept = (f"{name} keeps {row.code_bits:.3g} bits a dimension of a key here (a stored key {row.code_error:.1%} of "
             "its length off)")
     if row.MRR > paper:
         return f"{exact}: in a store this size few keys sit near one another" + \
@@ -216,7 +216,7 @@ def table2_markdown(report) -> str:
     text += (f" Searched exactly, the same keys read MRR {{ours[MRR_exact][{few}]:.3f}} at {few[:-1]} dimensions and "
              f"{{ours[MRR_exact][{many}]:.3f}} at {many[:-1]} (below 1 only where keys coincide)")
     if any(report.ours["code_error"][d] > 0 for d in dims):  # a lossy index: the precision it keeps keys with
-        text += (f"; the index keeps {{ours[code_bits][{few}]:g}} and {{ours[code_bits][{many}]:g}} bits a dimension "
+        text += (f"; the index keeps {{ours[code_bits][{few}]:.3g}} and {{ours[code_bits][{many}]:.3g}} bits a dimension "
                  f"of a key there (a stored key {{ours[code_error][{few}]:.1%}} and {{ours[code_error][{many}]:.1%}} "
                  "of its length off)")
     text += "."
