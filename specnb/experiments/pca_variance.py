@@ -216,9 +216,9 @@ def table2_markdown(report) -> str:
     text += (f" Searched exactly, the same keys read MRR {{ours[MRR_exact][{few}]:.3f}} at {few[:-1]} dimensions and "
              f"{{ours[MRR_exact][{many}]:.3f}} at {many[:-1]} (below 1 only where keys coincide)")
     if any(report.ours["code_error"][d] > 0 for d in dims):  # a lossy index: the precision it keeps keys with
-        text += (f"; the index keeps {{ours[code_bits][{few}]:.3g}} and {{ours[code_bits][{many}]:.3g}} bits a dimension "
-                 f"of a key there (a stored key {{ours[code_error][{few}]:.1%}} and {{ours[code_error][{many}]:.1%}} "
-                 "of its length off)")
+        text += (f"; the index keeps {{ours[code_bits][{few}]:.3g}} and {{ours[code_bits][{many}]:.3g}} bits a "
+                 f"dimension of a key there (a stored key {{ours[code_error][{few}]:.1%}} and "
+                 f"{{ours[code_error][{many}]:.1%}} of its length off)")
     text += "."
     if "mar_128_64" in report.comparisons:
         text += (" MAR at 128 dimensions over MAR at 64 is {ours[finding][mar_128_64]} against the paper's ratio "
