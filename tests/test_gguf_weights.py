@@ -148,8 +148,8 @@ def test_auto_weights_follow_the_machines_table_for_embedded_models(monkeypatch,
         tmp_path / "qwen2.5-coder-1.5b-instruct.csv", index=False)
     assert resolve_weights("qwen2.5-coder-1.5b-instruct", "auto", cpu, torch.float32) == "bf16"
     assert timed == [blocks]
-    monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")  # the int8 route needs the AVX512 path: the exact blocks there
-    assert weights_choice.blocks_route() == "gguf"
+    monkeypatch.setenv("SPECNB_CPU_ISA", "avx2")  # the int8 route runs on the AVX2 path too (vpmaddubsw)
+    assert weights_choice.blocks_route() == "gguf-int8"
     assert tiny("llama").weights == "bf16"
 
 
@@ -182,7 +182,7 @@ def test_speculation_over_blocks_is_lossless_and_accepts(arch, dtype, int8):
     """Drafts mixing AR's own continuation with noise (the verifier accepts them only if its calls compute AR's
     bits), and prompt lookup: both equal AR token for token; over int8 activations too (their own AR)."""
     if int8 and not int8_supported():
-        pytest.skip("int8 activations need an AVX512 CPU with VNNI")
+        pytest.skip("int8 activations need AVX2 + F16C, or VNNI on the AVX512 path")
     target = tiny_gguf(arch, dtype, int8)
     prompt = [256] + list(range(40, 60)) * 3
     ar = generate(target, prompt, max_new_tokens=40, stop_at_eos=False).tokens
@@ -203,7 +203,7 @@ def test_a_gguf_file_is_a_model_name(weights, tmp_path, monkeypatch, capsys):
     its path: converted once for transformers (said once), then run over its own blocks; its AR is the AR of the
     model it was written from over the same blocks, and speculation over it is lossless and accepts."""
     if weights == "gguf-int8" and not int8_supported():
-        pytest.skip("int8 activations need an AVX512 CPU with VNNI")
+        pytest.skip("int8 activations need AVX2 + F16C, or VNNI on the AVX512 path")
     written = tiny_gguf("llama", int8=weights == "gguf-int8")
     kernels.extension()  # loaded from the real cache before the test's own replaces it (a build takes a minute)
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))

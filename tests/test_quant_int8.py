@@ -15,11 +15,11 @@ from conftest import GGUF_ARCHS, kernel_path_exists, tiny_gguf
 from test_quant import random_weight, reference
 
 from specnb.model.forward import forward
-from specnb.model.kernels import quant
+from specnb.model.kernels import cpu, quant
 from specnb.model.kernels.quant import FORMATS, INT8_LANES, QuantizedWeight
 
 pytestmark = pytest.mark.skipif(not kernel_path_exists() or not quant.int8_supported(),
-                                reason="needs an AVX512 CPU with VNNI")
+                                reason="needs AVX2 + F16C, or VNNI on the AVX512 path")
 
 ACTIVATION_BLOCK = {"Q8_0": 32, "Q5_0": 32, "Q4_K": 256, "Q6_K": 256}  # int8 values per activation scale
 
@@ -88,6 +88,85 @@ def test_int8_rows_are_bit_independent_with_every_thread_count(fmt):
                 assert torch.equal(quant.linear(x[rows], weight), together[rows])
     finally:
         torch.set_num_threads(threads)
+
+
+def codes(weight: QuantizedWeight) -> dict[str, np.ndarray]:
+    """The integers of ``weight``'s blocks, as ggml stores them: ``values`` [N, K] (the code less the format's offset;
+    Q4_K's unsigned codes), per block ``d`` (and Q4_K's ``dmin``) as float32 [N, blocks], per group of the K-quants
+    ``sc`` (and Q4_K's mins ``m``) [N, groups]."""
+    fmt, n = weight.format, weight.shape[0]
+    _, per_block, nbytes = FORMATS[fmt]
+    b = weight.blocks.numpy().reshape(-1, nbytes)
+
+    def half(offset: int) -> np.ndarray:
+        return b[:, offset:offset + 2].copy().view(np.float16).astype(np.float32).reshape(n, -1)
+
+    if fmt == "Q8_0":
+        return {"values": b[:, 2:].view(np.int8).astype(np.int64).reshape(n, -1), "d": half(0)}
+    if fmt == "Q5_0":
+        high = b[:, 2:6].copy().view(np.uint32)
+        low = np.concatenate([b[:, 6:22] & 0x0F, b[:, 6:22] >> 4], axis=1).astype(np.int64)
+        values = low | (((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.int64) << 4)
+        return {"values": (values - 16).reshape(n, -1), "d": half(0)}
+    if fmt == "Q4_K":
+        s = b[:, 4:16].astype(np.int64)
+        sc = np.concatenate([s[:, 0:4] & 63, (s[:, 8:12] & 0x0F) | ((s[:, 0:4] >> 6) << 4)], axis=1)
+        m = np.concatenate([s[:, 4:8] & 63, (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)], axis=1)
+        qs = b[:, 16:144].reshape(-1, 4, 32).astype(np.int64)
+        values = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 256)
+        return {"values": values.reshape(n, -1), "d": half(0), "dmin": half(2), "sc": sc.reshape(n, -1),
+                "m": m.reshape(n, -1)}
+    ql, qh = b[:, :128].reshape(-1, 2, 64).astype(np.int64), b[:, 128:192].reshape(-1, 2, 32).astype(np.int64)
+    quarters = [(ql[:, :, :32] & 0x0F) | ((qh & 3) << 4), (ql[:, :, 32:] & 0x0F) | (((qh >> 2) & 3) << 4),
+                (ql[:, :, :32] >> 4) | (((qh >> 4) & 3) << 4), (ql[:, :, 32:] >> 4) | (((qh >> 6) & 3) << 4)]
+    values = np.stack(quarters, axis=2).reshape(-1, 256) - 32
+    return {"values": values.reshape(n, -1), "d": half(208),
+            "sc": b[:, 192:208].view(np.int8).astype(np.int64).reshape(n, -1)}
+
+
+def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """float32 a * b + c rounded once (through float64, where a * b is exact: a double rounding is ~2^-29 rare)."""
+    return (a.astype(np.float64) * b + c).astype(np.float32)
+
+
+def int8_steps(x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor) -> torch.Tensor:
+    """The int8 route's fp32 steps, emulated: per block an exact integer dot of the rounded row with the codes, then
+    acc = fma(float(dot), d * dx, acc) (Q4_K: then acc -= float(mins' dot) * (dmin * dx), fused), bias last."""
+    fmt, block = weight.format, ACTIVATION_BLOCK[weight.format]
+    c, sub = codes(weight), {"Q8_0": 32, "Q5_0": 32, "Q4_K": 32, "Q6_K": 16}[fmt]
+    values = x.float().numpy().reshape(x.shape[0], -1, block)
+    top = np.abs(values).max(axis=2)
+    q = np.rint(values * np.where(top > 0, np.float32(127) / np.where(top > 0, top, 1), 0)[..., None]
+                .astype(np.float32)).astype(np.int64).reshape(x.shape[0], -1)
+    dx = (top / np.float32(127)).astype(np.float32)
+    groups = lambda a: a.reshape(*a.shape[:-1], -1, sub)  # noqa: E731
+    dots = np.einsum("mgs,ngs->mng", groups(q), groups(c["values"]))  # [M, N, groups], exact
+    per_block = block // sub
+    if "sc" in c:
+        dots = dots * c["sc"][None]
+    acc = np.zeros((x.shape[0], weight.shape[0]), np.float32)
+    for j in range(c["d"].shape[1]):
+        blockdot = dots[:, :, j * per_block:(j + 1) * per_block].sum(axis=2).astype(np.float32)
+        acc = fma(blockdot, (c["d"][None, :, j] * dx[:, None, j]).astype(np.float32), acc)
+        if fmt == "Q4_K":
+            mins = np.einsum("mg,ng->mn", groups(q)[:, j * 8:(j + 1) * 8].sum(axis=2), c["m"][:, j * 8:(j + 1) * 8])
+            acc = fma(-mins.astype(np.float32), (c["dmin"][None, :, j] * dx[:, None, j]).astype(np.float32), acc)
+    return torch.from_numpy(acc + bias.numpy())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("isa", [i for i, name in enumerate(cpu.ISAS) if name == "avx2" or cpu.kernel_isa() == name])
+def test_the_tiles_take_these_fp32_steps_on_every_path(fmt, isa):
+    """Bit for bit on each path: the AVX2 tiles (vpmaddubsw; Q8_0 through vpsignb) and the AVX512-VNNI ones sum the
+    same integers and take the same fp32 steps, so an AVX2 CPU runs the same int8 linears."""
+    weight = int8(random_weight(fmt, 48, 512, seed=7))
+    g = torch.Generator().manual_seed(8)
+    bias = torch.randn(48, generator=g)
+    for rows in (1, 3, 4, 5, 16, 37):
+        x = torch.randn(rows, 512, generator=g) * torch.rand(rows, 1, generator=g) * 10
+        assert torch.equal(quant.linear(x, weight, bias, isa=isa), int8_steps(x, weight, bias))
+        assert torch.equal(quant.linear(x.bfloat16(), weight, bias, isa=isa),
+                           int8_steps(x.bfloat16(), weight, bias).bfloat16())
 
 
 def test_int8_needs_whole_tiles_of_rows():

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="model dtype (auto: bf16 where fast)")
     p.add_argument("--weights", default="auto", choices=WEIGHTS,
                    help="bf16: the dense checkpoint in --dtype; gguf: the GGUF file's blocks (embedded models, CPU); "
-                        "gguf-int8: those blocks times int8-rounded activations (AVX512-VNNI); "
+                        "gguf-int8: those blocks times int8-rounded activations (VNNI or AVX2 integer dots); "
                         "auto: for embedded models the blocks route this CPU runs where timed no slower than bf16 "
                         "at 1, 4 and 16 tokens per call (measured once, cached), else bf16")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (None: cuda if available, else cpu)")

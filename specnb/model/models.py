@@ -427,7 +427,8 @@ def _decoder(name: str, model: PreTrainedModel, weights: str, installed: bool, d
     from .kernels.quant import int8_supported
 
     if weights == "gguf-int8" and not int8_supported():
-        raise ModelError("weights 'gguf-int8' needs an AVX512 CPU with VNNI (lscpu: avx512_vnni)")
+        raise ModelError("weights 'gguf-int8' needs a CPU with AVX2, FMA and F16C, and VNNI on the AVX512 path "
+                         "(lscpu: avx512_vnni)")
     try:  # the file's settings must agree with the converted checkpoint's config
         return build_decoder(model, "gguf-int8" if weights == "gguf-int8" else "gguf", str(gguf_file(name)))
     except ValueError as exc:

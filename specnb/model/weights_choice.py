@@ -31,7 +31,8 @@ REPEATS = 5
 
 
 def blocks_route() -> str:
-    """The GGUF route this CPU runs fastest: ``gguf-int8`` where the int8 route runs (AVX512-VNNI), else ``gguf``."""
+    """The GGUF route this CPU runs fastest: ``gguf-int8`` where the int8 route runs (AVX512-VNNI, or AVX2 with
+    F16C), else ``gguf``."""
     from .kernels.quant import int8_supported
 
     return "gguf-int8" if int8_supported() else "gguf"

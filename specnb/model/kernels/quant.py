@@ -8,7 +8,7 @@ group of 32 weights is decoded in registers with the fp32 operations of the ``gg
 bit-independent (a verified draft gets the bits of decoding its tokens one at a time). Activations are not
 quantized, unless a weight asks for int8 activations (``QuantizedWeight.int8``, ``csrc/quant_int8.h``): then the
 blocks are repacked once, 16 weight rows interleaved, and their integer codes multiply each row rounded to int8 per
-block (VNNI dot products, every code decoded once per call for all its rows): another model, still with
+block (VNNI or AVX2 integer dot products, every code decoded once per call for all its rows): another model, still with
 bit-independent rows, whose calls of several rows cost a fraction of the exact path's (docs/kernels.md).
 ``specnb kernels quant`` times it against the bf16 kernel on the shipped tensors.
 """
@@ -90,13 +90,17 @@ def _in_huge_pages(blocks: Tensor) -> Tensor:
     return memory.empty(blocks.shape, blocks.dtype).copy_(blocks)
 
 
-INT8_PATH = 2  # quant.h's ISA_INT8: the int8-activation route, whatever the CPU class's path
 INT8_LANES = 16  # weight rows interleaved per tile of the int8 route (quant_int8.h's LANES)
 
 
 def int8_supported() -> bool:
-    """Whether this CPU runs the int8-activation route: the AVX512 path (not forced to AVX2) with VNNI."""
-    return kernel_isa() == "avx512bf16" and "avx512_vnni" in cpu_flags()
+    """Whether this CPU runs the int8-activation route: every CPU the kernels run on (AVX2 + FMA + F16C), with
+    VNNI on the AVX512 path."""
+    isa = kernel_isa()
+    return isa == "avx2" and "f16c" in cpu_flags() or isa == "avx512bf16" and "avx512_vnni" in cpu_flags()
+
+
+INT8_PATHS = (3, 2)  # the extension's ISA_INT8_AVX2 / ISA_INT8: the int8 route's tiles on each path of ISAS
 
 
 def _extension() -> ModuleType:
@@ -116,14 +120,16 @@ def linear(x: Tensor, weight: QuantizedWeight, bias: Tensor | None = None, isa: 
     with fp32 FMAs, bf16 rows widened exactly; the AVX512 path sums in zmm, the AVX2 path in ymm (another fixed
     order, so the two paths' bits differ). A weight with ``int8`` set takes the int8-activation route instead:
     each row rounded to int8 per block of the format, times the blocks' integer codes, scaled per block in fp32
-    (ValueError where :func:`int8_supported` is false)."""
+    (on the AVX512 path with VNNI, on the AVX2 path with ``vpmaddubsw``: the same bits; ValueError where
+    :func:`int8_supported` is false)."""
     n, k = weight.shape
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features, the weight takes {k}")
     if weight.int8 and not int8_supported():
-        raise ValueError("int8 activations need an AVX512 CPU with VNNI (avx512_vnni)")
+        raise ValueError("int8 activations need a CPU with AVX2, FMA and F16C (and VNNI on the AVX512 path)")
     flat = x.reshape(-1, k).contiguous()
-    path = INT8_PATH if weight.int8 else isa_code() if isa is None else isa
+    isa = isa_code() if isa is None else isa
+    path = INT8_PATHS[isa] if weight.int8 else isa
     blocks = weight.packed if weight.int8 else weight.blocks
     out = _extension().block_linear(flat, blocks, FORMATS[weight.format][0], bias, path)
     return out.reshape(*x.shape[:-1], n)

@@ -3,7 +3,8 @@
 // Paths (the caller picks one from the CPU flags, specnb/model/kernels/cpu.py; numbered as its ISAS):
 //   ISA_AVX2        fp32 FMA over ymm; bf16 values widened to fp32 in registers (every x86 class)
 //   ISA_AVX512BF16  AVX512 classes: bf16 x bf16 -> fp32 dot products (vdpbf16ps) and 512-bit fp32 FMAs
-//   ISA_INT8        GGUF blocks times int8-rounded activations (quant_int8.h), whatever the class's path
+//   ISA_INT8        GGUF blocks times int8-rounded activations (quant_int8.h) with AVX512-VNNI
+//   ISA_INT8_AVX2   the same route and bits on AVX2 (vpmaddubsw)
 // Threads: ATen's intra-op pool (at::parallel_for), the one torch.set_num_threads controls.
 
 #pragma once
@@ -22,6 +23,7 @@
 constexpr int ISA_AVX2 = 0;
 constexpr int ISA_AVX512BF16 = 1;
 constexpr int ISA_INT8 = 2;
+constexpr int ISA_INT8_AVX2 = 3;
 
 #define AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 

@@ -44,7 +44,8 @@ struct Norm {
 };
 
 // One projection's weight as GGUF blocks (quant::linear): uint8 [N, row bytes] of ggml type `type`; int8: with int8
-// activations (quant_int8.h) whatever the call's path, the blocks repacked (quant::repack: [N / 16, tile bytes]).
+// activations (quant_int8.h: VNNI tiles on the AVX512 path, AVX2 ones on the AVX2 path), the blocks repacked
+// (quant::repack: [N / 16, tile bytes]).
 struct Blocks {
   torch::Tensor blocks;
   int64_t type = 0;
@@ -53,8 +54,9 @@ struct Blocks {
 };
 
 namespace quant {
-// x [M, K] times each int8 weight (repacked blocks) -> their outputs side by side: one call over all their tiles.
-torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& weights);
+// x [M, K] times each int8 weight (repacked blocks) -> their outputs side by side: one call over all their tiles;
+// vnni: the AVX512-VNNI tiles, else the AVX2 ones.
+torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& weights, bool vnni);
 }  // namespace quant
 
 struct LayerSpec {

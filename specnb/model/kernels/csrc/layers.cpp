@@ -19,9 +19,10 @@ torch::Tensor project(const torch::Tensor& x, const torch::Tensor& dense, const 
                       const std::vector<Blocks>& blocks, int64_t isa) {
   if (blocks.empty()) return linear(x, dense, bias, isa);
   if (std::all_of(blocks.begin(), blocks.end(), [](const Blocks& b) { return b.int8; }))
-    return quant::linear_int8(x, blocks);  // siblings in one call
+    return quant::linear_int8(x, blocks, isa == ISA_AVX512BF16);  // siblings in one call
+  const int64_t int8 = isa == ISA_AVX512BF16 ? ISA_INT8 : ISA_INT8_AVX2;
   std::vector<torch::Tensor> outs;
-  for (const Blocks& b : blocks) outs.push_back(quant::linear(x, b.blocks, b.type, b.bias, b.int8 ? ISA_INT8 : isa));
+  for (const Blocks& b : blocks) outs.push_back(quant::linear(x, b.blocks, b.type, b.bias, b.int8 ? int8 : isa));
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
 }
 

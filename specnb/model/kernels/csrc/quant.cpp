@@ -24,8 +24,9 @@ void check_input(const torch::Tensor& x) {
 }  // namespace
 
 // x [M, K] float32 or bfloat16, each of `weights` repacked blocks (repack(): [N_i / 16, tile bytes], int8 set) ->
-// [M, sum N_i] in x's dtype: every weight's outputs side by side, as one call over all their tiles.
-torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& weights) {
+// [M, sum N_i] in x's dtype: every weight's outputs side by side, as one call over all their tiles. vnni: the
+// AVX512-VNNI tiles, else the AVX2 ones (the same bits).
+torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& weights, bool vnni) {
   check_input(x);
   const int64_t M = x.size(0), K = x.size(1);
   std::vector<torch::Tensor> keep;
@@ -43,21 +44,25 @@ torch::Tensor linear_int8(const torch::Tensor& x, const std::vector<Blocks>& wei
   }
   auto out = torch::empty({M, N}, x.options());
   const auto xc = x.contiguous();
-  if (x.scalar_type() == torch::kFloat32)
-    qgemm_int8(xc.data_ptr<float>(), parts, out.data_ptr<float>(), M, N, K);
+  if (x.scalar_type() == torch::kFloat32 && vnni)
+    qgemm_int8<true>(xc.data_ptr<float>(), parts, out.data_ptr<float>(), M, N, K);
+  else if (x.scalar_type() == torch::kFloat32)
+    qgemm_int8<false>(xc.data_ptr<float>(), parts, out.data_ptr<float>(), M, N, K);
+  else if (vnni)
+    qgemm_int8<true>(xc.data_ptr<at::BFloat16>(), parts, out.data_ptr<at::BFloat16>(), M, N, K);
   else
-    qgemm_int8(xc.data_ptr<at::BFloat16>(), parts, out.data_ptr<at::BFloat16>(), M, N, K);
+    qgemm_int8<false>(xc.data_ptr<at::BFloat16>(), parts, out.data_ptr<at::BFloat16>(), M, N, K);
   return out;
 }
 
-// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type` (isa ISA_INT8:
-// repacked, linear_int8), bias [N] or None. Returns [M, N] in x's dtype.
+// x [M, K] float32 or bfloat16 (contiguous), blocks uint8 [N, K / block * bytes] of ggml type `type` (isa ISA_INT8 or
+// ISA_INT8_AVX2: repacked, linear_int8), bias [N] or None. Returns [M, N] in x's dtype.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& blocks, int64_t type,
                      const c10::optional<torch::Tensor>& bias, int64_t isa) {
-  if (isa == ISA_INT8) {
+  if (isa == ISA_INT8 || isa == ISA_INT8_AVX2) {
     Blocks b;
     b.blocks = blocks, b.type = type, b.bias = bias, b.int8 = true;
-    return linear_int8(x, {b});
+    return linear_int8(x, {b}, isa == ISA_INT8);
   }
   const Format f = checked_format(int(type));
   check_input(x);

@@ -1,5 +1,6 @@
 // Linear layers over GGUF blocks with int8 activations (load_model(..., weights="gguf-int8")): the route that
-// brings a call of several rows to the machine's floor, on AVX512 CPUs with VNNI, for Q8_0, Q5_0, Q4_K and Q6_K.
+// brings a call of several rows to the machine's floor, for Q8_0, Q5_0, Q4_K and Q6_K: with vpdpbusd on AVX512
+// CPUs with VNNI, with vpmaddubsw / vpmaddwd on AVX2 ones (the same bits; "the kernel, AVX2" below).
 //
 // quant.h converts every weight to fp32 and runs one fp32 FMA per weight and input row: 16 rows cost ~16x the
 // FMAs of one, several times the time of reading the blocks. Here a weight's small integer code multiplies the
@@ -172,32 +173,67 @@ inline __attribute__((always_inline)) QUANT_VNNI __m512 load16(const at::BFloat1
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
-// Rows m0..m1-1 (whole chunks of Tile::rows, but the last) into r: each chunk writes only its own part of q, dx
-// and sums, so chunks may run in parallel.
-template <int type, typename In>
-QUANT_VNNI void quantize_chunks(const In* x, int64_t M, int64_t K, int64_t m0, int64_t m1, QRows& r) {
+// A row's K input values at v rounded to int8 per block of B: q[K] = x * (127 / max|x|) to nearest even (as the
+// default MXCSR rounds), dx[K / B] = max|x| / 127, group[K / sub] the int8 sums of each group of sub values.
+template <typename In>
+QUANT_VNNI void round_row_512(const In* v, int64_t K, int64_t B, int64_t sub, int8_t* q, float* dx, int32_t* group) {
+  for (int64_t c = 0; c < K; c += B) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int64_t j = c; j < c + B; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(v + j)));
+    const float top = _mm512_reduce_max_ps(amax);
+    const __m512 id = _mm512_set1_ps(top > 0.0f ? 127.0f / top : 0.0f);
+    dx[c / B] = top / 127.0f;
+    for (int64_t j = c; j < c + B; j += 16) {
+      const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(load16(v + j), id));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), _mm512_cvtsepi32_epi8(qi));
+      group[j / sub] = (j % sub ? group[j / sub] : 0) + _mm512_reduce_add_epi32(qi);
+    }
+  }
+}
+
+// The same rounding 8 values at a time (AVX2): the same bits.
+template <typename In>
+void round_row_256(const In* v, int64_t K, int64_t B, int64_t sub, int8_t* q, float* dx, int32_t* group) {
+  const auto load8 = [](const In* p) {
+    if constexpr (std::is_same_v<In, float>) return _mm256_loadu_ps(p);
+    else return widen8(reinterpret_cast<const bf16*>(p));
+  };
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  alignas(32) float lanes[8];
+  alignas(32) int32_t qi[8];
+  for (int64_t c = 0; c < K; c += B) {
+    __m256 amax = _mm256_setzero_ps();
+    for (int64_t j = c; j < c + B; j += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(load8(v + j), abs_mask));
+    _mm256_store_ps(lanes, amax);
+    float top = 0.0f;
+    for (float l : lanes) top = std::max(top, l);
+    const __m256 id = _mm256_set1_ps(top > 0.0f ? 127.0f / top : 0.0f);
+    dx[c / B] = top / 127.0f;
+    for (int64_t j = c; j < c + B; j += 8) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(qi), _mm256_cvtps_epi32(_mm256_mul_ps(load8(v + j), id)));
+      int32_t sum = 0;
+      for (int u = 0; u < 8; u++) q[j + u] = int8_t(qi[u]), sum += qi[u];  // |qi| <= 127
+      group[j / sub] = (j % sub ? group[j / sub] : 0) + sum;
+    }
+  }
+}
+
+// Rows m0..m1-1 (whole chunks of R rows, but the last) into r: each chunk writes only its own part of q, dx and
+// sums, so chunks may run in parallel. vnni: round with AVX512 (else AVX2; the same bits).
+template <int type, int R, bool vnni, typename In>
+void quantize_chunks(const In* x, int64_t M, int64_t K, int64_t m0, int64_t m1, QRows& r) {
   using T = Tile<type>;
   const int64_t B = T::weights, groups = K / T::sub, slots = type == Q4_K ? groups / 2 : groups;
   std::vector<int32_t> group(groups);
-  alignas(64) int8_t q[16];
+  std::vector<int8_t> q(K);
+  std::vector<float> dx(K / B);
   for (int64_t m = m0; m < m1; m++) {
-    const int64_t c0 = m / T::rows * T::rows, rows = std::min<int64_t>(T::rows, M - c0), i = m - c0;
+    const int64_t c0 = m / R * R, rows = std::min<int64_t>(R, M - c0), i = m - c0;
+    if constexpr (vnni) round_row_512(x + m * K, K, B, T::sub, q.data(), dx.data(), group.data());
+    else round_row_256(x + m * K, K, B, T::sub, q.data(), dx.data(), group.data());
     int32_t* qc = r.q.data() + c0 * K / 4;
-    for (int64_t c = 0; c < K / B; c++) {
-      const In* v = x + m * K + c * B;
-      __m512 amax = _mm512_setzero_ps();
-      for (int64_t j = 0; j < B; j += 16) amax = _mm512_max_ps(amax, _mm512_abs_ps(load16(v + j)));
-      const float top = _mm512_reduce_max_ps(amax);
-      const float id = top > 0.0f ? 127.0f / top : 0.0f;
-      r.dx[c0 * (K / B) + c * rows + i] = top / 127.0f;
-      for (int64_t j = 0; j < B; j += 16) {  // round to nearest even, as the default MXCSR does
-        const __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(load16(v + j), _mm512_set1_ps(id)));
-        _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(qi));
-        for (int u = 0; u < 4; u++) std::memcpy(qc + ((c * B + j) / 4 + u) * rows + i, q + 4 * u, 4);
-        const int64_t g = (c * B + j) / T::sub;
-        group[g] = (j % T::sub ? group[g] : 0) + _mm512_reduce_add_epi32(qi);
-      }
-    }
+    for (int64_t u = 0; u < K / 4; u++) std::memcpy(qc + u * rows + i, q.data() + 4 * u, 4);
+    for (int64_t c = 0; c < K / B; c++) r.dx[c0 * (K / B) + c * rows + i] = dx[c];
     int32_t* sc = r.sums.data() + c0 * slots;
     if constexpr (type == Q4_K) {
       for (int64_t g = 0; g < groups; g += 2)
@@ -210,13 +246,14 @@ QUANT_VNNI void quantize_chunks(const In* x, int64_t M, int64_t K, int64_t m0, i
 
 constexpr int64_t QUANTIZE_INLINE_CHUNKS = 4;  // calls of more chunks than this (prefills) round in parallel
 
-template <int type, typename In>
+// x [M, K] rounded for the tiles: chunks of R rows (Tile::rows for the AVX512 tiles, AVX2_ROWS for the AVX2 ones).
+template <int type, int R, bool vnni, typename In>
 QRows quantize_rows(const In* x, int64_t M, int64_t K) {
   using T = Tile<type>;
   const int64_t groups = K / T::sub, slots = type == Q4_K ? groups / 2 : groups;
   QRows r{std::vector<int32_t>(M * K / 4), std::vector<float>(M * K / T::weights), std::vector<int32_t>(M * slots)};
-  at::parallel_for(0, (M + T::rows - 1) / T::rows, QUANTIZE_INLINE_CHUNKS, [&](int64_t k0, int64_t k1) {
-    quantize_chunks<type, In>(x, M, K, k0 * T::rows, std::min(M, k1 * T::rows), r);
+  at::parallel_for(0, (M + R - 1) / R, QUANTIZE_INLINE_CHUNKS, [&](int64_t k0, int64_t k1) {
+    quantize_chunks<type, R, vnni, In>(x, M, K, k0 * R, std::min(M, k1 * R), r);
   });
   return r;
 }
@@ -363,6 +400,165 @@ QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_
   }
 }
 
+// ----------------------------------------------------------------------------------------------- the kernel, AVX2
+
+// CPUs without AVX512-VNNI run the same tiles in two halves of 8 lanes (ymm) with the same integers and the same fp32
+// steps, so the same bits. A row's 4 int8 values are broadcast and multiplied with the codes by vpmaddubsw (unsigned
+// times signed bytes, pairs summed in int16), several steps' pairs are summed in int16 while they cannot overflow,
+// then widened to int32 by vpmaddwd: against ones (Q8_0, Q5_0), or against the group's scale (K-quants), which also
+// applies the scale. Q8_0's and Q6_K's codes are taken less their offset, as |q| times x with q's sign (vpsignb):
+// Q8_0's q + 128 would overflow a pair, and Q6_K's q - 32 then sums a whole group in int16.
+constexpr int AVX2_ROWS = 4;  // input rows per pass over a half tile: their accumulators in the 16 ymm registers
+
+// Step s of half h (lanes 8h..8h+7) of the tile block at p: 8 lanes of 4 codes (step_codes' layout); Q8_0 and Q6_K
+// less their offset (signed), the others unsigned.
+template <int type>
+inline __attribute__((always_inline)) __m256i step_codes8(const uint8_t* p, int s, int h) {
+  using T = Tile<type>;
+  if constexpr (type == Q8_0) {
+    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 64 * s + 32 * h));
+    return _mm256_xor_si256(z, _mm256_set1_epi8(char(0x80)));
+  } else {
+    const __m256i z = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + T::nibbles + 64 * (s / 2) + 32 * h));
+    const __m256i nib = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(z, 4) : z, _mm256_set1_epi8(0x0f));
+    if constexpr (type == Q4_K) return nib;
+    if constexpr (type == Q5_0) {
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + T::high + 32 * h));
+      const __m256i moved = s <= 4 ? _mm256_slli_epi32(hb, 4 - s) : _mm256_srli_epi32(hb, s - 4);
+      return _mm256_or_si256(nib, _mm256_and_si256(moved, _mm256_set1_epi8(0x10)));
+    } else {  // Q6_K
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + T::high + 64 * (s / 4) + 32 * h));
+      const int u = s % 4;
+      const __m256i moved = u < 2 ? _mm256_slli_epi32(hb, 4 - 2 * u) : u == 2 ? hb : _mm256_srli_epi32(hb, 2);
+      return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(moved, _mm256_set1_epi8(0x30))),
+                             _mm256_set1_epi8(32));
+    }
+  }
+}
+
+// pairs[m] = the int16 pair sums of steps first..first + P - 1 of half h of the tile block at p times row m's int8
+// values (q: the chunk's interleaved values at step first). Exact: a pair is at most 2 * 127 * the largest |code|
+// (Q4_K 15, Q5_0 31, Q6_K 32, Q8_0 128), so P <= 8, 4, 4, 1 keeps every sum under 2^15.
+template <int type, int mb, int P>
+inline __attribute__((always_inline)) void pair_sums(const uint8_t* p, int first, int h, const int32_t* q,
+                                                     __m256i* pairs) {
+  static_assert(P <= (type == Q4_K ? 8 : type == Q8_0 ? 1 : 4));
+  constexpr bool sign = type == Q8_0 || type == Q6_K;
+#pragma GCC unroll 8
+  for (int s = 0; s < P; s++) {
+    const __m256i codes = step_codes8<type>(p, first + s, h);
+    const __m256i w = sign ? _mm256_abs_epi8(codes) : codes;
+#pragma GCC unroll 4
+    for (int m = 0; m < mb; m++) {
+      __m256i x = _mm256_set1_epi32(q[s * mb + m]);
+      if constexpr (sign) x = _mm256_sign_epi8(x, codes);
+      const __m256i product = _mm256_maddubs_epi16(w, x);
+      pairs[m] = s == 0 ? product : _mm256_add_epi16(pairs[m], product);
+      __asm__("" : "+x"(pairs[m]));  // summed in step order: each row's sum stays in one register
+    }
+  }
+}
+
+// A group's 8 lanes of scales (8 bytes at `at`, unsigned for Q4_K) as int16 pairs: the multiplier vpmaddwd applies.
+template <int type>
+inline __attribute__((always_inline)) __m256i scale_pairs(const uint8_t* at) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at));
+  const __m128i twice = _mm_unpacklo_epi8(b, b);
+  return type == Q4_K ? _mm256_cvtepu8_epi16(twice) : _mm256_cvtepi8_epi16(twice);
+}
+
+// dot + the int16 pairs times the multipliers, summed in int32 pairs (vpmaddwd), in the order of the calls (so that
+// the compiler keeps one register a row rather than a tree of spilled products)
+inline __attribute__((always_inline)) __m256i widened(__m256i dot, __m256i pairs, __m256i multipliers) {
+  dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, multipliers));
+  __asm__("" : "+x"(dot));
+  return dot;
+}
+
+// tile_rows for half h of a tile (outputs 8h..8h+7) and a chunk of mb rows rounded in chunks of AVX2_ROWS.
+template <int type, int mb, typename Out>
+void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, const uint8_t* tile, int h,
+                    const float* bias, Out* y, int64_t ldy, int64_t K, bool fetch) {
+  using T = Tile<type>;
+  const int64_t blocks = K / T::weights;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[mb];
+  __m256i dot[mb], pairs[mb];
+  const auto half8 = [h](const uint8_t* at) {  // 8 fp16 of half h at `at` as fp32
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16 * h)));
+  };
+#pragma GCC unroll 4
+  for (int m = 0; m < mb; m++) acc[m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; b++) {
+    const uint8_t* p = tile + b * T::bytes;
+    const int32_t* qb = q + b * (T::weights / 4) * mb;
+    const float* dxb = dx + b * mb;
+    if (fetch)
+      for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
+    const __m256 d = half8(p);
+    if constexpr (type == Q8_0 || type == Q5_0) {  // Q8_0 from zero (its codes signed), Q5_0 from -16 * sum
+      constexpr int P = type == Q8_0 ? 1 : 4;
+#pragma GCC unroll 4
+      for (int m = 0; m < mb; m++) dot[m] = _mm256_set1_epi32(type == Q8_0 ? 0 : sums[b * mb + m]);
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; s += P) {
+        pair_sums<type, mb, P>(p, s, h, qb + s * mb, pairs);
+#pragma GCC unroll 4
+        for (int m = 0; m < mb; m++) dot[m] = widened(dot[m], pairs[m], ones);
+      }
+#pragma GCC unroll 4
+      for (int m = 0; m < mb; m++)
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])), acc[m]);
+    } else {  // K-quants: each group's pair sums times its scale, summed in int32 over the block
+      constexpr int G = 256 / T::sub, S = T::sub / 4;
+#pragma GCC unroll 4
+      for (int m = 0; m < mb; m++) dot[m] = _mm256_setzero_si256();
+      for (int g = 0; g < G; g++) {
+        pair_sums<type, mb, S>(p, g * S, h, qb + g * S * mb, pairs);
+        const __m256i sc = scale_pairs<type>(p + (type == Q4_K ? 64 : 32) + 16 * g + 8 * h);
+#pragma GCC unroll 4
+        for (int m = 0; m < mb; m++) dot[m] = widened(dot[m], pairs[m], sc);
+      }
+      if constexpr (type == Q4_K) {
+        const __m256 dmin = half8(p + 32);
+        __m256i mins[4];
+        for (int i = 0; i < 4; i++)
+          mins[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192 + 32 * i + 16 * h)));
+#pragma GCC unroll 4
+        for (int m = 0; m < mb; m++) {
+          __m256i msum = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(sums[(b * 4) * mb + m]));
+          for (int i = 1; i < 4; i++)
+            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[i], _mm256_set1_epi32(sums[(b * 4 + i) * mb + m])));
+          const __m256 dxm = _mm256_set1_ps(dxb[m]);
+          acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m]), _mm256_mul_ps(d, dxm), acc[m]);
+          acc[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dxm), acc[m]);
+        }
+      } else {
+#pragma GCC unroll 4
+        for (int m = 0; m < mb; m++)
+          acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])), acc[m]);
+      }
+    }
+  }
+  const __m256 bv = bias ? _mm256_loadu_ps(bias + 8 * h) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int m = 0; m < mb; m++) store8(y + m * ldy + 8 * h, _mm256_add_ps(acc[m], bv));
+}
+
+template <int type, typename Out, int mb = 1>
+void rows_int8_avx2(int64_t rows, const QRows& r, int64_t m0, const uint8_t* tile, int h, const float* bias, Out* y,
+                    int64_t N, int64_t K) {
+  if constexpr (mb <= AVX2_ROWS) {
+    if (rows != mb) return rows_int8_avx2<type, Out, mb + 1>(rows, r, m0, tile, h, bias, y, N, K);
+    using T = Tile<type>;
+    const int64_t slots = type == Q4_K ? K / T::sub / 2 : K / T::sub;
+    half_tile_rows<type, mb>(r.q.data() + m0 * K / 4, r.dx.data() + m0 * (K / T::weights), r.sums.data() + m0 * slots,
+                             tile, h, bias, y + m0 * N, N, K, m0 == 0 && h == 0);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------- a call
+
 // One weight of a call: its repacked blocks w [tiles, tile bytes] of ggml type `type`, bias [16 * tiles] or null,
 // its outputs at columns col .. col + 16 * tiles - 1 of the call's output. A call takes siblings that read the same
 // input rows (q, k, v; gate, up) together: the rows rounded once per format, one pass of the threads over all tiles.
@@ -375,33 +571,42 @@ struct Part {
 
 inline int type_slot(int type) { return type == Q8_0 ? 0 : type == Q5_0 ? 1 : type == Q4_K ? 2 : 3; }
 
-template <typename In>
+template <bool vnni, typename In>
 QRows quantize_any(int type, const In* x, int64_t M, int64_t K) {
   switch (type) {
-    case Q8_0: return quantize_rows<Q8_0>(x, M, K);
-    case Q5_0: return quantize_rows<Q5_0>(x, M, K);
-    case Q4_K: return quantize_rows<Q4_K>(x, M, K);
-    default: return quantize_rows<Q6_K>(x, M, K);
+    case Q8_0: return quantize_rows<Q8_0, vnni ? Tile<Q8_0>::rows : AVX2_ROWS, vnni>(x, M, K);
+    case Q5_0: return quantize_rows<Q5_0, vnni ? Tile<Q5_0>::rows : AVX2_ROWS, vnni>(x, M, K);
+    case Q4_K: return quantize_rows<Q4_K, vnni ? Tile<Q4_K>::rows : AVX2_ROWS, vnni>(x, M, K);
+    default: return quantize_rows<Q6_K, vnni ? Tile<Q6_K>::rows : AVX2_ROWS, vnni>(x, M, K);
   }
 }
 
 // Every chunk of rows times tile t of part p.
-template <int type, typename Out>
-QUANT_VNNI void tile_all_rows(const Part& p, const QRows& r, int64_t t, Out* y, int64_t M, int64_t N, int64_t K) {
-  for (int64_t m = 0; m < M; m += Tile<type>::rows)
-    rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, p.w + t * p.tile_bytes,
-                         p.bias ? p.bias + t * LANES : nullptr, y + p.col + t * LANES, N, K);
+template <int type, bool vnni, typename Out>
+void tile_all_rows(const Part& p, const QRows& r, int64_t t, Out* y, int64_t M, int64_t N, int64_t K) {
+  const uint8_t* tile = p.w + t * p.tile_bytes;
+  const float* bias = p.bias ? p.bias + t * LANES : nullptr;
+  Out* out = y + p.col + t * LANES;
+  if constexpr (vnni) {
+    for (int64_t m = 0; m < M; m += Tile<type>::rows)
+      rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, tile, bias, out, N, K);
+  } else {
+    for (int h = 0; h < 2; h++)
+      for (int64_t m = 0; m < M; m += AVX2_ROWS)
+        rows_int8_avx2<type, Out>(std::min<int64_t>(AVX2_ROWS, M - m), r, m, tile, h, bias, out, N, K);
+  }
 }
 
-// x [M, K] fp32 or bf16 times every part -> y [M, N] (N: the parts' outputs side by side).
-template <typename In, typename Out>
+// x [M, K] fp32 or bf16 times every part -> y [M, N] (N: the parts' outputs side by side). vnni: the AVX512-VNNI
+// tiles, else the AVX2 ones (the same bits).
+template <bool vnni, typename In, typename Out>
 void qgemm_int8(const In* x, const std::vector<Part>& parts, Out* y, int64_t M, int64_t N, int64_t K) {
   QRows rows[4];
   bool rounded[4] = {};
   int64_t tiles = 0, bytes = 0;
   for (const Part& p : parts) {
     const int slot = type_slot(p.type);
-    if (!rounded[slot]) rows[slot] = quantize_any(p.type, x, M, K), rounded[slot] = true;
+    if (!rounded[slot]) rows[slot] = quantize_any<vnni>(p.type, x, M, K), rounded[slot] = true;
     tiles += p.tiles, bytes += p.tiles * p.tile_bytes;
   }
   for_each_row_run(tiles, bytes / std::max<int64_t>(tiles, 1), [&](int64_t first, int64_t last) {
@@ -412,10 +617,10 @@ void qgemm_int8(const In* x, const std::vector<Part>& parts, Out* y, int64_t M, 
       const Part& p = parts[j];
       const QRows& r = rows[type_slot(p.type)];
       switch (p.type) {
-        case Q8_0: tile_all_rows<Q8_0>(p, r, t - base, y, M, N, K); break;
-        case Q5_0: tile_all_rows<Q5_0>(p, r, t - base, y, M, N, K); break;
-        case Q4_K: tile_all_rows<Q4_K>(p, r, t - base, y, M, N, K); break;
-        default: tile_all_rows<Q6_K>(p, r, t - base, y, M, N, K); break;
+        case Q8_0: tile_all_rows<Q8_0, vnni>(p, r, t - base, y, M, N, K); break;
+        case Q5_0: tile_all_rows<Q5_0, vnni>(p, r, t - base, y, M, N, K); break;
+        case Q4_K: tile_all_rows<Q4_K, vnni>(p, r, t - base, y, M, N, K); break;
+        default: tile_all_rows<Q6_K, vnni>(p, r, t - base, y, M, N, K); break;
       }
     }
   }, M > 1 ? MULTI_ROW_RUNS_PER_THREAD : RUNS_PER_THREAD);
