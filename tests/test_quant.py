@@ -156,17 +156,20 @@ def test_the_benchmark_refuses_bad_arguments_in_one_line(argv, message, capsys):
 @pytest.mark.slow
 @pytest.mark.skipif(not gguf_file("gemma-3-270m").exists(), reason="run `specnb models fetch gemma-3-270m`")
 def test_the_benchmark_states_the_int8_route_against_its_instruction_form():
-    """``form_fraction``: the int8 route's multiply-adds over ``vpdpbusd``'s rate in the broadcast form its tiles
-    issue (``int8-vnni-broadcast``), the same time as ``compute_fraction`` over another peak; NaN for the paths that
-    issue other instructions."""
+    """``form_fraction``: the int8 route's multiply-adds over its instruction's rate in the broadcast form its tiles
+    issue (``int8-vnni-broadcast``; on the AVX2 path ``int8-avx2``, its own form), the same time as
+    ``compute_fraction`` over another peak; NaN for the paths that issue other instructions."""
     from specnb.model import ceilings
     from specnb.model.kernels.bench import bench_quant
+    from specnb.model.kernels.cpu import kernel_isa
     from specnb.model.kernels.quant import int8_supported
 
     table = bench_quant({"o": ("gemma-3-270m", "blk.0.attn_output.weight")}, rows=(2,), repeats=1, bandwidth=40.0,
                         progress=False).set_index("backend")
     assert table.loc[["quant", "bf16"], "form_fraction"].isna().all()
     if int8_supported():
-        form, register = ceilings.peak_macs("int8-vnni-broadcast"), ceilings.peak_macs("int8-vnni")
+        avx512 = kernel_isa() == "avx512bf16"
+        form = ceilings.peak_macs("int8-vnni-broadcast" if avx512 else "int8-avx2")
+        register = ceilings.peak_macs("int8-vnni" if avx512 else "int8-avx2")
         assert 0 < table.loc["int8", "form_fraction"] == pytest.approx(
             table.loc["int8", "compute_fraction"] * register / form)

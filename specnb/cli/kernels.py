@@ -99,7 +99,7 @@ def _run_quant(args: argparse.Namespace) -> int:
     for model, name in tensors.values():
         gguf_tensor(model, name)  # every file present before the first timing
     bandwidth = read_bandwidth()
-    peaks = {i: peak_macs(i) for i in ("fp32-fma", "bf16-dot", "int8-vnni", "int8-vnni-broadcast")}
+    peaks = {i: peak_macs(i) for i in ("fp32-fma", "bf16-dot", "int8-vnni", "int8-vnni-broadcast", "int8-avx2")}
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads | "
           f"peak GMAC/s " + ", ".join(f"{i} {p / 1e9:.0f}" for i, p in peaks.items() if p))
     table = bench_quant(tensors, rows, args.repeats, bandwidth)

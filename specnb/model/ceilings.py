@@ -59,11 +59,12 @@ def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: i
     return 2 * size**3 / statistics.median(times)
 
 
-INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2, "int8-vnni-broadcast": 3}
+INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2, "int8-vnni-broadcast": 3, "int8-avx2": 4}
 """The multiply-add instructions of the kernels' paths: fp32 FMAs (the exact GGUF path, fp32 weights, the AVX2
 path), ``vdpbf16ps`` (the bf16 kernel on the AVX512 path), ``vpdpbusd`` (the int8 route over GGUF blocks); and
 ``vpdpbusd`` as the int8 tiles issue it, one operand a 4-byte broadcast from memory (16 accumulators), which
-reaches less than the register form on some CPUs (docs/kernels.md, fourth pass)."""
+reaches less than the register form on some CPUs (docs/kernels.md, fourth pass); and the int8 route's step on AVX2
+(``vpmaddubsw``, ``vpmaddwd``, ``vpaddd`` on a broadcast row, as its half tiles issue it)."""
 
 
 @functools.cache
@@ -76,7 +77,7 @@ def peak_macs(instruction: str) -> float | None:
 
     flags, ext = cpu_flags(), extension()
     needs = {"fp32-fma": {"avx2", "fma"}, "bf16-dot": {"avx512_bf16"}, "int8-vnni": {"avx512_vnni"},
-             "int8-vnni-broadcast": {"avx512_vnni"}}[instruction]
+             "int8-vnni-broadcast": {"avx512_vnni"}, "int8-avx2": {"avx2"}}[instruction]
     if ext is None or not needs <= flags:
         return None
     return ext.peak_rate(INSTRUCTIONS[instruction], kernel_isa() == "avx512bf16", 0.2)
@@ -89,7 +90,9 @@ def path_instruction(target: LoadedModel) -> str | None:
     from .kernels.cpu import kernel_isa
 
     if target.decoder.uses_gguf:
-        return "int8-vnni" if target.decoder.uses_int8 else "fp32-fma"
+        if not target.decoder.uses_int8:
+            return "fp32-fma"
+        return "int8-vnni" if kernel_isa() == "avx512bf16" else "int8-avx2"
     if not routed(target.model):
         return None
     bf16 = next(target.model.parameters()).dtype == torch.bfloat16

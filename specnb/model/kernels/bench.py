@@ -170,8 +170,9 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
     call, ``gb_per_s``, ``bandwidth_fraction``, ``instruction`` (the multiply-add instruction of that path) with
     ``compute_fraction`` (its multiply-adds at that instruction's peak here, :func:`specnb.model.ceilings.peak_macs`,
     over the time), ``roof_fraction`` (the larger of the two floors over the time), ``form_fraction`` (the int8
-    route's multiply-adds at ``vpdpbusd``'s rate in the broadcast form its tiles issue, ``int8-vnni-broadcast``; NaN
-    for the other paths), ``vs_one_row`` and ``vs_bf16`` (this call's time over the bf16 kernel's)."""
+    route's multiply-adds at its instruction's rate in the broadcast form its tiles issue, ``int8-vnni-broadcast``
+    or, on the AVX2 path, ``int8-avx2``; NaN for the other paths), ``vs_one_row`` and ``vs_bf16`` (this call's time
+    over the bf16 kernel's)."""
     bandwidth = bandwidth or read_bandwidth()
     out = []
     bar = tqdm(total=len(tensors) * 3 * len(rows), desc="quantized kernels", disable=not progress)
@@ -187,10 +188,12 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
         del dense
         bf16_ms = {}
         for backend, weights in backends.items():
-            instruction = {"int8": "int8-vnni", "quant": "fp32-fma"}.get(
-                backend, "bf16-dot" if kernel_isa() == "avx512bf16" else "fp32-fma")
+            avx512 = kernel_isa() == "avx512bf16"
+            instruction = {"int8": "int8-vnni" if avx512 else "int8-avx2", "quant": "fp32-fma"}.get(
+                backend, "bf16-dot" if avx512 else "fp32-fma")
             peak = peak_macs(instruction) or float("nan")
-            form_peak = (peak_macs("int8-vnni-broadcast") if backend == "int8" else None) or float("nan")
+            form = "int8-vnni-broadcast" if avx512 else "int8-avx2"
+            form_peak = (peak_macs(form) if backend == "int8" else None) or float("nan")
             nbytes = n * k * 2 if backend == "bf16" else weight.nbytes
             one = None
             for m in rows:

@@ -1,6 +1,7 @@
 // peak_rate(): the multiply-adds per second one instruction reaches on this machine's threads, from registers
 // alone (no memory), so every kernel's timing can be stated as a fraction of the roof of the instructions its path
-// uses: fp32 FMAs (the exact block path and the AVX2 path), vdpbf16ps (the bf16 kernel), vpdpbusd (the int8 route).
+// uses: fp32 FMAs (the exact block path and the AVX2 path), vdpbf16ps (the bf16 kernel), vpdpbusd (the int8 route),
+// vpmaddubsw + vpmaddwd + vpaddd (the int8 route on AVX2).
 
 #include "fewrow.h"
 
@@ -74,14 +75,43 @@ __attribute__((target("avx512f,avx512vnni"))) double vnni_broadcast(int64_t n) {
   return double((n + STEPS - 1) / STEPS * STEPS) * ROWS * 64 / seconds;
 }
 
+// The int8 route's step on AVX2 as its half tiles issue it (quant_int8.h's dots8): a row's 4 bytes broadcast from L1,
+// times a register of unsigned codes (vpmaddubsw), pairs summed in int32 (vpmaddwd), accumulated (vpaddd): 32
+// multiply-adds a row and step, 4 rows, 8 code registers.
+__attribute__((target("avx2"))) double maddubs_broadcast(int64_t n) {
+  constexpr int ROWS = 4, STEPS = 8;
+  alignas(64) static int32_t q[STEPS * ROWS];
+  for (int i = 0; i < STEPS * ROWS; i++) q[i] = 0x01010101 * (i % 7);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i w[STEPS], acc[ROWS];
+  for (int s = 0; s < STEPS; s++) w[s] = _mm256_set1_epi8(char(3 + s));
+  for (int m = 0; m < ROWS; m++) acc[m] = _mm256_set1_epi32(m);
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n; i += STEPS) {
+#pragma GCC unroll 8
+    for (int s = 0; s < STEPS; s++) {
+      __m256i codes = w[s];
+      __asm__ volatile("" : "+x"(codes));  // opaque: the products cannot be hoisted out of the loop
+#pragma GCC unroll 4
+      for (int m = 0; m < ROWS; m++)
+        acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(_mm256_maddubs_epi16(codes, _mm256_set1_epi32(q[s * ROWS + m])), ones));
+    }
+  }
+  const double seconds = since(start);
+  for (int m = 0; m < ROWS; m++) std::memcpy(sink, &acc[m], sizeof(__m256i));
+  return double((n + STEPS - 1) / STEPS * STEPS) * ROWS * 32 / seconds;
+}
+
 }  // namespace
 
 // kind 0: fp32 FMA (zmm where avx512 is true, else ymm), 1: vdpbf16ps, 2: vpdpbusd, 3: vpdpbusd with a broadcast
-// memory operand (vnni_broadcast); every thread of ATen's pool
+// memory operand (vnni_broadcast), 4: vpmaddubsw + vpmaddwd + vpaddd on a broadcast
+// (maddubs_broadcast); every thread of ATen's pool
 // runs the loop at once for about `seconds`. Returns multiply-adds per second, all threads together.
 double peak_rate(int64_t kind, bool avx512, double seconds) {
   const auto run = [&](int64_t n) {
-    return kind == 3 ? vnni_broadcast(n) : kind == 2 ? vnni(n) : kind == 1 ? bf16dot(n) : avx512 ? fma512(n) : fma256(n);
+    return kind == 4 ? maddubs_broadcast(n) : kind == 3 ? vnni_broadcast(n) : kind == 2 ? vnni(n) : kind == 1 ? bf16dot(n)
+           : avx512 ? fma512(n) : fma256(n);
   };
   const double probe = run(100000);  // per thread, to size the timed loop
   const int64_t n = std::max<int64_t>(1000, int64_t(seconds * probe / (CHAINS * 16)));
