@@ -73,6 +73,25 @@ def test_machine_ceilings_are_bytes_and_flops_over_the_median_time(monkeypatch):
     assert 0 < ceilings.sample_read_bandwidth(megabytes=16, repeats=2) < float("inf")
 
 
+@pytest.mark.parametrize("call_seconds, side", [(1.0, 256), (0.05, 1024)])
+def test_the_gemm_probe_grows_the_product_only_while_a_call_fits_its_budget(monkeypatch, call_seconds, side):
+    """A GEMM that takes over the budget at side 256 (bf16 where the CPU has no bf16 instruction: a 2048 product
+    takes a minute) is measured there; a fast one grows to the requested size."""
+    import types
+
+    now = [0.0, False]
+
+    def clock() -> float:
+        if now[1]:
+            now[0] += call_seconds
+        now[1] = not now[1]
+        return now[0]
+
+    monkeypatch.setattr(ceilings, "time", types.SimpleNamespace(perf_counter=clock))
+    rate = ceilings.gemm_flops.__wrapped__(torch.float32, size=1024, repeats=1, budget=0.5)  # uncached
+    assert rate == pytest.approx(2 * side**3 / call_seconds)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
 def test_llamacpp_without_the_binding_is_one_clear_error():
     with pytest.raises(ValueError, match="pip install llama-cpp-python"):

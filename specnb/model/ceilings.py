@@ -46,17 +46,24 @@ def sample_read_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
 
 
 @functools.cache
-def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: int = 5) -> float:
+def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: int = 5, budget: float = 0.1) -> float:
     """FLOP/s of PyTorch's CPU GEMM on a large square product in ``dtype`` (oneDNN / MKL at their best):
-    the practical compute ceiling of a many-token call. Median of ``repeats`` after one untimed call."""
-    a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
-    torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    the practical compute ceiling of a many-token call. Products of side 256, 512, ... up to ``size``, each the median
+    of ``repeats`` after one untimed call, stopping at the first whose median takes over ``budget`` seconds: where
+    this CPU has no native instruction for ``dtype`` (bf16 without AVX512-BF16) a 2048 product takes a minute."""
+    side = min(256, size)
+    while True:
+        a, b = torch.randn(side, side).to(dtype), torch.randn(side, side).to(dtype)
         torch.mm(a, b)
-        times.append(time.perf_counter() - start)
-    return 2 * size**3 / statistics.median(times)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        if side >= size or seconds > budget:
+            return 2 * side**3 / seconds
+        side = min(2 * side, size)
 
 
 INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2, "int8-vnni-broadcast": 3, "int8-avx2": 4}
