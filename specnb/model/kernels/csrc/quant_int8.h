@@ -406,12 +406,13 @@ QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_
 // steps, so the same bits. A row's 4 int8 values are broadcast and multiplied with the codes by vpmaddubsw (unsigned
 // times signed bytes, pairs summed in int16), several steps' pairs are summed in int16 while they cannot overflow,
 // then widened to int32 by vpmaddwd: against ones (Q8_0, Q5_0), or against the group's scale (K-quants), which also
-// applies the scale. Q8_0's and Q6_K's codes are taken less their offset, as |q| times x with q's sign (vpsignb):
-// Q8_0's q + 128 would overflow a pair, and Q6_K's q - 32 then sums a whole group in int16.
+// applies the scale. Q8_0's codes are taken less their offset, as |q| times x with q's sign (vpsignb), since q + 128
+// would overflow a pair; Q6_K's stay unsigned (0..63), their offset the group's -32 * sum of x times its scale.
 constexpr int AVX2_ROWS = 4;  // input rows per pass over a half tile: their accumulators in the 16 ymm registers
+constexpr int AVX2_BOTH_HALVES = 2;  // up to this many rows pass over both halves of a tile at once
 
-// Step s of half h (lanes 8h..8h+7) of the tile block at p: 8 lanes of 4 codes (step_codes' layout); Q8_0 and Q6_K
-// less their offset (signed), the others unsigned.
+// Step s of half h (lanes 8h..8h+7) of the tile block at p: 8 lanes of 4 codes (step_codes' layout); Q8_0 less its
+// offset (signed), the others unsigned.
 template <int type>
 inline __attribute__((always_inline)) __m256i step_codes8(const uint8_t* p, int s, int h) {
   using T = Tile<type>;
@@ -430,20 +431,19 @@ inline __attribute__((always_inline)) __m256i step_codes8(const uint8_t* p, int 
       const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + T::high + 64 * (s / 4) + 32 * h));
       const int u = s % 4;
       const __m256i moved = u < 2 ? _mm256_slli_epi32(hb, 4 - 2 * u) : u == 2 ? hb : _mm256_srli_epi32(hb, 2);
-      return _mm256_sub_epi8(_mm256_or_si256(nib, _mm256_and_si256(moved, _mm256_set1_epi8(0x30))),
-                             _mm256_set1_epi8(32));
+      return _mm256_or_si256(nib, _mm256_and_si256(moved, _mm256_set1_epi8(0x30)));
     }
   }
 }
 
 // pairs[m] = the int16 pair sums of steps first..first + P - 1 of half h of the tile block at p times row m's int8
 // values (q: the chunk's interleaved values at step first). Exact: a pair is at most 2 * 127 * the largest |code|
-// (Q4_K 15, Q5_0 31, Q6_K 32, Q8_0 128), so P <= 8, 4, 4, 1 keeps every sum under 2^15.
+// (Q4_K 15, Q5_0 31, Q6_K 63, Q8_0 128), so P <= 8, 4, 2, 1 keeps every sum under 2^15.
 template <int type, int mb, int P>
 inline __attribute__((always_inline)) void pair_sums(const uint8_t* p, int first, int h, const int32_t* q,
                                                      __m256i* pairs) {
-  static_assert(P <= (type == Q4_K ? 8 : type == Q8_0 ? 1 : 4));
-  constexpr bool sign = type == Q8_0 || type == Q6_K;
+  static_assert(P <= (type == Q4_K ? 8 : type == Q8_0 ? 1 : type == Q6_K ? 2 : 4));
+  constexpr bool sign = type == Q8_0;
 #pragma GCC unroll 8
   for (int s = 0; s < P; s++) {
     const __m256i codes = step_codes8<type>(p, first + s, h);
@@ -475,85 +475,116 @@ inline __attribute__((always_inline)) __m256i widened(__m256i dot, __m256i pairs
   return dot;
 }
 
-// tile_rows for half h of a tile (outputs 8h..8h+7) and a chunk of mb rows rounded in chunks of AVX2_ROWS.
-template <int type, int mb, typename Out>
-void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, const uint8_t* tile, int h,
+// tile_rows for halves h0..h0 + H - 1 of a tile (outputs 8h0..8(h0 + H) - 1) and a chunk of mb rows rounded in
+// chunks of AVX2_ROWS. Both halves in one pass (H = 2) where their accumulators fit the registers: each 64-byte line
+// of codes is then read once, while the stream from memory runs.
+template <int type, int mb, int H, typename Out>
+void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, const uint8_t* tile, int h0,
                     const float* bias, Out* y, int64_t ldy, int64_t K, bool fetch) {
   using T = Tile<type>;
   const int64_t blocks = K / T::weights;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[mb];
-  __m256i dot[mb], pairs[mb];
-  const auto half8 = [h](const uint8_t* at) {  // 8 fp16 of half h at `at` as fp32
+  __m256 acc[H][mb];
+  __m256i dot[H][mb], pairs[H][mb];
+  const auto half8 = [](const uint8_t* at, int h) {  // 8 fp16 of half h at `at` as fp32
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16 * h)));
   };
+  for (int i = 0; i < H; i++)
 #pragma GCC unroll 4
-  for (int m = 0; m < mb; m++) acc[m] = _mm256_setzero_ps();
+    for (int m = 0; m < mb; m++) acc[i][m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; b++) {
     const uint8_t* p = tile + b * T::bytes;
     const int32_t* qb = q + b * (T::weights / 4) * mb;
     const float* dxb = dx + b * mb;
     if (fetch)
       for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
-    const __m256 d = half8(p);
     if constexpr (type == Q8_0 || type == Q5_0) {  // Q8_0 from zero (its codes signed), Q5_0 from -16 * sum
       constexpr int P = type == Q8_0 ? 1 : 4;
+      for (int i = 0; i < H; i++)
 #pragma GCC unroll 4
-      for (int m = 0; m < mb; m++) dot[m] = _mm256_set1_epi32(type == Q8_0 ? 0 : sums[b * mb + m]);
+        for (int m = 0; m < mb; m++) dot[i][m] = _mm256_set1_epi32(type == Q8_0 ? 0 : sums[b * mb + m]);
 #pragma GCC unroll 8
-      for (int s = 0; s < 8; s += P) {
-        pair_sums<type, mb, P>(p, s, h, qb + s * mb, pairs);
+      for (int s = 0; s < 8; s += P)
+        for (int i = 0; i < H; i++) {
+          pair_sums<type, mb, P>(p, s, h0 + i, qb + s * mb, pairs[i]);
 #pragma GCC unroll 4
-        for (int m = 0; m < mb; m++) dot[m] = widened(dot[m], pairs[m], ones);
-      }
-#pragma GCC unroll 4
-      for (int m = 0; m < mb; m++)
-        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])), acc[m]);
-    } else {  // K-quants: each group's pair sums times its scale, summed in int32 over the block
-      constexpr int G = 256 / T::sub, S = T::sub / 4;
-#pragma GCC unroll 4
-      for (int m = 0; m < mb; m++) dot[m] = _mm256_setzero_si256();
-      for (int g = 0; g < G; g++) {
-        pair_sums<type, mb, S>(p, g * S, h, qb + g * S * mb, pairs);
-        const __m256i sc = scale_pairs<type>(p + (type == Q4_K ? 64 : 32) + 16 * g + 8 * h);
-#pragma GCC unroll 4
-        for (int m = 0; m < mb; m++) dot[m] = widened(dot[m], pairs[m], sc);
-      }
-      if constexpr (type == Q4_K) {
-        const __m256 dmin = half8(p + 32);
-        __m256i mins[4];
-        for (int i = 0; i < 4; i++)
-          mins[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192 + 32 * i + 16 * h)));
-#pragma GCC unroll 4
-        for (int m = 0; m < mb; m++) {
-          __m256i msum = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(sums[(b * 4) * mb + m]));
-          for (int i = 1; i < 4; i++)
-            msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[i], _mm256_set1_epi32(sums[(b * 4 + i) * mb + m])));
-          const __m256 dxm = _mm256_set1_ps(dxb[m]);
-          acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m]), _mm256_mul_ps(d, dxm), acc[m]);
-          acc[m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dxm), acc[m]);
+          for (int m = 0; m < mb; m++) dot[i][m] = widened(dot[i][m], pairs[i][m], ones);
         }
-      } else {
+      for (int i = 0; i < H; i++) {
+        const __m256 d = half8(p, h0 + i);
 #pragma GCC unroll 4
         for (int m = 0; m < mb; m++)
-          acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])), acc[m]);
+          acc[i][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])),
+                                      acc[i][m]);
+      }
+    } else {  // K-quants: each group's pair sums times its scale, summed in int32 over the block
+      constexpr int G = 256 / T::sub, S = T::sub / 4, P = type == Q4_K ? S : 2;
+      for (int i = 0; i < H; i++)
+#pragma GCC unroll 4
+        for (int m = 0; m < mb; m++) dot[i][m] = _mm256_setzero_si256();
+      for (int g = 0; g < G; g++)
+        for (int i = 0; i < H; i++) {
+          const uint8_t* scales = p + (type == Q4_K ? 64 : 32) + 16 * g + 8 * (h0 + i);
+          const __m256i sc = scale_pairs<type>(scales);
+#pragma GCC unroll 4
+          for (int s = 0; s < S; s += P) {
+            pair_sums<type, mb, P>(p, g * S + s, h0 + i, qb + (g * S + s) * mb, pairs[i]);
+#pragma GCC unroll 4
+            for (int m = 0; m < mb; m++) dot[i][m] = widened(dot[i][m], pairs[i][m], sc);
+          }
+          if constexpr (type == Q6_K) {  // the offset: the group's -32 * sum of x times its scale
+            const __m256i sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)));
+#pragma GCC unroll 4
+            for (int m = 0; m < mb; m++)
+              dot[i][m] =
+                  _mm256_add_epi32(dot[i][m], _mm256_mullo_epi32(sc32, _mm256_set1_epi32(sums[(b * G + g) * mb + m])));
+          }
+        }
+      for (int i = 0; i < H; i++) {
+        const int h = h0 + i;
+        const __m256 d = half8(p, h);
+        if constexpr (type == Q4_K) {
+          const __m256 dmin = half8(p + 32, h);
+          __m256i mins[4];
+          for (int j = 0; j < 4; j++)
+            mins[j] =
+                _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192 + 32 * j + 16 * h)));
+#pragma GCC unroll 4
+          for (int m = 0; m < mb; m++) {
+            __m256i msum = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(sums[(b * 4) * mb + m]));
+            for (int j = 1; j < 4; j++)
+              msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(sums[(b * 4 + j) * mb + m])));
+            const __m256 dxm = _mm256_set1_ps(dxb[m]);
+            acc[i][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][m]), _mm256_mul_ps(d, dxm), acc[i][m]);
+            acc[i][m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dxm), acc[i][m]);
+          }
+        } else {
+#pragma GCC unroll 4
+          for (int m = 0; m < mb; m++)
+            acc[i][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])),
+                                        acc[i][m]);
+        }
       }
     }
   }
-  const __m256 bv = bias ? _mm256_loadu_ps(bias + 8 * h) : _mm256_setzero_ps();
+  for (int i = 0; i < H; i++) {
+    const int h = h0 + i;
+    const __m256 bv = bias ? _mm256_loadu_ps(bias + 8 * h) : _mm256_setzero_ps();
 #pragma GCC unroll 4
-  for (int m = 0; m < mb; m++) store8(y + m * ldy + 8 * h, _mm256_add_ps(acc[m], bv));
+    for (int m = 0; m < mb; m++) store8(y + m * ldy + 8 * h, _mm256_add_ps(acc[i][m], bv));
+  }
 }
 
-template <int type, typename Out, int mb = 1>
-void rows_int8_avx2(int64_t rows, const QRows& r, int64_t m0, const uint8_t* tile, int h, const float* bias, Out* y,
+// Rows m0..m0 + rows - 1 (at most AVX2_ROWS) times halves h0..h0 + H - 1 of a tile.
+template <int type, int H, typename Out, int mb = 1>
+void rows_int8_avx2(int64_t rows, const QRows& r, int64_t m0, const uint8_t* tile, int h0, const float* bias, Out* y,
                     int64_t N, int64_t K) {
-  if constexpr (mb <= AVX2_ROWS) {
-    if (rows != mb) return rows_int8_avx2<type, Out, mb + 1>(rows, r, m0, tile, h, bias, y, N, K);
+  if constexpr (mb <= (H == 2 ? AVX2_BOTH_HALVES : AVX2_ROWS)) {
+    if (rows != mb) return rows_int8_avx2<type, H, Out, mb + 1>(rows, r, m0, tile, h0, bias, y, N, K);
     using T = Tile<type>;
     const int64_t slots = type == Q4_K ? K / T::sub / 2 : K / T::sub;
-    half_tile_rows<type, mb>(r.q.data() + m0 * K / 4, r.dx.data() + m0 * (K / T::weights), r.sums.data() + m0 * slots,
-                             tile, h, bias, y + m0 * N, N, K, m0 == 0 && h == 0);
+    half_tile_rows<type, mb, H>(r.q.data() + m0 * K / 4, r.dx.data() + m0 * (K / T::weights),
+                                r.sums.data() + m0 * slots, tile, h0, bias, y + m0 * N, N, K, m0 == 0 && h0 == 0);
   }
 }
 
@@ -591,9 +622,10 @@ void tile_all_rows(const Part& p, const QRows& r, int64_t t, Out* y, int64_t M, 
     for (int64_t m = 0; m < M; m += Tile<type>::rows)
       rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, tile, bias, out, N, K);
   } else {
+    if (M <= AVX2_BOTH_HALVES) return rows_int8_avx2<type, 2, Out>(M, r, 0, tile, 0, bias, out, N, K);
     for (int h = 0; h < 2; h++)
       for (int64_t m = 0; m < M; m += AVX2_ROWS)
-        rows_int8_avx2<type, Out>(std::min<int64_t>(AVX2_ROWS, M - m), r, m, tile, h, bias, out, N, K);
+        rows_int8_avx2<type, 1, Out>(std::min<int64_t>(AVX2_ROWS, M - m), r, m, tile, h, bias, out, N, K);
   }
 }
 
