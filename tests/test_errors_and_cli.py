@@ -595,3 +595,15 @@ def test_csv_sink_appends_and_widens(tmp_path):
     sink([{"method": "pld", "seconds": 0.4, "first_divergence": 3}])
     table = pd.read_csv(path)
     assert list(table.columns) == ["method", "seconds", "first_divergence"] and len(table) == 3
+
+
+def test_the_store_builders_load_without_transformers_modeling_code():
+    """Corpus, REST and CREST builds (their commands, their Ray workers) need a tokenizer, never a model class:
+    importing them leaves transformers' modeling code, seconds of imports per process, unloaded."""
+    import subprocess
+    import sys
+
+    script = ("import sys, specnb.datastores.corpus, specnb.datastores.rest, specnb.datastores.crest_build\n"
+              "print(sorted(m for m in sys.modules if m in ('transformers.modeling_utils', 'torch._dynamo')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("[]"), out.stdout + out.stderr

@@ -410,7 +410,8 @@ def test_an_interrupted_gguf_conversion_leaves_no_half_checkpoint(ghost, cache, 
     from specnb.model import model_names, models
 
     spec, _, env = ghost
-    patch = "models.AutoTokenizer, models.AutoModelForCausalLM = Loader('tokenizer'), Loader('model')\n"
+    patch = ("import transformers\n"  # models imports the model loader where it loads
+             "models.AutoTokenizer, transformers.AutoModelForCausalLM = Loader('tokenizer'), Loader('model')\n")
     result = interrupted(code=ghost_code(spec, LOADER + patch + "sys.exit(main(['models', 'fetch', 'ghost']))"),
                          at="transformers:PreTrainedModel.save_pretrained", after=True, env=env)
     assert result.killed, result.stderr
@@ -420,7 +421,7 @@ def test_an_interrupted_gguf_conversion_leaves_no_half_checkpoint(ghost, cache, 
     namespace: dict = {}
     exec(LOADER, namespace)
     monkeypatch.setattr(models, "AutoTokenizer", namespace["Loader"]("tokenizer"))
-    monkeypatch.setattr(models, "AutoModelForCausalLM", namespace["Loader"]("model"))
+    monkeypatch.setattr("transformers.AutoModelForCausalLM", namespace["Loader"]("model"))
     assert main(["models", "fetch", "ghost"]) == 0
     monkeypatch.undo()
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -441,7 +442,7 @@ def test_a_damaged_cached_gguf_or_checkpoint_is_made_again(ghost, cache, monkeyp
     namespace: dict = {}
     exec(LOADER, namespace)
     monkeypatch.setattr(models, "AutoTokenizer", namespace["Loader"]("tokenizer"))
-    monkeypatch.setattr(models, "AutoModelForCausalLM", namespace["Loader"]("model"))
+    monkeypatch.setattr("transformers.AutoModelForCausalLM", namespace["Loader"]("model"))
     assert main(["models", "fetch", "ghost"]) == 0
     gguf, out = model_names.gguf_file("ghost"), model_names.converted_dir("ghost")
     weights = next(out.glob("*.safetensors"))

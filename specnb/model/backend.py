@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from .decoder import ARCHITECTURES, Body, OutputHead, head_of
 from .kv_cache import GrowingCache
+
+if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a type only
+    from transformers import PreTrainedModel
 
 Backend = Literal["hf", "dense", "gguf", "gguf-int8"]
 BACKENDS: tuple[Backend, ...] = get_args(Backend)

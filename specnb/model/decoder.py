@@ -32,12 +32,11 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import PreTrainedModel
 
 from . import kernels
 from .gguf_weights import GGUFWeights, check_matches, read
@@ -45,6 +44,9 @@ from .kernels import memory, quant
 from .kernels.quant import FORMATS, QuantizedWeight
 from .kv_cache import GrowingCache
 from .masks import TreeMasks
+
+if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a type only
+    from transformers import PreTrainedModel
 
 ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
 Weight = Tensor | QuantizedWeight  # [N, K]: dense in the activations' dtype, or GGUF blocks

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
-from transformers import PreTrainedModel
 
 from .device import model_device
+
+if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a type only
+    from transformers import PreTrainedModel
 
 
 class TreeMasks:

@@ -28,9 +28,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..atomic import atomic_file, atomic_folder, write_text
 from . import kernels
@@ -50,6 +51,9 @@ from .model_names import (
     is_gguf_file,
     resolve_name,
 )
+
+if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code): loaders import it when they run
+    from transformers import PreTrainedModel
 
 
 @dataclass
@@ -299,7 +303,7 @@ def checkpoint(name: str) -> Path | str:
 def _convert_gguf(gguf: Path, out: Path) -> None:
     """Dequantize a GGUF checkpoint into a float32 safetensors folder (written to a temporary folder, renamed
     into place once complete: an interrupted conversion leaves no half checkpoint at ``out``)."""
-    from transformers import GgufConfig
+    from transformers import AutoModelForCausalLM, GgufConfig
 
     kwargs = dict(gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True))
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -347,7 +351,7 @@ def tiny_model(arch: str = "llama", seed: int = 0, vocab_size: int = 320, slidin
     model falls into repetitive loops, which gives n-gram drafters something to find. Gemma3 gets a short
     ``sliding_window`` so that tests exercise contexts longer than the window.
     """
-    from transformers import Gemma3TextConfig, LlamaConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig, Qwen2Config
 
     common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=TINY_LAYERS,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
@@ -393,6 +397,8 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     if where.kind == "tiny":
         tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
         return tiny_model(where.source, dtype=tiny_dtype, device=device)
+    from transformers import AutoModelForCausalLM
+
     torch_dtype = resolve_dtype(dtype, device.type)
     weights = resolve_weights(name, weights, device, torch_dtype)
     if where.kind == "embedded":
