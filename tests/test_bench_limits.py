@@ -15,9 +15,19 @@ from specnb.eval.runner import summarize
 from specnb.model import ceilings
 
 
+def test_short_prompts_share_the_latest_bandwidth_sample(monkeypatch):
+    """Prompts that end within RESAMPLE_SECONDS of the last sample carry it instead of taking one each."""
+    samples = iter([10.0, 8.0])
+    monkeypatch.setattr("specnb.eval.bench.sample_read_bandwidth", lambda: next(samples))
+    prompts = [Prompt(name, [256, 40, 41, 42, 40, 41]) for name in "abc"]
+    rows = run_bench(tiny("llama"), prompts, BenchConfig(["ar"], max_new_tokens=4, warmup_tokens=2), progress=False)
+    assert list(rows.read_gb_per_s) == [10.0] * 3  # the start's sample; 8.0 never taken
+
+
 def test_bandwidth_columns_follow_their_definition(monkeypatch):
     samples = iter([10.0, 8.0, 12.0, 30.0])  # GB/s: at the start, then after each prompt
     monkeypatch.setattr("specnb.eval.bench.sample_read_bandwidth", lambda: next(samples))
+    monkeypatch.setattr("specnb.eval.bench.RESAMPLE_SECONDS", 0.0)  # every prompt: the tiny runs take milliseconds
     target = tiny("llama")
     prompts = [Prompt("a", [256, 40, 41, 42, 40, 41]), Prompt("b", [256, 50, 51, 50, 51, 50])]
     rows = run_bench(target, prompts, BenchConfig(["ar", "pld", "hf"], max_new_tokens=12, warmup_tokens=4),

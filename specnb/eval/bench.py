@@ -7,9 +7,10 @@ prompt), and :func:`specnb.eval.runner.summarize` one row per method (``prompt_i
 against our AR output; where they differ, the first divergence is reported with the AR top-1/top-2 logit gap
 there, and whether that gap is within the rounding of the model's dtype (so a bf16 flip can be told from a bug).
 
-The machine's read bandwidth is sampled at the start and after every prompt
-(:func:`specnb.model.ceilings.sample_read_bandwidth`; a VM's drifts from one minute to the next) and each row
-carries the sample taken after its prompt. Each method's ``weight_gb_per_s`` is the target's weight bytes
+The machine's read bandwidth is sampled at the start and after every prompt that ends at least
+:data:`RESAMPLE_SECONDS` after the last sample (:func:`specnb.model.ceilings.sample_read_bandwidth`; a VM's drifts
+from one minute to the next, and a sample costs ~0.5 s, which short prompts would otherwise mostly measure) and each
+row carries the latest sample at the end of its prompt. Each method's ``weight_gb_per_s`` is the target's weight bytes
 streamed per call (:func:`specnb.model.ceilings.streamed_bytes`) times its target calls (prefills included) over its
 wall time, and ``bandwidth_fraction`` that over the median of the read bandwidth samples;
 ``decode_bandwidth_fraction`` counts the decoding calls and seconds only (for AR, how close the loop runs to the
@@ -55,6 +56,8 @@ from .methods import (
     parse_options,
 )
 from .runner import DecodeRunner, Runner, Variant, _run
+
+RESAMPLE_SECONDS = 10.0  # the read bandwidth is sampled again after a prompt once the last sample is this old
 
 
 @dataclass
@@ -157,10 +160,14 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)
 
-    def sampled(rows: list[dict]) -> None:  # the machine's read bandwidth right after this prompt's runs
-        bandwidth = sample_read_bandwidth()
+    latest = [time.perf_counter(), machine["read_gb_per_s"]]  # when, GB/s
+
+    def sampled(rows: list[dict]) -> None:  # the machine's read bandwidth at the end of this prompt's runs
+        if time.perf_counter() - latest[0] >= RESAMPLE_SECONDS:
+            latest[1] = sample_read_bandwidth()
+            latest[0] = time.perf_counter()
         for row in rows:
-            row["read_gb_per_s"] = bandwidth
+            row["read_gb_per_s"] = latest[1]
         if sink is not None:
             sink(rows)
 
