@@ -81,7 +81,7 @@ _STUBS_FORMAT = 1  # part of the cached stubs' key: bump it when _parse_stubs ch
 def _stub_files(name: str, max_files: int | None) -> tuple[Path, list[Path]]:
     """Root ``name`` of :data:`STUB_ROOTS` and the files :func:`docstring_stubs` scans in it, in order."""
     root = STUB_ROOTS[name]()
-    paths = stdlib_files(root)[:max_files] if name == "stdlib" else _package_files(root)[:max_files]
+    paths = stdlib_files(root, max_files) if name == "stdlib" else _package_files(root)[:max_files]
     return root, [path for path in paths if not _SKIP_PARTS.intersection(path.parts)]
 
 

@@ -113,7 +113,7 @@ class CompactionSizes:
             return "code"
         from ..datastores.corpus import stdlib_files
 
-        return stdlib_files()[:self.code_files]
+        return stdlib_files(limit=self.code_files)
 
 
 @dataclass(frozen=True)
