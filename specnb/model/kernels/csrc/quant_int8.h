@@ -409,7 +409,11 @@ QUANT_VNNI void rows_int8(int64_t rows, const QRows& r, int64_t m0, const uint8_
 // applies the scale. Q8_0's codes are taken less their offset, as |q| times x with q's sign (vpsignb), since q + 128
 // would overflow a pair; Q6_K's stay unsigned (0..63), their offset the group's -32 * sum of x times its scale.
 constexpr int AVX2_ROWS = 4;  // input rows per pass over a half tile: their accumulators in the 16 ymm registers
-constexpr int AVX2_BOTH_HALVES = 2;  // up to this many rows pass over both halves of a tile at once
+// Up to this many rows pass over both halves of a tile at once. Q8_0 keeps no int16 pair sums across its steps, so
+// four rows' integer sums for both halves fit the registers (their fp32 sums wait in L1 between blocks); the
+// K-quants and Q5_0 spill their pair sums past two rows.
+template <int type>
+constexpr int avx2_both_halves = type == Q8_0 ? AVX2_ROWS : 2;
 
 // Step s of half h (lanes 8h..8h+7) of the tile block at p: 8 lanes of 4 codes (step_codes' layout); Q8_0 less its
 // offset (signed), the others unsigned.
@@ -566,6 +570,7 @@ void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, cons
         }
       }
     }
+    if constexpr (H * mb > 4) __asm__ volatile("" : "+m"(acc));  // more than the registers hold: in L1 between blocks
   }
   for (int i = 0; i < H; i++) {
     const int h = h0 + i;
@@ -579,7 +584,7 @@ void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, cons
 template <int type, int H, typename Out, int mb = 1>
 void rows_int8_avx2(int64_t rows, const QRows& r, int64_t m0, const uint8_t* tile, int h0, const float* bias, Out* y,
                     int64_t N, int64_t K) {
-  if constexpr (mb <= (H == 2 ? AVX2_BOTH_HALVES : AVX2_ROWS)) {
+  if constexpr (mb <= (H == 2 ? avx2_both_halves<type> : AVX2_ROWS)) {
     if (rows != mb) return rows_int8_avx2<type, H, Out, mb + 1>(rows, r, m0, tile, h0, bias, y, N, K);
     using T = Tile<type>;
     const int64_t slots = type == Q4_K ? K / T::sub / 2 : K / T::sub;
@@ -622,7 +627,7 @@ void tile_all_rows(const Part& p, const QRows& r, int64_t t, Out* y, int64_t M, 
     for (int64_t m = 0; m < M; m += Tile<type>::rows)
       rows_int8<type, Out>(std::min<int64_t>(Tile<type>::rows, M - m), r, m, tile, bias, out, N, K);
   } else {
-    if (M <= AVX2_BOTH_HALVES) return rows_int8_avx2<type, 2, Out>(M, r, 0, tile, 0, bias, out, N, K);
+    if (M <= avx2_both_halves<type>) return rows_int8_avx2<type, 2, Out>(M, r, 0, tile, 0, bias, out, N, K);
     for (int h = 0; h < 2; h++)
       for (int64_t m = 0; m < M; m += AVX2_ROWS)
         rows_int8_avx2<type, 1, Out>(std::min<int64_t>(AVX2_ROWS, M - m), r, m, tile, h, bias, out, N, K);
