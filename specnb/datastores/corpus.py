@@ -226,18 +226,24 @@ def load_corpus(path: str | Path) -> TokenCorpus:
 
 def stdlib_files(root: str | Path | None = None, limit: int | None = None) -> list[Path]:
     """Sorted ``*.py`` files of the standard library (or of ``root``), ``site-packages`` excluded; with ``limit``,
-    the first ``limit`` of them, listed without walking the folders that sort after the last (a walk of the whole
-    library takes ~0.5 s, which notebooks that read a few files paid each time)."""
-    return list(itertools.islice(_sorted_py_files(Path(root or sysconfig.get_paths()["stdlib"])), limit))
+    the first ``limit`` of them (:func:`python_files`)."""
+    return python_files(Path(root or sysconfig.get_paths()["stdlib"]), limit, skip=("site-packages", "__pycache__"))
 
 
-def _sorted_py_files(folder: Path) -> Iterator[Path]:
-    """The ``*.py`` files under ``folder`` in ``sorted`` order of their paths (a folder's entries by name, a
-    subfolder's files at its name's place), lazily; ``site-packages`` and ``__pycache__`` folders left out."""
+def python_files(root: Path, limit: int | None = None, skip: tuple[str, ...] = ("__pycache__",)) -> list[Path]:
+    """The ``*.py`` files under ``root`` in ``sorted`` order of their paths, folders named in ``skip`` left out;
+    with ``limit``, the first ``limit`` of them, listed without walking the folders that sort after the last (an
+    rglob of the whole standard library took ~0.5 s, which notebooks that read a few files paid each time)."""
+    return list(itertools.islice(_sorted_py_files(root, skip), limit))
+
+
+def _sorted_py_files(folder: Path, skip: tuple[str, ...]) -> Iterator[Path]:
+    """:func:`python_files` lazily: a folder's entries by name, a subfolder's files at its name's place (the order
+    ``sorted`` gives the paths)."""
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
         if entry.is_dir(follow_symlinks=False):
-            if entry.name not in ("site-packages", "__pycache__"):
-                yield from _sorted_py_files(Path(entry.path))
+            if entry.name not in skip:
+                yield from _sorted_py_files(Path(entry.path), skip)
         elif entry.name.endswith(".py") and entry.is_file():
             yield Path(entry.path)
 

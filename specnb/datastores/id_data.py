@@ -36,7 +36,7 @@ from ..core.drafter import Drafter
 from ..core.prompts import Prompt, encode_prompt
 from ..model.models import LoadedModel
 from ..paths import artifact_path
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, sharegpt_path, stdlib_files
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, json_records, python_files, sharegpt_path
 
 # Stdlib folders whose functions are tests, demos or GUI code rather than library code.
 _SKIP_PARTS = {"test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "__pycache__"}
@@ -81,7 +81,8 @@ _STUBS_FORMAT = 1  # part of the cached stubs' key: bump it when _parse_stubs ch
 def _stub_files(name: str, max_files: int | None) -> tuple[Path, list[Path]]:
     """Root ``name`` of :data:`STUB_ROOTS` and the files :func:`docstring_stubs` scans in it, in order."""
     root = STUB_ROOTS[name]()
-    paths = stdlib_files(root, max_files) if name == "stdlib" else _package_files(root)[:max_files]
+    skip = ("site-packages", "__pycache__") if name == "stdlib" else ("__pycache__", "specnb")  # not specnb's own
+    paths = python_files(root, max_files, skip)
     return root, [path for path in paths if not _SKIP_PARTS.intersection(path.parts)]
 
 
@@ -109,12 +110,6 @@ def _parse_stubs(files: dict[str, tuple[Path, list[Path]]], min_doc_chars: int) 
                                   node.name))
                 stubs.append([ident, stub])
     return stubs
-
-
-def _package_files(root: Path) -> list[Path]:
-    """Sorted ``*.py`` files of the installed packages under ``root`` (specnb's own and caches left out)."""
-    return sorted(p for p in root.rglob("*.py") if p.is_file() and "__pycache__" not in p.parts
-                  and "specnb" not in p.parts)
 
 
 def sharegpt_first_turns(n: int, seed: int = 0, max_chars: int = 2000, scan: int = 4000) -> list[Prompt]:
