@@ -160,14 +160,14 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)
 
-    latest = [time.perf_counter(), machine["read_gb_per_s"]]  # when, GB/s
+    sampled_at, bandwidth = time.perf_counter(), machine["read_gb_per_s"]
 
     def sampled(rows: list[dict]) -> None:  # the machine's read bandwidth at the end of this prompt's runs
-        if time.perf_counter() - latest[0] >= RESAMPLE_SECONDS:
-            latest[1] = sample_read_bandwidth()
-            latest[0] = time.perf_counter()
+        nonlocal sampled_at, bandwidth
+        if time.perf_counter() - sampled_at >= RESAMPLE_SECONDS:
+            bandwidth, sampled_at = sample_read_bandwidth(), time.perf_counter()
         for row in rows:
-            row["read_gb_per_s"] = latest[1]
+            row["read_gb_per_s"] = bandwidth
         if sink is not None:
             sink(rows)
 
