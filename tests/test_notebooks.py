@@ -25,10 +25,10 @@ def test_notebook_has_a_tagged_parameters_cell(path):
     assert tagged and "profile" in "".join(tagged[0]["source"]), "needs a tagged parameters cell with profile"
 
 
-# make test runs notebook 00 here; tests/test_study_run.py runs every notebook with these same checks on another
-# model, prompts and corpus, so the others run here under make test-full
-@pytest.mark.parametrize("path", [pytest.param(p, marks=[] if p.stem.startswith("00_") else pytest.mark.repeat)
-                                  for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
+# make test-full only: tests/test_study_run.py runs every notebook through papermill with these same checks on another
+# model, prompts and corpus, and the edited-parameters run below takes notebook 00 on the smoke profile's own models
+@pytest.mark.repeat
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_with_smoke_profile(path, tmp_path, monkeypatch):
     """papermill's path (make figures) on the smoke profile's own models: the notebook runs, and
     :func:`notebook_outputs.run_problems` finds nothing (no traceback, warning or long progress bar, a figure saved,
