@@ -474,6 +474,21 @@ def test_a_stale_build_lock_is_removed(tmp_path, monkeypatch):
     assert seen == [True, False]
 
 
+def test_the_longest_compiles_are_handed_to_ninja_first(tmp_path, monkeypatch):
+    """ninja starts the sources in the order given: the slowest files first, then every other one, each once."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path))
+    monkeypatch.delenv("SPECNB_KERNELS", raising=False)
+    monkeypatch.setattr(kernels, "kernel_isa", lambda: "avx2")
+    given = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: given.extend(kwargs["sources"]) or "built")
+    assert kernels.extension.__wrapped__() == "built"
+    names = [os.path.basename(path) for path in given]
+    assert names[:len(kernels.SLOWEST)] == list(kernels.SLOWEST)
+    assert sorted(names) == sorted(path.name for path in kernels.CSRC.glob("*.cpp"))
+
+
 def test_a_library_built_from_these_sources_is_loaded_without_ninja(tmp_path, monkeypatch):
     """Another checkout of the same sources (one digest, one build directory) built the library: it is loaded as
     is, where cpp_extension.load would rebuild it (its ninja file names the other checkout's paths). While a build

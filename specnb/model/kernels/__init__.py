@@ -47,6 +47,7 @@ STALE_LOCK_S = 600  # a build lock older than this was left by a killed build (a
 
 
 CSRC = Path(str(files("specnb").joinpath("model/kernels/csrc")))  # one source file per kernel, fewrow.h declares them
+SLOWEST = ("quant.cpp", "bindings.cpp")  # the longest compiles, started first (docs/kernels.md, "Building")
 
 
 @functools.cache
@@ -71,7 +72,10 @@ def build(flags: tuple[str, ...] = ()) -> ModuleType | None:
     built = build_dir / f"{name}.so"
     if built.exists() and not lock.exists():  # built from these very sources, perhaps by another checkout
         return load_built(name, built)
-    sources = [str(path) for path in sorted(CSRC.glob("*.cpp"))]
+    # the longest compiles first: ninja starts the files in this order, and the one started last sets the end
+    rank = {name: i for i, name in enumerate(SLOWEST)}
+    ordered = sorted(CSRC.glob("*.cpp"), key=lambda path: (rank.get(path.name, len(rank)), path.name))
+    sources = [str(path) for path in ordered]
     try:
         return cpp_extension.load(name=name, sources=sources, build_directory=str(build_dir),
                                   extra_cflags=["-O3", "-mavx2", "-mfma", *flags, "-fopenmp"],

@@ -1,6 +1,6 @@
 // The extension's Python module (specnb.model.kernels.extension()).
 
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11 and the Tensor casters; torch/extension.h adds all of torch
 
 #include "fewrow.h"
 
