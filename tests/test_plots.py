@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from specnb.eval.checks import DegenerateData
 from specnb.study import plots
@@ -425,6 +426,26 @@ def test_strict_save_refuses_a_bad_figure_and_saves_the_good_ones(tmp_path, monk
     assert (tmp_path / "figures" / "00_good.png").exists() and (tmp_path / "figures" / "00_good.csv").exists()
     assert not (tmp_path / "figures" / "00_bad.png").exists()
     plt.close("all")
+
+
+def test_a_notebook_shows_the_saved_png_in_the_figures_place(tmp_path, monkeypatch):
+    """Under the inline backend the figure is not drawn a third time: the PNG just saved is shown, at the figure's
+    size, and the figure is closed; elsewhere (scripts, tests) nothing is shown and the figure stays open."""
+    import IPython.display
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+    ax.plot([1, 2, 3], [1.0, 2.0, 3.0])
+    png = plots.save_figure(fig, "00_script")
+    assert shown == [] and plt.fignum_exists(fig.number)
+    monkeypatch.setattr(plt, "get_backend", lambda: "module://matplotlib_inline.backend_inline")
+    monkeypatch.setitem(plt.rcParams, "savefig.dpi", 110)
+    png = plots.save_figure(fig, "00_notebook")
+    [image] = shown
+    assert image.data == png.read_bytes() and image.width == round(Image.open(png).width * 100 / 110)
+    assert not plt.fignum_exists(fig.number)
 
 
 def test_saved_log_axes_say_they_are_logarithmic(tmp_path, monkeypatch):

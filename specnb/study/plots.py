@@ -1266,7 +1266,8 @@ def _unbroken(line: str) -> str:
 
 
 def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) -> Path:
-    """Save ``fig`` as ``figures/NAME.png`` and ``data`` as ``figures/NAME.csv``; returns the PNG path.
+    """Save ``fig`` as ``figures/NAME.png`` and ``data`` as ``figures/NAME.csv``; returns the PNG path. In a notebook
+    the PNG is shown in the figure's place and the figure closed (:func:`_show_saved`).
 
     A key to the shades of methods' colours it fills is added first (:func:`add_shade_key`), and titles that would
     run off the figure are wrapped (:func:`fit_titles`). With ``SPECNB_STRICT_FIGURES=1``
@@ -1287,7 +1288,22 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
     _record_title(out.parent, name, fig)
     if data is not None:
         write_csv(out.with_suffix(".csv"), data)
+    _show_saved(fig, out, image.width)
     return out
+
+
+def _show_saved(fig: plt.Figure, png: Path, width: int) -> None:
+    """In a notebook (matplotlib's inline backend), show the PNG just saved in the figure's place, at the figure's
+    size, and close the figure: the backend would otherwise draw it a third time (after the layout check and the
+    PNG); the reader sees what was saved."""
+    if "inline" not in plt.get_backend():
+        return
+    from IPython.display import Image as Shown
+    from IPython.display import display
+
+    dpi = plt.rcParams["savefig.dpi"]
+    display(Shown(data=png.read_bytes(), width=round(width * fig.dpi / (fig.dpi if dpi == "figure" else dpi))))
+    plt.close(fig)
 
 
 def _record_title(folder: Path, name: str, fig: plt.Figure) -> None:
