@@ -438,7 +438,7 @@ def test_a_notebook_shows_the_saved_png_in_the_figures_place(tmp_path, monkeypat
     monkeypatch.setattr(IPython.display, "display", shown.append)
     fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
     ax.plot([1, 2, 3], [1.0, 2.0, 3.0])
-    png = plots.save_figure(fig, "00_script")
+    plots.save_figure(fig, "00_script")
     assert shown == [] and plt.fignum_exists(fig.number)
     monkeypatch.setattr(plt, "get_backend", lambda: "module://matplotlib_inline.backend_inline")
     monkeypatch.setitem(plt.rcParams, "savefig.dpi", 110)
