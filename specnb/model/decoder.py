@@ -152,6 +152,10 @@ class OutputHead:
             self._packed = weight.to_mkldnn()
         return self._packed
 
+    def rows_exact(self, hidden: Tensor) -> bool:
+        """Whether a call on ``hidden`` [m, d] gives each row the bits it gets alone (the kernels' paths)."""
+        return isinstance(self.weight, QuantizedWeight) or kernels.usable(hidden, self.weight)
+
     def __call__(self, hidden: Tensor) -> Tensor:
         flat = hidden.reshape(-1, hidden.shape[-1])
         if isinstance(self.weight, QuantizedWeight):
