@@ -26,9 +26,11 @@ from torch import Tensor
 
 from ..model.kernels import top_k
 from .draft import Acceptance, Draft
+from .head_rows import HeadRows
 from .sampling import SamplingConfig, probabilities, sample
 
 NO_NODES = torch.empty(0, dtype=torch.long)
+Logits = Tensor | HeadRows  # [n+1, V], read by rows: a call's logits are computed as acceptance reads them
 
 # ---------------------------------------------------------------------- the longest accepted path
 
@@ -89,7 +91,7 @@ def source_row(draft: Draft, nodes: Tensor) -> int | None:
 # ---------------------------------------------------------------------- one call
 
 
-def accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: torch.Generator | None) -> Acceptance:
+def accept(draft: Draft, logits: Logits, config: SamplingConfig, generator: torch.Generator | None) -> Acceptance:
     """The accepted nodes and bonus token of ``draft`` given the target's logits [n+1, V] at the root and at
     every node: greedy at temperature 0, else MCSS for drafts carrying ``q`` and one target draw per node for
     deterministic drafts. ``generator`` must be on the logits' device (unused when greedy)."""
@@ -100,7 +102,7 @@ def accept(draft: Draft, logits: Tensor, config: SamplingConfig, generator: torc
     return accept_mcss(draft, logits, config, generator)
 
 
-def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
+def accept_greedy(draft: Draft, logits: Logits) -> Acceptance:
     """The longest path whose every token is the target's argmax at its parent, and the argmax after it.
 
     logits [n+1, V] may be on any device: on an accelerator the argmax of every row is read to the host once;
@@ -110,7 +112,7 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
         return Acceptance(NO_NODES, int(top_k(logits[:1], 1)[0, 0]))
     parent_rows = draft.parents + 1  # [n] the full index of each node's parent
     if logits.device.type != "cpu":  # an accelerator: all rows at once, one device read per call
-        predicted = logits.max(-1).indices.cpu()
+        predicted = logits[:].max(-1).indices.cpu()
         ok = draft.tokens == predicted[parent_rows]
     else:  # on the CPU each row's argmax is a pass over the whole vocabulary: only rows whose node passed
         # need theirs, read level by level down the passing nodes (the accepted path, and any duplicate sibling's)
@@ -129,7 +131,7 @@ def accept_greedy(draft: Draft, logits: Tensor) -> Acceptance:
     return Acceptance(nodes, int(predicted[last]))
 
 
-def accept_sampled(draft: Draft, logits: Tensor, config: SamplingConfig,
+def accept_sampled(draft: Draft, logits: Logits, config: SamplingConfig,
                    generator: torch.Generator | None) -> Acceptance:
     """Speculative sampling for deterministic drafts (no q): walk down from the root, drawing one token
     from the target's distribution at the current node; move to the child holding that token if there is
@@ -243,7 +245,7 @@ def target_probabilities(logits: Tensor, config: SamplingConfig) -> Tensor:
     return probabilities(logits, config)
 
 
-def accept_mcss(draft: Draft, logits: Tensor, config: SamplingConfig,
+def accept_mcss(draft: Draft, logits: Logits, config: SamplingConfig,
                 generator: torch.Generator | None) -> Acceptance:
     """Walk a candidate tree from the root with multi-candidate speculative sampling.
 

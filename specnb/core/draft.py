@@ -43,12 +43,16 @@ class Draft:
              needed for speculative sampling with a draft model. Deterministic drafters leave it None.
     source_row: int64 [n] or None: for drafts built from rows, the first row that proposed the node
              (used to report which of the k drafts was accepted).
+    all_rows: the drafter expects most of the draft accepted (it cut the draft to what pays): the verifier's
+             output head then computes every node's logits in one call, not the first few first
+             (:mod:`specnb.core.head_rows`).
     """
 
     tokens: Tensor
     parents: Tensor
     q: Tensor | None = None
     source_row: Tensor | None = None
+    all_rows: bool = False
 
     def __post_init__(self) -> None:
         n = self.tokens.shape[0]
@@ -202,7 +206,7 @@ class Draft:
             rows = torch.from_numpy(keep)
             tokens = self.tokens[rows]
         cut = Draft(tokens, parents, None if self.q is None else self.q[rows],
-                    None if self.source_row is None else self.source_row[rows])
+                    None if self.source_row is None else self.source_row[rows], self.all_rows)
         cut.__dict__["depth"] = torch.from_numpy(depth[index])  # the cached_property's slot: depths carry over
         return cut
 
@@ -225,4 +229,5 @@ class Draft:
             merged_index.append(node_of[key])
         if len(tokens) == self.num_nodes:
             return self
-        return Draft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
+        return Draft(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                     all_rows=self.all_rows or other.all_rows)

@@ -44,7 +44,7 @@ class Drafter:
     ``update`` after each verification with the tokens just committed (accepted draft tokens and bonus) and
     the accepted node indices of the draft it proposed.
     Drafters that set ``needs_logits`` also get :meth:`observe` after every target call, with the logits of
-    every position it verified (Token Recycling keeps their top tokens).
+    the positions it computed (Token Recycling keeps their top tokens).
     ``report`` describes the last proposal (a :class:`Report`) for the run statistics.
     """
 
@@ -75,11 +75,13 @@ class Drafter:
         indices in path order, a <= m; empty when nothing was accepted or nothing was drafted)."""
 
     def observe(self, tokens: Tensor, logits: Tensor) -> None:  # noqa: B027 - optional hook
-        """See the target's verdict on every position of the last call (only if ``needs_logits``).
+        """See the target's verdict on the positions of the last call it computed (only if ``needs_logits``).
 
-        tokens: int64 [n+1] on the host, the root then the draft's nodes (node order, whether accepted or not);
-        logits: float [n+1, V] on the model's device, row i the target's next-token logits after
-        ``tokens[i]`` in the context of its own path (root and ancestors). Called before :meth:`update`.
+        tokens: int64 [m] on the host, the root then the draft's first m - 1 nodes (node order, whether accepted or
+        not); logits: float [m, V] on the model's device, row i the target's next-token logits after ``tokens[i]`` in
+        the context of its own path (root and ancestors). The call's head computes only the rows acceptance reads and
+        those that cost no more beside them (:mod:`specnb.core.head_rows`), so m covers the root and every accepted
+        node, and on a GPU all n + 1. Called before :meth:`update`.
         """
 
     @property

@@ -5,7 +5,8 @@ verifies just the root and produces one token.
 
 The token buffer, drafts and EOS ids live on the host; logits and hidden states on the model's device (see
 :mod:`specnb.core.verify`). On a GPU the draft / verify / overhead split of every call is measured between
-``synchronize`` points, so ``verify_seconds`` is the device's work, not its kernel launches.
+``synchronize`` points, so ``verify_seconds`` is the device's work, not its kernel launches. The output head runs
+as acceptance reads its rows (:mod:`specnb.core.head_rows`); its seconds count as verification.
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         t2 = time.perf_counter()
         acceptance = accept(draft, result.logits, config, generator)
         if drafter is not None and drafter.needs_logits:
-            drafter.observe(torch.cat([torch.tensor([root]), draft.tokens]), result.logits)
+            seen = result.logits[:result.logits.computed]  # the rows acceptance read, and those computed with them
+            drafter.observe(torch.cat([torch.tensor([root]), draft.tokens])[:seen.shape[0]], seen)
         verifier.keep(acceptance.nodes)
         if on_call is not None:
             on_call(result.logits[torch.cat([torch.zeros(1, dtype=torch.long), acceptance.nodes + 1]).to(device)])
@@ -130,8 +132,8 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         t3 = time.perf_counter()
         stats.calls.append(CallStats(
             drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth, accepted=int(acceptance.nodes.numel()),
-            new_tokens=int(committed.shape[0]), draft_seconds=t1 - t0, verify_seconds=t2 - t1,
-            overhead_seconds=t3 - t2,
+            new_tokens=int(committed.shape[0]), draft_seconds=t1 - t0, verify_seconds=t2 - t1 + result.logits.seconds,
+            overhead_seconds=t3 - t2 - result.logits.seconds,
             accepted_row=source_row(draft, acceptance.nodes),
             report=drafter.report if drafter is not None else NO_REPORT))
     stats.decode_seconds = time.perf_counter() - start - stats.prefill_seconds

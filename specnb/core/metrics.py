@@ -39,7 +39,7 @@ class CallStats:
     accepted: int  # draft tokens accepted
     new_tokens: int  # tokens committed (accepted + bonus, cut at EOS)
     draft_seconds: float  # time in drafter.propose
-    verify_seconds: float  # the target forward call
+    verify_seconds: float  # the target call: its forward pass and the output head rows acceptance read
     overhead_seconds: float  # acceptance, KV bookkeeping, drafter.update
     accepted_row: int | None = None  # which of the drafter's rows the accepted path came from
     report: Report = NO_REPORT  # what the drafter said of its proposal

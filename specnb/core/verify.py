@@ -20,7 +20,8 @@ nothing is recomputed.
 Host and device: drafts and the acceptance bookkeeping are host tensors; :func:`~specnb.model.forward.forward`
 moves ids and positions to the model's device and :class:`~specnb.model.masks.TreeMasks` builds the masks
 there. Logits and hidden states stay on the device; greedy acceptance reads one host copy of the argmax
-per call.
+per call. A call's logits are a :class:`~specnb.core.head_rows.HeadRows`: the output head runs on the rows
+acceptance reads, as they are read (the root's and a few more first, then the rest if those passed).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ import torch
 from torch import Tensor
 
 from ..model.device import model_device
-from ..model.forward import forward
+from ..model.forward import forward, hidden_states
 from ..model.kv_cache import GrowingCache
 from ..model.masks import TreeMasks
 from ..model.models import LoadedModel
 from .draft import Draft
+from .head_rows import HeadRows, first_rows
 
 VerifyMode = Literal["tree", "batch"]
 
@@ -45,11 +47,12 @@ VerifyMode = Literal["tree", "batch"]
 class Verification:
     """What one target call says about a draft.
 
-    logits: [n+1, V] target logits at the root (row 0) and at every node (row i+1 = node i).
+    logits: [n+1, V] target logits at the root (row 0) and at every node (row i+1 = node i): a tensor after
+    :meth:`Verifier.prefill`, rows computed as they are read after :meth:`Verifier.forward`.
     hidden: [n+1, d] last hidden states at the same places, or None if not requested.
     """
 
-    logits: Tensor
+    logits: Tensor | HeadRows
     hidden: Tensor | None
 
 
@@ -76,15 +79,22 @@ class Verifier:
     def cache_len(self) -> int:
         return self.cache.get_seq_length()
 
-    def _call(self, input_ids: Tensor, last_only: bool = False, **kwargs) -> tuple[Tensor, Tensor | None]:
-        logits, hidden = forward(self.target, input_ids, last_only=last_only, cache=self.cache, **kwargs)
-        return logits, (hidden if self.want_hidden else None)
-
     @torch.inference_mode()
     def prefill(self, prompt_ids: Tensor) -> Verification:
         """Run the prompt (int64 [L], host) through the target; logits/hidden of the last position only."""
-        logits, hidden = self._call(prompt_ids[None], last_only=True)
-        return Verification(logits[0], None if hidden is None else hidden[0, -1:])
+        logits, hidden = forward(self.target, prompt_ids[None], last_only=True, cache=self.cache)
+        return Verification(logits[0], hidden[0, -1:] if self.want_hidden else None)
+
+    def _call(self, input_ids: Tensor, **kwargs) -> Tensor:
+        """Final hidden states [B, S, d] of a call appended to the cache."""
+        return hidden_states(self.target, input_ids, cache=self.cache, **kwargs)
+
+    def _verification(self, hidden: Tensor, draft: Draft) -> Verification:
+        """The call's logits over ``hidden`` [n+1, d], each row computed when acceptance first reads it
+        (:func:`~specnb.core.head_rows.first_rows` of them at the first read)."""
+        head = self.target.decoder.head
+        return Verification(HeadRows(hidden, head, first_rows(head, hidden, draft.all_rows)),
+                            hidden if self.want_hidden else None)
 
     @torch.inference_mode()
     def forward(self, root: int, draft: Draft) -> Verification:
@@ -95,8 +105,7 @@ class Verifier:
         ids = torch.cat([torch.tensor([root]), draft.tokens])
         self._past, self._paths = self.cache_len, None
         if draft.is_chain:
-            logits, hidden = self._call(ids[None])
-            return Verification(logits[0], None if hidden is None else hidden[0])
+            return self._verification(self._call(ids[None])[0], draft)
         if self.mode == "tree":
             return self._forward_tree(ids, draft)
         return self._forward_batch(ids, draft)
@@ -107,22 +116,20 @@ class Verifier:
         positions = past + depth
         # Every node sees the whole cache and, among the new entries, exactly itself and its ancestors.
         mask = self.masks(visible, positions, positions, prefix=past)
-        logits, hidden = self._call(ids[None], mask=mask, positions=positions[None])
-        return Verification(logits[0], None if hidden is None else hidden[0])
+        return self._verification(self._call(ids[None], mask=mask, positions=positions[None])[0], draft)
 
     def _forward_batch(self, ids: Tensor, draft: Draft) -> Verification:
         paths = self._paths = draft.paths()  # [P, D] full indices, -1 padded
         padded = torch.cat([torch.zeros(paths.shape[0], 1, dtype=torch.long), paths], dim=1)  # root first
         rows = ids[padded.clamp(min=0)]  # padding repeats the root token; its outputs are never read
-        logits, hidden = self._call(rows)  # the cache broadcasts to the rows (see kv_cache)
+        hidden = self._call(rows)  # the cache broadcasts to the rows (see kv_cache)
         # Every node's outputs, taken from the first path that contains it.
         n = draft.num_nodes
         flat = padded.flatten()
         valid = torch.nonzero(flat >= 0).squeeze(1)
         first = torch.full((n + 1,), flat.numel(), dtype=torch.long).scatter_reduce_(
             0, flat[valid], valid, reduce="amin").to(self.device)
-        pick = lambda t: t.flatten(0, 1)[first]  # noqa: E731
-        return Verification(pick(logits), None if hidden is None else pick(hidden))
+        return self._verification(hidden.flatten(0, 1)[first], draft)
 
     # ------------------------------------------------------------------ KV bookkeeping
 

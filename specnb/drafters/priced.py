@@ -27,7 +27,7 @@ to :data:`MAX_SKIP` steps' lookups, starting over at the first lookup that pays.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -57,8 +57,9 @@ def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> 
 
 
 def cut(tree: Draft | None, budget: int) -> Draft | None:
-    """The first ``budget`` nodes of a ranked tree (None for budget 0: no draft)."""
-    return tree.truncate(tree.max_depth, budget) if budget and tree is not None else None
+    """The first ``budget`` nodes of a ranked tree (None for budget 0: no draft), marked ``all_rows``: a cut is
+    what is expected to pay, so acceptance reads most of its logits rows."""
+    return replace(tree.truncate(tree.max_depth, budget), all_rows=True) if budget and tree is not None else None
 
 
 @dataclass(frozen=True)

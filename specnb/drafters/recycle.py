@@ -1,12 +1,13 @@
 """Token Recycling (Luo et al. 2024, arXiv 2408.08696): draft from the target's own earlier top-k predictions.
 
-Every target call computes next-token logits at every position it verifies, accepted or not; plain decoding
-throws all but the chosen token away. Token Recycling keeps the top ``k`` of each in a table of V rows (row x:
-the k tokens the target last ranked highest after x, wherever x appeared), overwritten as new calls come, and
-kept across requests. A draft is a tree grown breadth-first from the root through the table: the root's first
-``widths[0]`` candidates, each of their first ``widths[1]``, and so on; its nodes are ordered by the summed
-rank of their path (the top-1 chain first), so its first b nodes are the best tree of b nodes and a priced
-router can cut it anywhere.
+Every target call computes next-token logits at the positions it verifies, accepted or not; plain decoding
+throws all but the chosen token away (on a CPU the call computes the rows acceptance reads and those that cost
+nothing beside them, :mod:`specnb.core.head_rows`, and the table learns from those). Token Recycling keeps the
+top ``k`` of each in a table of V rows (row x: the k tokens the target last ranked highest after x, wherever x
+appeared), overwritten as new calls come, and kept across requests. A draft is a tree grown breadth-first from
+the root through the table: the root's first ``widths[0]`` candidates, each of their first ``widths[1]``, and so
+on; its nodes are ordered by the summed rank of their path (the top-1 chain first), so its first b nodes are the
+best tree of b nodes and a priced router can cut it anywhere.
 
 How many nodes pay depends on what a node costs. The paper drafts trees of tens of nodes on GPUs, where it
 reports such a call costing about one token's (not measured here); on a CPU every node is a row of the call, and
@@ -74,7 +75,7 @@ class RecycleDrafter(Drafter):
         self.table.fill(-1)
 
     def observe(self, tokens: Tensor, logits: Tensor) -> None:
-        """Row ``tokens[i]`` := the top-k of ``logits[i]`` for every verified position; a token seen at
+        """Row ``tokens[i]`` := the top-k of ``logits[i]`` for every position the call computed; a token seen at
         several positions keeps its last one (the deepest in node order)."""
         top = top_k(logits, self.k).to("cpu", torch.int32).numpy()  # [n+1, k]
         ids = tokens.numpy()
