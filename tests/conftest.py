@@ -172,6 +172,13 @@ def tiny_target(request) -> LoadedModel:
     return tiny(request.param)
 
 
+class WholeRows:
+    """A fake cost table without a head curve (as a GPU's): every call's head computes all its rows."""
+
+    def head_correction(self, table_rows: int, rows: int, rows_read: int | None, all_rows: bool) -> float:
+        return 0.0
+
+
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
     """Point SPECNB_CACHE at a fresh folder so tables and stores built by a test never leak into others."""

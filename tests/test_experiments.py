@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import tiny
+from conftest import WholeRows, tiny
 
 from specnb.core.generate import generate
 from specnb.core.metrics import CallStats, RunStats
@@ -36,7 +36,7 @@ def test_every_replayed_call_is_priced_at_the_cache_length_before_it():
 
     from specnb.eval.replay import _priced, ar_priced_seconds
 
-    class Recording:
+    class Recording(WholeRows):
         def __init__(self):
             self.contexts = []
 

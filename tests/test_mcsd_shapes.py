@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import tiny
+from conftest import WholeRows, tiny
 
 from specnb.core.accept import mcss
 from specnb.core.generate import generate
@@ -137,9 +137,10 @@ def test_teacher_forced_draft_replay_equals_the_drafters_replay(arch, shape):
     fast = shapes.draft_replay(shape, references, ranks)
     for (prompt, output), quick in zip(references, fast, strict=True):
         slow = replay_greedy(DraftModelDrafter(draft, shape, target.vocab_size), prompt, output)
-        assert [(c.accepted, c.drafted_nodes, c.draft_depth) for c in quick.calls] == \
-            [(c.accepted, c.drafted_nodes, c.draft_depth) for c in slow.calls]
+        assert [(c.accepted, c.drafted_nodes, c.draft_depth, c.rows_read) for c in quick.calls] == \
+            [(c.accepted, c.drafted_nodes, c.draft_depth, c.rows_read) for c in slow.calls]
     assert any(c.accepted for run in fast for c in run.calls)  # the test means something
+    assert max(shape) == 1 or any(c.rows_read > c.accepted + 1 for run in fast for c in run.calls)  # a wider row
 
 
 def test_paired_ratio_of_a_cell_with_itself_is_a_tie():
@@ -214,7 +215,7 @@ def test_decoded_texts_are_the_targets_own_outputs_at_each_temperature(tmp_path,
     assert len(passes) == 2 * p.n_prompts and set(forced.rows.temperature) == {0.0, 1.0}
 
 
-class LinearCost:
+class LinearCost(WholeRows):
     """A cost table whose call of n tokens after the root costs 1 + 0.1 n (k rows of w: 1 + 0.1 k w)."""
 
     def seconds_at(self, k, w, context_len):

@@ -77,6 +77,8 @@ def test_replay_matches_real_decoding():
     replay = replay_greedy(drafter, torch.tensor(real.prompt_ids), torch.tensor(real.tokens))
     assert [c.accepted for c in replay.calls] == [c.accepted for c in real.stats.calls]
     assert [c.accepted_row for c in replay.calls] == [c.accepted_row for c in real.stats.calls]
+    read = [c.rows_read for c in real.stats.calls]  # by the live call's HeadRows (two rows computed first here)
+    assert [c.rows_read for c in replay.calls] == read and min(read) == 1 and max(read) > 2, read
     assert replay.tokens_per_call == real.stats.tokens_per_call
 
 

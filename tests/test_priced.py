@@ -12,11 +12,11 @@ from specnb.core.generate import generate
 from specnb.datastores.rest import RestIndex
 from specnb.drafters.priced import PricedTreeDrafter, accepted_by_budget
 from specnb.drafters.rest import RestDrafter
-from tests.conftest import tiny
+from tests.conftest import WholeRows, tiny
 from tests.test_rest import self_corpus
 
 
-class LinearCost:
+class LinearCost(WholeRows):
     """seconds_at(k, w) = 1 + per_token * k * w: what a (k, w + 1) block costs beyond one token."""
 
     def __init__(self, per_token: float):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import WholeRows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +60,7 @@ def test_no_retrieval_drafter_beats_the_ceiling_and_a_tree_of_every_continuation
     assert tokens_per_call(every) == pytest.approx(ceiling)
 
 
-class LinearCost:
+class LinearCost(WholeRows):
     """A cost table whose call of b draft nodes takes base + per_node * b seconds (+ per_context * context)."""
 
     def __init__(self, base: float = 1.0, per_node: float = 0.25, per_context: float = 0.0):
@@ -94,6 +95,28 @@ def test_modelled_speed_prices_each_call_at_its_node_count_and_context():
     runs = replay_greedy(ContextNgramDrafter(k=1, w=2), *reference)
     per_call, rate = modelled_speed(ContextNgramDrafter(k=1, w=2), [reference], LinearCost())
     assert per_call == 3 / len(runs.calls) and rate == 3 / sum(1 + 0.25 * c.drafted_nodes for c in runs.calls)
+
+
+class Fixed(Drafter):
+    """Proposes one fixed draft at every call."""
+
+    def __init__(self, draft: Draft):
+        self.draft = draft
+
+    def propose(self, state: DecodeState) -> Draft | None:
+        return self.draft
+
+
+@pytest.mark.parametrize(("tokens", "parents", "read"), [
+    ([2, 3, 9], [-1, 0, 1], 3),  # a chain: the root's row, then its two passing nodes'
+    ([9, 9, 9], [-1, 0, 1], 1),  # nothing passes: the root's row alone
+    ([9, 2, 2, 3, 9], [-1, -1, -1, 2, 3], 5),  # a duplicate sibling passes too, and its child is read
+    ([2, 9, 3, 9, 9, 9], [-1, -1, 0, 0, 0, 0], 4),  # the accepted leaf's row (its bonus), no later sibling's
+])
+def test_a_replayed_call_records_the_rows_greedy_acceptance_reads(tokens, parents, read):
+    """``rows_read``: the highest row greedy acceptance reads (the root's is 0, node i's is i + 1), plus one."""
+    calls = replay_greedy(Fixed(Draft(torch.tensor(tokens), torch.tensor(parents))), *ref([1], [1, 2, 3, 4])).calls
+    assert calls[0].rows_read == read and not calls[0].all_rows
 
 
 def test_the_hindsight_router_takes_at_each_step_the_member_and_budget_that_turn_out_best():

@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import tiny
+from conftest import tiny, without_kernels
 
 from specnb.core import roofline
+from specnb.core.head_rows import PROBE_ROWS
+from specnb.core.metrics import CallStats, RunStats
 from specnb.core.roofline import CostModel
 from specnb.eval import timing
+from specnb.eval.replay import priced_seconds
 from specnb.eval.timing import Grid, heatmap_table, time_cells
 
 
@@ -93,6 +96,47 @@ def test_cost_model_interpolates_in_context_and_tokens():
     assert cost.seconds_at(4, 1, 100) == pytest.approx(3.0 * 8 / 4)  # beyond the table: proportional
     with pytest.raises(ValueError, match="needs columns"):
         CostModel(frame.drop(columns="seconds"))
+
+
+def test_a_replayed_call_pays_for_the_head_rows_its_acceptance_read():
+    """With a head curve (4 rows at one row's price, then 2 ms a row) a call of 16 rows pays for 4 when acceptance
+    reads at most those, for 4 and then 12 when it reads past them, for 16 when its draft asked for all rows;
+    a batch call for its 9 nodes' rows, not the table's 16; more rows than the curve in proportion; a table
+    without a head curve (a GPU's) prices every call whole."""
+    head = {1: 0.005, 4: 0.005, 8: 0.016, 16: 0.032}  # 12 rows: 0.024, halfway between 8 and 16
+    frame = pd.DataFrame([dict(context=c, k=k, w=w, seconds=0.01 + 0.003 * k * (w + 1), head_seconds=head[k * (w + 1)],
+                               head_first=4) for c in (100, 500) for k, w in ((1, 0), (1, 3), (1, 7), (1, 15), (4, 3))])
+    cost = CostModel(frame)
+    assert cost.head_first == 4 and cost.head_seconds(32) == pytest.approx(0.064)
+    assert cost.head_correction(16, 16, 1, False) == pytest.approx(0.005 - 0.032)
+    assert cost.head_correction(16, 16, 4, False) == pytest.approx(0.005 - 0.032)
+    assert cost.head_correction(16, 16, 5, False) == pytest.approx(0.005 + 0.024 - 0.032)
+    assert cost.head_correction(16, 16, 1, True) == 0.0 and cost.head_correction(4, 4, 1, False) == 0.0
+    assert cost.head_correction(16, 9, 9, True) == pytest.approx((0.016 + 0.016 / 8) - 0.032)
+    assert cost.head_correction(16, 16, None, False) == 0.0  # rows read unknown (a draft model's shape replay)
+    assert CostModel(frame.drop(columns=["head_seconds", "head_first"])).head_correction(16, 16, 1, False) == 0.0
+    rejected = RunStats(prompt_tokens=100, calls=[CallStats(15, 15, 0, 1, 0.0, 0.0, 0.0, rows_read=1)])
+    assert priced_seconds(rejected, cost) == pytest.approx(0.01 + 0.003 * 16 + 0.005 - 0.032)  # a replay's price
+
+
+def test_the_roofline_table_holds_the_heads_curve_and_an_old_one_gets_it_without_timing_calls(monkeypatch,
+                                                                                                 tmp_path):
+    """Where a call's head splits its rows (specnb's kernels on the CPU) the measured table holds the head's
+    seconds per row count and the rows of its first read; a cached table without them gets them added (the head
+    alone timed, no call) and written back."""
+    target = tiny("llama")
+    monkeypatch.setattr(timing, "cost_table_path", lambda target: tmp_path / "table.csv")
+    frame = timing.measure(target, timing.Grid((1, 2), (0, 3), (8,), repeats=1), progress=False)
+    assert frame.head_first.iloc[0] in PROBE_ROWS and (frame.head_seconds > 0).all()
+    assert frame.head_seconds.tolist() == [frame.head_seconds[frame.tokens == t].iloc[0] for t in frame.tokens]
+    old = frame.drop(columns=["head_seconds", "head_first"])
+    old.to_csv(tmp_path / "table.csv", index=False)
+    monkeypatch.setattr(timing, "time_cells", lambda *args, **kwargs: pytest.fail("a call was timed"))
+    again = timing.cost_table(target)
+    assert again.head_first.iloc[0] in PROBE_ROWS and "head_first" in pd.read_csv(tmp_path / "table.csv")
+    assert CostModel(again).head_first == again.head_first.iloc[0]
+    with without_kernels():  # PyTorch's GEMM: every row at once, no head curve
+        assert "head_first" not in timing.head_columns(target, old, 1)
 
 
 def test_chain_seconds_is_seconds_at_for_every_budget():

@@ -108,6 +108,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         synchronize(device)
         t2 = time.perf_counter()
         acceptance = accept(draft, result.logits, config, generator)
+        rows_read = result.logits.read
         if drafter is not None and drafter.needs_logits:
             seen = result.logits[:result.logits.computed]  # the rows acceptance read, and those computed with them
             drafter.observe(torch.cat([torch.tensor([root]), draft.tokens])[:seen.shape[0]], seen)
@@ -134,7 +135,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
             drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth, accepted=int(acceptance.nodes.numel()),
             new_tokens=int(committed.shape[0]), draft_seconds=t1 - t0, verify_seconds=t2 - t1 + result.logits.seconds,
             overhead_seconds=t3 - t2 - result.logits.seconds,
-            accepted_row=source_row(draft, acceptance.nodes),
+            accepted_row=source_row(draft, acceptance.nodes), rows_read=rows_read, all_rows=draft.all_rows,
             report=drafter.report if drafter is not None else NO_REPORT))
     stats.decode_seconds = time.perf_counter() - start - stats.prefill_seconds
 

@@ -38,28 +38,39 @@ def cheapest_rows(seconds: dict[int, float]) -> int:
     return max(rows for rows, s in seconds.items() if s <= limit)
 
 
-def rows_at_one_price(head: OutputHead, like: Tensor) -> int:
-    """How many rows ``head`` computes for about one row's price on this machine: each of :data:`PROBE_ROWS` timed
-    :data:`PROBE_REPEATS` times (interleaved, after one warm-up pass) on rows shaped like ``like`` [m, d], then
-    :func:`cheapest_rows` of the medians. Measured once per head object (about 0.4 s for Gemma-3-270M)."""
-    if head in _measured:
-        return _measured[head]
-    rows = torch.randn(max(PROBE_ROWS), like.shape[-1], generator=torch.Generator().manual_seed(0)).to(like)
-    times: dict[int, list[float]] = {r: [] for r in PROBE_ROWS}
-    for repeat in range(PROBE_REPEATS + 1):
-        for r in PROBE_ROWS:
+def time_head(head: OutputHead, like: Tensor, rows: tuple[int, ...], repeats: int = PROBE_REPEATS) -> dict[int, float]:
+    """Median seconds of one ``head`` call on each number of rows in ``rows``, shaped like ``like`` [m, d]: every
+    size timed ``repeats`` times, interleaved, after one untimed warm-up pass."""
+    hidden = torch.randn(max(rows), like.shape[-1], generator=torch.Generator().manual_seed(0)).to(like)
+    times: dict[int, list[float]] = {r: [] for r in rows}
+    for repeat in range(repeats + 1):
+        for r in rows:
             start = time.perf_counter()
-            head(rows[:r])
+            head(hidden[:r])
+            synchronize(hidden.device)
             if repeat:
                 times[r].append(time.perf_counter() - start)
-    _measured[head] = cheapest_rows({r: statistics.median(s) for r, s in times.items()})
+    return {r: statistics.median(s) for r, s in times.items()}
+
+
+def rows_at_one_price(head: OutputHead, like: Tensor) -> int:
+    """How many rows ``head`` computes for about one row's price on this machine: :func:`cheapest_rows` of
+    :func:`time_head` over :data:`PROBE_ROWS`. Measured once per head object (about 0.4 s for Gemma-3-270M)."""
+    if head not in _measured:
+        _measured[head] = cheapest_rows(time_head(head, like, PROBE_ROWS))
     return _measured[head]
+
+
+def splits(head: OutputHead, hidden: Tensor) -> bool:
+    """Whether a call's head rows (``hidden`` [n+1, d], the head's input) may be computed in two calls: on the CPU,
+    where the head gives every row the bits it gets alone."""
+    return hidden.device.type == "cpu" and head.rows_exact(hidden)
 
 
 def first_rows(head: OutputHead, hidden: Tensor, all_rows: bool) -> int:
     """How many of a call's rows (``hidden`` [n+1, d], the head's input) :class:`HeadRows` computes at its first
     read: :func:`rows_at_one_price` on the CPU where the head's rows are exact, else (or ``all_rows``) all of them."""
-    if all_rows or len(hidden) == 1 or hidden.device.type != "cpu" or not head.rows_exact(hidden):
+    if all_rows or len(hidden) == 1 or not splits(head, hidden):
         return len(hidden)
     return rows_at_one_price(head, hidden)
 
@@ -74,6 +85,7 @@ class HeadRows:
         self.hidden, self.head, self.first = hidden, head, first
         self._parts: list[Tensor] = []  # [rows 0..p), then [rows p..n+1)
         self.seconds = 0.0  # spent in the head so far, its device's work included
+        self.read = 0  # the highest row read so far, plus one (what a replay prices: CallStats.rows_read)
 
     @property
     def device(self) -> torch.device:
@@ -89,6 +101,7 @@ class HeadRows:
 
     def _cover(self, end: int) -> None:
         """Compute rows up to ``end`` (exclusive), by the rule in the class docstring."""
+        self.read = max(self.read, end)
         done = self.computed
         if end <= done:
             return

@@ -42,6 +42,8 @@ class CallStats:
     verify_seconds: float  # the target call: its forward pass and the output head rows acceptance read
     overhead_seconds: float  # acceptance, KV bookkeeping, drafter.update
     accepted_row: int | None = None  # which of the drafter's rows the accepted path came from
+    rows_read: int | None = None  # the highest logits row acceptance read, plus one (the root's row is 0)
+    all_rows: bool = False  # the draft asked for every logits row at once (Draft.all_rows)
     report: Report = NO_REPORT  # what the drafter said of its proposal
 
 

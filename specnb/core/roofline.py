@@ -37,6 +37,12 @@ class CostModel:
     scikit-learn's): a call of more tokens in as many rows never costs less, but a table timed through a slow
     spell can say so, and a router pricing on it would take the larger tree for being the cheaper one
     (docs/forward_pass.md, "Measurements behind the code").
+
+    A table of a path whose output head computes a call's rows as acceptance reads them
+    (:class:`specnb.core.head_rows.HeadRows`) also holds the head's own seconds per row count (``head_seconds``)
+    and the rows it computes at the first read (``head_first``): :meth:`head_correction` prices a replayed call's
+    head as it runs. ``head_first`` is None for other tables (a GPU's, PyTorch's GEMM): their calls compute every
+    row.
     """
 
     def __init__(self, frame: pd.DataFrame):
@@ -57,6 +63,7 @@ class CostModel:
             columns = columns[np.argsort(self.shapes[columns, 1])]  # by w
             for row in self.table:
                 row[columns] = isotonic_regression(row[columns])
+        self.head_first, self.head_rows, self.head_curve = _head_curve(frame)
         self._context_list = self.contexts.tolist()  # bisect on a list: faster than numpy's searchsorted on a scalar
         self._chains: dict[bytes, np.ndarray] = {}  # chain_seconds' rows [C, B] per budget list
         self._last_chain: tuple[int, bytes, np.ndarray] | None = None  # and its last answer
@@ -93,6 +100,30 @@ class CostModel:
             return float(seconds[-1] * n / tokens[-1])
         return float(np.interp(n, tokens, seconds))
 
+    def head_seconds(self, rows: int) -> float:
+        """Seconds of the output head alone on ``rows`` rows: interpolated between the measured row counts, beyond
+        the largest proportional to the rows (compute-bound). Only for tables with a head curve."""
+        if rows > self.head_rows[-1]:
+            return float(self.head_curve[-1] * rows / self.head_rows[-1])
+        return float(np.interp(rows, self.head_rows, self.head_curve))
+
+    def head_correction(self, table_rows: int, rows: int, rows_read: int | None, all_rows: bool) -> float:
+        """Seconds to add to a measured call, whose head computed ``table_rows`` rows, for a call of ``rows`` logits
+        rows of which acceptance read the first ``rows_read`` (:attr:`specnb.core.metrics.CallStats.rows_read`):
+        its head computes ``head_first`` rows at the first read and the rest in a second call if acceptance reads
+        past them, or every row at once for a draft marked ``all_rows`` (batch verification's rows are its
+        nodes', fewer than the table's k x (w + 1)). 0 where the table has no head curve or ``rows_read`` is
+        unknown."""
+        if self.head_first is None or rows_read is None:
+            return 0.0
+        if all_rows or rows <= self.head_first:
+            computed = self.head_seconds(rows)
+        else:
+            computed = self.head_seconds(self.head_first)
+            if rows_read > self.head_first:
+                computed += self.head_seconds(rows - self.head_first)
+        return computed - self.head_seconds(table_rows)
+
     def chain_seconds(self, nodes: np.ndarray, context_len: int) -> np.ndarray:
         """float64 [B]: the seconds of one call verifying b draft nodes and the root, as one row (a chain, or a
         tree under a tree mask: they cost the same), for every b in ``nodes`` (int [B]). Priced drafters ask at
@@ -121,6 +152,19 @@ class CostModel:
         tokens, row_seconds = self.shapes[order, 1] + 1, seconds[order]
         n = nodes + 1
         return np.where(n > tokens[-1], row_seconds[-1] * n / tokens[-1], np.interp(n, tokens, row_seconds))
+
+
+def _head_curve(frame: pd.DataFrame) -> tuple[int | None, np.ndarray, np.ndarray]:
+    """(head_first, row counts int64 [R], seconds float64 [R] made non-decreasing) of a table's head columns;
+    (None, [], []) where it has none."""
+    if "head_first" not in frame.columns or frame.head_first.isna().all():
+        return None, np.empty(0, np.int64), np.empty(0)
+    from sklearn.isotonic import isotonic_regression
+
+    timed = frame.dropna(subset=["head_seconds"])
+    curve = timed.groupby(timed.k * (timed.w + 1)).head_seconds.median()
+    return (int(frame.head_first.dropna().iloc[0]), curve.index.to_numpy(np.int64),
+            np.asarray(isotonic_regression(curve.to_numpy(np.float64))))
 
 
 def machine_key(target: LoadedModel) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.accept import longest_path, matches_output, source_row
+from ..core.accept import longest_path, matches_output, passes_with_ancestors, source_row
 from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter
 from ..core.metrics import CallStats, RunStats
@@ -40,7 +40,7 @@ def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[in
 
     hidden: float [L + T, d], the target's last hidden state at every position of prompt + output (needed
     only by drafters with ``needs_hidden_state``). Returns a RunStats whose calls carry drafted nodes, depth,
-    accepted length, accepted row and the drafter's report; all times are 0.
+    accepted length, accepted row, the rows greedy acceptance reads and the drafter's report; all times are 0.
     """
     if drafter.needs_hidden_state and hidden is None:
         raise ValueError(f"{type(drafter).__name__} reads the target's hidden state: pass hidden= "
@@ -56,13 +56,18 @@ def replay_greedy(drafter: Drafter, prompt_ids: Tensor, output: Tensor | list[in
         state_hidden = None if hidden is None else hidden[pos - 1]  # the state that produced the root
         draft = drafter.propose(DecodeState(tokens[:pos + 1], state_hidden, remaining - 1, n_prompt))
         draft = Draft.empty() if draft is None else draft.truncate(remaining - 1)
-        nodes = longest_path(draft, matches_output(draft, tokens[pos + 1:pos + 1 + draft.max_depth]))
+        matches = matches_output(draft, tokens[pos + 1:pos + 1 + draft.max_depth])
+        nodes = longest_path(draft, matches)
         accepted = nodes.shape[0]
+        # greedy acceptance reads the root's row and every passing node's: what a CPU's head computes depends on it
+        passing = np.flatnonzero(passes_with_ancestors(draft.parents.numpy(), matches.numpy()))
+        rows_read = int(passing[-1]) + 2 if passing.size else 1
         drafter.update(tokens[pos + 1:pos + 2 + accepted], nodes)
         stats.calls.append(CallStats(drafted_nodes=draft.num_nodes, draft_depth=draft.max_depth,
                                      accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
                                      verify_seconds=0.0, overhead_seconds=0.0,
-                                     accepted_row=source_row(draft, nodes), report=drafter.report))
+                                     accepted_row=source_row(draft, nodes), rows_read=rows_read,
+                                     all_rows=draft.all_rows, report=drafter.report))
         pos += accepted + 1
     return stats
 
@@ -149,11 +154,17 @@ def priced_seconds(stats: RunStats, cost: Any, shape: tuple[int, int] | None = N
     """The roofline price of a replayed run's target calls (drafting, acceptance and prefill excluded): each
     call as ``cost.seconds_at`` (a :class:`specnb.core.roofline.CostModel`) prices a ``shape`` (k, w) call, or by
     default one row of the call's drafted nodes after the root, at the call's context length: what the KV cache
-    holds before it (the prompt, then every call's new tokens), as the table measured it. (1, 0) prices AR."""
+    holds before it (the prompt, then every call's new tokens), as the table measured it; plus
+    ``cost.head_correction``: the table's call computed every logits row, where the call's head computes those
+    its acceptance read (and the ones computed with them). (1, 0) prices AR."""
     new = np.array([call.new_tokens for call in stats.calls], dtype=np.int64)
     context = stats.prompt_tokens + np.cumsum(new) - new
-    return float(sum(cost.seconds_at(*(shape or (1, call.drafted_nodes)), int(ell))
-                     for call, ell in zip(stats.calls, context, strict=True)))
+    seconds = 0.0
+    for call, ell in zip(stats.calls, context, strict=True):
+        k, w = shape or (1, call.drafted_nodes)
+        seconds += cost.seconds_at(k, w, int(ell)) + cost.head_correction(
+            k * (w + 1), call.drafted_nodes + 1, call.rows_read, call.all_rows)
+    return seconds
 
 
 def ar_priced_seconds(references: list[Reference], cost: Any) -> float:

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ..atomic import write_csv
+from ..core.head_rows import PROBE_ROWS, cheapest_rows, splits, time_head
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
 from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
 from ..model.device import model_device, resolve_device, synchronize
@@ -163,6 +164,30 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     return frame.drop(columns=["ratio_min", "ratio_max", "ratio_median"])
 
 
+HEAD_ROWS_TIMED = 64  # the head curve's largest row count; CostModel prices more rows in proportion
+HEAD_REPEATS = 5  # at least: one disturbed median among three made a 2-row head cost twice a 1-row one
+
+
+@torch.inference_mode()
+def head_columns(target: LoadedModel, frame: pd.DataFrame, repeats: int) -> pd.DataFrame:
+    """``frame`` (a :func:`time_cells` table) with the output head's own seconds on each cell's ``tokens`` rows
+    (``head_seconds``; NaN above :data:`HEAD_ROWS_TIMED` rows) and the rows a call's head computes at its first
+    read (``head_first``: :func:`specnb.core.head_rows.cheapest_rows` of the same timings), from one
+    :func:`specnb.core.head_rows.time_head` over those row counts and :data:`specnb.core.head_rows.PROBE_ROWS`;
+    ``frame`` itself where a call's head computes every row at once (:func:`specnb.core.head_rows.splits`: another
+    device, PyTorch's GEMM)."""
+    param = next(target.model.parameters())
+    like = torch.zeros(1, target.model.config.get_text_config().hidden_size, dtype=param.dtype, device=param.device)
+    head = target.decoder.head
+    if not splits(head, like):
+        return frame
+    tokens = frame.k * (frame.w + 1)
+    rows = sorted(set(PROBE_ROWS) | {int(t) for t in tokens.unique() if t <= HEAD_ROWS_TIMED})
+    curve = time_head(head, like, tuple(rows), max(repeats, HEAD_REPEATS))
+    return frame.assign(head_seconds=tokens.map(curve),
+                        head_first=cheapest_rows({r: curve[r] for r in PROBE_ROWS}))
+
+
 def timing_label(target: LoadedModel) -> str:
     """The ``dtype`` column of a timing: the weights' dtype (``"bfloat16"``), with ``-gguf`` where the projections
     and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations; ``-gguf-int8`` rounded to int8)."""
@@ -173,10 +198,11 @@ def timing_label(target: LoadedModel) -> str:
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
             progress: bool = True) -> pd.DataFrame:
     """:func:`time_cells` plus provenance columns (model, dtype (:func:`timing_label`), device, torch version,
-    date, repeats, CPU class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
+    date, repeats, CPU class), the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
     measured read bandwidth) and ``compute_floor_s`` (parameters x tokens multiply-adds at the peak of the
     instruction the path uses, ``compute_instruction``: :func:`specnb.model.ceilings.path_instruction`; PyTorch's
-    best GEMM FLOP/s where specnb's kernels do not run the model)."""
+    best GEMM FLOP/s where specnb's kernels do not run the model), and on CPUs the head's own cost
+    (:func:`head_columns`)."""
     if not isinstance(target, LoadedModel):
         target = LoadedModel.of(target, byte_tokenizer(), type(target).__name__)
     model = target.model
@@ -201,6 +227,7 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
         frame["compute_instruction"] = instruction or "torch-gemm"
         frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2
         frame["compute_floor_s"] = matmul_parameters(model) * frame.tokens / (frame.peak_gmacs * 1e9)
+        frame = head_columns(target, frame, grid.repeats)
     return frame
 
 
@@ -215,7 +242,13 @@ def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: boo
     :func:`specnb.core.roofline.cost_table_path`."""
     path = cost_table_path(target)
     if path.exists():
-        return pd.read_csv(path)
+        frame = pd.read_csv(path)
+        if "head_first" not in frame.columns:  # timed before calls computed only the head rows read: add the head
+            updated = head_columns(target, frame, int(frame.repeats.iloc[0]) if "repeats" in frame else 3)
+            if updated is not frame:
+                write_csv(path, updated)
+            frame = updated
+        return frame
     frame = measure(target, get_grid(grid) if isinstance(grid, str) else grid, progress=progress)
     write_csv(path, frame)
     return frame

@@ -163,19 +163,22 @@ def draft_replay(shape: tuple[int, ...], references: list[Reference], ranks: lis
     candidates per level) on each reference, from the draft's ranks of the output tokens (:func:`draft_ranks`)
     instead of running the draft at every call: the node on the accepted path at each level has the reference
     as its context, so it is accepted when the reference's next token ranks below that level's k. Equal to the
-    drafter's replay up to rounding between the draft's call shapes; calls carry ``draft_calls`` in ``info``."""
+    drafter's replay up to rounding between the draft's call shapes; calls carry ``draft_calls`` in ``info``,
+    and the rows greedy acceptance reads (a level's nodes follow their parents' order, then the draft's ranks)."""
     runs = []
     for (prompt, output), rank in zip(references, ranks, strict=True):
         n_prompt, n_out = len(prompt), len(output)
         stats, pos = RunStats(prompt_tokens=n_prompt), 0  # pos: index in output of the current root
         while pos < n_out - 1:
             depth = min(len(shape), n_out - 1 - pos - 1)
-            accepted = 0
+            accepted, at, rows_read = 0, 0, 1  # at: the accepted node's place in its level (levels in node order)
             while accepted < depth and rank[pos + 1 + accepted] < shape[accepted]:
+                at = at * shape[accepted] + int(rank[pos + 1 + accepted])
+                rows_read = tree_nodes(shape, accepted) + at + 2  # its row, the last greedy acceptance reads
                 accepted += 1
             stats.calls.append(CallStats(drafted_nodes=tree_nodes(shape, depth), draft_depth=depth,
                                          accepted=accepted, new_tokens=accepted + 1, draft_seconds=0.0,
-                                         verify_seconds=0.0, overhead_seconds=0.0,
+                                         verify_seconds=0.0, overhead_seconds=0.0, rows_read=rows_read,
                                          report=DraftModelReport(draft_calls=depth)))
             pos += accepted + 1
         runs.append(stats)
