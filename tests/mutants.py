@@ -79,6 +79,11 @@ MCNS_WALK = "tests/test_sampling.py::test_accept_mcss_tree_walk_matches_target_d
 ATOMIC_SYNC = "tests/test_datastores.py::test_atomic_writes_reach_the_disk_before_their_rename[renameat2]"
 ATOMIC_FAILURE = "tests/test_datastores.py::test_atomic_helpers_leave_the_old_version_on_failure"
 SHARD_RESUME = "tests/test_ray_builds.py::test_a_rerun_sends_to_ray_only_the_shards_not_on_disk"
+ROWS_READ = "tests/test_replay.py::test_a_replayed_call_records_the_rows_greedy_acceptance_reads"
+HEAD_PRICE = "tests/test_roofline.py::test_a_replayed_call_pays_for_the_head_rows_its_acceptance_read"
+HEAD_TABLE = ("tests/test_roofline.py::test_the_roofline_table_holds_the_heads_curve_and_an_old_one_gets_it_without_"
+              "timing_calls")
+SHAPE_ROWS = "tests/test_mcsd_shapes.py::test_teacher_forced_draft_replay_equals_the_drafters_replay"
 
 
 def family(case: str) -> str:
@@ -178,6 +183,27 @@ MUTANTS: list[Mutant] = [
            "verify_seconds=t2 - t1 + result.logits.seconds",
            "verify_seconds=t2 - t1",
            "the head's seconds during acceptance are left out of verification", (VERIFY,)),
+    # ------------------------------------------------------------------ replayed prices of the head's rows
+    Mutant("replay-reads-the-accepted-path-only", "eval/replay.py",
+           "rows_read = int(passing[-1]) + 2 if passing.size else 1",
+           "rows_read = int(nodes[-1]) + 2 if accepted else 1",
+           "a replayed call's rows read leave out a passing duplicate sibling's", (ROWS_READ,)),
+    Mutant("shape-replay-reads-the-first-sibling", "experiments/shapes.py",
+           "at = at * shape[accepted] + int(rank[pos + 1 + accepted])",
+           "at = at * shape[accepted]",
+           "a draft-model replay places every accepted node first in its sibling group", (SHAPE_ROWS,)),
+    Mutant("head-price-second-call-at-the-first-rows", "core/roofline.py",
+           "if rows_read > self.head_first:",
+           "if rows_read >= self.head_first:",
+           "a call read up to its first rows is priced with the head's second call", (HEAD_PRICE,)),
+    Mutant("head-price-left-out", "eval/replay.py",
+           "seconds += cost.seconds_at(k, w, int(ell)) + cost.head_correction(",
+           "seconds += cost.seconds_at(k, w, int(ell)) + 0 * cost.head_correction(",
+           "a replayed call is priced with every row of its head", (HEAD_PRICE,)),
+    Mutant("head-curve-never-added-to-an-old-table", "eval/timing.py",
+           'if "head_first" not in frame.columns:',
+           "if False:",
+           "a cached table timed before the split keeps pricing every row", (HEAD_TABLE,)),
     # ------------------------------------------------------------------ verify.py
     Mutant("verify-keeps-first-entries", "core/verify.py",
            "self.cache.keep(self._past + 1, self._past + 1 + accepted)",

@@ -111,6 +111,7 @@ class Fixed(Drafter):
     ([2, 3, 9], [-1, 0, 1], 3),  # a chain: the root's row, then its two passing nodes'
     ([9, 9, 9], [-1, 0, 1], 1),  # nothing passes: the root's row alone
     ([9, 2, 2, 3, 9], [-1, -1, -1, 2, 3], 5),  # a duplicate sibling passes too, and its child is read
+    ([2, 2, 9], [-1, -1, 0], 3),  # the accepted path is node 0's; its duplicate, node 1, is read too
     ([2, 9, 3, 9, 9, 9], [-1, -1, 0, 0, 0, 0], 4),  # the accepted leaf's row (its bonus), no later sibling's
 ])
 def test_a_replayed_call_records_the_rows_greedy_acceptance_reads(tokens, parents, read):
