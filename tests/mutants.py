@@ -81,8 +81,7 @@ ATOMIC_FAILURE = "tests/test_datastores.py::test_atomic_helpers_leave_the_old_ve
 SHARD_RESUME = "tests/test_ray_builds.py::test_a_rerun_sends_to_ray_only_the_shards_not_on_disk"
 ROWS_READ = "tests/test_replay.py::test_a_replayed_call_records_the_rows_greedy_acceptance_reads"
 HEAD_PRICE = "tests/test_roofline.py::test_a_replayed_call_pays_for_the_head_rows_its_acceptance_read"
-HEAD_TABLE = ("tests/test_roofline.py::test_the_roofline_table_holds_the_heads_curve_and_an_old_one_gets_it_without_"
-              "timing_calls")
+HEAD_TABLE = "tests/test_roofline.py::test_a_roofline_table_times_the_head_alone_beside_its_calls"
 SHAPE_ROWS = "tests/test_mcsd_shapes.py::test_teacher_forced_draft_replay_equals_the_drafters_replay"
 
 
@@ -200,10 +199,10 @@ MUTANTS: list[Mutant] = [
            "seconds += cost.seconds_at(k, w, int(ell)) + cost.head_correction(",
            "seconds += cost.seconds_at(k, w, int(ell)) + 0 * cost.head_correction(",
            "a replayed call is priced with every row of its head", (HEAD_PRICE,)),
-    Mutant("head-curve-never-added-to-an-old-table", "eval/timing.py",
-           'if "head_first" not in frame.columns:',
-           "if False:",
-           "a cached table timed before the split keeps pricing every row", (HEAD_TABLE,)),
+    Mutant("head-curve-never-timed", "eval/timing.py",
+           "if splits(head, hidden) else []",
+           "if False else []",
+           "a roofline table of a path whose head splits its rows holds no head curve", (HEAD_TABLE,)),
     # ------------------------------------------------------------------ verify.py
     Mutant("verify-keeps-first-entries", "core/verify.py",
            "self.cache.keep(self._past + 1, self._past + 1 + accepted)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import tiny, without_kernels
+from conftest import tiny
 
 from specnb.core import roofline
 from specnb.core.head_rows import PROBE_ROWS
@@ -52,6 +52,7 @@ def test_time_cells_measures_what_calls_cost(monkeypatch):
 
     monkeypatch.setattr(timing, "forward", forward)
     monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(timing, "splits", lambda head, hidden: False)  # no head timed: the calls are counted
     frame = time_cells(tiny("llama"), Grid((1, 3), (0, 2), (8, 20), repeats=2), progress=False)
     slowdown = 1 + (frame.tokens - 1) / 2
     assert frame.slowdown.to_numpy() == pytest.approx(slowdown.to_numpy(), rel=1e-9)
@@ -78,6 +79,7 @@ def test_the_cost_table_holds_when_the_machine_slows_down_midway(monkeypatch):
 
     monkeypatch.setattr(timing, "forward", forward)
     monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(timing, "splits", lambda head, hidden: False)  # no head timed: the calls are counted
     frame = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
     assert len(calls) == 1 + 2 * 6 * 4  # the prefill; a warm-up pass and three timed passes of paired calls
     assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
@@ -119,25 +121,18 @@ def test_a_replayed_call_pays_for_the_head_rows_its_acceptance_read():
     assert priced_seconds(rejected, cost) == pytest.approx(0.01 + 0.003 * 16 + 0.005 - 0.032)  # a replay's price
 
 
-def test_the_roofline_table_holds_the_heads_curve_and_an_old_one_gets_it_without_timing_calls(monkeypatch,
-                                                                                                 tmp_path):
-    """Where a call's head splits its rows (specnb's kernels on the CPU) the measured table holds the head's
-    seconds per row count and the rows of its first read; a cached table without them gets them added (the head
-    alone timed, no call) and written back."""
+def test_a_roofline_table_times_the_head_alone_beside_its_calls(monkeypatch):
+    """Where a call's head splits its rows (specnb's kernels on the CPU) the table holds the head's own seconds on
+    each cell's rows, paired like the cells, and the rows its first read computes; where it does not (a GPU,
+    PyTorch's GEMM: every row at once) it holds neither."""
     target = tiny("llama")
-    monkeypatch.setattr(timing, "cost_table_path", lambda target: tmp_path / "table.csv")
-    frame = timing.measure(target, timing.Grid((1, 2), (0, 3), (8,), repeats=1), progress=False)
-    assert frame.head_first.iloc[0] in PROBE_ROWS and (frame.head_seconds > 0).all()
-    assert frame.head_seconds.tolist() == [frame.head_seconds[frame.tokens == t].iloc[0] for t in frame.tokens]
-    old = frame.drop(columns=["head_seconds", "head_first"])
-    old.to_csv(tmp_path / "table.csv", index=False)
-    monkeypatch.setattr(timing, "time_cells", lambda *args, **kwargs: pytest.fail("a call was timed"))
-    again = timing.cost_table(target)
-    assert "head_first" in again and "head_first" in pd.read_csv(tmp_path / "table.csv")
-    assert again.head_first.iloc[0] in PROBE_ROWS
-    assert CostModel(again).head_first == again.head_first.iloc[0]
-    with without_kernels():  # PyTorch's GEMM: every row at once, no head curve
-        assert "head_first" not in timing.head_columns(target, old, 1)
+    grid = Grid((1, 2), (0, 3), (8,), repeats=1)
+    frame = time_cells(target, grid, progress=False)
+    assert "head_first" in frame and frame.head_first.iloc[0] in PROBE_ROWS and (frame.head_seconds > 0).all()
+    assert frame.groupby("tokens").head_seconds.nunique().eq(1).all()  # one value per row count
+    assert CostModel(frame).head_first == frame.head_first.iloc[0]
+    monkeypatch.setattr(timing, "splits", lambda head, hidden: False)
+    assert "head_first" not in time_cells(target, grid, progress=False)
 
 
 def test_chain_seconds_is_seconds_at_for_every_budget():
@@ -268,6 +263,7 @@ def test_a_pair_that_cannot_be_true_is_timed_again(monkeypatch):
 
     monkeypatch.setattr(timing, "forward", block)
     monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(timing, "splits", lambda head, hidden: False)  # no head timed: the calls are counted
     frame = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=1), progress=False)
     assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
     assert len(calls) == 1 + 2 * 6 * 2 + 2  # one pair timed again

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from transformers import PretrainedConfig, PreTrainedModel
 
 from ..atomic import write_csv
-from ..core.head_rows import PROBE_ROWS, cheapest_rows, splits, time_head
+from ..core.head_rows import PROBE_ROWS, cheapest_rows, splits
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
 from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
 from ..model.device import model_device, resolve_device, synchronize
@@ -88,6 +88,7 @@ def get_grid(name: str) -> Grid:
     return GRIDS[name]
 
 
+HEAD_ROWS_TIMED = 64  # the head curve's largest row count; CostModel prices more rows in proportion
 LEAST_RATIO = 0.9  # a block of several tokens over the one-token call just before it: below this, a disturbed pair
 RETRIES = 3  # times such a pair is timed again before its ratio is kept as it is
 
@@ -113,6 +114,13 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     A pair that cannot be true is timed again (up to :data:`RETRIES` times): a block of several tokens does all of
     a one-token call's work and more, so a ratio below :data:`LEAST_RATIO` says the one-token call was disturbed
     (docs/forward_pass.md, "Measurements behind the code").
+
+    Where a call's output head computes only the rows acceptance reads (:func:`specnb.core.head_rows.splits`), the
+    head alone is timed too, on every row count of the cells up to :data:`HEAD_ROWS_TIMED` and on
+    :data:`specnb.core.head_rows.PROBE_ROWS`, in the same passes and paired alike (with a one-token call at the
+    first context): columns ``head_seconds`` (on the cell's ``tokens`` rows; NaN above) and ``head_first`` (the
+    rows a call's head computes at its first read, :func:`specnb.core.head_rows.cheapest_rows` of these timings),
+    which :class:`specnb.core.roofline.CostModel` prices replayed calls with.
     """
     device = model_device(target.model)
     vocab = target.vocab_size
@@ -127,6 +135,12 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     one = {context: torch.randint(vocab, (1, 1), generator=generator).to(device) for context in grid.contexts}
     ratios: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in cells}
     single: dict[int, list[float]] = {context: [] for context in grid.contexts}
+    head = target.decoder.head
+    hidden = torch.randn(max(HEAD_ROWS_TIMED, *PROBE_ROWS), target.model.config.get_text_config().hidden_size,
+                         generator=generator).to(device, next(target.model.parameters()).dtype)
+    head_rows = sorted(set(PROBE_ROWS) | {k * (w + 1) for _, k, w in cells if k * (w + 1) <= HEAD_ROWS_TIMED}) \
+        if splits(head, hidden) else []
+    head_ratios: dict[int, list[float]] = {rows: [] for rows in head_rows}
 
     def call(context: int, block: torch.Tensor) -> float:
         caches[context].keep(context, torch.empty(0, dtype=torch.long))
@@ -136,9 +150,26 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
         synchronize(device)
         return time.perf_counter() - start
 
-    bar = tqdm(total=2 * len(cells) * (grid.repeats + 1), desc=desc, unit="call", disable=not progress)
+    def head_call(rows: int) -> float:
+        synchronize(device)
+        start = time.perf_counter()
+        head(hidden[:rows])
+        synchronize(device)
+        return time.perf_counter() - start
+
+    bar = tqdm(total=2 * (len(cells) + len(head_rows)) * (grid.repeats + 1), desc=desc, unit="call",
+               disable=not progress)
     for timed in [False] + [True] * grid.repeats:
-        for index in torch.randperm(len(cells), generator=generator).tolist():
+        for index in torch.randperm(len(cells) + len(head_rows), generator=generator).tolist():
+            if index >= len(cells):  # the head alone on some rows
+                rows, context = head_rows[index - len(cells)], grid.contexts[0]
+                reference = call(context, one[context])
+                seconds = head_call(rows)
+                if timed:
+                    single[context].append(reference)
+                    head_ratios[rows].append(seconds / reference)
+                bar.update(2)
+                continue
             context, k, w = cells[index]
             reference = call(context, one[context])
             seconds = call(context, blocks[context, k, w])
@@ -161,31 +192,12 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     frame["slowdown"] = frame.seconds / frame.context.map(reference.seconds)
     base = frame.context.map(reference.ratio_median)  # (1, 0)'s own paired ratio, ~1
     frame["slowdown_low"], frame["slowdown_high"] = frame.ratio_min / base, frame.ratio_max / base
+    if head_rows:
+        one_call = statistics.median(single[grid.contexts[0]])
+        curve = {rows: statistics.median(head_ratios[rows]) * one_call for rows in head_rows}
+        frame["head_seconds"] = frame.tokens.map(curve)
+        frame["head_first"] = cheapest_rows({rows: curve[rows] for rows in PROBE_ROWS})
     return frame.drop(columns=["ratio_min", "ratio_max", "ratio_median"])
-
-
-HEAD_ROWS_TIMED = 64  # the head curve's largest row count; CostModel prices more rows in proportion
-HEAD_REPEATS = 5  # at least: one disturbed median among three made a 2-row head cost twice a 1-row one
-
-
-@torch.inference_mode()
-def head_columns(target: LoadedModel, frame: pd.DataFrame, repeats: int) -> pd.DataFrame:
-    """``frame`` (a :func:`time_cells` table) with the output head's own seconds on each cell's ``tokens`` rows
-    (``head_seconds``; NaN above :data:`HEAD_ROWS_TIMED` rows) and the rows a call's head computes at its first
-    read (``head_first``: :func:`specnb.core.head_rows.cheapest_rows` of the same timings), from one
-    :func:`specnb.core.head_rows.time_head` over those row counts and :data:`specnb.core.head_rows.PROBE_ROWS`;
-    ``frame`` itself where a call's head computes every row at once (:func:`specnb.core.head_rows.splits`: another
-    device, PyTorch's GEMM)."""
-    param = next(target.model.parameters())
-    like = torch.zeros(1, target.model.config.get_text_config().hidden_size, dtype=param.dtype, device=param.device)
-    head = target.decoder.head
-    if not splits(head, like):
-        return frame
-    tokens = frame.k * (frame.w + 1)
-    rows = sorted(set(PROBE_ROWS) | {int(t) for t in tokens.unique() if t <= HEAD_ROWS_TIMED})
-    curve = time_head(head, like, tuple(rows), max(repeats, HEAD_REPEATS))
-    return frame.assign(head_seconds=tokens.map(curve),
-                        head_first=cheapest_rows({r: curve[r] for r in PROBE_ROWS}))
 
 
 def timing_label(target: LoadedModel) -> str:
@@ -198,11 +210,10 @@ def timing_label(target: LoadedModel) -> str:
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
             progress: bool = True) -> pd.DataFrame:
     """:func:`time_cells` plus provenance columns (model, dtype (:func:`timing_label`), device, torch version,
-    date, repeats, CPU class), the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
+    date, repeats, CPU class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
     measured read bandwidth) and ``compute_floor_s`` (parameters x tokens multiply-adds at the peak of the
     instruction the path uses, ``compute_instruction``: :func:`specnb.model.ceilings.path_instruction`; PyTorch's
-    best GEMM FLOP/s where specnb's kernels do not run the model), and on CPUs the head's own cost
-    (:func:`head_columns`)."""
+    best GEMM FLOP/s where specnb's kernels do not run the model)."""
     if not isinstance(target, LoadedModel):
         target = LoadedModel.of(target, byte_tokenizer(), type(target).__name__)
     model = target.model
@@ -227,7 +238,6 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
         frame["compute_instruction"] = instruction or "torch-gemm"
         frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2
         frame["compute_floor_s"] = matmul_parameters(model) * frame.tokens / (frame.peak_gmacs * 1e9)
-        frame = head_columns(target, frame, grid.repeats)
     return frame
 
 
@@ -242,13 +252,7 @@ def cost_table(target: LoadedModel, grid: Grid | str = "adaptive", progress: boo
     :func:`specnb.core.roofline.cost_table_path`."""
     path = cost_table_path(target)
     if path.exists():
-        frame = pd.read_csv(path)
-        if "head_first" not in frame.columns:  # timed before calls computed only the head rows read: add the head
-            updated = head_columns(target, frame, int(frame.repeats.iloc[0]) if "repeats" in frame else 3)
-            if updated is not frame:
-                write_csv(path, updated)
-            frame = updated
-        return frame
+        return pd.read_csv(path)
     frame = measure(target, get_grid(grid) if isinstance(grid, str) else grid, progress=progress)
     write_csv(path, frame)
     return frame
