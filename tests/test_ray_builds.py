@@ -96,6 +96,7 @@ def same_store(store, reference) -> None:
     assert (store.index.query(np.asarray(store.keys)[rows], 1)[0][:, 0] == truth).mean() >= 0.95
 
 
+@pytest.mark.repeat  # make test-full: the killed-worker build below is this build with a death in it
 def test_two_workers_on_two_nodes_build_the_single_process_store(cluster, single, tmp_path):
     target = tiny("llama")
     store = build_datastore(target, corpus(), tmp_path / "store", CONFIG, progress=False, cluster=cluster)
@@ -111,6 +112,7 @@ def test_a_killed_worker_costs_only_its_shard(cluster, single, tmp_path):
     store = build_datastore(target, corpus(), tmp_path / "store", CONFIG, progress=False, cluster=cluster)
     assert not (tmp_path / "store" / "kill-worker-at-2").exists()  # it was reached, and the actor died
     same_store(store, single)
+    assert not (tmp_path / "store" / "shards").exists() and not (tmp_path / "store" / "plan.json").exists()
 
 
 def test_a_stopped_build_resumes_from_its_finished_shards(cluster, single, tmp_path, monkeypatch, capsys):
