@@ -38,26 +38,21 @@ def cheapest_rows(seconds: dict[int, float]) -> int:
     return max(rows for rows, s in seconds.items() if s <= limit)
 
 
-def time_head(head: OutputHead, like: Tensor, rows: tuple[int, ...], repeats: int = PROBE_REPEATS) -> dict[int, float]:
-    """Median seconds of one ``head`` call on each number of rows in ``rows``, shaped like ``like`` [m, d]: every
-    size timed ``repeats`` times, interleaved, after one untimed warm-up pass."""
-    hidden = torch.randn(max(rows), like.shape[-1], generator=torch.Generator().manual_seed(0)).to(like)
-    times: dict[int, list[float]] = {r: [] for r in rows}
-    for repeat in range(repeats + 1):
-        for r in rows:
+def rows_at_one_price(head: OutputHead, like: Tensor) -> int:
+    """How many rows ``head`` computes for about one row's price on this machine: each of :data:`PROBE_ROWS` timed
+    :data:`PROBE_REPEATS` times (interleaved, after one warm-up pass) on rows shaped like ``like`` [m, d], then
+    :func:`cheapest_rows` of the medians. Measured once per head object (about 0.4 s for Gemma-3-270M)."""
+    if head in _measured:
+        return _measured[head]
+    rows = torch.randn(max(PROBE_ROWS), like.shape[-1], generator=torch.Generator().manual_seed(0)).to(like)
+    times: dict[int, list[float]] = {r: [] for r in PROBE_ROWS}
+    for repeat in range(PROBE_REPEATS + 1):
+        for r in PROBE_ROWS:
             start = time.perf_counter()
-            head(hidden[:r])
-            synchronize(hidden.device)
+            head(rows[:r])
             if repeat:
                 times[r].append(time.perf_counter() - start)
-    return {r: statistics.median(s) for r, s in times.items()}
-
-
-def rows_at_one_price(head: OutputHead, like: Tensor) -> int:
-    """How many rows ``head`` computes for about one row's price on this machine: :func:`cheapest_rows` of
-    :func:`time_head` over :data:`PROBE_ROWS`. Measured once per head object (about 0.4 s for Gemma-3-270M)."""
-    if head not in _measured:
-        _measured[head] = cheapest_rows(time_head(head, like, PROBE_ROWS))
+    _measured[head] = cheapest_rows({r: statistics.median(s) for r, s in times.items()})
     return _measured[head]
 
 
