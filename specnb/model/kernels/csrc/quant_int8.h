@@ -500,10 +500,14 @@ void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, cons
     const uint8_t* p = tile + b * T::bytes;
     const int32_t* qb = q + b * (T::weights / 4) * mb;
     const float* dxb = dx + b * mb;
-    if (fetch)
-      for (int64_t line = 0; line < T::bytes; line += 64) prefetch(p + line);
+    // Prefetched 4 KB ahead: a Q8_0 or Q5_0 block's 6-9 lines at its start, a K-quant block's 37-53 lines a share
+    // per group, spread over its work (all at its start, they held Qwen's one-row calls ~20% lower; docs/kernels.md).
+    // Written out in each loop: a lambda for it, left out of line by GCC, spilled the row sums at every call.
+    constexpr int64_t lines = (T::bytes + 63) / 64;
     if constexpr (type == Q8_0 || type == Q5_0) {  // Q8_0 from zero (its codes signed), Q5_0 from -16 * sum
       constexpr int P = type == Q8_0 ? 1 : 4;
+      if (fetch)
+        for (int64_t line = 0; line < lines; line++) prefetch(p + 64 * line);
       for (int i = 0; i < H; i++)
 #pragma GCC unroll 4
         for (int m = 0; m < mb; m++) dot[i][m] = _mm256_set1_epi32(type == Q8_0 ? 0 : sums[b * mb + m]);
@@ -526,7 +530,9 @@ void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, cons
       for (int i = 0; i < H; i++)
 #pragma GCC unroll 4
         for (int m = 0; m < mb; m++) dot[i][m] = _mm256_setzero_si256();
-      for (int g = 0; g < G; g++)
+      for (int g = 0; g < G; g++) {
+        if (fetch)
+          for (int64_t line = g * lines / G; line < (g + 1) * lines / G; line++) prefetch(p + 64 * line);
         for (int i = 0; i < H; i++) {
           const uint8_t* scales = p + (type == Q4_K ? 64 : 32) + 16 * g + 8 * (h0 + i);
           const __m256i sc = scale_pairs<type>(scales);
@@ -544,6 +550,7 @@ void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, cons
                   _mm256_add_epi32(dot[i][m], _mm256_mullo_epi32(sc32, _mm256_set1_epi32(sums[(b * G + g) * mb + m])));
           }
         }
+      }
       for (int i = 0; i < H; i++) {
         const int h = h0 + i;
         const __m256 d = half8(p, h);
