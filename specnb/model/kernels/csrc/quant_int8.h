@@ -501,8 +501,8 @@ void half_tile_rows(const int32_t* q, const float* dx, const int32_t* sums, cons
     const int32_t* qb = q + b * (T::weights / 4) * mb;
     const float* dxb = dx + b * mb;
     // Prefetched 4 KB ahead: a Q8_0 or Q5_0 block's 6-9 lines at its start, a K-quant block's 37-53 lines a share
-    // per group, spread over its work (all at its start, they held Qwen's one-row calls ~20% lower; docs/kernels.md).
-    // Written out in each loop: a lambda for it, left out of line by GCC, spilled the row sums at every call.
+    // per group, so that requests go out while the block computes (docs/kernels.md). Written out in each loop: a
+    // lambda for it, left out of line by GCC, spilled the rows' sums at every call.
     constexpr int64_t lines = (T::bytes + 63) / 64;
     if constexpr (type == Q8_0 || type == Q5_0) {  // Q8_0 from zero (its codes signed), Q5_0 from -16 * sum
       constexpr int P = type == Q8_0 ? 1 : 4;
