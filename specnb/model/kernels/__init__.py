@@ -60,8 +60,6 @@ def digest() -> str:
 def build(flags: tuple[str, ...] = ()) -> ModuleType | None:
     """The sources in ``csrc`` compiled (once, into ``<cache>/kernels``) and loaded as one extension; None where
     it cannot be built here (a warning says why)."""
-    from torch.utils import cpp_extension
-
     build_dir = artifact_path("kernels", f"fewrow-{digest()}")
     build_dir.mkdir(parents=True, exist_ok=True)
     lock = build_dir / "lock"  # PyTorch's build lock: a build killed mid-way leaves it, and every later one waits
@@ -72,6 +70,8 @@ def build(flags: tuple[str, ...] = ()) -> ModuleType | None:
     built = build_dir / f"{name}.so"
     if built.exists() and not lock.exists():  # built from these very sources, perhaps by another checkout
         return load_built(name, built)
+    from torch.utils import cpp_extension  # imported to build only: loading a built library needs none of it
+
     # the longest compiles first: ninja starts the files in this order, and the one started last sets the end
     rank = {name: i for i, name in enumerate(SLOWEST)}
     ordered = sorted(CSRC.glob("*.cpp"), key=lambda path: (rank.get(path.name, len(rank)), path.name))
