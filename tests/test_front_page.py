@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specnb.study.reference_run import final_progress, index, publish, publish_beside
+from specnb.study.reference_run import final_progress, index, publish, publish_beside, retire_unsaved
 from specnb.study.results import Results, uncited
 from specnb.study.verdicts import Comparison, Expect
 
@@ -60,6 +60,28 @@ def test_the_front_page_counts_sources_apart_then_figures_verdicts_notation_mach
     assert page.count("`> 1 + 0.02`") == 1 and "| `TIE` | 0.02 |" in page  # notation and tolerances, once
     assert page.rstrip().endswith("`specnb figures compare OLD NEW` lists what moved between two runs.")
     assert "05_gone" not in page
+
+
+def test_a_figure_a_rerun_did_not_save_is_retired_and_nothing_else(tmp_path):
+    """After notebook 04 reruns, a figure of 04 an earlier run saved (named in titles.json) that this run did not
+    save again (it said a constant series in words) goes with its CSV and title; 04's figures saved again, another
+    notebook's old figure and a file no run saved (not in titles.json) stay."""
+    import os
+
+    titles = {"04_kept": "t", "04_stale": "t", "05_old": "t"}
+    (tmp_path / "titles.json").write_text(json.dumps(titles))
+    for name in ("04_stale", "05_old", "04_mine"):
+        for suffix in (".png", ".csv"):
+            (tmp_path / f"{name}{suffix}").write_text("earlier")
+            os.utime(tmp_path / f"{name}{suffix}", (1_000, 1_000))
+    since = 2_000.0
+    (tmp_path / "04_kept.png").write_text("this run")
+    os.utime(tmp_path / "04_kept.png", (3_000, 3_000))
+    assert retire_unsaved(tmp_path, "04_sparse_compaction", since) == ["04_stale"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["04_kept.png", "04_mine.csv", "04_mine.png", "05_old.csv",
+                                                          "05_old.png", "titles.json"]
+    assert json.loads((tmp_path / "titles.json").read_text()) == {"04_kept": "t", "05_old": "t"}
+    assert retire_unsaved(tmp_path, "04_sparse_compaction", since) == []
 
 
 def test_a_table_twin_of_a_figure_csv_is_not_kept(tmp_path, monkeypatch):

@@ -50,10 +50,13 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     others. Figures are saved strictly (:func:`specnb.study.plots.save_figure` refuses overlapping text, legends over
     data and single-value panels). Prints each notebook's wall time as it finishes; stamps the figures folder's
     RUN.json (a whole run, or the first part of one: the rest named as not run) or amends it (some notebooks of a
-    stamped run rerun or run at last); returns one :class:`NotebookRun` per notebook."""
+    stamped run rerun or run at last); a notebook that ran to its end loses the figures an earlier run of it saved
+    and it did not (:func:`specnb.study.reference_run.retire_unsaved`); returns one :class:`NotebookRun` per
+    notebook."""
     import papermill
 
     from ..model.ceilings import sample_read_bandwidth
+    from .reference_run import amend_run, retire_unsaved, stamp_run
 
     output_dir = output_dir or NOTEBOOKS / "executed" / profile
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +66,7 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     paths = find_notebooks(names)
     for path in paths:
         bandwidth = sample_read_bandwidth(256, 3)  # ~0.5 s: what the notebook's timings ran against
-        start = time.perf_counter()
+        began, start = time.time(), time.perf_counter()
         out = output_dir / path.name
         error = None
         try:
@@ -75,7 +78,9 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
         status = "FAILED" if error else "ok"
         print(f"{path.name}: {status} in {done[-1].seconds:.0f} s (read bandwidth before it {bandwidth:.1f} GB/s) "
               f"-> {out}", flush=True)
-    from .reference_run import amend_run, stamp_run
+        if not error:
+            for name in retire_unsaved(figures_for(profile), path.stem, began):
+                print(f"  removed {name}.png: an earlier run's figure this run did not save", flush=True)
 
     # a whole run: stamp the figures it wrote with the machine and commit; a part of one: amend the run's stamp, or
     # (the first part of a run) stamp it with the notebooks still to run

@@ -390,6 +390,26 @@ def verdict_rows(verdicts: dict[str, dict]) -> list[str]:
                     for v in verdicts.values()]
 
 
+def retire_unsaved(figures: Path, notebook: str, since: float) -> list[str]:
+    """Remove the figures notebook ``notebook`` (its ``NN`` prefix) saved in an earlier run and not again in the run
+    that began at ``since`` (epoch seconds): a panel that run said in words instead (a constant series) must not
+    be published beside it as a stale picture. Only names ``titles.json`` records (figures
+    :func:`specnb.study.plots.save_figure` wrote) are touched, their PNG and data CSV; returns the names removed."""
+    path = figures / "titles.json"
+    names = json.loads(path.read_text()) if path.exists() else {}
+    retired = []
+    for name in sorted(n for n in names if n[:3] == f"{notebook[:2]}_"):
+        png = figures / f"{name}.png"
+        if png.exists() and png.stat().st_mtime < since:
+            for stale in (png, png.with_suffix(".csv")):
+                if stale.exists() and stale.stat().st_mtime < since:
+                    stale.unlink()  # ours: written by save_figure in an earlier run
+            retired.append(name)
+    if retired:
+        prune_titles(figures)
+    return retired
+
+
 def prune_titles(figures: Path) -> None:
     """Drop from ``figures/titles.json`` the titles of figures whose PNG is no longer there (a renamed or
     retired figure), so nothing names a file that does not exist."""
