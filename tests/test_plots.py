@@ -171,6 +171,19 @@ def test_near_constant_series_are_told_apart_and_said_not_drawn():
     plt.close("all")
 
 
+def test_ratios_alike_but_away_from_one_are_drawn_and_ratios_at_one_said(monkeypatch):
+    """04's CREST-over-REST bars: 1.48 on code and 1.47 on chat are two gains, not a flat series; ratios at 1 (or
+    every interval holding 1) are nothing to see."""
+    said = []
+    monkeypatch.setattr("IPython.display.display", said.append)
+    assert not plots.constant_instead([1.48, 1.47], "gain", [1.17, 1.26], [1.67, 1.95], centre=1.0)
+    assert plots.constant_instead([1.48, 1.47], "gain")  # without a centre: the flat-series rule
+    assert plots.constant_instead([1.003, 1.004], "gain", centre=1.0)
+    assert plots.constant_instead([1.05, 1.06], "gain", [0.9, 0.92], [1.2, 1.21], centre=1.0)
+    assert not plots.constant_instead([1.05, 1.06], "gain", [1.01, 1.02], [1.2, 1.21], centre=1.0)
+    assert len(said) == 3
+
+
 def test_dots_near_a_ceiling_with_published_ranges_on_rows_of_their_own():
     fig, ax = plt.subplots(figsize=(6.4, 2.6))
     plots.dots(ax, ["code-OOD", "code-ID", "chat-OOD"], [1.0, 0.992, 0.944], [1.0, 0.988, 0.94], [1.0, 0.995, 0.948],

@@ -794,12 +794,21 @@ def near_constant(values: Iterable[float] | np.ndarray | pd.Series, low: Iterabl
 
 
 def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str, low: Iterable[float] | None = None,
-                     high: Iterable[float] | None = None) -> bool:
+                     high: Iterable[float] | None = None, centre: float | None = None) -> bool:
     """Whether the series a figure (or a panel) would compare is constant or nearly so (:func:`near_constant`):
     then one Markdown sentence saying so is displayed in its place and True is returned (skip it). A model that
-    accepts no draft (a random tiny Llama) gives such a series; so do transforms that all draft alike."""
+    accepts no draft (a random tiny Llama) gives such a series; so do transforms that all draft alike.
+
+    centre: for bars each read against a line of no effect (ratios: 1), that value; bars alike but away from it
+    are each a finding (two tasks with the same gain) and are drawn: only a series constant at ``centre`` is
+    said in words."""
     if not near_constant(values, low, high):
         return False
+    if centre is not None:
+        inside = low is not None and high is not None and bool(np.all(
+            (np.asarray(low, dtype=float) <= centre) & (centre <= np.asarray(high, dtype=float))))
+        if not (inside or near_constant([*np.ravel(np.asarray(values, dtype=float)), centre])):
+            return False
     from IPython.display import Markdown, display
 
     finite = [float(v) for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
