@@ -802,16 +802,17 @@ def constant_instead(values: Iterable[float] | np.ndarray | pd.Series, what: str
     centre: for bars each read against a line of no effect (ratios: 1), that value; bars alike but away from it
     are each a finding (two tasks with the same gain) and are drawn: only a series constant at ``centre`` is
     said in words."""
-    if not near_constant(values, low, high):
+    v = np.ravel(np.asarray(values, dtype=float))
+    if not near_constant(v, low, high):
         return False
     if centre is not None:
         inside = low is not None and high is not None and bool(np.all(
             (np.asarray(low, dtype=float) <= centre) & (centre <= np.asarray(high, dtype=float))))
-        if not (inside or near_constant([*np.ravel(np.asarray(values, dtype=float)), centre])):
+        if not (inside or near_constant(np.append(v, centre))):
             return False
     from IPython.display import Markdown, display
 
-    finite = [float(v) for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v)]
+    finite = [float(x) for x in v if np.isfinite(x)]
     lo, hi = (f"{min(finite):.3g}", f"{max(finite):.3g}") if finite else ("undefined", "undefined")
     if lo == hi:
         said = f"is {lo} for every bar"
