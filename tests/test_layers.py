@@ -308,3 +308,19 @@ def test_each_hidden_state_rule_fails_on_offending_source():
         assert hidden_state(source, {"Layer"}) == [], name
     classes = specnb_classes()
     assert {"Body", "LoadedModel", "HFModules"} <= classes
+
+
+def test_the_modules_of_ray_tasks_import_neither_torch_nor_transformers():
+    """A fresh Ray worker imports the module of each task it runs: the suffix-array, CREST and IVF-PQ tasks load in
+    under a second, where torch and transformers take ~5 s a worker (the check fails if any of them reaches the
+    model code at import)."""
+    import subprocess
+    import sys
+
+    from specnb.datastores import crest_build, ivfpq_shards, rest
+
+    tasks = [rest._sort, crest_build._count, crest_build._merge, crest_build._trees, ivfpq_shards._add_keys]
+    script = (f"import sys\nfor name in {sorted({task.__module__ for task in tasks})!r}:\n    __import__(name)\n"
+              "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT.parent, check=True)
+    assert out.stdout.splitlines()[-1] == "[]"

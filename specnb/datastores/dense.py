@@ -37,8 +37,9 @@ from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams
 from .cluster import Cluster
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
 from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
+from .ivfpq_shards import ivfpq_on_ray
 from .manifest import check_files, read_meta, write_meta
-from .shards import extract_on_ray, ivfpq_on_ray
+from .shards import extract_on_ray
 
 FORMAT_VERSION = 1
 RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz")  # and the index file

@@ -12,11 +12,12 @@ parent's and the parent is shallower, the kept set is always closed under taking
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from ..core.draft import Draft
+if TYPE_CHECKING:  # torch loads with the first draft, not in the Ray tasks that build stores
+    from ..core.draft import Draft
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class RetrievalTree:
         return int(self.tokens.shape[0])
 
     def to_draft(self) -> Draft:
+        import torch
+
+        from ..core.draft import Draft
+
         return Draft(torch.from_numpy(self.tokens.astype(np.int64)), torch.from_numpy(self.parents.astype(np.int64)))
 
     def sequences(self) -> set[tuple[int, ...]]:
