@@ -107,8 +107,13 @@ def test_tree_budget_counts_and_determinism(rows, budget):
     for token, parent in zip(tree.tokens.tolist(), tree.parents.tolist(), strict=True):
         sequences.append((*(sequences[parent] if parent >= 0 else ()), token))
     assert [expected[s] for s in sequences] == tree.counts.tolist()
-    dropped = [c for s, c in expected.items() if s not in set(sequences)]
-    assert not dropped or min(tree.counts.tolist()) >= max(dropped)  # kept = most common
+    first_row: dict[tuple[int, ...], int] = {}
+    for i, row in enumerate(padded.tolist()):
+        row = [t for t in row if t >= 0]
+        for d in range(1, len(row) + 1):
+            first_row.setdefault(tuple(row[:d]), i)
+    # kept = most common, ties to the shallower and then to the earlier row, in that order
+    assert sequences == sorted(expected, key=lambda s: (-expected[s], len(s), first_row[s]))[:budget]
     full = build_tree(padded, 10_000)  # rank order: the first `budget` nodes are the budget-limited tree
     assert full.tokens[:budget].tolist() == tree.tokens.tolist() and full.parents[:budget].tolist() == \
         tree.parents.tolist()

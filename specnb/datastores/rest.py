@@ -27,7 +27,8 @@ no query contains it); merge them into a token tree of at most ``max_nodes`` (64
 The text is stored big-endian so that comparing raw bytes orders suffixes like comparing tokens: the binary
 search is ``bisect`` over the suffix array with a bytes key (no Python loop over tokens). Since every
 occurrence of a longer query contains one of each shorter suffix, "has a match" is monotone in the query
-length, so the longest matching length is itself found by binary search (4 lookups for 16..2).
+length, so the longest matching length is itself found by binary search (4 probes for 16..2, one binary search
+each), and only its range is then searched in full.
 
 Shards give the same drafts as one suffix array. Within a query's range, suffix-array order sorts the
 continuations lexicographically (a document's end after every token) and orders only identical ones by what
@@ -41,6 +42,7 @@ import bisect
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,8 @@ class RestIndex:
         self.text, self.sa, self.meta, self.path = text, sa, meta, path
         self.bounds = np.asarray(meta.get("shards", [0, text.shape[0]]), dtype=np.int64)  # [S + 1]
         self._bytes = memoryview(np.ascontiguousarray(text).view(np.uint8))
+        # What bisect indexes: Python ints, no numpy scalars (memoryview reads only native byte order)
+        self._starts = memoryview(np.ascontiguousarray(sa, dtype=sa.dtype.newbyteorder("=")))
 
     # ------------------------------------------------------------------ build / load
 
@@ -183,36 +187,43 @@ class RestIndex:
     def find(self, query: np.ndarray, shards: list[int] | None = None) -> np.ndarray:
         """int64 [S, 2]: per shard, the suffix-array range [lo, hi) of the suffixes that start with ``query``
         (int [q], q >= 1); only ``shards`` are searched when given (the others' ranges are empty)."""
-        width = 4 * query.shape[0]
-        needle = np.asarray(query, dtype=">i4").tobytes()
-        data = self._bytes
-
-        def key(start: np.integer) -> bytes:  # the first q tokens of a suffix, as comparable bytes
-            offset = 4 * int(start)
-            return data[offset:offset + width].tobytes()
-
+        needle, key = self._key(query)
         ranges = np.zeros((self.bounds.shape[0] - 1, 2), dtype=np.int64)
         for s in range(ranges.shape[0]) if shards is None else shards:
             first, end = int(self.bounds[s]), int(self.bounds[s + 1])
-            lo = bisect.bisect_left(self.sa, needle, lo=first, hi=end, key=key)
-            ranges[s] = lo, bisect.bisect_right(self.sa, needle, lo=lo, hi=end, key=key)
+            lo = bisect.bisect_left(self._starts, needle, lo=first, hi=end, key=key)
+            ranges[s] = lo, bisect.bisect_right(self._starts, needle, lo=lo, hi=end, key=key)
         return ranges
+
+    def holding(self, query: np.ndarray, shards: list[int] | None = None) -> list[int]:
+        """The shards (of ``shards``, default all) whose text holds ``query``: one binary search each, where
+        :meth:`find` makes two."""
+        needle, key = self._key(query)
+        found = []
+        for s in range(self.bounds.shape[0] - 1) if shards is None else shards:
+            end = int(self.bounds[s + 1])
+            lo = bisect.bisect_left(self._starts, needle, lo=int(self.bounds[s]), hi=end, key=key)
+            if lo < end and key(self._starts[lo]) == needle:
+                found.append(s)
+        return found
+
+    def _key(self, query: np.ndarray) -> tuple[bytes, Callable[[int], bytes]]:
+        """``query`` as comparable bytes, and the key giving a suffix's first ``len(query)`` tokens as such."""
+        width, data = 4 * query.shape[0], self._bytes
+        return np.asarray(query, dtype=">i4").tobytes(), lambda start: data[4 * start:4 * start + width].tobytes()
 
     def longest_match(self, context: np.ndarray, max_query: int = 16, min_query: int = 2) -> tuple[int, np.ndarray]:
         """(q, ranges): the longest q in [min_query, max_query] whose last-q-token query occurs, and its ranges
         (:meth:`find`). Returns (0, an empty [0, 2]) when even ``min_query`` tokens do not occur."""
         low, high = min_query, min(max_query, context.shape[0])
-        best = 0, np.empty((0, 2), dtype=np.int64)
-        shards = None  # those that may hold a longer query: the shards holding the longest found so far
+        best, shards = 0, None  # shards: those that may hold a longer query, the ones holding the longest so far
         while low <= high:  # "occurs" is monotone in q: binary search for the largest q that occurs
             q = (low + high) // 2
-            ranges = self.find(context[-q:], shards)
-            holding = np.flatnonzero(ranges[:, 1] > ranges[:, 0])
-            if holding.size:
-                best, low, shards = (q, ranges), q + 1, holding.tolist()
+            if holding := self.holding(context[-q:], shards):
+                best, low, shards = q, q + 1, holding
             else:
                 high = q - 1
-        return best
+        return (best, self.find(context[-best:], shards)) if best else (0, np.empty((0, 2), dtype=np.int64))
 
     def continuations(self, ranges: np.ndarray, q: int, max_matches: int = 5000, length: int = 10) -> np.ndarray:
         """int64 [m, length]: the tokens after the first ``max_matches`` occurrences of a q-token query whose
@@ -226,14 +237,17 @@ class RestIndex:
         return rows[np.lexsort(ended_last.T[::-1])[:max_matches]]
 
     def _after(self, lo: int, hi: int, q: int, max_matches: int, length: int) -> np.ndarray:
-        """The continuations of the first ``max_matches`` suffixes of ``sa[lo:hi]`` (one shard's range)."""
+        """The continuations of the first ``max_matches`` suffixes of ``sa[lo:hi]`` (one shard's range): the
+        transpose of a C-contiguous [length, m] array, the layout :func:`build_tree` reads."""
         starts = np.asarray(self.sa[lo:min(hi, lo + max_matches)], dtype=np.int64) + q
-        index = starts[:, None] + np.arange(length)
+        index = np.arange(length)[:, None] + starts  # [length, m]
         outside = index >= len(self)
-        rows = self.text[np.minimum(index, len(self) - 1)].astype(np.int64)
-        ended = np.logical_or.accumulate(outside | (rows == SEPARATOR), axis=1)
-        rows[ended] = -1
-        return rows
+        by_depth = self.text[np.minimum(index, len(self) - 1)].astype(np.int64)
+        ended = outside | (by_depth == SEPARATOR)
+        for depth in range(1, length):  # over depths, each over every match (numpy's accumulate is strided here)
+            ended[depth] |= ended[depth - 1]
+        by_depth[ended] = -1
+        return by_depth.T
 
     def search(self, context: np.ndarray, config: SearchConfig = DEFAULT_SEARCH) -> tuple[RetrievalTree, int]:
         """REST's draft for ``context`` (int [L], last token = the root): (tree, matched query length or 0)."""
