@@ -83,7 +83,7 @@ def build_tree(rows: np.ndarray, max_nodes: int = 64) -> RetrievalTree:
     opens = np.empty((length, m), dtype=bool)
     opens[:, 0] = True
     np.not_equal(by_depth[:, 1:], by_depth[:, :-1], out=opens[:, 1:])
-    for depth in range(1, length):  # a loop over depths, each over every row: ~15x numpy's strided accumulate
+    for depth in range(1, length):  # over depths, each over every row (numpy's accumulate is strided here)
         opens[depth] |= opens[depth - 1]
     starts = np.flatnonzero(opens)  # depth-major: every depth's row 0 starts a run
     runs = np.empty_like(starts)  # a depth's last run ends where the next depth's first begins
