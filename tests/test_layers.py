@@ -311,9 +311,9 @@ def test_each_hidden_state_rule_fails_on_offending_source():
 
 
 def test_the_modules_of_ray_tasks_import_neither_torch_nor_transformers():
-    """A fresh Ray worker imports the module of each task it runs: the suffix-array, CREST and IVF-PQ tasks load in
-    under a second, where torch and transformers take ~5 s a worker (the check fails if any of them reaches the
-    model code at import)."""
+    """A fresh Ray worker imports the module of each task it runs: the suffix-array, CREST and IVF-PQ tasks must load
+    without the model stack, which costs every new worker seconds (the check fails if any of them reaches it at
+    import; docs/datastores.md has the times)."""
     import subprocess
     import sys
 
