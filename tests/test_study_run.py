@@ -3,7 +3,9 @@ what finished, the README lists every verdict; and the study itself on another t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 import nbformat
 import pytest
@@ -116,9 +118,48 @@ def _study_on(target: str, tmp_path, monkeypatch) -> tuple:
         (corpus / f"m{i}.py").write_text(f"def f{i}(x, y):\n    return x * {i} + y\n" * 40)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the kernels inherit it: tiny models run best on one thread
     out = tmp_path / "study"
-    state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": prompts.name,
-                                                     "corpus": corpus.name}, progress=False)
+    with _one_kernel(monkeypatch):
+        state = study_run.run_study("smoke", None, out, {"target": target, "draft": "self:1", "prompts": prompts.name,
+                                                         "corpus": corpus.name}, progress=False)
     return out, state
+
+
+# Before each notebook: its figures closed and the namespace emptied, as a fresh kernel's would be
+CLEAR = ('_plt = __import__("sys").modules.get("matplotlib.pyplot")\n'
+         'if _plt is not None:\n    _plt.close("all")\n'
+         'get_ipython().run_line_magic("reset", "-f")')
+
+
+@contextlib.contextmanager
+def _one_kernel(monkeypatch):
+    """papermill runs every notebook in one kernel, its figures closed and namespace emptied before each: the
+    kernel's start and the model stack's imports are paid once, not per notebook. The kernel starts at the first
+    notebook, with the environment and folder papermill would have given it. The notebooks' own runs (``make
+    figures``, tests/test_notebooks.py) start a fresh kernel each."""
+    import papermill
+    from jupyter_client.manager import KernelManager
+
+    real, km = papermill.execute_notebook, KernelManager(kernel_name="python3")
+
+    def in_the_kernel(path, out, **kwargs):
+        if not km.has_kernel:
+            km.start_kernel(cwd=kwargs.get("cwd"), env=dict(os.environ))
+        client = km.client()  # one a notebook: a client that outlives a papermill run hears no more replies
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=60)
+            reply = client.execute_interactive(CLEAR, timeout=60)
+        finally:
+            client.stop_channels()
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return real(path, out, km=km, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", in_the_kernel)
+    try:
+        yield
+    finally:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
 
 
 @pytest.mark.parametrize("arch", [
@@ -129,7 +170,8 @@ def test_the_study_runs_every_notebook_on_another_model_and_data(arch, tmp_path,
     checks (:func:`notebook_outputs.run_problems`: no error, warning or long progress bar, its figures saved and
     small, its conclusions rendered from its results file; the study's strict save refused any figure with layout
     problems); the results name the target; the README
-    lists every verdict of every results file. make test's one run of notebooks 01-10."""
+    lists every verdict of every results file. make test's one run of notebooks 01-10 (in one kernel:
+    :func:`_one_kernel`)."""
     from conftest import tiny
     from notebook_outputs import run_problems
 
