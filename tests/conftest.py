@@ -24,7 +24,7 @@ from specnb.model import kernels  # noqa: E402
 from specnb.model.kernels.cpu import kernel_isa  # noqa: E402
 from specnb.model.models import LoadedModel, byte_tokenizer, tiny_model  # noqa: E402
 
-# The longest test file (the study of every notebook, ~3-4 min on 2 cores) is collected first; with make test's
+# The longest test file (the study of every notebook, ~2.5 min on 2 cores) is collected first; with make test's
 # --no-loadscope-reorder pytest-xdist starts it first, and the other worker runs the rest meanwhile (by default it
 # orders files by their number of tests, and this one, started last, ran alone at the end).
 FIRST = ("test_study_run.py",)
