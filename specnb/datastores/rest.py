@@ -55,7 +55,7 @@ from ..paths import artifact_path, safe_name
 from .cluster import Cluster, check_plan, die_if_marked, run_tasks
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_recorded_tokenizer, corpus_digest
 from .manifest import check_files, read_meta, write_meta
-from .retrieval_tree import RetrievalTree, build_tree
+from .retrieval_tree import RetrievalTree, build_tree, carry_down
 
 SEPARATOR = np.iinfo(np.int32).max  # after every document; above every token id, never in a query
 FORMAT_VERSION = 1  # one suffix array
@@ -244,8 +244,7 @@ class RestIndex:
         outside = index >= len(self)
         by_depth = self.text[np.minimum(index, len(self) - 1)].astype(np.int64)
         ended = outside | (by_depth == SEPARATOR)
-        for depth in range(1, length):  # over depths, each over every match (numpy's accumulate is strided here)
-            ended[depth] |= ended[depth - 1]
+        carry_down(ended)
         by_depth[ended] = -1
         return by_depth.T
 

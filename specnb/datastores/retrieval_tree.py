@@ -64,6 +64,14 @@ def sort_rows(rows: np.ndarray) -> np.ndarray:
     return rows[np.lexsort(rows.T[::-1])]
 
 
+def carry_down(by_depth: np.ndarray) -> None:
+    """In place, over a C-contiguous bool [L, m]: each depth's row ORed with every row above it (a prefix that
+    differs, or ended, at some depth does so at every deeper one). One vector step a depth: numpy's
+    ``logical_or.accumulate`` along axis 0 walks the array in strides."""
+    for depth in range(1, by_depth.shape[0]):
+        by_depth[depth] |= by_depth[depth - 1]
+
+
 def build_tree(rows: np.ndarray, max_nodes: int = 64) -> RetrievalTree:
     """The token tree of continuations ``rows`` keeping the ``max_nodes`` most common prefixes.
 
@@ -83,8 +91,7 @@ def build_tree(rows: np.ndarray, max_nodes: int = 64) -> RetrievalTree:
     opens = np.empty((length, m), dtype=bool)
     opens[:, 0] = True
     np.not_equal(by_depth[:, 1:], by_depth[:, :-1], out=opens[:, 1:])
-    for depth in range(1, length):  # over depths, each over every row (numpy's accumulate is strided here)
-        opens[depth] |= opens[depth - 1]
+    carry_down(opens)
     starts = np.flatnonzero(opens)  # depth-major: every depth's row 0 starts a run
     runs = np.empty_like(starts)  # a depth's last run ends where the next depth's first begins
     runs[:-1], runs[-1] = starts[1:] - starts[:-1], length * m - starts[-1]
