@@ -320,3 +320,28 @@ def test_a_family_specnb_does_not_cover_runs_on_hugging_faces_modules_said_once(
         out = generate(target, prompt, ContextNgramDrafter(k=2, w=4), max_new_tokens=20, verify=verify,
                        stop_at_eos=False)
         assert out.tokens == ar.tokens and out.stats.tokens_per_call > 1.0, verify
+
+
+def test_loads_of_one_folder_share_its_tokenizer_until_a_file_changes(tmp_path):
+    """Two loads of a local folder (two dtypes) and the store builders' tokenizer get one tokenizer object (a large
+    vocabulary takes seconds to read); a folder whose tokenizer file changed is read again; a tokenizer no model
+    holds any more is not kept."""
+    import gc
+    import os
+
+    from specnb import load_model
+    from specnb.datastores.corpus import load_tokenizer
+    from specnb.model.models import _TOKENIZERS
+
+    tiny("llama").model.save_pretrained(tmp_path)
+    tiny("llama").tokenizer.save_pretrained(tmp_path)
+    first, second = load_model(str(tmp_path), dtype="float32"), load_model(str(tmp_path), dtype="bfloat16")
+    assert second.tokenizer is first.tokenizer and load_tokenizer(str(tmp_path)) is first.tokenizer
+    stat = (tmp_path / "tokenizer.json").stat()
+    os.utime(tmp_path / "tokenizer.json", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    third = load_model(str(tmp_path), dtype="float32")
+    assert third.tokenizer is not first.tokenizer
+    assert third.tokenizer("abc").input_ids == first.tokenizer("abc").input_ids
+    del first, second, third
+    gc.collect()
+    assert not [key for key in _TOKENIZERS.keys() if key[0] == str(tmp_path.resolve())]

@@ -104,16 +104,14 @@ def check_recorded_tokenizer(meta: dict | None, model: str, what: str) -> None:
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """The tokenizer of a model name (embedded, ``tiny-<arch>``, HF id or path) without loading weights."""
-    from transformers import AutoTokenizer
-
-    from ..model.models import byte_tokenizer, checkpoint, fetch
+    from ..model.models import byte_tokenizer, checkpoint, fetch, shared_tokenizer
 
     where = resolve_name(name)  # an unknown name fails at once, before the hub is asked
     if where.kind == "tiny":
         return byte_tokenizer()
     source = str(fetch(name, quiet=True) if where.kind == "embedded" else checkpoint(name))
     try:
-        return AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
+        return shared_tokenizer(source, where.offline)
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load the tokenizer of {name!r}: {exc}") from None
 

@@ -24,6 +24,7 @@ import json
 import shutil
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
@@ -314,6 +315,26 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         (tmp / SIZES).write_text(json.dumps({p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}))
 
 
+_TOKENIZERS: weakref.WeakValueDictionary[tuple, PreTrainedTokenizerBase] = weakref.WeakValueDictionary()
+
+
+def shared_tokenizer(source: str, offline: bool) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(source)``; for a local folder, one object for every load of it while any
+    holder is alive (specnb reads a tokenizer and never changes it; do not change a shared one). Why: a large
+    vocabulary takes seconds to read (Gemma-3's 262k tokens), and comparing dtypes or weights loads one folder
+    several times. A folder whose files changed since is read again."""
+    folder = Path(source)
+    if not folder.is_dir():  # a hub id: the hub's loader resolves it (and its revision) every time
+        return AutoTokenizer.from_pretrained(source, local_files_only=offline)
+    stamp = tuple(sorted((p.name, s.st_size, s.st_mtime_ns) for p in folder.iterdir() if p.is_file()
+                         for s in [p.stat()]))
+    key = (str(folder.resolve()), offline, stamp)
+    tokenizer = _TOKENIZERS.get(key)
+    if tokenizer is None:
+        tokenizer = _TOKENIZERS[key] = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+    return tokenizer
+
+
 # -------------------------------------------------------------------------------------- tiny models
 
 
@@ -406,7 +427,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     else:
         source, chat = str(checkpoint(name)), None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=where.offline)
+        tokenizer = shared_tokenizer(source, where.offline)
         placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
         with _quiet_loading():
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=where.offline,
