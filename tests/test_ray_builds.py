@@ -74,12 +74,16 @@ def stopped_after_two_pieces(monkeypatch, module):
 
 @pytest.fixture(scope="module")
 def cluster():
-    nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    nodes.add_node(num_cpus=1)
-    ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False)
-    yield Cluster(address=nodes.address, workers=2, threads=1, shards=4)
-    ray.shutdown()
-    nodes.shutdown()
+    # Without Ray's usage statistics: Ray Data's poller of them queries a Prometheus server no test starts, from a
+    # thread that outlives pytest's output and prints a "Logging error" traceback at the end of the run.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1})
+        nodes.add_node(num_cpus=1)
+        ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False)
+        yield Cluster(address=nodes.address, workers=2, threads=1, shards=4)
+        ray.shutdown()
+        nodes.shutdown()
 
 
 @pytest.fixture(scope="module")
