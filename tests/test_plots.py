@@ -475,6 +475,32 @@ def test_saved_log_axes_say_they_are_logarithmic(tmp_path, monkeypatch):
     plt.close("all")
 
 
+def test_a_log_mark_that_would_collide_is_left_off_and_a_save_lays_out_once(tmp_path, monkeypatch):
+    """A " (log)" mark that pushes a label into its neighbour's is put back, and the strict save passes; saving
+    lays the figure out once before the PNG (the title fitting and the checks share that draw)."""
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
+    fig, (a, b) = plt.subplots(1, 2, figsize=(6, 3), layout="none")  # no layout engine to make room
+    fig.subplots_adjust(bottom=0.25)
+    a.plot([1, 10, 100], [1, 2, 3])
+    a.set(xscale="log", xlabel="tokens of the corpus drafted from, all of them")  # room for it, not for " (log)"
+    b.plot([1, 2], [1, 2])
+    b.set_xlabel("tokens drafted per call here")
+    draws = []
+    monkeypatch.setattr(fig, "draw_without_rendering", lambda real=fig.draw_without_rendering: (draws.append(1),
+                                                                                                  real())[1])
+    plots.save_figure(fig, "00_collide")
+    assert a.get_xlabel() == "tokens of the corpus drafted from, all of them" and len(draws) == 2  # the mark's check: 2
+    fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
+    ax.plot([1, 10, 100], [1, 2, 3])
+    ax.set(xscale="log", xlabel="tokens")
+    monkeypatch.setattr(fig, "draw_without_rendering", lambda real=fig.draw_without_rendering: (draws.append(2),
+                                                                                                  real())[1])
+    plots.save_figure(fig, "00_room")
+    assert ax.get_xlabel() == "tokens (log)" and draws.count(2) == 1
+    plt.close("all")
+
+
 def test_a_title_with_a_long_model_path_is_wrapped_to_fit(tmp_path, monkeypatch):
     """A user's model path makes titles long: saved strictly, they wrap onto lines inside the figure."""
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))

@@ -39,6 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib import patheffects
+from matplotlib.axis import Axis
 from matplotlib.colors import LogNorm, Normalize, to_hex, to_rgb
 from matplotlib.ticker import FuncFormatter, Locator, NullFormatter, NullLocator, ScalarFormatter
 from PIL import Image
@@ -1235,10 +1236,10 @@ class FigureLayoutError(ValueError):
     """A figure about to be saved has overlapping text or a panel that shows one value."""
 
 
-def mark_log_axes(fig: plt.Figure) -> None:
+def mark_log_axes(fig: plt.Figure) -> list[tuple[Axis, str]]:
     """Append " (log)" to the label of every logarithmic axis of ``fig`` whose label does not say so: a reader
-    of a log axis with plain-number ticks must be told. Labels the mark would push into a neighbour's (see
-    :func:`layout_problems`) stay as they were."""
+    of a log axis with plain-number ticks must be told. Returns the (axis, former label) pairs marked, for
+    :func:`save_figure` to put back where the mark pushes a label into a neighbour's."""
     marked = []
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -1246,17 +1247,17 @@ def mark_log_axes(fig: plt.Figure) -> None:
             if axis.get_scale() == "log" and label and "log" not in label:
                 axis.set_label_text(f"{label} (log)")
                 marked.append((axis, label))
-    if marked and any("label" in problem for problem in layout_problems(fig)):
-        for axis, label in marked:
-            axis.set_label_text(label)
+    return marked
 
 
-def fit_titles(fig: plt.Figure) -> None:
+def fit_titles(fig: plt.Figure) -> bool:
     """Wrap the suptitle and every panel title that would run off the figure (a user's long model path in it)
-    onto lines that fit its width (measured after a draw: a layout engine moves titles)."""
+    onto lines that fit its width (measured after a draw: a layout engine moves titles). Returns whether any was
+    wrapped (else the figure is as that draw laid it out)."""
     fig.draw_without_rendering()  # the layout and every text's extent, no pixels
     renderer = fig.canvas.get_renderer()
     edge = fig.bbox
+    wrapped = False
     for text in [ax.title for ax in fig.axes] + ([fig._suptitle] if fig._suptitle is not None else []):
         content = text.get_text()
         box = text.get_window_extent(renderer)
@@ -1267,6 +1268,8 @@ def fit_titles(fig: plt.Figure) -> None:
         chars = max(20, int(longest * 0.9 * room / box.width))
         text.set_text("\n".join(textwrap.fill(_unbroken(line), chars, break_on_hyphens=False)
                                  for line in content.splitlines()))
+        wrapped = True
+    return wrapped
 
 
 def _unbroken(line: str) -> str:
@@ -1284,10 +1287,17 @@ def save_figure(fig: plt.Figure, name: str, data: pd.DataFrame | None = None) ->
     (set by ``specnb notebooks run`` and ``specnb study run``) a figure with :func:`layout_problems` raises
     :class:`FigureLayoutError` instead."""
     add_shade_key(fig)
-    mark_log_axes(fig)
-    fit_titles(fig)
-    if os.environ.get("SPECNB_STRICT_FIGURES") == "1" and (problems := layout_problems(fig)):
-        raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
+    marked = mark_log_axes(fig)
+    wrapped = fit_titles(fig)
+    strict = os.environ.get("SPECNB_STRICT_FIGURES") == "1"
+    if marked or strict:  # one layout for both checks: a draw is most of a small figure's saving time
+        problems = layout_problems(fig, drawn=not wrapped)
+        if marked and any("label" in problem for problem in problems):  # the marks collide: labels as they were
+            for axis, label in marked:
+                axis.set_label_text(label)
+            problems = layout_problems(fig) if strict else []
+        if problems and strict:
+            raise FigureLayoutError(f"figure {name}: " + "; ".join(problems[:5]))
     out = figures_dir() / f"{name}.png"
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
@@ -1330,7 +1340,7 @@ def _record_title(folder: Path, name: str, fig: plt.Figure) -> None:
 # ------------------------------------------------------------------------------------------ layout audit
 
 
-def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
+def layout_problems(fig: plt.Figure, slack: float = 1.0, drawn: bool = False) -> list[str]:
     """What a reader would trip over in ``fig``, from matplotlib's bounding boxes after a draw:
 
     * tick labels of one axis that overlap each other;
@@ -1341,8 +1351,10 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
     * a hatch, an outline, a translucent tint or a method's shade (ID store, priced) that no legend of the figure
       names, or two translucent bands in one panel (:func:`key_problems`).
 
-    ``slack``: pixels two boxes may share before they count as overlapping. Returns one line per problem."""
-    fig.draw_without_rendering()  # the layout and every text's extent, no pixels
+    ``slack``: pixels two boxes may share before they count as overlapping; ``drawn``: the figure was drawn since
+    its last change (its layout is not drawn again). Returns one line per problem."""
+    if not drawn:
+        fig.draw_without_rendering()  # the layout and every text's extent, no pixels
     renderer = fig.canvas.get_renderer()
     problems: list[str] = []
     free: list[tuple[str, object]] = []  # (description, bbox) of texts that must not touch each other
@@ -1383,7 +1395,8 @@ def layout_problems(fig: plt.Figure, slack: float = 1.0) -> list[str]:
                  if box.x0 < edge.x0 - slack or box.x1 > edge.x1 + slack or box.y0 < edge.y0 - slack
                  or box.y1 > edge.y1 + slack]
     problems += [f"{a} and {b} overlap" for a, b in _overlapping(free, slack)]
-    problems += [f"{a} and {b} overlap" for a, fa in free for b, fb in ticks if _touch(fa, fb, slack)]
+    problems += [f"{free[i][0]} and {ticks[j][0]} overlap" for i, j in zip(*np.nonzero(_touching(free, ticks, slack)),
+                                                                           strict=True)]
     return problems + key_problems(fig)
 
 
@@ -1450,9 +1463,21 @@ def _touch(a, b, slack: float) -> bool:
     return a.x0 + slack < b.x1 and b.x0 + slack < a.x1 and a.y0 + slack < b.y1 and b.y0 + slack < a.y1
 
 
+def _touching(a: list[tuple[str, object]], b: list[tuple[str, object]], slack: float) -> np.ndarray:
+    """bool [len(a), len(b)]: which boxes of ``a`` :func:`_touch` which of ``b``, in one array comparison (a
+    heatmap's value labels are hundreds of boxes)."""
+    def corners(boxes: list[tuple[str, object]]) -> np.ndarray:
+        return np.array([(box.x0, box.y0, box.x1, box.y1) for _, box in boxes], dtype=float).reshape(-1, 4)
+
+    p, q = corners(a)[:, None], corners(b)[None]
+    return (p[..., 0] + slack < q[..., 2]) & (q[..., 0] + slack < p[..., 2]) \
+        & (p[..., 1] + slack < q[..., 3]) & (q[..., 1] + slack < p[..., 3])
+
+
 def _overlapping(boxes: list[tuple[str, object]], slack: float) -> list[tuple[str, str]]:
-    return [(boxes[i][0], boxes[j][0]) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
-            if _touch(boxes[i][1], boxes[j][1], slack)]
+    """The names of every pair of ``boxes`` that touch, each pair once, in the order of a loop over i < j."""
+    return [(boxes[i][0], boxes[j][0]) for i, j in zip(*np.nonzero(np.triu(_touching(boxes, boxes, slack), 1)),
+                                                       strict=True)]
 
 
 def _data_artists(ax: plt.Axes) -> Iterable:
