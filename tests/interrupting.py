@@ -14,6 +14,11 @@ allowed; ``os:rename`` patches the ``os`` module, which every caller of ``os.ren
 ``within``: count only calls made while that function runs. ``after``: signal once the n-th call has returned
 (else before it runs). ``mid_write``: instead of ``at``, the n-th file opened for writing whose name matches
 the glob gets half of its first write, flushed to the file, then the signal -- a kill in the middle of a write.
+
+The child is forked from a server process that imported torch, transformers and specnb's model code once
+(multiprocessing's forkserver, :data:`PRELOAD`), so each child skips the ~5 s of imports a fresh interpreter
+pays; it runs the same code after them, with the environment, folder and signal handling given here, and its
+output goes to files read back. ``SPECNB_FRESH_CHILD=1``: a fresh ``python -m tests.interrupting`` instead.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import functools
 import importlib
 import io
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -35,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,11 +72,68 @@ def interrupted(argv: Sequence[str] | None = None, *, code: str | None = None, a
     env = {**os.environ, **(env or {})}
     child_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))}
     child_env.setdefault("TQDM_DISABLE", "1")
-    out = subprocess.run([sys.executable, "-m", "tests.interrupting", json.dumps(spec)], capture_output=True,
-                         text=True, env=child_env, cwd=ROOT, timeout=timeout)
+    if os.environ.get("SPECNB_FRESH_CHILD") == "1":
+        out = subprocess.run([sys.executable, "-m", "tests.interrupting", json.dumps(spec)], capture_output=True,
+                             text=True, env=child_env, cwd=ROOT, timeout=timeout)
+        returncode, stdout, stderr = out.returncode, out.stdout, out.stderr
+    else:
+        returncode, stdout, stderr = _forked(spec, child_env, timeout)
     fired = marker.exists()
     marker.unlink(missing_ok=True)
-    return Interrupted(out.returncode, out.stdout, out.stderr, fired)
+    return Interrupted(returncode, stdout, stderr, fired)
+
+
+# the imports every command of the tests pays before it runs (the server pays them once)
+PRELOAD = ["tests.interrupting", "specnb.cli", "specnb.model.models", "transformers.tokenization_utils_fast"]
+
+
+def _forked(spec: dict[str, Any], env: dict[str, str], timeout: float) -> tuple[int, str, str]:
+    """Run the child forked from the preloaded server: (exit status, stdout, stderr), as ``subprocess.run``
+    gives them (a negative status: the signal that ended it)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with tempfile.TemporaryDirectory(prefix="specnb-child-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        child = context.Process(target=_forked_child, args=(spec, env, str(out), str(err)))
+        # the server, started by the first child, reads the environment once as it imports (tqdm its TQDM_
+        # defaults): the child's
+        with mock.patch.dict(os.environ, {"TQDM_DISABLE": env["TQDM_DISABLE"]}):
+            child.start()
+        child.join(timeout)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+            raise subprocess.TimeoutExpired(["tests.interrupting", json.dumps(spec)], timeout)
+        return child.exitcode, out.read_text(), err.read_text()
+
+
+def _forked_child(spec: dict[str, Any], env: dict[str, str], out: str, err: str) -> None:
+    """The child's start in the forked process: the given environment (torch's thread count too: it read
+    ``OMP_NUM_THREADS`` when the server imported it), folder, output files and Ctrl-C handling, then
+    :func:`_child`; its return is the exit status, and a Ctrl-C it lets through ends it by SIGINT, as Python
+    ends a fresh interpreter."""
+    import torch
+
+    os.environ.clear()
+    os.environ.update(env)
+    if env.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    os.chdir(ROOT)
+    for fd, path in ((1, out), (2, err)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(target, fd)
+        os.close(target)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = _child(spec)
+    except KeyboardInterrupt:
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    sys.exit(code)
 
 
 # ------------------------------------------------------------------------------------------- the child

@@ -64,6 +64,20 @@ def leftovers(folder, keep: set[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name not in keep)
 
 
+def test_a_forked_child_ends_and_reads_its_environment_as_a_fresh_interpreter():
+    """The children below are forked from a server that imported torch and specnb (tests/interrupting.py): each
+    still exits with its own status, dies of the signal it lets through, and computes on the threads and in the
+    folder a fresh ``python -m tests.interrupting`` would."""
+    from tests.interrupting import ROOT
+
+    ran = interrupted(code="import os, sys, torch\nprint(torch.get_num_threads(), os.getcwd(), os.environ['X'])\n"
+                           "sys.exit(3)", env={"OMP_NUM_THREADS": "1", "X": "given"})
+    assert (ran.returncode, ran.stdout) == (3, f"1 {ROOT} given\n"), ran.stderr
+    assert interrupted(code="raise KeyboardInterrupt").returncode == -signal.SIGINT
+    killed = interrupted(code="import os\nos.remove(os.devnull + 'x')", at="os:remove")
+    assert killed.killed and killed.stdout == ""
+
+
 # ------------------------------------------------------------------------------- CREST overwrite
 
 
