@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,13 @@ import numpy as np
 import pytest
 
 import specnb
+
+# jsonschema (which Ray and nbformat import) loads rfc3987_syntax where it is installed (jupyter-events asks for
+# jsonschema's format extras), and that compiles 38 grammars on import: ~3 s in every process. Only the "iri"
+# format checks use it, which no test asks for; the test processes, and the Ray cluster's (WITHOUT_IRI_CHECKS),
+# go without it.
+sys.modules.setdefault("rfc3987_syntax", None)  # an import of it now fails, as where it is not installed
+WITHOUT_IRI_CHECKS = 'import sys; sys.modules.setdefault("rfc3987_syntax", None)'  # the same, for a sitecustomize
 
 specnb.openmp_spin_briefly()  # before torch is imported (libgomp reads it once), as the command and notebooks do
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 
 import numpy as np
 import pytest
 import ray
-from conftest import tiny
+from conftest import WITHOUT_IRI_CHECKS, tiny
 from ray.cluster_utils import Cluster as RayCluster
 
 from specnb.atomic import ExistsError
@@ -73,11 +74,15 @@ def stopped_after_two_pieces(monkeypatch, module):
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     # Without Ray's usage statistics: Ray Data's poller of them queries a Prometheus server no test starts, from a
-    # thread that outlives pytest's output and prints a "Logging error" traceback at the end of the run.
+    # thread that outlives pytest's output and prints a "Logging error" traceback at the end of the run. Every Ray
+    # process (a dozen, and each actor) imports jsonschema: without its iri checks, as the tests' (conftest.py).
+    site = tmp_path_factory.mktemp("site")
+    (site / "sitecustomize.py").write_text(WITHOUT_IRI_CHECKS + "\n")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("RAY_USAGE_STATS_ENABLED", "0")
+        env.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
         nodes = RayCluster(initialize_head=True, head_node_args={"num_cpus": 1})
         nodes.add_node(num_cpus=1)
         ray.init(address=nodes.address, include_dashboard=False, log_to_driver=False)
