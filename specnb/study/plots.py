@@ -1459,13 +1459,9 @@ def _lasttick_labels(axis) -> list:
     return labels
 
 
-def _touch(a, b, slack: float) -> bool:
-    return a.x0 + slack < b.x1 and b.x0 + slack < a.x1 and a.y0 + slack < b.y1 and b.y0 + slack < a.y1
-
-
 def _touching(a: list[tuple[str, object]], b: list[tuple[str, object]], slack: float) -> np.ndarray:
-    """bool [len(a), len(b)]: which boxes of ``a`` :func:`_touch` which of ``b``, in one array comparison (a
-    heatmap's value labels are hundreds of boxes)."""
+    """bool [len(a), len(b)]: which boxes of the (name, bbox) pairs ``a`` overlap which of ``b`` by more than
+    ``slack`` pixels each way, in one array comparison (a heatmap's value labels are hundreds of boxes)."""
     def corners(boxes: list[tuple[str, object]]) -> np.ndarray:
         return np.array([(box.x0, box.y0, box.x1, box.y1) for _, box in boxes], dtype=float).reshape(-1, 4)
 
@@ -1511,7 +1507,7 @@ def _covers_data(ax: plt.Axes, box) -> bool:
             if inside(ax.transData.transform(np.asarray(artist.get_offsets(), dtype=float))):
                 return True
         elif isinstance(artist, Rectangle) and artist.get_fill() and artist.get_width() and artist.get_height():
-            if _touch(artist.get_window_extent(), box, 0.0):
+            if _touching([("bar", artist.get_window_extent())], [("legend", box)], 0.0)[0, 0]:
                 return True
     return False
 
