@@ -267,3 +267,46 @@ def test_a_pair_that_cannot_be_true_is_timed_again(monkeypatch):
     frame = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=1), progress=False)
     assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
     assert len(calls) == 1 + 2 * 6 * 2 + 2  # one pair timed again
+
+
+def test_cells_that_cannot_be_true_are_those_that_disagree_or_cost_less_for_more_work():
+    seconds = {(100, 1, 0): 1.0, (100, 1, 1): 1.2, (100, 1, 3): 1.1, (100, 2, 0): 1.3, (100, 2, 1): 1.6,
+               (500, 1, 0): 1.1, (500, 1, 1): 1.3, (500, 1, 3): 1.6, (500, 2, 0): 1.2, (500, 2, 1): 1.9}
+    passes = {cell: [s, s * 1.1, s * 1.6] for cell, s in seconds.items()}  # two of three agree: one outlier
+    passes[500, 2, 1] = [1.0, 1.5, 2.3]  # no two within the band
+    # (1, 3) at 100 under (1, 1) by more than the slack; (2, 0) at 500 under itself at 100; (2, 1) at 500 disagrees
+    assert timing.implausible(seconds, passes) == {(100, 1, 1), (100, 1, 3), (100, 2, 0), (500, 2, 0), (500, 2, 1)}
+    within_slack = seconds | {(100, 1, 3): 1.2 / 1.04, (500, 2, 0): 1.3 / 1.04}
+    assert timing.implausible(within_slack, passes) == {(500, 2, 1)}
+    assert timing.implausible(within_slack, passes | {(500, 2, 1): [1.0, 1.5, 2.3, 1.55, 1.45]}) == set()  # 3 of 5
+    # more drafts of as many tokens: (2, 0) under (1, 0) at one context
+    assert timing.implausible({(8, 1, 0): 1.0, (8, 2, 0): 0.5}, {}) == {(8, 1, 0), (8, 2, 0)}
+
+
+def test_a_cell_that_cannot_be_true_among_the_others_is_timed_again(monkeypatch):
+    """A call costs 5 ms per token, but the 2 x 1 block costs three times that in its three timed passes (a
+    disturbance longer than a pair): it then costs more than the 2 x 2 block, and more than the 3 x 1 one, so it and
+    those two are timed again until the median of each says what it costs. Kept as measured it would be 3x."""
+    import types
+
+    calls, now = [], [0.0]
+
+    def forward(model, ids, **kwargs):
+        calls.append(tuple(ids.shape))
+        disturbed = tuple(ids.shape) == (2, 1) and 2 <= calls.count((2, 1)) <= 4  # its timed passes, not the warm-up
+        now[0] += 0.005 * ids.numel() * (3 if disturbed else 1)
+
+    monkeypatch.setattr(timing, "forward", forward)
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(timing, "splits", lambda head, hidden: False)  # no head timed: the calls are counted
+    frame = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
+    assert frame.slowdown.to_numpy() == pytest.approx(frame.tokens.to_numpy(), rel=1e-9)
+    passes = frame.set_index(["k", "w"]).passes
+    # three passes, then four more of the cell (its median 6, 6, 6, 4, then 2) and of the 3 x 1 block (which costs
+    # less until then), three of the 2 x 2 block (which costs less while the cell's median is 6)
+    assert (passes[2, 0], passes[3, 0], passes[2, 1]) == (7, 7, 6)
+    assert (passes.drop([(2, 0), (2, 1), (3, 0)]) == 3).all()
+    monkeypatch.setattr(timing, "EXTRA_PASSES", 0)
+    calls.clear()
+    kept = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
+    assert kept.set_index(["k", "w"]).slowdown[2, 0] == pytest.approx(6.0)  # what the check keeps out

@@ -180,9 +180,10 @@ def machine_key(target: LoadedModel) -> str:
 
 def cost_table_path(target: LoadedModel) -> Path:
     """Where :func:`specnb.eval.timing.cost_table` caches this target's table and :func:`cached_cost_model` reads it;
-    ``-paired-head``: timed as :func:`specnb.eval.timing.time_cells` times now, the head's own curve included
-    (tables cached before that lack it, or were timed back to back, and are measured again rather than read)."""
-    return artifact_path("roofline", f"{machine_key(target)}-paired-head.csv")
+    ``-checked``: timed as :func:`specnb.eval.timing.time_cells` times now, paired, the head's own curve included,
+    the cells that could not be true timed again (tables cached before that lack one of these, and are measured
+    again rather than read)."""
+    return artifact_path("roofline", f"{machine_key(target)}-checked.csv")
 
 
 def cached_cost_model(target: LoadedModel, path: str | Path = "") -> CostModel:

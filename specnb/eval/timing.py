@@ -91,6 +91,35 @@ def get_grid(name: str) -> Grid:
 HEAD_ROWS_TIMED = 64  # the head curve's largest row count; CostModel prices more rows in proportion
 LEAST_RATIO = 0.9  # a block of several tokens over the one-token call just before it: below this, a disturbed pair
 RETRIES = 3  # times such a pair is timed again before its ratio is kept as it is
+SPREAD = 1.3  # a cell's passes agree where more than half lie within this band (largest / smallest) around their median
+ORDER_SLACK = 1.05  # more tokens, or a longer context, costing less than the other cell over this: both timed again
+EXTRA_PASSES = 6  # passes over the cells that cannot be true as timed, at most, before they are kept as they are
+
+
+def implausible(seconds: dict[tuple[int, int, int], float], passes: dict[tuple[int, int, int], list[float]]) -> set:
+    """The cells of a timed table that cannot be true as timed: ``seconds`` (context, k, w) -> seconds of one call,
+    ``passes`` -> its paired ratios, one a pass. A cell is implausible where its passes disagree (no more than half
+    of them within the band :data:`SPREAD` wide around their median: its median is one disturbed pass away from
+    another value), or where it costs :data:`ORDER_SLACK` less than a cell that does less work: as many drafts (k)
+    of fewer tokens (w), fewer drafts of as many tokens, or the same block at a shorter context (both cells of such a
+    pair are returned: which was disturbed is unknown)."""
+    half_band = SPREAD**0.5
+    out = set()
+    for cell, ratios in passes.items():
+        middle = statistics.median(ratios)
+        if 2 * sum(middle / half_band <= r <= middle * half_band for r in ratios) <= len(ratios):
+            out.add(cell)
+    for axis in range(3):  # along the context, k, then w: neighbours that differ in that coordinate only
+        rest = [a for a in range(3) if a != axis]
+        lines: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for cell in seconds:
+            lines.setdefault((cell[rest[0]], cell[rest[1]]), []).append(cell)
+        for line in lines.values():
+            line.sort(key=lambda cell: cell[axis])
+            for less, more in zip(line, line[1:], strict=False):
+                if seconds[more] * ORDER_SLACK < seconds[less]:
+                    out |= {less, more}
+    return out
 
 
 @torch.inference_mode()
@@ -113,7 +142,9 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
 
     A pair that cannot be true is timed again (up to :data:`RETRIES` times): a block of several tokens does all of
     a one-token call's work and more, so a ratio below :data:`LEAST_RATIO` says the one-token call was disturbed
-    (docs/forward_pass.md, "Measurements behind the code").
+    (docs/forward_pass.md, "Measurements behind the code"). And a cell that cannot be true among the others
+    (:func:`implausible`: passes that disagree, or less work costing more) is timed again with its partner, in up to
+    :data:`EXTRA_PASSES` more passes over such cells, and costs the median of all its passes (``passes`` counts them).
 
     Where a call's output head computes only the rows acceptance reads (:func:`specnb.core.head_rows.splits`), the
     head alone is timed too, on every row count of the cells up to :data:`HEAD_ROWS_TIMED` and on
@@ -157,30 +188,51 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
         synchronize(device)
         return time.perf_counter() - start
 
+    def time_one(index: int, timed: bool) -> None:
+        """Cell ``index`` (past the cells: the head on some rows) and its one-token partner, once."""
+        if index >= len(cells):  # the head alone on some rows
+            rows, context = head_rows[index - len(cells)], grid.contexts[0]
+            reference = call(context, one[context])
+            seconds = head_call(rows)
+            if timed:
+                single[context].append(reference)
+                head_ratios[rows].append(seconds / reference)
+            return
+        context, k, w = cells[index]
+        reference = call(context, one[context])
+        seconds = call(context, blocks[context, k, w])
+        for _ in range(RETRIES if timed and k * (w + 1) > 1 else 0):
+            if seconds >= LEAST_RATIO * reference:
+                break
+            reference = call(context, one[context])
+            seconds = call(context, blocks[context, k, w])
+        if timed:
+            single[context].append(reference)
+            ratios[context, k, w].append(seconds / reference)
+
+    def suspects() -> list[int]:
+        """Indices (as :func:`time_one` takes them) of the cells and head rows :func:`implausible` as timed so far
+        (the head's rows as cells (0, rows, 0), in units of one-token calls)."""
+        cell_seconds = {cell: statistics.median(ratios[cell]) * statistics.median(single[cell[0]]) for cell in cells}
+        found = implausible(cell_seconds, ratios)
+        head = {(0, rows, 0): head_ratios[rows] for rows in head_rows}
+        found_head = implausible({key: statistics.median(r) for key, r in head.items()}, head)
+        return [i for i, cell in enumerate(cells) if cell in found] + \
+            [len(cells) + i for i, rows in enumerate(head_rows) if (0, rows, 0) in found_head]
+
     bar = tqdm(total=2 * (len(cells) + len(head_rows)) * (grid.repeats + 1), desc=desc, unit="call",
                disable=not progress)
     for timed in [False] + [True] * grid.repeats:
         for index in torch.randperm(len(cells) + len(head_rows), generator=generator).tolist():
-            if index >= len(cells):  # the head alone on some rows
-                rows, context = head_rows[index - len(cells)], grid.contexts[0]
-                reference = call(context, one[context])
-                seconds = head_call(rows)
-                if timed:
-                    single[context].append(reference)
-                    head_ratios[rows].append(seconds / reference)
-                bar.update(2)
-                continue
-            context, k, w = cells[index]
-            reference = call(context, one[context])
-            seconds = call(context, blocks[context, k, w])
-            for _ in range(RETRIES if timed and k * (w + 1) > 1 else 0):
-                if seconds >= LEAST_RATIO * reference:
-                    break
-                reference = call(context, one[context])
-                seconds = call(context, blocks[context, k, w])
-            if timed:
-                single[context].append(reference)
-                ratios[context, k, w].append(seconds / reference)
+            time_one(index, timed)
+            bar.update(2)
+    for _ in range(EXTRA_PASSES):  # what cannot be true as timed is timed again
+        again = suspects()
+        if not again:
+            break
+        bar.total += 2 * len(again)
+        for index in torch.randperm(len(again), generator=generator).tolist():
+            time_one(again[index], True)
             bar.update(2)
     bar.close()
     frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1),
