@@ -850,6 +850,7 @@ def test_a_log_axis_labels_the_range_shown_whatever_was_drawn_before():
     lo, hi = ax.get_ylim()
     assert [t for t in ax.get_yticks() if lo <= t <= hi] == pytest.approx([0.02, 0.05, 0.1, 0.2])
     assert float([t.get_text() for t in ax.get_yticklabels() if t.get_text()][-1]) == 0.2
+    assert len(ax.yaxis.get_minorticklocs()) == 0  # major ticks only
     plt.close(fig)
 
 

@@ -995,7 +995,7 @@ def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm
     elif isinstance(norm, LogNorm):
         bar.set_ticks(log_ticks(norm.vmin, norm.vmax))
         bar.ax.yaxis.set_major_formatter(ScalarFormatter())
-        bar.ax.yaxis.set_minor_formatter(NullFormatter())
+        bar.ax.yaxis.set_minor_locator(NullLocator())
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
@@ -1179,7 +1179,7 @@ def _figure_handles(fig: plt.Figure) -> tuple[list, list]:
 
 def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[float] | None = None,
              compact: bool = False) -> None:
-    """A logarithmic ``axis`` with labelled major ticks only (plain numbers): ``ticks`` where given, else
+    """A logarithmic ``axis`` with labelled major ticks and no minor ones (plain numbers): ``ticks`` where given, else
     :class:`LogTicks` (1-2-5 values over the range shown, so no end of the data lies far past the last label);
     ``compact``: counts as 300, 3k, 1M, so a narrow panel's labels do not run into each other."""
     getattr(ax, f"set_{axis}scale")("log", base=base)
@@ -1196,7 +1196,7 @@ def log_axis(ax: plt.Axes, axis: str = "x", base: float = 10, ticks: Sequence[fl
         formatter = ScalarFormatter()
         formatter.set_scientific(False)
         target.set_major_formatter(formatter)
-    target.set_minor_formatter(NullFormatter())
+    target.set_minor_locator(NullLocator())  # major ticks only: unlabelled marks between them read as values
 
 
 def compact_count(value: float) -> str:
