@@ -187,6 +187,32 @@ def test_uncounted_calls_give_no_per_call_numbers():
     assert summary.loc[["peer"], ["calls", "tokens_per_call", "weight_gb_per_s"]].isna().all(axis=None)
 
 
+@pytest.mark.parametrize("isa", ["avx2", "avx512bf16"])
+def test_each_kernel_path_is_priced_at_the_instruction_it_multiplies_with(monkeypatch, isa):
+    """The compute floor of a path is its own instruction's: the exact blocks' fp32 FMAs over decoded weights, the
+    int8 route's vpdpbusd (AVX512-VNNI) or vpmaddubsw step (AVX2), the dense kernel's vdpbf16ps for bf16 weights
+    on the AVX512 path and fp32 FMAs otherwise; the int8 tiles issue vpdpbusd with a broadcast row."""
+    monkeypatch.setattr("specnb.model.kernels.cpu.kernel_isa", lambda flags=None: isa)
+    avx512 = isa == "avx512bf16"
+    assert [ceilings.kernel_instruction(True, int8, bf16) for int8 in (False, True) for bf16 in (False, True)] == \
+        ["fp32-fma", "fp32-fma"] + ["int8-vnni" if avx512 else "int8-avx2"] * 2
+    assert ceilings.kernel_instruction(False, False, True) == ("bf16-dot" if avx512 else "fp32-fma")
+    assert ceilings.kernel_instruction(False, False, False) == "fp32-fma"
+    assert ceilings.int8_form() == ("int8-vnni-broadcast" if avx512 else "int8-avx2")
+
+
+@pytest.mark.skipif(ceilings.peak_macs("fp32-fma") is None, reason="needs specnb's CPU kernels")
+def test_a_models_cost_table_names_its_paths_instruction():
+    """path_instruction reads the path a loaded model runs: over GGUF blocks exact or int8, or dense."""
+    from specnb.model.kernels.quant import int8_supported
+
+    assert ceilings.path_instruction(tiny_gguf("llama")) == "fp32-fma"
+    assert ceilings.path_instruction(tiny("llama")) == ceilings.kernel_instruction(False, False, False)
+    if int8_supported():
+        int8 = ceilings.kernel_instruction(True, True, False)
+        assert int8.startswith("int8") and ceilings.path_instruction(tiny_gguf("llama", int8=True)) == int8
+
+
 @pytest.mark.skipif(ceilings.peak_macs("fp32-fma") is None, reason="needs specnb's CPU kernels")
 def test_instruction_peaks_are_physical():
     """Each instruction's measured peak per thread lies between 1 G multiply-adds per second and what two such

@@ -90,20 +90,36 @@ def peak_macs(instruction: str) -> float | None:
     return ext.peak_rate(INSTRUCTIONS[instruction], kernel_isa() == "avx512bf16", 0.2)
 
 
-def path_instruction(target: LoadedModel) -> str | None:
-    """The instruction ``target``'s projections multiply with (one of :data:`INSTRUCTIONS`), or None where
-    specnb's kernels do not run it (PyTorch's GEMMs: :func:`gemm_flops` is their roof)."""
-    from .kernels import routed
+def kernel_instruction(blocks: bool, int8: bool, bf16: bool) -> str:
+    """The multiply-add instruction (one of :data:`INSTRUCTIONS`) of specnb's kernels on this CPU's path for a linear
+    over GGUF blocks (``blocks``; ``int8``: times int8-rounded activations) or over dense weights (``bf16``: in bf16,
+    else fp32)."""
     from .kernels.cpu import kernel_isa
 
+    avx512 = kernel_isa() == "avx512bf16"
+    if blocks:
+        return ("int8-vnni" if avx512 else "int8-avx2") if int8 else "fp32-fma"
+    return "bf16-dot" if bf16 and avx512 else "fp32-fma"
+
+
+def int8_form() -> str:
+    """The int8 route's instruction as its tiles issue it on this CPU's path (one operand a broadcast row):
+    ``int8-vnni-broadcast``, or on the AVX2 path ``int8-avx2``."""
+    from .kernels.cpu import kernel_isa
+
+    return "int8-vnni-broadcast" if kernel_isa() == "avx512bf16" else "int8-avx2"
+
+
+def path_instruction(target: LoadedModel) -> str | None:
+    """The instruction ``target``'s projections multiply with (:func:`kernel_instruction`), or None where
+    specnb's kernels do not run it (PyTorch's GEMMs: :func:`gemm_flops` is their roof)."""
+    from .kernels import routed
+
     if target.decoder.uses_gguf:
-        if not target.decoder.uses_int8:
-            return "fp32-fma"
-        return "int8-vnni" if kernel_isa() == "avx512bf16" else "int8-avx2"
+        return kernel_instruction(True, target.decoder.uses_int8, False)
     if not routed(target.model):
         return None
-    bf16 = next(target.model.parameters()).dtype == torch.bfloat16
-    return "bf16-dot" if bf16 and kernel_isa() == "avx512bf16" else "fp32-fma"
+    return kernel_instruction(False, False, next(target.model.parameters()).dtype == torch.bfloat16)
 
 
 def streamed_bytes(target: LoadedModel) -> int:

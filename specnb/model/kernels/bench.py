@@ -31,11 +31,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..ceilings import peak_macs, read_bandwidth
+from ..ceilings import int8_form, kernel_instruction, peak_macs, read_bandwidth
 from . import linear as fewrow_linear
 from . import memory, quant
 from . import top_k as fewrow_top_k
-from .cpu import cpu_class, kernel_isa
+from .cpu import cpu_class
 
 # (name, N, K): the linear layers that dominate Gemma-3-270M and Qwen2.5-Coder-1.5B
 SHAPES = {
@@ -188,12 +188,9 @@ def bench_quant(tensors: dict[str, tuple[str, str]] = QUANT_TENSORS, rows: tuple
         del dense
         bf16_ms = {}
         for backend, weights in backends.items():
-            avx512 = kernel_isa() == "avx512bf16"
-            instruction = {"int8": "int8-vnni" if avx512 else "int8-avx2", "quant": "fp32-fma"}.get(
-                backend, "bf16-dot" if avx512 else "fp32-fma")
+            instruction = kernel_instruction(backend != "bf16", backend == "int8", backend == "bf16")
             peak = peak_macs(instruction) or float("nan")
-            form = "int8-vnni-broadcast" if avx512 else "int8-avx2"
-            form_peak = (peak_macs(form) if backend == "int8" else None) or float("nan")
+            form_peak = (peak_macs(int8_form()) if backend == "int8" else None) or float("nan")
             nbytes = n * k * 2 if backend == "bf16" else weight.nbytes
             one = None
             for m in rows:
