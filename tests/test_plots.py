@@ -806,10 +806,11 @@ def test_the_paired_ratio_frames_hold_what_the_verdicts_judge():
 
 
 def test_log_ticks_thin_out_over_many_decades_and_read_short():
-    """1-2-5 steps over a narrow range, decades alone over a wide one (the paper profile's t from 10^3 to 10^6, whose
-    1-3 labels overlapped in a narrow panel); labels as 3k, 250k, 1M."""
+    """1-2-5 steps over a narrow range, 1-3 over two to three decades, decades alone over a wider one (the paper
+    profile's t from 10^3 to 10^6, whose 1-3 labels overlapped in a narrow panel); labels as 3k, 250k, 1M."""
     assert plots.log_ticks(900, 20_000) == [1000, 2000, 5000, 10_000, 20_000]
     assert plots.log_ticks(900, 1.2e6) == [1000, 10_000, 100_000, 1_000_000]
+    assert plots.log_ticks(1.2, 700) == pytest.approx([3, 10, 30, 100, 300])  # 05's call costs: 1-3, not 10 and 100
     assert [plots.compact_count(v) for v in (300, 3000, 250_000, 1e6)] == ["300", "3k", "250k", "1M"]
 
 

@@ -999,10 +999,15 @@ def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm
 
 
 def log_ticks(lo: float, hi: float) -> list[float]:
-    """The 1-2-5 values (…, 0.2, 0.5, 1, 2, 5, 10, …) within [lo, hi]; the decades alone when there are over 7."""
-    ticks = [m * 10.0**e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
-             for m in (1, 2, 5) if lo <= m * 10.0**e <= hi]
-    return ticks if len(ticks) <= 7 else [t for t in ticks if str(t).lstrip("0.").startswith("1")]
+    """The 1-2-5 values (…, 0.2, 0.5, 1, 2, 5, 10, …) within [lo, hi]; over 7 of them, the 1-3 values where at most
+    5 (a log axis has no minor ticks here, so two labels a decade keep about two and a half decades readable); else
+    the decades alone."""
+    decades = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+    for steps, most in (((1, 2, 5), 7), ((1, 3), 5)):
+        ticks = [m * 10.0**e for e in decades for m in steps if lo <= m * 10.0**e <= hi]
+        if len(ticks) <= most:
+            return ticks
+    return [10.0**e for e in decades if lo <= 10.0**e <= hi]
 
 
 class LogTicks(Locator):
