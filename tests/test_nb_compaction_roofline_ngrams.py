@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import tiny
 
+from specnb.eval import timing
 from specnb.eval.replay import replay_many
 from specnb.eval.runner import summarize
 from specnb.eval.timing import Grid, time_cells
@@ -112,7 +113,7 @@ def test_all_n_stores_judge_the_best_m_and_the_peak_on_code():
 
 def test_a_timed_cell_reports_its_spread_over_passes():
     frame = time_cells(tiny("llama"), Grid((1, 2), (0, 3), (8,), repeats=3), progress=False)
-    assert (frame.passes == 3).all()
+    assert frame.passes.between(3, 3 + timing.EXTRA_PASSES).all()  # more where a cell was timed again
     assert (frame.slowdown_low <= frame.slowdown + 1e-12).all()
     assert (frame.slowdown <= frame.slowdown_high + 1e-12).all()
 
