@@ -96,7 +96,8 @@ ORDER_SLACK = 1.05  # more tokens, or a longer context, costing less than the ot
 EXTRA_PASSES = 6  # passes over the cells that cannot be true as timed, at most, before they are kept as they are
 
 
-def implausible(seconds: dict[tuple[int, int, int], float], passes: dict[tuple[int, int, int], list[float]]) -> set:
+def implausible(seconds: dict[tuple[int, int, int], float],
+                passes: dict[tuple[int, int, int], list[float]]) -> set[tuple[int, int, int]]:
     """The cells of a timed table that cannot be true as timed: ``seconds`` (context, k, w) -> seconds of one call,
     ``passes`` -> its paired ratios, one a pass. A cell is implausible where its passes disagree (no more than half
     of them within the band :data:`SPREAD` wide around their median: its median is one disturbed pass away from
