@@ -83,6 +83,7 @@ ROWS_READ = "tests/test_replay.py::test_a_replayed_call_records_the_rows_greedy_
 HEAD_PRICE = "tests/test_roofline.py::test_a_replayed_call_pays_for_the_head_rows_its_acceptance_read"
 HEAD_TABLE = "tests/test_roofline.py::test_a_roofline_table_times_the_head_alone_beside_its_calls"
 SHAPE_ROWS = "tests/test_mcsd_shapes.py::test_teacher_forced_draft_replay_equals_the_drafters_replay"
+INT8_STEPS = "tests/test_quant_int8.py::test_the_tiles_take_these_fp32_steps_on_every_path"
 
 
 def family(case: str) -> str:
@@ -486,6 +487,52 @@ MUTANTS: list[Mutant] = [
            "block_linear(flat, blocks, FORMATS[weight.format][0], None, path)",
            "a linear layer over blocks drops its bias (Qwen2's q/k/v)",
            ("tests/test_quant.py::test_linear_matches_an_fp32_matmul_of_the_dequantized_weight",)),
+    # ------------------------------------------------------------------ the int8 route's AVX2 tiles (a rebuild each)
+    Mutant("int8-avx2-q8-sign-dropped", "model/kernels/csrc/quant_int8.h",
+           "      if constexpr (sign) x = _mm256_sign_epi8(x, codes);\n",
+           "",
+           "Q8_0's AVX2 step multiplies x by the codes' magnitudes, without their signs", (INT8_STEPS,)),
+    Mutant("int8-round-truncates", "model/kernels/csrc/quant_int8.h",
+           "_mm256_store_si256(reinterpret_cast<__m256i*>(qi), _mm256_cvtps_epi32(",
+           "_mm256_store_si256(reinterpret_cast<__m256i*>(qi), _mm256_cvttps_epi32(",
+           "activations rounded to int8 toward zero, not to nearest even (AVX2 rounding)", (INT8_STEPS,)),
+    Mutant("int8-avx2-block-scaled-in-two-roundings", "model/kernels/csrc/quant_int8.h",
+           "acc[i][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[i][m]), _mm256_mul_ps(d, _mm256_set1_ps(dxb[m])),\n"
+           "                                      acc[i][m]);",
+           "acc[i][m] = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot[i][m]), "
+           "_mm256_mul_ps(d, _mm256_set1_ps(dxb[m]))),\n                                      acc[i][m]);",
+           "a Q8_0 / Q5_0 block's scaled dot added in two roundings, not one fused multiply-add", (INT8_STEPS,),
+           equivalent=True, reason="GCC contracts the separate multiply and add back into one fused multiply-add "
+                                   "(-ffp-contract=fast, its default for GNU C++): the same instructions"),
+    Mutant("int8-avx2-q4k-mins-dropped", "model/kernels/csrc/quant_int8.h",
+           "            acc[i][m] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dxm), acc[i][m]);\n",
+           "",
+           "Q4_K's AVX2 tiles leave out the blocks' mins", (INT8_STEPS,)),
+    Mutant("int8-avx2-q6k-offset-dropped", "model/kernels/csrc/quant_int8.h",
+           "_mm256_mullo_epi32(sc32, _mm256_set1_epi32(sums[(b * G + g) * mb + m]))",
+           "_mm256_setzero_si256()",
+           "Q6_K's AVX2 tiles leave out the codes' offset of 32", (INT8_STEPS,)),
+    # ------------------------------------------------------------------ the blocks' default, head rows, cost floors
+    Mutant("weights-blocks-faster-at-any-size", "model/weights_choice.py",
+           "(seconds[blocks] <= seconds[\"bf16\"]).all()",
+           "(seconds[blocks] <= seconds[\"bf16\"]).any()",
+           "weights=auto takes the blocks where they are no slower at one call size, not at all of them",
+           ("tests/test_gguf_weights.py::test_the_blocks_are_chosen_only_where_no_call_of_speculation_is_slower",)),
+    Mutant("head-first-rows-fewest", "core/head_rows.py",
+           "return max(rows for rows, s in seconds.items() if s <= limit)",
+           "return min(rows for rows, s in seconds.items() if s <= limit)",
+           "the head's first read computes one row, not the most at about one row's price",
+           ("tests/test_verify.py::test_the_head_computes_as_many_rows_together_as_cost_one_rows_price",)),
+    Mutant("int8-priced-at-fp32-fmas", "model/ceilings.py",
+           "return (\"int8-vnni\" if avx512 else \"int8-avx2\") if int8 else \"fp32-fma\"",
+           "return \"fp32-fma\"",
+           "the int8 route's compute floor is taken at fp32 FMAs, not its integer instruction",
+           ("tests/test_bench_limits.py::test_each_kernel_path_is_priced_at_the_instruction_it_multiplies_with",)),
+    Mutant("roofline-retimes-one-of-a-pair", "eval/timing.py",
+           "out |= {less, more}",
+           "out |= {less}",
+           "of two cells where more work costs less, only the one doing less work is timed again",
+           ("tests/test_roofline.py::test_a_cell_that_cannot_be_true_among_the_others_is_timed_again",)),
     # ------------------------------------------------------------------ atomic writes, store checksums, resume
     Mutant("atomic-file-renamed-before-fsync", "atomic.py",
            "        _sync(tmp)\n        os.replace(tmp, path)\n",
