@@ -1044,7 +1044,7 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
         heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=(low > threshold).to_numpy(),
                 outline_label=past, unsure=((low <= threshold) & (high > threshold)).to_numpy(),
                 unsure_label=f"interval holds {threshold:g}")
-        ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"ℓ = {context}")
+        ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"context ℓ = {context}")
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
     legend_outside(fig, "below")
     fig.suptitle(title)
