@@ -41,7 +41,7 @@ import pandas as pd
 from matplotlib import patheffects
 from matplotlib.axis import Axis
 from matplotlib.colors import LogNorm, Normalize, to_hex, to_rgb
-from matplotlib.ticker import FuncFormatter, Locator, NullFormatter, NullLocator, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, Locator, NullLocator, ScalarFormatter
 from PIL import Image
 
 from ..atomic import atomic_file, write_csv, write_text
@@ -990,7 +990,6 @@ def shared_colorbar(fig: plt.Figure, axes: Sequence[plt.Axes] | np.ndarray, norm
                        shrink=0.9, extend=extend)
     if norm is SPEEDUP_NORM:
         bar.set_ticks(list(SPEEDUP_TICKS), labels=[f"{t:.2f}" for t in SPEEDUP_TICKS])
-        bar.ax.yaxis.set_minor_formatter(NullFormatter())
         bar.ax.yaxis.set_minor_locator(NullLocator())
     elif isinstance(norm, LogNorm):
         bar.set_ticks(log_ticks(norm.vmin, norm.vmax))
