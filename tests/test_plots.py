@@ -773,6 +773,19 @@ def test_the_slowdown_heatmap_outlines_only_cells_past_the_line_beyond_their_int
     plt.close("all")
 
 
+def test_the_slowdown_heatmap_marks_the_cells_its_re_timing_did_not_settle():
+    """A cell still implausible after its extra passes is kept as timed: the reader is told which value to doubt."""
+    frame = pd.DataFrame({"context": 100, "k": [1, 1, 2, 2], "w": [0, 3, 0, 3], "slowdown": [1.0, 1.6, 1.2, 3.0],
+                          "settled": [True, False, True, True]})
+    fig = plots.slowdown_heatmaps(frame, "a title", threshold=1.5)
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["1.00", "1.20", "1.60?", "3.00"]
+    assert any("still implausible" in t.get_text() for t in fig.legends[0].get_texts())
+    plt.close("all")
+    fig = plots.slowdown_heatmaps(frame.assign(settled=True), "a title", threshold=1.5)
+    assert "?" not in "".join(t.get_text() for t in fig.axes[0].texts + fig.legends[0].get_texts())
+    plt.close("all")
+
+
 def test_a_heatmap_panel_of_one_colour_is_said_not_drawn():
     dresd = [1.026, 1.027, 1.036, 1.041]  # DReSD on MT-Bench: 1.03-1.04 on a 1-5 scale, one colour
     assert plots.flat_on_scale(dresd, plots.TOKENS_PER_CALL_NORM)

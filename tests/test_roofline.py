@@ -306,7 +306,10 @@ def test_a_cell_that_cannot_be_true_among_the_others_is_timed_again(monkeypatch)
     # less until then), three of the 2 x 2 block (which costs less while the cell's median is 6)
     assert (passes[2, 0], passes[3, 0], passes[2, 1]) == (7, 7, 6)
     assert (passes.drop([(2, 0), (2, 1), (3, 0)]) == 3).all()
+    assert frame.settled.all()
     monkeypatch.setattr(timing, "EXTRA_PASSES", 0)
     calls.clear()
     kept = time_cells(tiny("llama"), Grid((1, 2, 3), (0, 1), (8,), repeats=3), progress=False)
     assert kept.set_index(["k", "w"]).slowdown[2, 0] == pytest.approx(6.0)  # what the check keeps out
+    # kept as timed, and marked: the cell and the two it costs more than
+    assert set(kept[~kept.settled].set_index(["k", "w"]).index) == {(2, 0), (2, 1), (3, 0)}

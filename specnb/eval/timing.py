@@ -145,7 +145,8 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     a one-token call's work and more, so a ratio below :data:`LEAST_RATIO` says the one-token call was disturbed
     (docs/forward_pass.md, "Measurements behind the code"). And a cell that cannot be true among the others
     (:func:`implausible`: passes that disagree, or less work costing more) is timed again with its partner, in up to
-    :data:`EXTRA_PASSES` more passes over such cells, and costs the median of all its passes (``passes`` counts them).
+    :data:`EXTRA_PASSES` more passes over such cells, and costs the median of all its passes (``passes`` counts them;
+    ``settled`` is False for a cell still implausible after them, kept as timed and marked in notebook 05's heatmaps).
 
     Where a call's output head computes only the rows acceptance reads (:func:`specnb.core.head_rows.splits`), the
     head alone is timed too, on every row count of the cells up to :data:`HEAD_ROWS_TIMED` and on
@@ -236,10 +237,12 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
             time_one(again[index], True)
             bar.update(2)
     bar.close()
+    unsettled = {cells[index] for index in suspects() if index < len(cells)}
     frame = pd.DataFrame([dict(context=c, k=k, w=w, tokens=k * (w + 1),
                                seconds=statistics.median(ratios[c, k, w]) * statistics.median(single[c]),
                                ratio_min=min(ratios[c, k, w]), ratio_max=max(ratios[c, k, w]),
-                               ratio_median=statistics.median(ratios[c, k, w]), passes=len(ratios[c, k, w]))
+                               ratio_median=statistics.median(ratios[c, k, w]), passes=len(ratios[c, k, w]),
+                               settled=(c, k, w) not in unsettled)
                           for c, k, w in cells])
     reference = frame[(frame.k == 1) & (frame.w == 0)].set_index("context")
     frame["slowdown"] = frame.seconds / frame.context.map(reference.seconds)

@@ -879,7 +879,8 @@ UNSURE = "0.45"  # the dashed frame of a heatmap cell whose interval holds its r
 
 def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".2f", cmap: str = SEQUENTIAL_CMAP,
             label: str = "", colorbar: bool = True, outline: np.ndarray | None = None,
-            outline_label: str = "", unsure: np.ndarray | None = None, unsure_label: str = "") -> plt.Axes:
+            outline_label: str = "", unsure: np.ndarray | None = None, unsure_label: str = "",
+            doubtful: np.ndarray | None = None, doubtful_label: str = "") -> plt.Axes:
     """A grid such as (k, w) -> value as an annotated heatmap (a ``pcolormesh``, each cell's value printed in it,
     dark on light colours and white on dark), first row of ``table`` at the bottom. Not seaborn's ``heatmap``: that
     draws the whole figure at every call (to rotate crowded tick labels), so a figure of n panels cost n draws.
@@ -892,6 +893,8 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
     threshold), named ``outline_label`` in the legend (the strict save refuses an outline no legend names).
     unsure: bool [rows, columns], cells whose interval holds the line the colours are read against (1 for a
     speedup): framed dashed in grey inside the cell and named ``unsure_label``, since a colour shows no interval.
+    doubtful: bool [rows, columns], cells whose value is kept though it may not be true (a timing its re-timing did
+    not settle): printed with a ``?`` and named ``doubtful_label``.
     """
     values = table.to_numpy(dtype=float)
     rows, columns = values.shape
@@ -900,10 +903,13 @@ def heatmap(table: pd.DataFrame, ax: plt.Axes, *, norm: Normalize, fmt: str = ".
                                    lw=0, zorder=0, label=MISSING))  # plain grey: a hatch costs tens of kB a PNG
     mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm)
     light = _luminance(mesh.cmap(mesh.norm(values))) > 0.408  # [rows, columns]: dark text reads on the cell
+    doubt = np.zeros(values.shape, bool) if doubtful is None else doubtful
     for (i, j), value in np.ndenumerate(values):
         if np.isfinite(value):
-            ax.text(j + 0.5, i + 0.5, format(value, fmt), ha="center", va="center", fontsize=6.5,
-                    color="0.15" if light[i, j] else "white")
+            ax.text(j + 0.5, i + 0.5, format(value, fmt) + ("?" if doubt[i, j] else ""), ha="center", va="center",
+                    fontsize=6.5, color="0.15" if light[i, j] else "white")
+    if doubt.any():
+        ax.plot([], [], ls="none", marker="$?$", color="0.15", label=doubtful_label)  # the legend's key
     ax.set(xlim=(0, columns), ylim=(0, rows), xticks=np.arange(columns) + 0.5, yticks=np.arange(rows) + 0.5,
            xlabel=table.columns.name or "", ylabel=table.index.name or "")
     ax.set_xticklabels([str(c) for c in table.columns])
@@ -1026,8 +1032,9 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
     k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
     panel, each value to three digits (1.04 stays apart from 1.00), cells above ``threshold`` outlined (past the
     memory-bound regime; with ``slowdown_low`` / ``slowdown_high`` columns, only those whose interval lies above it,
-    and those whose interval holds it framed dashed), unmeasured cells grey."""
-    from ..eval.timing import heatmap_table
+    and those whose interval holds it framed dashed), unmeasured cells grey, and with a ``settled`` column the cells
+    their re-timing did not settle (:func:`specnb.eval.timing.time_cells`) printed with a ``?``."""
+    from ..eval.timing import EXTRA_PASSES, heatmap_table
 
     contexts = sorted(frame.context.unique())
     ks, ws = sorted(frame.k.unique()), sorted(frame.w.unique())
@@ -1040,9 +1047,14 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
             low, high = (heatmap_table(frame, context, f"slowdown_{end}").reindex(index=ks, columns=ws)
                          for end in ("low", "high"))
             past += ", its interval too"
+        doubtful = None
+        if "settled" in frame.columns:
+            doubtful = ~heatmap_table(frame.assign(settled=frame.settled.astype(float)), context, "settled") \
+                .reindex(index=ks, columns=ws).fillna(1).astype(bool).to_numpy()
         heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=(low > threshold).to_numpy(),
                 outline_label=past, unsure=((low <= threshold) & (high > threshold)).to_numpy(),
-                unsure_label=f"interval holds {threshold:g}")
+                unsure_label=f"interval holds {threshold:g}", doubtful=doubtful,
+                doubtful_label=f"still implausible after {EXTRA_PASSES} more passes (kept as timed)")
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"context ℓ = {context}")
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
     legend_outside(fig, "below")
