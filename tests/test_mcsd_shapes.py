@@ -378,3 +378,22 @@ def test_setup_names_each_stores_own_documents_and_size(tmp_path):
         shapes.ShapeStudy.record_setup(study, report)
         assert report.setups["DReSD"]["here"]["datastore"] == (
             f"DReSD: 9,379,302 tokens of code (out of distribution); REST and CREST: 9,632,530 tokens of {docs}")
+
+
+def test_sampled_acceptance_is_what_the_pairs_overlap_predicts(monkeypatch):
+    """SD at T = 1 accepts a drafted token with probability sum(min(p, q)) at its position: the count accepted lies
+    within chance of that sum; a sampler that accepts more than min(1, p / q) (here against (p + q) / 2) does not."""
+    from specnb.core import accept
+    from specnb.core.prompts import Prompt
+    from specnb.eval.checks import DegenerateData
+
+    target = tiny("llama")
+    draft = self_draft(target, 2)
+    prompts = [Prompt(str(i), text) for i, text in enumerate(("def fib(n):\n    return", "for i in range(10):\n"))]
+    check = mcsd.overlap_check(target, draft, prompts, 64)
+    assert 0.2 * check.tested < check.accepted < check.tested  # a pair that neither always nor never agrees
+    assert abs(check.z) < 3
+    right = accept.mcss
+    monkeypatch.setattr(accept, "mcss", lambda p, q, *a, **k: right((p + q.to(p.device)) / 2, q, *a, **k))
+    with pytest.raises(DegenerateData, match="z = [+]"):
+        mcsd.overlap_check(target, draft, prompts, 64)

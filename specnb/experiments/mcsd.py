@@ -42,12 +42,13 @@ import torch
 from torch import Tensor
 
 from ..core.accept import Scheme
+from ..core.generate import generate
 from ..core.metrics import bootstrap_interval
 from ..core.prompts import Prompt, encode_prompt
 from ..core.verify import VerifyMode
 from ..drafters.draft_model import DraftModelDrafter
 from ..eval.bench import BenchConfig, run_bench
-from ..eval.checks import check_partial_acceptance
+from ..eval.checks import DegenerateData, check_partial_acceptance
 from ..eval.runner import Variant, ratio_intervals, summarize
 from ..model.forward import forward
 from ..model.models import LoadedModel
@@ -372,6 +373,7 @@ class Study:
         self.target, self.draft, self.prompts, self.max_new_tokens = target, draft, prompts, max_new_tokens
         self.level_rates = level_rates
         self.unjudged: dict[str, float] = {}
+        self.overlap: OverlapCheck | None = None  # the SD chain's acceptance checked (:meth:`sd_vs_mcsd`)
 
     def variant(self, shape: str | tuple[int, ...], temperature: float, scheme: Scheme = "mcss-wor",
                 verify: VerifyMode = "tree") -> Variant:
@@ -415,8 +417,12 @@ class Study:
         replacement, i.e. speculative sampling) and the MCSD tree ``mcsd`` (without replacement) at every
         temperature, on the prompt set ``dataset`` (None: the study's first): (every run row, one summary row per
         variant and temperature with ``method`` = AR / SD / MCSD, ``config`` and ``label``: "SD γ = 2", "MCSD 4x2",
-        as :func:`sd_gamma_summary` names them)."""
+        as :func:`sd_gamma_summary` names them). At the hottest temperature above 0 the chain's acceptance is
+        checked against the pair's overlap first (:func:`overlap_check`, kept in :attr:`overlap`)."""
         dataset = dataset or next(iter(self.prompts))
+        if max(temperatures) > 0:  # a close pair, or a sampler that accepts too much? (raises on the second)
+            self.overlap = overlap_check(self.target, self.draft, self.prompts[dataset], self.max_new_tokens,
+                                         max(temperatures), sd)
         runs, summaries = [], []
         for t in temperatures:
             rows, summary = self.timed({sd: self.variant(sd, t, "mcss"), mcsd: self.variant(mcsd, t)}, dataset, t)
@@ -425,6 +431,76 @@ class Study:
             summaries.append(summary.assign(method=summary.variant.map({"AR": "AR", sd: "SD", mcsd: "MCSD"}),
                                             config=summary.variant, label=summary.variant.map(names)))
         return pd.concat(runs, ignore_index=True), pd.concat(summaries, ignore_index=True)
+
+    def overlap_row(self) -> dict[str, float]:
+        """The overlap check's numbers for the results file ({} when none ran)."""
+        check = self.overlap
+        return {} if check is None else {"accepted": check.accepted, "tested": check.tested,
+                                         "expected": check.expected, "z": check.z, "temperature": check.temperature}
+
+    def overlap_note(self) -> str:
+        """A sentence for the notebook's summary ("" when no check ran)."""
+        check = self.overlap
+        return "" if check is None else f"**Acceptance against the pair's overlap**: {check.sentence()}. "
+
+
+OVERLAP_Z = 5.0  # standard deviations between the accepted drafts and the overlap's prediction that mean a fault
+
+
+@dataclass(frozen=True)
+class OverlapCheck:
+    """Speculative sampling's accepted drafts against what the pair's overlap predicts (:func:`overlap_check`):
+    ``accepted`` of ``tested`` drafted tokens the target judged, ``expected`` the sum of the overlap
+    sum_x min(p(x), q(x)) over those positions and ``deviation`` its standard deviation; the SD chain ``shape`` and
+    the ``temperature`` it sampled at."""
+
+    accepted: int
+    tested: int
+    expected: float
+    deviation: float
+    shape: str
+    temperature: float
+
+    @property
+    def z(self) -> float:
+        return (self.accepted - self.expected) / max(self.deviation, 1e-9)
+
+    def sentence(self) -> str:
+        return (f"SD {self.shape} at T = {self.temperature:g} accepted {self.accepted} of the {self.tested} drafted "
+                f"tokens the target judged ({self.accepted / self.tested:.3f}); the pair's overlap at those positions "
+                f"predicts {self.expected:.1f} ({self.expected / self.tested:.3f}), z = {self.z:+.2f}")
+
+
+@torch.inference_mode()
+def overlap_check(target: LoadedModel, draft: LoadedModel, prompts: list[Prompt], max_new_tokens: int,
+                  temperature: float = 1.0, shape: str = "1x1") -> OverlapCheck:
+    """Decode ``prompts`` with the SD chain ``shape`` (speculative sampling at ``temperature``), then run both
+    models over each output and compare the drafted tokens accepted with what the pair predicts: the target
+    accepts a token drafted at a position with probability sum_x min(p(x), q(x)) there (p, q: the target's and
+    the draft's distributions at ``temperature``), so over the positions a run judged (each call's accepted drafts
+    and its first rejected one) the count accepted has the sum of those overlaps as its mean and of a(1 - a) as its
+    variance. Why: a run's acceptance near 1 is what a close pair gives, and also what a sampler that accepts too
+    much gives; only this tells them apart. Raises :class:`specnb.eval.checks.DegenerateData` beyond
+    :data:`OVERLAP_Z` deviations."""
+    accepted, tested, expected, variance = 0, 0, 0.0, 0.0
+    for seed, prompt in enumerate(prompts):
+        drafter = DraftModelDrafter(draft, shape, target.vocab_size, scheme="mcss", temperature=temperature)
+        out = generate(target, prompt, drafter, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        text = ForcedText(prompt.id, torch.tensor(out.prompt_ids + out.tokens), len(out.prompt_ids))
+        p, q = (torch.softmax(forced_logits(m, text, target.vocab_size) / temperature, 1) for m in (target, draft))
+        overlap = torch.minimum(p, q).sum(1).double().numpy()  # [output tokens]
+        position = 0
+        for call in out.stats.calls:
+            judged = min(call.accepted + (call.accepted < call.drafted_nodes), overlap.shape[0] - position)
+            at = overlap[position:position + judged]
+            accepted, tested = accepted + call.accepted, tested + judged
+            expected, variance = expected + at.sum(), variance + (at * (1 - at)).sum()
+            position += call.new_tokens
+    check = OverlapCheck(accepted, tested, float(expected), math.sqrt(variance), shape, temperature)
+    if abs(check.z) > OVERLAP_Z:
+        raise DegenerateData(check.sentence() + ": beyond what chance gives a correct "
+                             "sampler (is the draft's distribution the one its tokens were drawn from?)")
+    return check
 
 
 def speed_ratio(rows: pd.DataFrame, method: str, baseline: str, temperature: float) -> tuple[float, float, float]:
