@@ -139,6 +139,26 @@ def test_context_ngram_ranks_by_count_then_recency():
     assert continuations(once, 3, 2) == [[4, 5]] and continuations(once, 3, 10) == [[4, 5, 1, 2, 3]]
 
 
+def test_context_ngram_continuations_are_those_a_scan_of_every_window_finds():
+    """Against the definition, window by window: every continuation of an earlier match of the last q tokens,
+    counted, ranked by count then by its latest match."""
+    import numpy as np
+
+    from specnb.drafters.context import continuations
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        context = rng.integers(0, int(rng.integers(2, 12)), int(rng.integers(2, 80)))
+        for q, w in ((1, 1), (1, 4), (2, 3), (3, 10)):
+            n, found = len(context), {}
+            for i in range(n - q):
+                if (context[i:i + q] == context[n - q:]).all():
+                    row = tuple(context[i + q:i + q + w].tolist())
+                    found[row] = (found.get(row, (0, 0))[0] + 1, i)
+            ranked = sorted(found, key=lambda row: (-found[row][0], -found[row][1]))
+            assert continuations(context, q, w) == [list(row) for row in ranked], (context, q, w)
+
+
 def test_jsonl_prompts(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"id": "a", "prompt": "hi"}) + "\n"

@@ -100,18 +100,11 @@ def continuations(context: np.ndarray, q: int, w: int) -> list[list[int]]:
     starts = np.flatnonzero(context[q - 1:n - 1] == query[-1])
     for back in range(1, q):
         starts = starts[context[starts + q - 1 - back] == query[-1 - back]]
-    if starts.size == 0:
-        return []
-    begin = starts + q
-    if begin.size == 1:  # one match, one continuation (common: np.unique over rows alone costs ~30 us)
-        return [context[begin[0]:begin[0] + w].tolist()]
-    index = begin[:, None] + np.arange(w)
-    rows = np.where(index < n, context[np.minimum(index, n - 1)], -1)
-    unique, inverse, counts = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
-    recency = np.zeros(unique.shape[0], dtype=np.int64)
-    np.maximum.at(recency, inverse.reshape(-1), begin)
-    order = np.lexsort((-recency, -counts))  # by count, then most recent
-    return [[int(t) for t in unique[i] if t >= 0] for i in order]
+    found: dict[tuple[int, ...], list[int]] = {}  # continuation -> [count, its latest start]
+    for begin in (starts + q).tolist():  # np.unique over rows costs more (docs/forward_pass.md)
+        entry = found.setdefault(tuple(context[begin:begin + w].tolist()), [0, begin])
+        entry[0], entry[1] = entry[0] + 1, begin  # starts ascend: the last seen is the latest
+    return [list(row) for row in sorted(found, key=lambda row: (-found[row][0], -found[row][1]))]
 
 
 def make(target: Any, options: Options) -> ContextNgramDrafter:
