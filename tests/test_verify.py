@@ -169,8 +169,8 @@ def test_head_rows_computes_the_rows_read_then_the_rest_in_two_calls():
     # small integers: every product and sum exact, so any split of the rows gives the same values
     hidden, weight = (torch.randint(-9, 10, shape, generator=gen).double() for shape in ((9, 4), (5, 4)))
     whole = hidden @ weight.T
-    reads = [0, slice(1, 3), torch.tensor([2, 0]), -1, torch.tensor([8, 1, 3]), slice(0, 9),
-             torch.tensor([], dtype=torch.long)]
+    reads = [0, slice(1, 3), torch.tensor([2, 0]), -1, torch.tensor([8, 1, 3]), slice(0, 9), slice(5, 8),
+             slice(2, 7), torch.tensor([], dtype=torch.long)]
     for first in range(1, 11):
         for start in range(len(reads)):
             head = CountingHead(weight)
@@ -187,6 +187,9 @@ def test_head_rows_computes_the_rows_read_then_the_rest_in_two_calls():
     assert rows.computed == 3 and len(rows) == 9
     with pytest.raises(IndexError):
         rows[9]
+    # a row of the second call is read as a view of it (acceptance reads one row at a time): no copy of the rest
+    assert rows[7].untyped_storage().data_ptr() == rows[4:6].untyped_storage().data_ptr() != \
+        rows[1].untyped_storage().data_ptr()
 
 
 def test_the_head_computes_as_many_rows_together_as_cost_one_rows_price():

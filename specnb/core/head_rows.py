@@ -118,7 +118,12 @@ class HeadRows:
                 raise IndexError("HeadRows takes slices of step 1")
             self._cover(max(stop, 1))
             first = self._parts[0]
-            return first[start:stop] if stop <= first.shape[0] else torch.cat(self._parts)[start:stop]
+            split = first.shape[0]
+            if stop <= split:
+                return first[start:stop]
+            if start >= split:  # rows of the second call only: a view, no copy of the others
+                return self._parts[1][start - split:stop - split]
+            return torch.cat([first[start:], self._parts[1][:stop - split]])
         index = index.to(self.device)
         self._cover(int(index.max()) + 1 if index.numel() else 1)
         first = self._parts[0]
