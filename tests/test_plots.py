@@ -779,7 +779,7 @@ def test_the_slowdown_heatmap_marks_the_cells_its_re_timing_did_not_settle():
                           "settled": [True, False, True, True]})
     fig = plots.slowdown_heatmaps(frame, "a title", threshold=1.5)
     assert sorted(t.get_text() for t in fig.axes[0].texts) == ["1.00", "1.20", "1.60?", "3.00"]
-    assert any("still implausible" in t.get_text() for t in fig.legends[0].get_texts())
+    assert any("timing unsettled" in t.get_text() for t in fig.legends[0].get_texts())
     plt.close("all")
     fig = plots.slowdown_heatmaps(frame.assign(settled=True), "a title", threshold=1.5)
     assert "?" not in "".join(t.get_text() for t in fig.axes[0].texts + fig.legends[0].get_texts())

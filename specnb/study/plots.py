@@ -1054,7 +1054,8 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.
         heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=(low > threshold).to_numpy(),
                 outline_label=past, unsure=((low <= threshold) & (high > threshold)).to_numpy(),
                 unsure_label=f"interval holds {threshold:g}", doubtful=doubtful,
-                doubtful_label=f"still implausible after {EXTRA_PASSES} more passes (kept as timed)")
+                doubtful_label=f"timing unsettled: its passes disagree, or more work costs less, after "
+                               f"{EXTRA_PASSES} re-timings")
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"context ℓ = {context}")
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
     legend_outside(fig, "below")
