@@ -417,8 +417,8 @@ MUTANTS: list[Mutant] = [
            "MCNS accepts a candidate other than the token the target drew", (MCNS_WALK,)),
     # ------------------------------------------------------------------ drafters (model-free)
     Mutant("pld-skips-first-continuation-token", "drafters/context.py",
-           "begin = starts + q",
-           "begin = starts + q + 1",
+           "for begin in (starts + q).tolist():",
+           "for begin in (starts + q + 1).tolist():",
            "prompt lookup's drafts start one token after what followed the match", (
                "tests/test_errors_and_cli.py::test_context_ngram_ranks_by_count_then_recency",)),
     Mutant("bigram-never-drafts", "drafters/model_ngram.py",
@@ -512,6 +512,12 @@ MUTANTS: list[Mutant] = [
            "_mm256_mullo_epi32(sc32, _mm256_set1_epi32(sums[(b * G + g) * mb + m]))",
            "_mm256_setzero_si256()",
            "Q6_K's AVX2 tiles leave out the codes' offset of 32", (INT8_STEPS,)),
+    # ------------------------------------------------------------------ the attention kernel (a rebuild)
+    Mutant("attention-window-starts-one-late", "model/kernels/csrc/attention.cpp",
+           "  while (j < S && !(mrow[j * ms] > -1e30f)) j++;\n  return j;",
+           "  while (j < S && !(mrow[j * ms] > -1e30f)) j++;\n  return j + 1;",
+           "attention reads a masked call's keys from one after the first that any of its rows sees",
+           ("tests/test_kernels.py::test_attention_query_gives_the_bits_it_gives_alone",)),
     # ------------------------------------------------------------------ the blocks' default, head rows, cost floors
     Mutant("weights-blocks-faster-at-any-size", "model/weights_choice.py",
            "(seconds[blocks] <= seconds[\"bf16\"]).all()",

@@ -250,13 +250,16 @@ def test_attention_matches_sdpa(dtype, isa):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_attention_query_gives_the_bits_it_gives_alone(dtype, isa):
-    """A query among others, with extra keys it may not see, equals the same query alone on its own keys."""
+@pytest.mark.parametrize("hidden", [0, 20])
+def test_attention_query_gives_the_bits_it_gives_alone(dtype, isa, hidden):
+    """A query among others, with extra keys it may not see, equals the same query alone on its own keys; also
+    when no query sees the first ``hidden`` keys (a sliding window's call, which reads only the keys after them)."""
     q, k, v = _attention_inputs(dtype, q=6, s=50)
     ext = kernels.extension()
     g = torch.Generator().manual_seed(5)
     visible = torch.rand(6, 50, generator=g) < 0.5
-    visible[:, 0] = True
+    visible[:, :hidden] = False
+    visible[:, hidden] = True
     mask = torch.zeros(1, 1, 6, 50).masked_fill_(~visible, float("-inf"))
     together = ext.attention(q, k, v, mask, 0.17, 0.0, isa)
     for i in range(6):

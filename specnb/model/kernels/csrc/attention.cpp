@@ -1,7 +1,7 @@
 // attention(): exact attention for decoding and verification calls, and for prefills.
 //
 // Per (batch, KV head): the scores of the group's query rows (G heads x Q queries), ROW_CHUNK rows at a time,
-// against the keys up to the last any of them sees are one call of the few-row GEMM (gemm.h; per-element
+// against the keys from the first to the last any of them sees are one call of the few-row GEMM (gemm.h; per-element
 // sequence fixed, whatever the numbers of rows and keys); each row's softmax runs over the keys in cache order,
 // a blocked key contributing exactly 0; and out[r, d] = sum over keys, in cache order, of p[r, j] * v[j, d], one
 // fused multiply-add per key. Adding exact zeros changes no bits, so a query next to others and with extra
@@ -211,15 +211,24 @@ inline int64_t last_visible(const float* mrow, int64_t ms, int64_t S, int64_t Q,
   return j;
 }
 
+// The first key the mask row lets row r see (S if none): a sliding window hides every key before it.
+inline int64_t first_visible(const float* mrow, int64_t ms, int64_t S) {
+  if (!mrow) return 0;
+  int64_t j = 0;
+  while (j < S && !(mrow[j * ms] > -1e30f)) j++;
+  return j;
+}
+
 template <typename T, typename Out>
 void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const float* mask,
             const int64_t* mstride, float scale, float softcap, torch::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), Q = q.size(2), D = q.size(3);
   const int64_t Hk = k.size(1), S = k.size(2), G = H / Hk, R = G * Q;
   Out* op = reinterpret_cast<Out*>(out.data_ptr());  // [B, Q, H, D] contiguous
-  // Rows are scored ROW_CHUNK at a time against the keys up to the last one any of them sees: a prefill's scores
-  // stay a few MB, and its causal half is never computed. The keys left out weigh exactly 0 in every row of the
-  // chunk, so each row keeps the bits it has over all S keys.
+  // Rows are scored ROW_CHUNK at a time against the keys from the first to the last one any of them sees: a
+  // prefill's scores stay a few MB, its causal half is never computed, and a sliding-window layer reads its window,
+  // not the whole cache. The keys left out weigh exactly 0 in every row of the chunk, so each row keeps the bits it
+  // has over all S keys.
   const int64_t chunk_rows = std::min(R, ROW_CHUNK);
   std::vector<float> scores(chunk_rows * S), acc(chunk_rows * D), totals(chunk_rows);
   std::vector<int64_t> last(chunk_rows);
@@ -240,37 +249,45 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
           const int64_t g = r % G, i = r / G, h = hk * G + g;
           return mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
         };
-        int64_t Sc = 0;
+        int64_t S0 = S, Sc = 0;  // the chunk's keys: S0..Sc - 1
         for (int64_t r = 0; r < n; r++) {
           last[r] = last_visible(mask_row(c0 + r), mstride[3], S, Q, (c0 + r) / G);
           Sc = std::max(Sc, last[r] + 1);
+          S0 = std::min(S0, first_visible(mask_row(c0 + r), mstride[3], S));
         }
         Sc = std::max<int64_t>(Sc, 1);
+        S0 = std::min(S0, Sc - 1);
+        const int64_t W = Sc - S0;
         // A decoding step's attention is a few hundred thousand multiply-adds per KV head: less than waking the
         // other threads costs, so small ones run inline.
-        const bool parallel = n * Sc * D >= PARALLEL_WORK;
+        const bool parallel = n * W * D >= PARALLEL_WORK;
         const int64_t grain = parallel ? 1 : std::numeric_limits<int64_t>::max();
         float* sc = scores.data();
         if constexpr (std::is_same_v<T, float>) {
-          gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>() + c0 * D, keys.data_ptr<float>(), nullptr, sc,
-                                    n, Sc, D, parallel);
+          gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>() + c0 * D, keys.data_ptr<float>() + S0 * D,
+                                    nullptr, sc, n, W, D, parallel);
         } else if (isa == ISA_AVX512BF16) {
           gemm<bf16, bf16, float>(isa, reinterpret_cast<const bf16*>(rows.data_ptr()) + c0 * D,
-                                  reinterpret_cast<const bf16*>(keys.data_ptr()), nullptr, sc, n, Sc, D, parallel);
+                                  reinterpret_cast<const bf16*>(keys.data_ptr()) + S0 * D, nullptr, sc, n, W, D,
+                                  parallel);
         } else {
           gemm<float, bf16, float>(isa, rows32.data_ptr<float>() + c0 * D,
-                                   reinterpret_cast<const bf16*>(keys.data_ptr()), nullptr, sc, n, Sc, D, parallel);
+                                   reinterpret_cast<const bf16*>(keys.data_ptr()) + S0 * D, nullptr, sc, n, W, D,
+                                   parallel);
         }
         at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; r++)
-            weights_row(sc + r * Sc, Sc, last[r], mask_row(c0 + r), mstride[3], scale, softcap);
-          sum_rows(sc, Sc, r0, r1, totals.data());
+          for (int64_t r = r0; r < r1; r++) {
+            const float* mrow = mask_row(c0 + r);
+            weights_row(sc + r * W, W, last[r] - S0, mrow ? mrow + S0 * mstride[3] : nullptr, mstride[3], scale,
+                        softcap);
+          }
+          sum_rows(sc, W, r0, r1, totals.data());
         });
         bool done = false;
         if constexpr (std::is_same_v<T, bf16>) {
           if (isa == ISA_AVX512BF16 && D % PV_CHUNK_512 == 0) {
             pv_tasks<PV_ROWS_512, PV_CHUNK_512>(n, D, grain, [&](int64_t r0, int64_t d0) {
-              pv_block_512(sc + r0 * Sc, Sc, int(std::min<int64_t>(PV_ROWS_512, n - r0)), vb, ldv, Sc, d0,
+              pv_block_512(sc + r0 * W, W, int(std::min<int64_t>(PV_ROWS_512, n - r0)), vb + S0 * ldv, ldv, W, d0,
                            acc.data() + r0 * D, D);
             });
             done = true;
@@ -278,7 +295,7 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         }
         if (!done)
           pv_tasks<PV_ROWS, PV_CHUNK>(n, D, grain, [&](int64_t r0, int64_t d0) {
-            pv_block<T>(sc + r0 * Sc, Sc, int(std::min<int64_t>(PV_ROWS, n - r0)), vb, ldv, Sc, d0,
+            pv_block<T>(sc + r0 * W, W, int(std::min<int64_t>(PV_ROWS, n - r0)), vb + S0 * ldv, ldv, W, d0,
                         std::min<int64_t>(PV_CHUNK, D - d0), acc.data() + r0 * D, D);
           });
         at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
