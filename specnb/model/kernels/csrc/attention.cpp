@@ -249,11 +249,14 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
           const int64_t g = r % G, i = r / G, h = hk * G + g;
           return mask ? mask + b * mstride[0] + h * mstride[1] + i * mstride[2] : nullptr;
         };
-        int64_t S0 = S, Sc = 0;  // the chunk's keys: S0..Sc - 1
+        int64_t S0 = S, Sc = 0, first = 0;  // the chunk's keys: S0..Sc - 1
+        const float* scanned = nullptr;  // the mask row `first` was found in (a query's heads share one)
         for (int64_t r = 0; r < n; r++) {
-          last[r] = last_visible(mask_row(c0 + r), mstride[3], S, Q, (c0 + r) / G);
+          const float* mrow = mask_row(c0 + r);
+          last[r] = last_visible(mrow, mstride[3], S, Q, (c0 + r) / G);
           Sc = std::max(Sc, last[r] + 1);
-          S0 = std::min(S0, first_visible(mask_row(c0 + r), mstride[3], S));
+          if (mrow != scanned) first = first_visible(mrow, mstride[3], S), scanned = mrow;
+          S0 = std::min(S0, first);
         }
         Sc = std::max<int64_t>(Sc, 1);
         S0 = std::min(S0, Sc - 1);
