@@ -17,6 +17,7 @@ line by line as a run goes (a resumable log) is appended to in place instead: on
 from __future__ import annotations
 
 import contextlib
+import csv
 import ctypes
 import errno
 import fcntl
@@ -69,6 +70,49 @@ def write_csv(path: str | Path, frame: pd.DataFrame, index: bool = False) -> Non
     """Write ``frame`` to ``path`` as CSV atomically."""
     with atomic_file(path) as tmp:
         frame.to_csv(tmp, index=index)
+
+
+def check_output_file(path: str | Path, ours: Callable[[Path], bool], what: str, flag: str = "--out") -> Path:
+    """``path`` as a Path if a command may write its output file there; ValueError (one line) saying why not
+    (``what``: the file with its article, "a roofline CSV").
+
+    Checked before any heavy work: ``path`` must name a file (not a folder, not empty) in an existing folder where
+    a file can really be created (a probe file is made and removed: ``os.access`` says yes on read-only mounts
+    and ``/proc``); an existing non-empty file is replaced only when ``ours(path)`` says this command wrote it
+    (e.g. :func:`csv_has_columns`), never a user's file.
+    """
+    if not str(path).strip():
+        raise ValueError(f"{flag} is empty; name a file")
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; name a file in it")
+    if not path.parent.is_dir():
+        raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
+    try:
+        probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot write in {path.parent} ({exc.strerror or exc})") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path} is not writable")
+    if path.is_file() and path.stat().st_size and not ours(path):
+        raise ValueError(f"{flag} {path} exists and is not {what} of specnb; refusing to replace it: name another "
+                         "file")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{flag} {path} exists and is not a regular file; name another file")
+    return path
+
+
+def csv_has_columns(path: Path, columns: frozenset[str]) -> bool:
+    """Whether ``path`` starts with a CSV header holding every one of ``columns`` (how a command knows the file
+    is one it wrote)."""
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            header = next(csv.reader([f.readline(1 << 16)]), [])
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+    return columns <= {column.strip() for column in header}
 
 
 def check_replaceable(path: str | Path, is_store: Callable[[Path], bool], overwrite: bool, what: str) -> bool:

@@ -445,8 +445,17 @@ BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
     (["--verify", "sideways"], "invalid choice"),
     (["--prompts", "nosuch"], "unknown prompt set 'nosuch'"),
     (["--out", "{tmp}/missing/r.csv"], "folder {tmp}/missing does not exist"),
-    (["--out", "{tmp}"], "is a directory"),
+    (["--out", "{tmp}"], "is a folder"),
     (["--out", "{tmp}/file.txt/r.csv"], "does not exist"),
+    (["--out", ""], "--out is empty"),
+    (["--out", "/proc/r.csv"], "--out /proc/r.csv: cannot write in /proc"),
+    (["--methods", " , "], "--methods names none"),
+    (["--temperature", "inf"], "--temperature must be >= 0 and finite"),
+    (["--temperature", "nan"], "--temperature must be >= 0 and finite"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63)"),
+    (["--seed", str(1 << 63)], "--seed must be in [0, 2**63)"),
+    (["--model", "gemma-3-270m", "--methods", "sd"], "draft-model methods need --draft NAME"),
+    (["--model", "gemma-3-270m", "--max-new-tokens", "32768"], "leaves no room for a prompt in the context"),
 ])
 def test_bench_refuses_bad_input_in_one_line_before_loading(extra, message, tmp_path, capsys, no_model):
     (tmp_path / "file.txt").write_text("x")
@@ -504,6 +513,26 @@ def test_every_command_reports_errors_in_one_line(tmp_path, capsys, isolated_cac
         assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1, (argv, err)
 
 
+@pytest.mark.parametrize("argv, choices", [
+    ([], "models, bench, notebooks"), (["kernels"], "bench, quant, topk"), (["datastore"], "build, verify"),
+    (["datastore", "build"], "rest, crest, dense"), (["figures"], "compare"),
+])
+def test_a_command_line_that_stops_short_names_the_choices(argv, choices, capsys):
+    code, err = run_cli(argv, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"specnb: error: {' '.join(['specnb', *argv])} needs one of: {choices}"), err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["roofline", "--model", "tiny-llama", "--max-tokens", "0"], "--max-tokens must be >= 1"),
+    (["kernels", "bench", "--backends", ","], "--backends names none"),
+    (["extract-rate", "--model", "tiny-llama", "--tokens", "100"], "fills 1 batch of 4096 tokens: need at least 2"),
+])
+def test_measuring_commands_refuse_empty_work(argv, message, tmp_path, capsys, no_model):
+    code, err = run_cli([*argv, "--out", str(tmp_path / "t.csv")], capsys)
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
 def test_every_command_line_parser_lives_in_specnb_cli():
     """One room for command lines: no module outside ``specnb/cli/`` uses argparse, and every command has its
     module there with ``add_parser``."""
@@ -550,14 +579,23 @@ def test_help_shows_defaults_lists_methods_and_is_light():
     ("results.csv", b"model,score\nmine,0.9\n"),  # a CSV, but not the bench's
     ("data.bin", bytes(range(256)) * 4),
 ])
-def test_bench_out_never_replaces_a_file_that_is_not_a_bench_csv(name, content, tmp_path, capsys, no_model):
-    """``--out`` over a user's existing file that the bench did not write: refused in one line before anything
-    runs (exit 2), the file untouched."""
+@pytest.mark.parametrize("argv, what", [
+    ([*BENCH, "--methods", "pld"], "a bench CSV"),
+    (["roofline", "--model", "tiny-llama"], "a roofline CSV"),
+    (["extract-rate", "--model", "tiny-llama"], "an extract-rate CSV"),
+    (["kernels", "bench"], "a kernels CSV"),
+    (["kernels", "quant"], "a kernels CSV"),
+    (["kernels", "topk"], "a kernels CSV"),
+])
+def test_out_never_replaces_a_file_the_command_did_not_write(name, content, argv, what, tmp_path, capsys,
+                                                              no_model):
+    """``--out`` over a user's existing file that the command did not write: refused in one line before anything
+    is loaded or timed (exit 2), the file untouched."""
     path = tmp_path / name
     path.write_bytes(content)
-    code, err = run_cli([*BENCH, "--methods", "pld", "--out", str(path)], capsys)
+    code, err = run_cli([*argv, "--out", str(path)], capsys)
     assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1, err
-    assert "is not a bench CSV of specnb" in err and str(path) in err
+    assert f"is not {what} of specnb" in err and str(path) in err
     assert path.read_bytes() == content
 
 

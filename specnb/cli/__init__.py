@@ -68,8 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser(next((a for a in argv if not a.startswith("-")), None))
         args = parser.parse_args(argv)
         if not hasattr(args, "func"):
-            parser.print_help()
-            return 2
+            raise _missing_choice(parser, argv)
         return args.func(args) or 0
     except (ValueError, OSError) as exc:  # bad input (incl. corrupt / missing files): one line, no traceback
         print(f"specnb: error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -77,6 +76,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specnb: interrupted", file=sys.stderr)
         return 130
+
+
+def _missing_choice(parser: argparse.ArgumentParser, argv: list[str]) -> UsageError:
+    """The error for a command line that stops before naming what to do (``specnb``, ``specnb datastore build``):
+    the deepest parser ``argv`` reached, and the choices it offers."""
+    while True:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        choices = actions[0].choices if actions else {}
+        chosen = next((a for a in argv if a in choices), None)
+        if chosen is None:
+            return UsageError(f"{parser.prog} needs one of: {', '.join(choices)} (see {parser.prog} --help)")
+        parser = choices[chosen]
 
 
 def _check_model_names(argv: list[str]) -> None:

@@ -56,20 +56,26 @@ def _bench(args: argparse.Namespace) -> int:
     from ..eval.methods import check_before_loading, options_for
     from ..eval.runner import summarize
     from ..model.device import default_device, resolve_device
-    from ..model.model_names import check_weights
+    from ..model.model_names import check_weights, context_length
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     device = resolve_device(args.device or default_device())
-    methods = list(dict.fromkeys(["ar", *(m.strip() for m in args.methods.split(",") if m.strip())]))
+    named = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not named:
+        raise ValueError(f"--methods names none, got {args.methods!r}")
+    methods = list(dict.fromkeys(["ar", *named]))
     given = {"k": args.k, "w": args.w, "draft": args.draft, "draft_shape": args.draft_shape,
              **dict(_key_value(o) for o in args.option)}
     config = BenchConfig(methods, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                          seed=args.seed, verify=args.verify, options=options_for(methods, given, args.datastore))
-    sink = CsvSink(args.out) if args.out else None
+    sink = CsvSink(args.out) if args.out is not None else None
     prompts = load_prompts(args.prompts, args.n)
     check_before_loading(args.model, config.options)
     check_weights(args.model, args.weights)
+    if (limit := context_length(args.model)) is not None and args.max_new_tokens >= limit:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens} leaves no room for a prompt in the context of "
+                         f"{args.model} ({limit} tokens)")
 
     from ..model.models import load_model
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
@@ -32,16 +31,14 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 def _measure(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..atomic import write_csv
-    from ..datastores.embed import check_sizes
-    from ..eval.extract_rate import COLUMNS, load_target, measure, synthetic_corpus
+    from ..atomic import check_output_file, csv_has_columns, write_csv
+    from ..eval.extract_rate import COLUMNS, check_batches, load_target, measure, synthetic_corpus
     from ..eval.timing import random_config
 
-    if Path(args.out).is_dir():
-        raise ValueError(f"--out {args.out} is a folder; give a CSV file's path")
-    synthetic_corpus(args.tokens, args.doc_tokens, vocab_size=2)  # every size checked before a model loads
+    check_output_file(args.out, lambda p: csv_has_columns(p, frozenset(COLUMNS)), "an extract-rate CSV")
+    corpus = synthetic_corpus(args.tokens, args.doc_tokens, vocab_size=2)  # every size checked before a model loads
     for batch_tokens in args.batch_tokens:
-        check_sizes(args.seq_len, args.overlap, batch_tokens)
+        check_batches(corpus, args.seq_len, args.overlap, batch_tokens)
     for name in args.model:
         if name.startswith("random:"):
             random_config(name.removeprefix("random:"))

@@ -49,23 +49,39 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown shape {name!r}; known: {', '.join(SHAPES)}")
         shapes[name] = SHAPES[name]
     backends = tuple(b for b in args.backends.split(",") if b) + (("inductor",) if args.inductor else ())
+    if not backends:
+        raise ValueError(f"--backends names none, got {args.backends!r}; known: {', '.join(BACKENDS)}")
     for backend in backends:
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     rows = _parse_rows(args.rows)
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
+    _check_out(args.out, LINEAR_COLUMNS)
     bandwidth = read_bandwidth()
     print(f"read bandwidth {bandwidth:.1f} GB/s | CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_linear(shapes, rows, getattr(torch, args.dtype), backends, args.repeats, bandwidth)
     return _write_and_print(table, args.out, ["shape", "rows"], ["ms", "bandwidth_fraction"])
 
 
+LINEAR_COLUMNS = frozenset({"backend", "rows", "ms"})  # every table of kernels bench and quant has them
+TOP_K_COLUMNS = frozenset({"rows", "fewrow_ms", "torch_ms"})
+
+
+def _check_out(out: str | None, columns: frozenset[str]) -> None:
+    """Refuse (one line) an ``--out`` that cannot be written or holds a file these commands did not write
+    (:func:`specnb.atomic.check_output_file`), before anything is timed."""
+    from ..atomic import check_output_file, csv_has_columns
+
+    if out is not None:
+        check_output_file(out, lambda p: csv_has_columns(p, columns), "a kernels CSV")
+
+
 def _write_and_print(table: pd.DataFrame, out: str | None, index: list[str], values: list[str]) -> int:
     """Write ``table`` to ``out`` (if given) and print it one row per ``index``, one column per backend."""
     from ..atomic import write_csv
 
-    if out:
+    if out is not None:
         write_csv(out, table)
     wide = table.pivot_table(index=index, columns="backend", values=values, sort=False)
     print(wide.to_string(float_format=lambda v: f"{v:.3f}"))
@@ -95,6 +111,7 @@ def _run_quant(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
     rows = _parse_rows(args.rows)
+    _check_out(args.out, LINEAR_COLUMNS)
     tensors = {t: QUANT_TENSORS[t] for t in args.tensors.split(",")}
     for model, name in tensors.values():
         gguf_tensor(model, name)  # every file present before the first timing
@@ -115,9 +132,10 @@ def _run_top_k(args: argparse.Namespace) -> int:
 
     if args.vocab < 8:
         raise ValueError("--vocab must be >= 8")
+    _check_out(args.out, TOP_K_COLUMNS)
     print(f"CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_top_k(args.vocab, dtype=getattr(torch, args.dtype))
-    if args.out:
+    if args.out is not None:
         write_csv(args.out, table)
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     return 0

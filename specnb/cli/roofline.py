@@ -22,12 +22,15 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from ..atomic import write_csv
-    from ..eval.timing import Grid, get_grid, measure, random_model
+    from ..atomic import check_output_file, csv_has_columns, write_csv
+    from ..eval.timing import COLUMNS, Grid, get_grid, measure, random_model
     from ..model.models import load_model
 
+    check_output_file(args.out, lambda p: csv_has_columns(p, COLUMNS), "a roofline CSV")
     grid = get_grid(args.grid)
     if args.max_tokens is not None:
+        if args.max_tokens < 1:
+            raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
         grid = Grid(grid.ks, grid.ws, grid.contexts, grid.repeats, args.max_tokens)
     if args.model.startswith("random:"):
         target = random_model(args.model.removeprefix("random:"), args.dtype, args.device)

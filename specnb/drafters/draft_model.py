@@ -42,6 +42,8 @@ from ..model.models import LoadedModel, load_model
 from ..options import OptionError, Options, at_least, parsed_by, positive_shape
 from . import Method
 
+NO_DRAFT = "draft-model methods need --draft NAME or --draft self:L"
+
 
 @dataclass(frozen=True)
 class DraftModelOptions(Options):
@@ -65,8 +67,11 @@ class DraftModelOptions(Options):
                               f"{self.top_p}")
 
     def check(self, model: str) -> None:
-        """A self-draft must be shallower than the target (where its config file is at hand)."""
+        """A draft must be named (a tiny target drafts with itself); a self-draft must be shallower than the target
+        (where its config file is at hand)."""
         super().check(model)
+        if self.draft is None and not model.startswith("tiny-"):
+            raise OptionError(NO_DRAFT)
         if isinstance(self.draft, SelfDraft) and (total := layer_count(model)) is not None:
             check_self_layers(self.draft.layers, total)
 
@@ -330,7 +335,7 @@ def _earlier(k: int) -> Tensor:
 def _make(target: LoadedModel, options: DraftModelOptions, shape: tuple[int, ...]) -> DraftModelDrafter:
     draft = options.draft or (SelfDraft(2) if target.name.startswith("tiny-") else None)
     if draft is None:
-        raise ValueError("draft-model methods need --draft NAME or --draft self:L")
+        raise ValueError(NO_DRAFT)
     return DraftModelDrafter(load_draft(target, draft), shape, target.vocab_size, scheme=options.scheme,
                              temperature=options.temperature or 0.0,
                              top_p=1.0 if options.top_p is None else options.top_p, seed=options.seed or 0)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from ..atomic import write_text
+from ..atomic import check_output_file, csv_has_columns, write_text
 from ..core.drafter import Drafter
 from ..core.prompts import Prompt, check_follow_ups, encode_prompt, with_answer
 from ..core.verify import VerifyMode
@@ -96,8 +95,10 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if not self.temperature >= 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"--temperature must be >= 0 and finite, got {self.temperature}")
+        if not 0 <= self.seed < 1 << 63:
+            raise ValueError(f"--seed must be in [0, 2**63), got {self.seed}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.verify not in ("tree", "batch"):
@@ -275,34 +276,13 @@ def format_table(summary: pd.DataFrame) -> str:
     return summary[[c for c in columns if c in summary]].to_string(index=False, float_format=lambda x: f"{x:.3f}")
 
 
-def check_writable(path: str | Path) -> Path:
-    """``path`` as a Path if a file can be written there; ValueError saying why not otherwise."""
-    path = Path(path)
-    parent = path.parent
-    if path.is_dir():
-        raise ValueError(f"--out {path} is a directory; name a file in it")
-    if not parent.is_dir():
-        raise ValueError(f"--out {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"--out {path} is not writable")
-    if path.is_file() and path.stat().st_size and not is_bench_csv(path):
-        raise ValueError(f"--out {path} exists and is not a bench CSV of specnb (its header lacks "
-                         f"{' and '.join(sorted(BENCH_COLUMNS))}); refusing to replace it: name another file")
-    return path
-
-
 BENCH_COLUMNS = frozenset({"method", "prompt_id"})  # every row the bench writes has them
 
 
-def is_bench_csv(path: Path) -> bool:
-    """Whether ``path`` starts with a CSV header holding the bench's :data:`BENCH_COLUMNS` (a file the bench wrote,
-    which it may replace; any other file is the user's)."""
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            header = next(csv.reader([f.readline(1 << 16)]), [])
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return False
-    return BENCH_COLUMNS <= {column.strip() for column in header}
+def check_writable(path: str | Path) -> Path:
+    """``path`` as a Path if the bench may write its CSV there (:func:`specnb.atomic.check_output_file`: a new
+    file, or one whose header holds :data:`BENCH_COLUMNS`); ValueError saying why not otherwise."""
+    return check_output_file(path, lambda p: csv_has_columns(p, BENCH_COLUMNS), "a bench CSV")
 
 
 class CsvSink:

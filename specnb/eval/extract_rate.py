@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..core.roofline import device_name
 from ..datastores.corpus import TokenCorpus
-from ..datastores.embed import plan, run_batch
+from ..datastores.embed import batches, check_sizes, plan, run_batch, segments
 from ..model.device import synchronize
 from ..model.models import LoadedModel, byte_tokenizer, load_model
 from .timing import random_model
@@ -39,15 +39,23 @@ def synthetic_corpus(tokens: int, doc_tokens: int, vocab_size: int, seed: int = 
     return TokenCorpus(ids, starts, {"name": f"random-{tokens}"})
 
 
+def check_batches(corpus: TokenCorpus, seq_len: int, overlap: int, batch_tokens: int) -> None:
+    """ValueError (one line) unless ``corpus`` fills at least two batches (one is untimed): checked from the
+    layout alone, before a model loads."""
+    check_sizes(seq_len, overlap, batch_tokens)
+    filled = len(batches(segments(corpus.doc_starts, seq_len, overlap), batch_tokens))
+    if filled < 2:
+        raise ValueError(f"the corpus fills {filled} batch of {batch_tokens} tokens: need at least 2 (raise --tokens)")
+
+
 def measure(target: LoadedModel, corpus: TokenCorpus, *, seq_len: int = 512, overlap: int = 64,
             batch_tokens: int = 4096, progress: bool = True) -> dict[str, object]:
     """One row of :data:`COLUMNS`: ``corpus``'s extraction by ``target`` timed batch after batch, after one
     untimed batch (kernel choice and allocation on the first call of a shape); the device is synchronised before
     the clock starts and stops. ``rows_per_s`` counts the rows a store keeps; ``padded_tokens_per_s`` every token
     the model ran (overlap context and padding included)."""
+    check_batches(corpus, seq_len, overlap, batch_tokens)
     layout = plan(target, corpus, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
-    if len(layout.work) < 2:
-        raise ValueError(f"the corpus fills {len(layout.work)} batch of {batch_tokens} tokens: need at least 2")
     device = next(target.model.parameters()).device
     tokens = np.asarray(corpus.tokens)
     run_batch(target, tokens, layout.work[0])

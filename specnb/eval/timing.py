@@ -56,6 +56,9 @@ class Grid:
         return out
 
 
+COLUMNS = frozenset({"context", "k", "w", "tokens", "seconds", "slowdown"})
+"""Columns every table :func:`measure` returns has (how ``specnb roofline --out`` knows a CSV it may replace)."""
+
 PAPER_KS = tuple(range(1, 33))
 PAPER_WS = tuple(range(16))
 CONTEXTS = (256, 1024, 4096)

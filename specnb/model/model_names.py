@@ -193,16 +193,25 @@ def check_installed(name: str) -> ModelSource:
 def layer_count(name: str) -> int | None:
     """Decoder layers of model ``name`` read from its config file without loading it (tiny models, converted
     embedded models, local folders); None where that file is not at hand (a hub id, a model not yet converted)."""
+    return TINY_LAYERS if resolve_name(name).kind == "tiny" else _config_int(name, "num_hidden_layers")
+
+
+def context_length(name: str) -> int | None:
+    """The longest sequence model ``name``'s positions allow (``max_position_embeddings``), read as
+    :func:`layer_count` reads; None where its config file is not at hand or a tiny model."""
+    return None if resolve_name(name).kind == "tiny" else _config_int(name, "max_position_embeddings")
+
+
+def _config_int(name: str, key: str) -> int | None:
+    """The integer ``key`` of model ``name``'s config file (or of its ``text_config``), None where absent."""
     where = resolve_name(name)
-    if where.kind == "tiny":
-        return TINY_LAYERS
     folder = converted_dir(name) if where.kind in ("embedded", "gguf") else Path(where.source)
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
-    return layers if isinstance(layers, int) else None
+    value = config.get(key) or (config.get("text_config") or {}).get(key)
+    return value if isinstance(value, int) else None
 
 
 WEIGHTS = ("auto", "bf16", "gguf", "gguf-int8")
