@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+from pathlib import Path
 
 import pytest
 
@@ -189,6 +190,87 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert first["not_run"] == ["01_runs", "02_fails"] and first["failed"] == []
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["lines", ""], "empty notebook name ''"),
+    (["run", ""], "empty notebook name ''"),
+    (["run", "00", " "], "empty notebook name ' '"),
+    (["run", "99"], "no notebook matches 99"),
+])
+def test_a_bad_notebook_name_is_one_line_before_anything_runs(argv, message, tmp_path, monkeypatch, capsys):
+    """An empty name (a prefix of every notebook's) chooses none, and a name matching none is refused, before a
+    notebook starts or a folder is made."""
+    import papermill
+
+    from specnb.cli import main
+    from specnb.study import notebooks
+
+    def started(*args, **kwargs):
+        raise KeyboardInterrupt  # exit 130: a notebook started
+
+    monkeypatch.setattr(papermill, "execute_notebook", started)
+    monkeypatch.setattr("specnb.model.ceilings.sample_read_bandwidth", lambda *args: 1.0)
+    monkeypatch.setattr(notebooks, "NOTEBOOKS", tmp_path)  # where the executed copies would go
+    monkeypatch.setattr(notebooks, "figures_for", lambda profile: tmp_path / "figures")
+    assert main(["notebooks", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specnb: error: {message}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+COMPARED = {"claim": "c", "measured": "1.5 (1.2-1.8)", "expected": "> 1", "against": "a paper", "verdict": "agrees",
+            "ours": 1.5, "low": 1.2, "high": 1.8}
+"""A comparison of a results file as :meth:`specnb.study.results.Results.write` writes it (the fields read)."""
+
+
+def _figures(folder: Path, files: dict[str, str]) -> str:
+    """A figures folder holding ``files`` ({NN: results file text}); its path."""
+    folder.mkdir()
+    for prefix, text in files.items():
+        (folder / f"{prefix}_results.json").write_text(text)
+    return str(folder)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", "a JSON list, not an object"),
+    ("{", "not JSON: Expecting property name enclosed in double quotes"),
+    (json.dumps({"verdicts": [COMPARED]}), "'verdicts' is a JSON list, not an object"),
+    (json.dumps({"verdicts": {"a": {"claim": "c"}}}), "comparison 'a' has no 'measured', 'expected', 'against', "
+     "'verdict', 'ours', 'low', 'high'"),
+    (json.dumps({"verdicts": {"a": {**COMPARED, "ours": "1.5"}}}), "comparison 'a': 'ours' must be a number or "
+     "null, got '1.5'"),
+    (json.dumps({"verdicts": {"a": {**COMPARED, "verdict": "maybe"}}}), "comparison 'a': verdict 'maybe', lean None"),
+    (json.dumps({"verdicts": {}, "setup": {"DReSD": {"here": {}}}}), "setup 'DReSD' is not {'here': {...}, "),
+])
+def test_figures_compare_names_a_malformed_results_file(text, message, tmp_path, capsys):
+    """`specnb figures compare` refuses a results file it cannot read in one line naming the file and what is
+    wrong with it."""
+    from specnb.cli import main
+
+    old = _figures(tmp_path / "old", {"00": text})
+    new = _figures(tmp_path / "new", {"00": json.dumps({"verdicts": {"a": COMPARED}})})
+    assert main(["figures", "compare", old, new]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specnb: error: {old}/00_results.json: not a results file ({message}") \
+        and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("in_old, in_new, message", [
+    ((), ("00",), "'{old}' holds no NN_results.json: nothing to compare"),
+    (("00",), (), "'{new}' holds no NN_results.json: nothing to compare"),
+    (("01",), ("00", "02"), "'{old}' (notebooks 01) and '{new}' (notebooks 00, 02) share no notebook's results"),
+])
+def test_figures_compare_with_nothing_to_compare_is_an_error(in_old, in_new, message, tmp_path, capsys):
+    """Two runs share no notebook's results (one holds none): an error, not "0 of 0 moved"."""
+    from specnb.cli import main
+
+    text = json.dumps({"verdicts": {"a": COMPARED}})
+    old = _figures(tmp_path / "old", dict.fromkeys(in_old, text))
+    new = _figures(tmp_path / "new", dict.fromkeys(in_new, text))
+    assert main(["figures", "compare", old, new]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specnb: error: {message.format(old=old, new=new)}") and err.count("\n") == 1, err
+
+
 def test_a_run_is_dirty_where_code_changed_not_where_publishing_wrote_outputs(tmp_path, monkeypatch):
     """A notebook whose cells' sources equal the commit's is clean though its outputs differ (a publish wrote
     them); a changed source, a changed module or a deleted file is dirty."""
@@ -233,6 +315,8 @@ def test_a_bad_parameter_stops_the_quickstart_in_its_first_cell(tmp_path, monkey
     ({"timed_prompts": 2.5}, "parameter timed_prompts: must be a whole number"),
     ({"target": 3}, "parameter target: must be a string"),
     ({"colour": "red"}, "unknown parameter 'colour'"),
+    ({"target": "tiny-llama", "draft": "self:4"}, "parameter draft: self-draft needs 1 <= L < 4"),
+    ({"target": str(Path(__file__).parent)}, f"parameter target: '{Path(__file__).parent}' is neither a .gguf file"),
 ])
 def test_a_bad_parameter_is_one_line_naming_it(given, message):
     from specnb.study.profiles import ParameterError, get_profile

@@ -87,6 +87,69 @@ def test_bad_input_is_one_line_before_anything_runs(fake_notebooks, tmp_path, ca
     assert "not a study folder" in capsys.readouterr().err and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
 
 
+def _started(*args, **kwargs):
+    """papermill's stand-in where no notebook may start: ``specnb`` exits 130, as at Ctrl-C."""
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompts", "{tmp}/fields.jsonl"], "parameter prompts: {tmp}/fields.jsonl:1: needs 'prompt'"),
+    (["--prompts", "{tmp}/empty.jsonl"], "parameter prompts: {tmp}/empty.jsonl: no prompts"),
+    (["--corpus", "{tmp}/fields.jsonl"], 'parameter corpus: {tmp}/fields.jsonl:1: expected {{"text": "..."}}'),
+    (["--corpus", "{tmp}/empty.jsonl"], "parameter corpus: {tmp}/empty.jsonl: no documents"),
+    (["--corpus", "{tmp}/binaries"], "parameter corpus: '{tmp}/binaries' holds no text files"),
+    (["--target", "{tmp}/binaries"], "parameter target: '{tmp}/binaries' is neither a .gguf file nor a model folder"),
+    (["--target", "tiny-llama", "--draft", "self:4"], "parameter draft: self-draft needs 1 <= L < 4"),
+    (["-p", "00:y=1"], "-p 00:y=...: 00_a.ipynb has no parameter 'y'; its parameters: profile, target, x"),
+    (["-p", "01:target=no-such-model"], "-p 01:...: parameter target: unknown model 'no-such-model'"),
+    (["-p", "01:profile='big'"], "-p 01:...: parameter profile: unknown profile 'big'"),
+    (["00", ""], "empty notebook name ''"),
+])
+def test_bad_data_is_one_line_before_anything_runs(argv, message, fake_notebooks, tmp_path, monkeypatch, capsys):
+    """Prompts, corpus, target and draft are checked for what the notebooks read of them (a prompt file's every
+    line; a JSONL corpus's first document, a folder with text files; a model folder; a self-draft shallower than
+    the target), each ``-p`` name against the notebook's parameters cell and its value as the notebook would
+    check it, and an empty notebook name refused, all before any notebook starts or the study folder is made."""
+    import papermill
+
+    (tmp_path / "fields.jsonl").write_text('{"id": 1, "tex": "a"}\n')
+    (tmp_path / "empty.jsonl").write_text("\n")
+    (tmp_path / "binaries").mkdir()
+    (tmp_path / "binaries" / "a.bin").write_bytes(b"\0\1")
+    monkeypatch.setattr(papermill, "execute_notebook", _started)
+    out = tmp_path / "study"
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    assert main(["study", "run", "--profile", "smoke", "--out", str(out), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specnb: error: {message.format(tmp=tmp_path)}") and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{}", "no 'notebooks' object"),
+    ("[1]", "no 'notebooks' object"),
+    ("not json", "not JSON: Expecting value: line 1 column 1 (char 0)"),
+    ('{"notebooks": {"00_a": "ok"}}', "notebook '00_a' has no status among ok, skipped, failed"),
+    ('{"notebooks": {"00_a": {"status": "ok", "seconds": 1}}}', "notebook '00_a', ok: 'key' missing or not a string"),
+    ('{"notebooks": {"00_a": {"status": "skipped", "key": "k"}}}',
+     "notebook '00_a', skipped: 'reason' missing or not a string"),
+])
+def test_a_malformed_study_state_is_one_line_and_left_as_it_is(text, message, fake_notebooks, tmp_path,
+                                                                  monkeypatch, capsys):
+    """A ``study.json`` that is not a state :func:`run_study` wrote is refused in one line saying to choose another
+    ``--out``; nothing of the folder is changed and no notebook starts."""
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", _started)
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "study.json").write_text(text)
+    assert main(["study", "run", "--profile", "smoke", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (f"specnb: error: {out / 'study.json'}: not a study state ({message}); give "
+                                       "another --out (this one is left as it is)\n")
+    assert [p.name for p in out.iterdir()] == ["study.json"] and (out / "study.json").read_text() == text
+
+
 def test_ctrl_c_keeps_the_notebooks_that_finished(fake_notebooks, tmp_path, monkeypatch):
     import papermill
 

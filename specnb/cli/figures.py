@@ -14,9 +14,17 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    """Print what moved between the runs OLD and NEW; ValueError where either holds a malformed results file or
+    none, or where they share no notebook (nothing to compare)."""
     from ..study.reference_run import load_results, moved
 
-    old, new = load_results(args.old), load_results(args.new)
+    old, new = load_results(args.old, judged=True), load_results(args.new, judged=True)
+    for where, results in ((args.old, old), (args.new, new)):
+        if not results:
+            raise ValueError(f"{where!r} holds no NN_results.json: nothing to compare")
+    if not set(old) & set(new):
+        raise ValueError(f"{args.old!r} (notebooks {', '.join(sorted(old))}) and {args.new!r} (notebooks "
+                         f"{', '.join(sorted(new))}) share no notebook's results: nothing to compare")
     rows = moved(old, new)
     for r in rows:
         print(f"{r['notebook']} {r['claim']}: {r['old']} -> {r['new']}"

@@ -20,17 +20,19 @@ NOTEBOOKS = ROOT / "notebooks"
 
 
 def find_notebooks(names: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
-    """``NN_*.ipynb`` in ``folder``, sorted; ``names`` filters by prefix or stem (``00``, ``00_quickstart``)."""
+    """``NN_*.ipynb`` in ``folder``, sorted; ``names`` filters by prefix or stem (``00``, ``00_quickstart``).
+    ValueError for a name that matches none, or an empty one (a prefix of every name, not a choice of one)."""
     found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
     if not names:
         return found
+    if blank := [n for n in names if not n.strip()]:
+        raise ValueError(f"empty notebook name {blank[0]!r}: give a number or a name "
+                         f"({', '.join(p.stem for p in found)}), or none for all")
     chosen = [p for p in found if any(p.stem == n or p.stem.startswith(n) or p.name == n for n in names)]
     missing = [n for n in names if not any(p.stem == n or p.stem.startswith(n) or p.name == n for p in found)]
     if missing:
         raise ValueError(f"no notebook matches {', '.join(missing)}; have: {', '.join(p.stem for p in found)}")
     return chosen
-
-
 
 
 @dataclass
@@ -58,12 +60,12 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     from ..model.ceilings import sample_read_bandwidth
     from .reference_run import amend_run, retire_unsaved, stamp_run
 
+    paths = find_notebooks(names)  # a bad name refused before anything is written
     output_dir = output_dir or NOTEBOOKS / "executed" / profile
     output_dir.mkdir(parents=True, exist_ok=True)
     os.environ["SPECNB_FIGURES"] = str(figures_for(profile))
     os.environ["SPECNB_STRICT_FIGURES"] = "1"  # the kernels inherit it: a figure a reader would trip over fails
     done = []
-    paths = find_notebooks(names)
     for path in paths:
         bandwidth = sample_read_bandwidth(256, 3)  # ~0.5 s: what the notebook's timings ran against
         began, start = time.time(), time.perf_counter()

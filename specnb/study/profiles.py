@@ -67,7 +67,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..draft_shapes import SelfDraft, parse_draft
+from ..draft_shapes import SelfDraft, check_self_layers, parse_draft
 from ..model.device import default_device
 
 
@@ -270,9 +270,9 @@ def get_profile(name: str, **parameters: object) -> Profile:
 
 
 def _check(key: str, p: Profile) -> None:
-    from ..core.datasets import PROMPT_SETS
+    from ..core.datasets import PROMPT_SETS, jsonl
     from ..model.device import resolve_device
-    from ..model.model_names import check_weights, resolve_name
+    from ..model.model_names import check_weights
     from ..model.models import resolve_dtype
 
     value = getattr(p, key)
@@ -280,19 +280,65 @@ def _check(key: str, p: Profile) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"must be a whole number >= 1, got {value!r}")
     elif key == "draft" and isinstance(value, SelfDraft):
-        return  # its depth is checked against the target's when the draft is made
+        _check_self_draft(value, p.target)
     elif not isinstance(value, str):
         raise TypeError(f"must be a string, got {value!r}")
     elif key in ("target", "draft"):
-        resolve_name(value)
-    elif key == "prompts" and value not in PROMPT_SETS and not Path(value).is_file():
-        raise ValueError(f"{value!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a JSONL file")
-    elif key == "corpus" and value != "code" and not Path(value).is_dir() \
-            and not (Path(value).is_file() and value.endswith(".jsonl")):
-        raise ValueError(f"{value!r} is neither `code` (the stdlib), a folder of text files nor a JSONL file")
+        _check_model(value)
+    elif key == "prompts" and value not in PROMPT_SETS:
+        if not Path(value).is_file():
+            raise ValueError(f"{value!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a JSONL file")
+        jsonl(value)  # every line: PromptFileError naming the first bad one
+    elif key == "corpus" and value != "code":
+        _check_corpus(Path(value))
     elif key == "device":
         resolve_device(value)
     elif key == "dtype":
         resolve_dtype(value, resolve_device(p.device).type)
     elif key == "weights":
         check_weights(p.target, value)
+
+
+def _check_model(name: str) -> None:
+    """ValueError unless model ``name`` loads without a download it cannot make
+    (:func:`specnb.model.model_names.check_installed`) and a local path is a ``.gguf`` file or a checkpoint folder
+    (its ``config.json``)."""
+    from ..model.model_names import check_installed
+
+    where = check_installed(name)
+    if where.kind == "local" and not (Path(where.source) / "config.json").is_file():
+        raise ValueError(f"{name!r} is neither a .gguf file nor a model folder (no config.json in it)")
+
+
+def _check_self_draft(draft: SelfDraft, target: str) -> None:
+    """ValueError unless ``draft`` is shallower than ``target``, where the target's config file is at hand without a
+    load (:func:`specnb.model.model_names.layer_count`; a target that does not resolve is the target's error)."""
+    from ..model.model_names import layer_count
+
+    try:
+        total = layer_count(target)
+    except ValueError:
+        return
+    if total is not None:
+        check_self_layers(draft.layers, total)
+
+
+def _check_corpus(path: Path) -> None:
+    """ValueError unless ``path`` is what :func:`specnb.datastores.corpus.build_corpus` reads as a code corpus: a
+    folder holding a text file (:func:`~specnb.datastores.corpus.text_files`), or a ``.jsonl`` file whose first
+    document reads (:func:`~specnb.datastores.corpus.jsonl_documents`; a bad line further on is the corpus build's
+    error: every notebook checks its profile, and a corpus can be gigabytes)."""
+    from ..datastores.corpus import jsonl_documents, text_files
+
+    if path.is_dir():
+        if not text_files(path):
+            raise ValueError(f"{str(path)!r} holds no text files (hidden ones, __pycache__ and binaries left out)")
+    elif path.is_file() and path.suffix == ".jsonl":
+        try:
+            first = next(jsonl_documents(path), None)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        if first is None:
+            raise ValueError(f"{path}: no documents (one JSON object a line)")
+    else:
+        raise ValueError(f"{str(path)!r} is neither `code` (the stdlib), a folder of text files nor a JSONL file")

@@ -424,23 +424,82 @@ def prune_titles(figures: Path) -> None:
 # -------------------------------------------------------------------------------------------- compare
 
 
-def load_results(where: str) -> dict[str, dict]:
+SHOWN = ("claim", "measured", "expected", "against", "verdict")
+"""The fields (strings) of a results file's comparison that a front page shows (:func:`verdict_rows`)."""
+JUDGED = ("ours", "low", "high")
+"""The fields (numbers, or null) of a comparison that :func:`moved` judges: our number and its 90% interval."""
+
+
+def load_results(where: str, judged: bool = False) -> dict[str, dict]:
     """{``NN``: results file} of a figures folder, or of ``figures/`` at a git revision (``HEAD~1``, a sha), each
-    file's comparisons scoped as :func:`results_files` scopes them (two runs then differ only where they do)."""
+    file's comparisons scoped as :func:`results_files` scopes them (two runs then differ only where they do).
+    ValueError naming the file and what is wrong where one is not a results file whose comparisons hold
+    :data:`SHOWN` (and :data:`JUDGED` where ``judged``: what :func:`moved` reads), or where ``where`` is
+    neither."""
     from .scope import scoped
 
     folder = Path(where)
     if folder.is_dir():
-        results = {p.name[:2]: json.loads(p.read_text()) for p in sorted(folder.glob("[0-9][0-9]_results.json"))}
+        texts = {str(p): p.read_bytes() for p in sorted(folder.glob("[0-9][0-9]_results.json"))}
     else:
         names = git("ls-tree", "--name-only", f"{where}:figures")
         if not names:
             raise ValueError(f"{where!r} is neither a folder nor a git revision with a figures/ folder")
-        results = {name[:2]: json.loads(git("show", f"{where}:figures/{name}"))
-                   for name in names.splitlines() if name.endswith("_results.json") and name[:2].isdigit()}
-    for prefix, values in results.items():
-        values["verdicts"] = scoped(prefix, values.get("verdicts", {}), values.get("setup", {}))
+        texts = {f"{where}:figures/{name}": git("show", f"{where}:figures/{name}").encode()
+                 for name in names.splitlines() if name.endswith("_results.json") and name[:2].isdigit()}
+    results = {}
+    for name, text in texts.items():
+        values, prefix = _results_file(name, text, SHOWN + JUDGED if judged else SHOWN), Path(name).name[:2]
+        results[prefix] = {**values, "verdicts": scoped(prefix, values["verdicts"], values["setup"])}
     return results
+
+
+def _results_file(name: str, text: bytes, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The results file ``name`` parsed from ``text``, its ``verdicts`` and ``setup`` present ({} where absent);
+    ValueError ``NAME: not a results file (what is wrong)`` where it is not JSON of the shape
+    :meth:`specnb.study.results.Results.write` writes, its comparisons holding ``fields`` (those of :data:`SHOWN`
+    strings, of :data:`JUDGED` numbers or null; ``verdict`` among them) and a known verdict and lean."""
+    from typing import get_args
+
+    from .scope import UNTESTED
+    from .verdicts import Lean, Verdict
+
+    def refuse(what: str) -> ValueError:
+        return ValueError(f"{name}: not a results file ({what})")
+
+    try:
+        values = json.loads(text.decode())
+    except ValueError as exc:  # not UTF-8, or not JSON
+        raise refuse(f"not JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise refuse(f"a JSON {type(values).__name__}, not an object")
+    values = {**values, "verdicts": values.get("verdicts", {}), "setup": values.get("setup", {})}
+    for part in ("verdicts", "setup", "takeaways"):
+        if not isinstance(values.get(part, {}), dict):
+            raise refuse(f"{part!r} is a JSON {type(values[part]).__name__}, not an object")
+    for paper, sides in values["setup"].items():
+        if not paper.strip() or not isinstance(sides, dict) or \
+                not all(isinstance(sides.get(side), dict) for side in ("here", "paper")):
+            raise refuse(f"setup {paper!r} is not {{'here': {{...}}, 'paper': {{...}}}}")
+    verdicts = (*get_args(Verdict), UNTESTED)
+    for key, record in values["verdicts"].items():
+        if not isinstance(record, dict):
+            raise refuse(f"comparison {key!r} is a JSON {type(record).__name__}, not an object")
+        if missing := [f for f in fields if f not in record]:
+            raise refuse(f"comparison {key!r} has no {', '.join(map(repr, missing))}")
+        if wrong := [f for f in fields if not (isinstance(record[f], str) if f in SHOWN else _number(record[f]))]:
+            raise refuse(f"comparison {key!r}: {wrong[0]!r} must be "
+                         f"{'a string' if wrong[0] in SHOWN else 'a number or null'}, got {record[wrong[0]]!r}")
+        if record["verdict"] not in verdicts or record.get("lean") not in (None, *get_args(Lean)):
+            raise refuse(f"comparison {key!r}: verdict {record['verdict']!r}, lean {record.get('lean')!r}; "
+                         f"a verdict is one of {', '.join(verdicts)}, a lean one of {', '.join(get_args(Lean))} or "
+                         "null")
+    return values
+
+
+def _number(value: Any) -> bool:
+    """Whether a results file's ``value`` is a number (NaN included) or null."""
+    return value is None or isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def moved(old: dict[str, dict], new: dict[str, dict]) -> list[dict[str, Any]]:

@@ -58,21 +58,73 @@ def notebook_parameters(given: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def check_notebook_parameters(notebook: Path, profile: str, given: dict[str, Any], own: dict[str, Any]) -> None:
+    """ValueError unless every parameter of ``own`` (``-p NN:NAME=VALUE`` of ``notebook``) is one of the notebook's
+    ``parameters`` cell (:func:`papermill.inspect_notebook`) and those of
+    :data:`~specnb.study.profiles.OVERRIDABLE` (and ``profile``) pass :func:`~specnb.study.profiles.get_profile`
+    with ``given``."""
+    import papermill
+
+    names = papermill.inspect_notebook(str(notebook))
+    for name in own:
+        if name not in names:
+            raise ValueError(f"-p {notebook.name[:2]}:{name}=...: {notebook.name} has no parameter {name!r}; its "
+                             f"parameters: {', '.join(names) or 'none'}")
+    overridden = {name: value for name, value in own.items() if name in OVERRIDABLE}
+    if overridden or "profile" in own:
+        try:
+            get_profile(own.get("profile", profile), **{**given, **overridden})
+        except ValueError as exc:
+            raise ValueError(f"-p {notebook.name[:2]}:...: {exc}") from None
+
+
 def run_key(notebook: Path, parameters: dict[str, Any]) -> str:
     """sha256 (16 hex digits) of the notebook's code cells and the parameters it runs with."""
     code = code_hash(json.loads(notebook.read_text()))
     return hashlib.sha256((code + json.dumps(parameters, sort_keys=True)).encode()).hexdigest()[:16]
 
 
+STATUS_FIELDS = {"ok": ("seconds",), "skipped": ("reason",), "failed": ("seconds", "error")}
+"""A study folder's notebook record: its ``key``, ``status`` and that status' fields (what :func:`readme` shows)."""
+
+
 def read_state(out: Path) -> dict[str, dict]:
-    """``DIR/study.json``'s notebooks ({} for a new folder). ValueError for a folder with other files and no
-    state: it is not a study folder, and nothing of it is overwritten."""
+    """``DIR/study.json``'s notebooks ({} for a new folder). ValueError, with nothing of the folder changed, for a
+    folder with other files and no state, or whose state is not one :func:`run_study` writes: it is not a study
+    folder."""
     path = out / STATE
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder (give a new or empty folder)")
     if path.exists():
-        return json.loads(path.read_text())["notebooks"]
+        return _state(path)
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} holds files and no {STATE}: not a study folder (give a new or empty folder)")
     return {}
+
+
+def _state(path: Path) -> dict[str, dict]:
+    """The notebooks of the study state ``path``; ValueError naming what is wrong where it is not
+    ``{"notebooks": {stem: {"key": ..., "status": ..., ...}}}`` with each status' fields (:data:`STATUS_FIELDS`)."""
+    def refuse(what: str) -> ValueError:
+        return ValueError(f"{path}: not a study state ({what}); give another --out (this one is left as it is)")
+
+    try:
+        state = json.loads(path.read_bytes().decode())
+    except ValueError as exc:  # not UTF-8, or not JSON
+        raise refuse(f"not JSON: {exc}") from None
+    notebooks = state.get("notebooks") if isinstance(state, dict) else None
+    if not isinstance(notebooks, dict):
+        raise refuse("no 'notebooks' object")
+    for stem, record in notebooks.items():
+        status = record.get("status") if isinstance(record, dict) else None
+        if status not in STATUS_FIELDS:
+            raise refuse(f"notebook {stem!r} has no status among {', '.join(STATUS_FIELDS)}")
+        wrong = [f for f in ("key", *STATUS_FIELDS[status])
+                 if not isinstance(record.get(f), int | float if f == "seconds" else str)]
+        if wrong:
+            raise refuse(f"notebook {stem!r}, {status}: {wrong[0]!r} missing or not a "
+                         f"{'number' if wrong[0] == 'seconds' else 'string'}")
+    return notebooks
 
 
 def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str, Any],
@@ -89,6 +141,8 @@ def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str,
     per_notebook = per_notebook or {}
     if unknown := sorted(set(per_notebook) - {path.name[:2] for path in paths}):
         raise ValueError(f"-p {unknown[0]}:...: notebook {unknown[0]} is not among those run")
+    for path in paths:
+        check_notebook_parameters(path, profile, given, per_notebook.get(path.name[:2], {}))
     state = read_state(out)
     figures = out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
