@@ -515,7 +515,7 @@ def test_every_command_reports_errors_in_one_line(tmp_path, capsys, isolated_cac
 
 @pytest.mark.parametrize("argv, choices", [
     ([], "models, bench, notebooks"), (["kernels"], "bench, quant, topk"), (["datastore"], "build, verify"),
-    (["datastore", "build"], "rest, crest, dense"), (["figures"], "compare"),
+    (["datastore", "build"], "rest, crest, dense"), (["figures"], "compare"), (["study"], "run"),
 ])
 def test_a_command_line_that_stops_short_names_the_choices(argv, choices, capsys):
     code, err = run_cli(argv, capsys)

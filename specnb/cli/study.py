@@ -12,7 +12,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     from ..study.profiles import PROFILES
 
     parser = sub.add_parser("study", help=help)
-    actions = parser.add_subparsers(dest="study_command", required=True)
+    actions = parser.add_subparsers(metavar="ACTION")
     run = actions.add_parser("run", help="run the notebooks with papermill under your parameters into --out",
                          description=study_run.__doc__.split("\n\n")[1])
     run.add_argument("names", nargs="*", help="notebooks (00, 09_end_to_end, ...; default: all)")
