@@ -137,3 +137,31 @@ def test_a_users_folder_and_jsonl(tmp_path):
     empty.mkdir()
     with pytest.raises(CorpusError, match="no text files"):
         build_corpus(empty, "tiny-llama", progress=False)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-tokens", "-5"], "--max-tokens must be >= 1, got -5"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+    (["--max-docs", "0"], "--max-docs must be >= 1, got 0"),
+    (["--max-docs", "-1"], "--max-docs must be >= 1, got -1"),
+    (["--out", "{tmp}/mine.csv"], "{tmp}/mine.csv exists and is not a corpus; refusing to replace it (choose another "
+                                  "--out)"),
+    (["--out", "{tmp}/mine.csv", "--force"], "{tmp}/mine.csv exists and is not a corpus"),
+])
+def test_corpus_build_refuses_bad_limits_and_a_users_out_in_one_line(flags, message, py_files, tmp_path, capsys,
+                                                                     monkeypatch):
+    """Limits below 1 (accepted: a limit of 0 was cached as the whole corpus) and an --out holding a user's file
+    (refused as a corrupt corpus, with the advice to delete it) are one line, exit 2, before the tokenizer loads;
+    the user's file is kept."""
+    from specnb.cli import main
+    from specnb.datastores import corpus
+
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(corpus.TokenizerInfo, "of", lambda *a: pytest.fail("the tokenizer loaded before the check"))
+    (tmp_path / "mine.csv").write_text("a,b\n1,2\n")
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    assert main(["corpus", "build", str(tmp_path / "src"), "--model", "tiny-llama", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert "delete" not in err and (tmp_path / "mine.csv").read_text() == "a,b\n1,2\n"
+    assert not (tmp_path / "cache").exists()

@@ -176,3 +176,22 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
             generate(target, "def f1(x):", max_new_tokens=8).tokens
     with pytest.raises(CorpusError, match="no CREST store"):
         make_drafter("crest", target, {"datastore": str(tmp_path / "nope.sqlite")})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["rest", "--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),  # 0 was read as no limit: the full store
+    (["crest", "--max-tokens", "-1"], "--max-tokens must be >= 1, got -1"),
+    (["crest", "--rest", "{tmp}/mistyped"], "no REST datastore at {tmp}/mistyped; build it with"),  # was built there
+])
+def test_rest_and_crest_builds_refuse_bad_limits_and_a_missing_rest_store(argv, message, source, tmp_path, capsys,
+                                                                          isolated_cache):
+    """``datastore build rest|crest`` refuse a limit below 1 and a ``--rest`` that holds no REST store in one line,
+    before any corpus is read, and leave nothing behind (a mistyped --rest built a new REST store there)."""
+    from specnb.cli import main
+
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["datastore", "build", argv[0], str(source), "--model", "tiny-llama", *argv[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert sorted(tmp_path.rglob("*")) == before

@@ -316,3 +316,71 @@ def test_two_resumable_builds_of_one_store_never_share_its_partial(tmp_path):
                 pass
     assert (out / "part.npy").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]  # no partial, no lock left behind
+
+
+def test_a_damaged_store_or_an_empty_datastore_path_fails_the_bench_before_the_model_loads(source, tmp_path,
+                                                                                           capsys, monkeypatch,
+                                                                                           isolated_cache):
+    """A REST or CREST store that is damaged or no store at all stops ``specnb bench`` in one line before its model
+    loads (it was found only once the model had loaded), and so does ``--datastore crest=`` (it was read as no
+    datastore, and the default store was used)."""
+    from specnb.model import models
+
+    rest_store, crest_store = tmp_path / "rest", tmp_path / "c.sqlite"
+    assert build(["rest", str(source), "--model", "tiny-llama", "--out", str(rest_store)], capsys)[0] == 0
+    assert build(["crest", str(source), "--model", "tiny-llama", "--rest", str(rest_store), "--t", "20", "--out",
+                  str(crest_store)], capsys)[0] == 0
+    with (rest_store / "text.npy").open("ab") as f:
+        f.write(b"\0")
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(crest_store.read_bytes()[:-100])
+    (tmp_path / "text.sqlite").write_text("not a store")
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    for method, datastore, message in (("rest", f"rest={rest_store}", "text.npy holds"),
+                                       ("crest", f"crest={cut}", "is not a valid CREST store"),
+                                       ("crest", str(tmp_path / "text.sqlite"), "is not a valid CREST store"),
+                                       ("crest", "crest=", "--datastore 'crest=' names no path"),
+                                       ("rest", "", "--datastore '' names no path")):
+        code = main(["bench", "--model", "tiny-llama", "--methods", method, "--datastore", datastore, "--n", "1"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.startswith("specnb: error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_dense_build_refuses_an_existing_store_without_overwrite_before_the_model_loads(source, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A dense store at --out is replaced only with --overwrite, as REST's and CREST's are, and that is said before
+    the model loads (the build loaded it, then returned the old store, or failed on a damaged one)."""
+    from specnb.model import models
+
+    store = tmp_path / "ds"
+    store.mkdir()
+    (store / "meta.json").write_text('{"kind": "dense"}')  # a store of ours, damaged
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    code, err = build(["dense", str(source), "--model", "tiny-llama", "--out", str(store)], capsys)
+    assert code == 2 and "already holds a dense datastore; pass --overwrite" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "src"]
+    assert [p.name for p in store.iterdir()] == ["meta.json"]
+
+
+@pytest.mark.parametrize("what", ["folder", "foreign meta.json", "text file", "empty file", "SQLite",
+                                  "SQLite with another meta"])
+def test_verify_calls_a_path_that_holds_no_store_a_user_error(what, tmp_path, capsys):
+    """``datastore verify`` on something that is no store (a user's folder or file, another program's SQLite) is a
+    user error, exit 2 (it said "damaged", exit 1, the answer for a store whose bytes changed)."""
+    import contextlib
+    import sqlite3
+
+    path = tmp_path / "thing"
+    if what in ("folder", "foreign meta.json"):
+        path.mkdir()
+        (path / ("meta.json" if what == "foreign meta.json" else "notes.txt")).write_text('{"name": "mine"}')
+    elif what.startswith("SQLite"):
+        table = "meta" if "meta" in what else "t"
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            db.execute(f"CREATE TABLE {table} (key TEXT, value TEXT)")
+            db.execute(f"INSERT INTO {table} VALUES ('kind', '\"other\"')")
+    else:
+        path.write_text("" if what == "empty file" else "my notes")
+    assert main(["datastore", "verify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"specnb: error: {path} is ") and "not a" in err and err.count("\n") == 1, err

@@ -235,3 +235,62 @@ def test_replay_with_teacher_forced_states_matches_decoding(stores, arch):
     assert [c.accepted for c in replay.calls] == [c.accepted for c in out.stats.calls]
     with pytest.raises(ValueError, match="hidden"):
         replay_greedy(DenseDrafter(stores[arch], 10, 10), prompt, tokens)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--M", "0"], "--M must be >= 2, got 0"),  # hnswlib crashed (exit 139) after the whole extraction
+    (["--ef-construction", "0"], "--ef-construction must be >= 1, got 0"),
+    (["--ef-search", "0"], "--ef-search must be >= 1, got 0"),
+    (["--n-next", "0"], "--n-next must be >= 1, got 0"),
+    (["--dims", "0"], "--dims must be >= 1, got 0"),
+    (["--dims", "300"], "--dims (300) must be <= --components (256)"),  # was cut to 256 without a word
+    (["--seq-len", "0"], "--seq-len must be >= 1, got 0"),
+    (["--batch-tokens", "100"], "--batch-tokens (100) must be >= --seq-len + overlap (512 + 64)"),
+    (["--sample", "0"], "--sample must be >= 2, got 0"),
+    (["--nlist", "-1"], "--nlist must be >= 0, got -1"),
+    (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),  # was read as no limit
+    (["--max-tokens", "-3"], "--max-tokens must be >= 1, got -3"),
+])
+def test_bad_build_sizes_are_one_line_errors_before_the_model_loads(flags, message, source, tmp_path, monkeypatch,
+                                                                    capsys):
+    """Every size of ``datastore build dense`` is checked when its BuildConfig is made, before the model loads: one
+    line, exit 2, and no store, ``.partial`` or ``.lock`` left (they failed after the extraction, or crashed)."""
+    from specnb.cli import main
+    from specnb.model import models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model loaded before the sizes were checked")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "ds"
+    assert main(["datastore", "build", "dense", str(source), "--model", "tiny-llama", "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and message in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_dims_past_the_hidden_size_and_damaged_stores_are_refused_before_any_work(stores, tmp_path):
+    """``dims`` above the target's hidden size is refused before the extraction (it was cut to it without a word);
+    :func:`check_built_for`, what a bench runs before its model loads, refuses a damaged store in one line (the
+    bench found it only once the model had loaded), and passes a sound one."""
+    import shutil
+
+    target = tiny("llama")  # hidden size 64
+    with pytest.raises(ValueError, match=r"--dims \(100\) must be <= 64, the hidden size of tiny-llama"):
+        build_datastore(target, own_outputs(target, 4), tmp_path / "wide", BuildConfig(dims=100, n_components=128),
+                        progress=False)
+    assert not list(tmp_path.iterdir())
+    store = tmp_path / "store"
+    shutil.copytree(stores["llama"].path, store)
+    dense_store.check_built_for(store, "tiny-llama")
+    with (store / "values.i32.npy").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(CorpusError, match="values.i32.npy holds") as refused:
+        dense_store.check_built_for(store, "tiny-llama")
+    assert "\n" not in str(refused.value)
+    (store / "meta.json").write_text("{")
+    with pytest.raises(CorpusError, match="is corrupt"):
+        dense_store.check_built_for(store, "tiny-llama")
+    with pytest.raises(CorpusError, match="no dense datastore"):
+        dense_store.check_built_for(tmp_path / "nothing", "tiny-llama")

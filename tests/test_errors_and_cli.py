@@ -282,19 +282,26 @@ def test_dense_build_checks_its_source_before_the_model_loads(tmp_path, monkeypa
     assert "is not `code`, `chat` or an existing file/directory" in capsys.readouterr().err
 
 
-def test_existing_stores_pass_the_check(tmp_path):
+def test_existing_stores_pass_the_check(source, tmp_path, monkeypatch):
+    """Sound stores of the model's tokenizer, and a roofline table, pass every check made before the model loads."""
+    from specnb.datastores.corpus import build_corpus
+    from specnb.datastores.crest import build_crest
+    from specnb.datastores.dense import BuildConfig, build_datastore
+    from specnb.datastores.rest import RestIndex
     from specnb.eval.methods import check_before_loading
+    from tests.conftest import tiny
 
-    (tmp_path / "rest").mkdir()
-    (tmp_path / "rest" / "meta.json").write_text("{}")
-    (tmp_path / "dense").mkdir()
-    (tmp_path / "dense" / "meta.json").write_text("{}")
-    (tmp_path / "crest.sqlite").write_text("")
+    monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))
+    corpus = build_corpus(str(source), "tiny-llama", progress=False)
+    rest = RestIndex.build(corpus, tmp_path / "rest", progress=False)
+    build_crest(rest, tmp_path / "crest.sqlite", ns=(1, 2), t=10, progress=False).close()
+    build_datastore(tiny("llama"), corpus, tmp_path / "dense", BuildConfig(n_next=4, dims=8, seq_len=32, overlap=8,
+                                                                           batch_tokens=128), progress=False)
     (tmp_path / "roofline.csv").write_text("")
     datastores = [f"rest={tmp_path}/rest", f"crest-priced={tmp_path}/crest.sqlite", f"dense={tmp_path}/dense"]
     options = options_for(["ar", "rest", "crest-priced", "dense", "auto", "mixed-adaptive"],
-                          {"crest": str(tmp_path / "crest.sqlite"), "roofline": str(tmp_path / "roofline.csv")},
-                          datastores)
+                          {"crest": str(tmp_path / "crest.sqlite"), "dense": str(tmp_path / "dense"),
+                           "roofline": str(tmp_path / "roofline.csv")}, datastores)
     check_before_loading("tiny-llama", options)  # nothing missing: no error
     check_before_loading("tiny-llama", options_for(["ar", "sd"], {"draft": "self:3"}))
 

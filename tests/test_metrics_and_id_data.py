@@ -178,3 +178,35 @@ def test_responses_are_the_greedy_output_resumable_and_make_a_corpus(tmp_path):
     assert id_corpus(out, responses_only=True).doc(2).tolist() == records[2]["response_ids"]
     with pytest.raises(CorpusError, match="no responses file"):
         id_corpus(tmp_path / "missing.jsonl")
+
+
+@pytest.mark.parametrize("mine, out, message", [
+    ("r.meta.json", "r.jsonl", "r.meta.json exists and is not the sidecar of a responses file"),  # was overwritten
+    ("r.jsonl", "r.jsonl", "--out r.jsonl exists and is not a responses file"),  # said "other settings", late
+    ("r.jsonl", "r.jsonl/x.jsonl", "{tmp}/r.jsonl is not a folder"),
+    (None, "", "--out is empty"),
+    (None, ".", "--out . is a folder"),
+])
+def test_id_data_never_touches_a_users_file_and_says_so_before_the_model_loads(mine, out, message, tmp_path,
+                                                                               capsys, monkeypatch):
+    """``specnb id-data --out`` refuses in one line, before the prompts are listed and the model loads, an --out that
+    is a user's file or whose sidecar ``.meta.json`` would replace one; the library refuses the sidecar too."""
+    from specnb.cli import main
+    from specnb.datastores import id_data
+    from specnb.model import models
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    monkeypatch.setitem(id_data.PROMPT_SOURCES, "code", lambda *a, **k: pytest.fail("prompts listed first"))
+    if mine:
+        (tmp_path / mine).write_text('{"mine": 1}\n')
+    assert main(["id-data", "code", "--model", "tiny-llama", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([mine] if mine else [])
+    if mine:
+        assert (tmp_path / mine).read_text() == '{"mine": 1}\n'
+    if mine == "r.meta.json":
+        with pytest.raises(ValueError, match="not the sidecar"):
+            generate_responses(tiny("llama"), [Prompt("a", text="x")], tmp_path / "r.jsonl", max_new_tokens=2)
+        assert (tmp_path / "r.meta.json").read_text() == '{"mine": 1}\n' and not (tmp_path / "r.jsonl").exists()

@@ -112,3 +112,26 @@ def test_cli_builds_the_tables(tmp_path, capsys):
     assert "rows (tokens of" in capsys.readouterr().out
     table = bigram_table(tiny("llama"), list(b"hello"), k_max=4, progress=False)
     assert all(table.row_of[t] >= 0 for t in b"helo")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--k-max", "0"], "--k-max must be >= 1, got 0"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--batch-size", "-1"], "--batch-size must be >= 1, got -1"),
+    (["--tokens", "{tmp}/empty.txt"], "--tokens {tmp}/empty.txt holds no text"),
+    (["--tokens", "{tmp}/missing.txt"], "--tokens '{tmp}/missing.txt' is not 'all', 'default' or a text file"),
+])
+def test_ngram_table_checks_its_flags_and_tokens_file_before_the_model_loads(flags, message, tmp_path, capsys,
+                                                                             monkeypatch):
+    """Sizes below 1 (accepted) and a --tokens file that is missing or empty (reported once the model had loaded)
+    are one line, exit 2, before the model loads; no table is written."""
+    from specnb.cli import main
+    from specnb.model import models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    (tmp_path / "empty.txt").write_text(" \n")
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    assert main(["ngram-table", "--model", "tiny-llama", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]

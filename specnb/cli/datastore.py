@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 def _verify(args: argparse.Namespace) -> int:
     """0 when the store checks out; 1 with one line saying what is wrong when a store there is damaged; a path
-    with nothing at it is a user error (2, from :func:`specnb.cli.main`)."""
+    with nothing at it, or with something that is no store (:func:`~specnb.datastores.manifest.verify_store`'s
+    plain ValueError), is a user error (2, from :func:`specnb.cli.main`)."""
     from ..datastores import CorpusError
     from ..datastores.manifest import verify_store
 
@@ -67,6 +68,12 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser, shards_help: str) ->
     parser.add_argument("--shards", type=int, default=0, help=shards_help)
 
 
+def _check_max_tokens(args: argparse.Namespace) -> None:
+    """ValueError (one line) for a ``--max-tokens`` below 1 (0 was read as no limit)."""
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+
+
 def _cluster(args: argparse.Namespace) -> Cluster | None:
     """The Cluster the flags of :func:`_add_cluster_arguments` ask for (None without ``--ray``); ValueError (one
     line) for a count below its least."""
@@ -93,6 +100,7 @@ def _build_rest(args: argparse.Namespace) -> int:
 
     path = Path(args.out) if args.out else default_store(args.model, "rest", source_tag(args.source))
     check_replaceable(path, is_rest_store, args.overwrite, "REST datastore")  # an explicit build builds
+    _check_max_tokens(args)
     cluster = _cluster(args)
     index = ensure_rest(args.source, args.model, args.max_tokens, path, overwrite=True, shards=args.shards or 1,
                         cluster=cluster)
@@ -106,9 +114,9 @@ def _add_crest(kinds: argparse._SubParsersAction) -> None:
     (hangs under ``datastore build``). Uses (or first builds) the REST store of the same corpus."""
     parser = kinds.add_parser("crest", help="CREST store: top-t n-grams -> precomputed REST trees, SQLite")
     _add_source_arguments(parser)
-    parser.add_argument("--rest", default=None, help="REST store to compute the trees from (default: the "
-                        "default REST store of this corpus and model, built if missing); must match --model's "
-                        "tokenizer")
+    parser.add_argument("--rest", default=None, help="REST store to compute the trees from, which must exist and "
+                        "match --model's tokenizer (default: the default REST store of this corpus and model, built "
+                        "if missing)")
     parser.add_argument("--m", type=int, default=5, help="keep n-grams of n = 1..m")
     parser.add_argument("--single-n", type=int, default=None, help="keep only n-grams of this n")
     parser.add_argument("--t", type=int, default=10_000, help="n-grams kept per n (the most frequent)")
@@ -118,12 +126,15 @@ def _add_crest(kinds: argparse._SubParsersAction) -> None:
 def _build_crest(args: argparse.Namespace) -> int:
     from ..datastores.crest import build_crest, is_crest_store
     from ..datastores.crest_build import build_crest_on_ray
-    from ..datastores.rest import default_store, ensure_rest, source_tag
+    from ..datastores.rest import check_built_for, default_store, ensure_rest, source_tag
 
     out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
     check_replaceable(out, is_crest_store, args.overwrite, "CREST store")  # before any work
     if args.m < 1 or args.t < 1 or (args.single_n is not None and args.single_n < 1):
         raise ValueError(f"--m, --t and --single-n must be >= 1, got {args.m}, {args.t}, {args.single_n}")
+    _check_max_tokens(args)
+    if args.rest is not None:  # a store the user names must be there and sound (a typo built a new one there)
+        check_built_for(Path(args.rest), args.model)
     cluster = _cluster(args)
     index = ensure_rest(args.source, args.model, args.max_tokens, args.rest, shards=args.shards or 1,
                         cluster=cluster)
@@ -167,11 +178,15 @@ def _add_dense(kinds: argparse._SubParsersAction) -> None:
                           "once)")
     parser.add_argument("--no-hidden", action="store_true", help="delete the raw hidden states after indexing")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing dense store at --out (once "
-                        "the new one is complete; never a folder that is not one)")
+                        "the new one is complete; never a folder that is not one); without it an existing store is "
+                        "an error")
     parser.set_defaults(func=_build_dense)
 
 
 def _build_dense(args: argparse.Namespace) -> int:
+    """Check the source, --out, every size (:class:`~specnb.datastores.dense.BuildConfig`) and the cluster flags,
+    then load the model and build. An existing store at --out is replaced only with --overwrite, anything else
+    there never."""
     from ..datastores.ann import IndexParams, IvfPqParams
     from ..datastores.corpus import check_source
     from ..datastores.dense import BuildConfig, build_datastore, datastore_path, is_dense_store, resolve_corpus
@@ -180,20 +195,16 @@ def _build_dense(args: argparse.Namespace) -> int:
     name = Path(args.source).stem + (f"-t{args.max_tokens}" if args.max_tokens else "")
     out = Path(args.out) if args.out else datastore_path(name, args.model)
     check_source(args.source)  # before the model loads
-    check_replaceable(out, is_dense_store, True, "dense datastore")
-    for flag in ("pq_m", "nprobe"):
-        if getattr(args, flag) < 1:
-            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    if args.dims % args.pq_m and args.index == "ivfpq":
-        raise ValueError(f"--pq-m ({args.pq_m}) must divide --dims ({args.dims}) for an IVF-PQ index")
-    cluster = _cluster(args)
-    target = load_model(args.model, dtype=args.dtype)
-    corpus = resolve_corpus(args.source, target, args.max_tokens)
+    check_replaceable(out, is_dense_store, args.overwrite, "dense datastore")
+    _check_max_tokens(args)
     config = BuildConfig(n_next=args.n_next, dims=args.dims, n_components=args.components,
                          sample_size=args.sample, seq_len=args.seq_len, batch_tokens=args.batch_tokens,
                          index=IndexParams(args.M, args.ef_construction, args.ef_search), index_kind=args.index,
                          ivfpq=IvfPqParams(nlist=args.nlist, m=args.pq_m, nprobe=args.nprobe),
                          keep_hidden=not args.no_hidden)
+    cluster = _cluster(args)
+    target = load_model(args.model, dtype=args.dtype)
+    corpus = resolve_corpus(args.source, target, args.max_tokens)
     store = build_datastore(target, corpus, out, config, overwrite=args.overwrite, cluster=cluster)
     print(f"{store.path}: {store.rows:,} keys of {store.projection.dims} dims, "
           f"{store.storage_bytes() / 2**20:.1f} MiB to draft, timings {store.meta['timings']}")

@@ -24,15 +24,18 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    """Check the counts and --out (never a user's file, nor its sidecar), then list the prompts, load the model and
+    append its responses."""
     import torch
 
-    from ..datastores.id_data import PROMPT_SOURCES, generate_responses
+    from ..datastores.id_data import PROMPT_SOURCES, check_responses_out, generate_responses
     from ..eval.methods import make_drafter
     from ..model.models import load_model
 
     for flag in ("n", "max_new_tokens", "batch"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    check_responses_out(args.out)
     torch.manual_seed(args.seed)
     prompts = PROMPT_SOURCES[args.source](args.n, seed=args.seed)
     target = load_model(args.model, dtype=args.dtype)

@@ -20,17 +20,37 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    """Check the sizes and read a --tokens file, then load the model and build (ValueError or OSError, one line,
+    before the model loads)."""
     from ..datastores.ngram_tables import bigram_path, bigram_table, corpus_tokens, default_restriction, unigram_ranking
     from ..model.models import load_model
 
+    for flag in ("k_max", "batch_size"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    text = None if args.tokens in ("all", "default") else _tokens_text(args.tokens)
     target = load_model(args.model, dtype=args.dtype)
     if args.tokens == "all":
         tokens, described = None, "all tokens"
-    elif args.tokens == "default":
+    elif text is None:
         tokens, described = default_restriction(target)
     else:
-        tokens, described = corpus_tokens(target, [Path(args.tokens).read_text()]), f"tokens of {args.tokens}"
+        tokens, described = corpus_tokens(target, [text]), f"tokens of {args.tokens}"
     unigram_ranking(target)
     table = bigram_table(target, tokens, k_max=args.k_max, batch_size=args.batch_size)
     print(f"{bigram_path(target)}: {table.tokens.shape[0]:,} of {target.vocab_size:,} rows ({described})")
     return 0
+
+
+def _tokens_text(path: str) -> str:
+    """The text of the ``--tokens`` file ``path``; ValueError (one line) when it is missing, not a file, not text
+    or holds nothing to cover."""
+    if not Path(path).is_file():
+        raise ValueError(f"--tokens {path!r} is not 'all', 'default' or a text file")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"--tokens {path} is not UTF-8 text") from None
+    if not text.strip():
+        raise ValueError(f"--tokens {path} holds no text: no tokens to cover")
+    return text

@@ -33,14 +33,27 @@ import numpy as np
 from tqdm.auto import tqdm
 
 
+def check_at_least(least: int, values: dict[str, int]) -> None:
+    """ValueError (one line) naming the first of ``values`` ({what it is called on the command line: value})
+    below ``least``."""
+    for flag, value in values.items():
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+
+
 @dataclass(frozen=True)
 class IndexParams:
-    """hnswlib build / query parameters (see the module docstring)."""
+    """hnswlib build / query parameters (see the module docstring); ValueError for a value hnswlib cannot take
+    (M < 2 crashed it with a segmentation fault, after the whole extraction)."""
 
     M: int = 16
     ef_construction: int = 200
     ef_search: int = 64
     seed: int = 100
+
+    def __post_init__(self) -> None:
+        check_at_least(2, {"--M": self.M})
+        check_at_least(1, {"--ef-construction": self.ef_construction, "--ef-search": self.ef_search})
 
 
 class AnnIndex:
@@ -123,13 +136,17 @@ PQ_BITS = 8  # bits of a sub-quantiser's code: 256 centroids each, one byte
 class IvfPqParams:
     """FAISS IVF-PQ build / query parameters: ``nlist`` inverted lists (0: 4 sqrt(n), from 16 to 65536), ``m``
     sub-quantisers of :data:`PQ_BITS` bits (a key's code is m bytes), trained on ``train_size`` sampled keys;
-    ``nprobe`` lists scanned per query."""
+    ``nprobe`` lists scanned per query. ValueError for a count below its least."""
 
     nlist: int = 0
     m: int = 32
     nprobe: int = 32
     train_size: int = 200_000
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_at_least(0, {"--nlist": self.nlist})
+        check_at_least(1, {"--pq-m": self.m, "--nprobe": self.nprobe, "train_size": self.train_size})
 
     def lists_for(self, n: int) -> int:
         return self.nlist or int(np.clip(4 * np.sqrt(max(n, 1)), 16, 65_536))

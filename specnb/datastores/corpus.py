@@ -446,7 +446,16 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
     :class:`LoadedModel` or a tokenizer. max_tokens / max_docs: stop after the document that reaches the limit.
     out: folder (default under ``cache_dir()``). force: rebuild an existing corpus (replaced only once the new
     one is complete; a folder that is not a corpus is never replaced).
+
+    Checked before the tokenizer loads (ValueError, one line): limits below 1, and an ``out`` that exists but
+    holds no corpus (:class:`~specnb.atomic.ExistsError`, with or without ``force``: never opened as a damaged
+    corpus, never replaced).
     """
+    for flag, limit in (("--max-tokens", max_tokens), ("--max-docs", max_docs)):
+        if limit is not None and limit < 1:
+            raise ValueError(f"{flag} must be >= 1, got {limit}")
+    if out is not None:
+        check_replaceable(out, _is_corpus, overwrite=True, what="corpus")
     info, tokenizer = TokenizerInfo.of(model)
     kind, documents, total = _source_documents(source, progress)
     path = Path(out) if out else corpus_path(kind, info, max_tokens, max_docs)

@@ -373,15 +373,11 @@ def _meta_table(db: sqlite3.Connection) -> dict[str, Any]:
 
 
 def check_built_for(path: Path, model: str) -> None:
-    """Raise CorpusError when the CREST file at ``path`` records another tokenizer than the model named ``model``
-    has (its meta table and the model's tokenizer only: run before the model loads). A file whose meta table
-    cannot be read is left to :class:`CrestStore`, which says why when it opens."""
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            meta = _meta_table(db)
-    except (sqlite3.Error, ValueError):
-        return
-    check_recorded_tokenizer(meta, model, f"CREST store {path}")
+    """Raise CorpusError (one line) unless the CREST file at ``path`` opens (:class:`CrestStore`'s checks: SQLite's
+    page structure, the sampled trees) and records the tokenizer of the model named ``model`` (its tokenizer only
+    is loaded): run before the model loads, so that a missing, damaged or foreign store is refused at once."""
+    with contextlib.closing(CrestStore(path)) as store:
+        check_recorded_tokenizer(store.meta, model, f"CREST store {path}")
 
 
 def open_crest(target: Any, path: str | Path | None) -> CrestStore:

@@ -33,9 +33,9 @@ import numpy as np
 from ..atomic import atomic_folder, check_replaceable
 from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
-from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams
+from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams, check_at_least
 from .cluster import Cluster
-from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, load_corpus
+from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_recorded_tokenizer, load_corpus
 from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
 from .ivfpq_shards import ivfpq_on_ray
 from .manifest import check_files, read_meta, write_meta
@@ -46,9 +46,15 @@ RUNTIME_FILES = ("meta.json", "values.i32.npy", "projection.npz")  # and the ind
 INDEX_FILES = {"hnsw": "index.hnsw", "ivfpq": "index.ivfpq"}
 
 
+INDEX_KINDS = ("auto", "hnsw", "ivfpq")
+
+
 @dataclass
 class BuildConfig:
-    """Parameters of a dense datastore build (recorded in its meta.json)."""
+    """Parameters of a dense datastore build (recorded in its meta.json). ValueError (one line, naming the
+    ``specnb datastore build dense`` flag) for parameters no build can use, when constructed: the command builds
+    its config before the model loads. What depends on the model (``dims`` at most its hidden size) is checked
+    by :func:`build_datastore` before the extraction."""
 
     n_next: int = N_NEXT
     dims: int = 64
@@ -63,6 +69,21 @@ class BuildConfig:
     index_kind: str = "auto"  # hnsw | ivfpq | auto (IVF-PQ from ann.IVFPQ_FROM keys)
     ivfpq: IvfPqParams = field(default_factory=IvfPqParams)
     keep_hidden: bool = True  # keep hidden.f16.npy for analyses (PCA ablations); not needed to draft
+
+    def __post_init__(self) -> None:
+        check_at_least(1, {"--n-next": self.n_next, "--dims": self.dims, "--seq-len": self.seq_len})
+        check_at_least(2, {"--sample": self.sample_size})
+        check_at_least(0, {"overlap": self.overlap})
+        if self.n_components < self.dims:
+            raise ValueError(f"--dims ({self.dims}) must be <= --components ({self.n_components}), the PCA "
+                             "components fitted")
+        if self.batch_tokens < self.seq_len + self.overlap:
+            raise ValueError(f"--batch-tokens ({self.batch_tokens}) must be >= --seq-len + overlap ({self.seq_len} "
+                             f"+ {self.overlap}): a window and its context must fit one batch")
+        if self.index_kind not in INDEX_KINDS:
+            raise ValueError(f"--index must be one of {', '.join(INDEX_KINDS)}, got {self.index_kind!r}")
+        if self.index_kind == "ivfpq" and self.dims % self.ivfpq.m:
+            raise ValueError(f"--pq-m ({self.ivfpq.m}) must divide --dims ({self.dims}) for an IVF-PQ index")
 
 
 @dataclass
@@ -130,14 +151,45 @@ def require_store(path: Path) -> None:
         raise CorpusError(f"no dense datastore at {path}{hint}; build it with `specnb datastore build dense`")
 
 
-def load_datastore(path: str | Path) -> DenseDatastore:
-    """Open a dense datastore folder. Raises CorpusError (one line) when it is missing, unfinished or corrupt."""
-    path = Path(path)
+def _read_meta(path: Path) -> dict[str, Any]:
+    """The meta.json of the dense store at ``path`` (nothing else read); CorpusError (one line) when no store is
+    there, its build is unfinished, or meta.json is not a dense store's."""
     require_store(path)
     try:
         meta = json.loads((path / "meta.json").read_text())
-        if meta.get("format") != FORMAT_VERSION or meta.get("kind") != "dense":
-            raise ValueError(f"format {meta.get('format')!r}, kind {meta.get('kind')!r}")
+    except (OSError, ValueError) as exc:
+        raise _corrupt(path, exc) from None
+    fields = meta if isinstance(meta, dict) else {}
+    if fields.get("format") != FORMAT_VERSION or fields.get("kind") != "dense":
+        raise _corrupt(path, f"format {fields.get('format')!r}, kind {fields.get('kind')!r}")
+    return meta
+
+
+def _corrupt(path: Path, why: object) -> CorpusError:
+    """The error for the damaged dense store at ``path``."""
+    return CorpusError(f"dense datastore at {path} is corrupt ({why}); delete it and build it again")
+
+
+def check_built_for(path: str | Path, model: str) -> None:
+    """CorpusError (one line) unless a sound dense store is at ``path`` (its meta.json, and every file it records
+    of the recorded size and sampled hash: milliseconds, nothing loaded) that records the tokenizer of the model
+    named ``model`` (its tokenizer only is loaded): what a bench checks before the model loads, so that a
+    missing, damaged or foreign store is refused at once. The model itself is checked when the store opens
+    (:meth:`DenseDatastore.check`)."""
+    path = Path(path)
+    meta = _read_meta(path)
+    try:
+        check_files(path, meta)
+    except (KeyError, TypeError, AttributeError) as exc:  # a meta.json whose "files" is not ours
+        raise _corrupt(path, exc) from None
+    check_recorded_tokenizer(meta, model, f"dense datastore {path}")
+
+
+def load_datastore(path: str | Path) -> DenseDatastore:
+    """Open a dense datastore folder. Raises CorpusError (one line) when it is missing, unfinished or corrupt."""
+    path = Path(path)
+    meta = _read_meta(path)
+    try:
         values = np.load(path / "values.i32.npy", mmap_mode="r")
         keys = np.load(path / "keys.f32.npy", mmap_mode="r")
         projection = Projection.load(path / "projection.npz")
@@ -152,7 +204,7 @@ def load_datastore(path: str | Path) -> DenseDatastore:
     except CorpusError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
-        raise CorpusError(f"dense datastore at {path} is corrupt ({exc}); delete it and build it again") from None
+        raise _corrupt(path, exc) from None
     return DenseDatastore(path, meta, values, keys, projection, index)
 
 
@@ -164,6 +216,7 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
 
     An existing complete datastore at ``out`` is returned as is unless ``overwrite``; then it is replaced once
     the new one is complete. A folder at ``out`` that is not a dense store is never replaced (ExistsError).
+    ValueError before any work when ``config.dims`` exceeds the target's hidden size.
     """
     config = config or BuildConfig()
     out = Path(out)
@@ -173,9 +226,17 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
         store.check(target)
         return store
     corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
+    _check_dims(config, target.model.config.get_text_config().hidden_size, target.name)
     with atomic_folder(out, replace=replace, keep_partial=True) as tmp:
         _build_into(tmp, target, corpus, config, progress, cluster)
     return load_datastore(out)
+
+
+def _check_dims(config: BuildConfig, hidden_size: int, model: str) -> None:
+    """ValueError unless ``config.dims`` key components can be had from hidden states of ``hidden_size`` (PCA
+    gives at most that many; they were cut to it without a word)."""
+    if config.dims > hidden_size:
+        raise ValueError(f"--dims ({config.dims}) must be <= {hidden_size}, the hidden size of {model}")
 
 
 def index_kind(meta: dict[str, Any]) -> str:
@@ -260,6 +321,8 @@ def subset_datastore(parent: DenseDatastore, docs: np.ndarray, out: str | Path, 
     out = Path(out)
     if check_replaceable(out, is_dense_store, True, "dense datastore"):
         return load_datastore(out)
+    config = config or BuildConfig()
+    _check_dims(config, parent.meta["model"]["hidden_size"], parent.meta["model"]["name"])
     corpus = TokenCorpus(np.asarray(parent.corpus_tokens()), np.asarray(parent.doc_starts()),
                          dict(parent.meta["corpus"])).select(docs)
     positions = np.asarray(parent.positions())
@@ -273,7 +336,7 @@ def subset_datastore(parent: DenseDatastore, docs: np.ndarray, out: str | Path, 
         np.save(tmp / "positions.i64.npy", new_positions)
         np.save(tmp / "corpus_tokens.i32.npy", corpus.tokens)
         np.save(tmp / "doc_starts.i64.npy", corpus.doc_starts)
-        _index_into(tmp, extracted, parent.meta["tokenizer"], corpus.meta, config or BuildConfig(), {}, progress)
+        _index_into(tmp, extracted, parent.meta["tokenizer"], corpus.meta, config, {}, progress)
     return load_datastore(out)
 
 

@@ -158,9 +158,10 @@ def generate_responses(target: LoadedModel, prompts: list[Prompt], out: str | Pa
     already in ``out`` are skipped, so an interrupted run continues where it stopped; a file made with other
     settings (model, weights, tokenizer, max_new_tokens, how it was made) is refused (ValueError), and so is a second
     run on the same file while one is writing it (:class:`specnb.atomic.ExistsError`: both would append the same
-    answers). The sidecar ``out.meta.json`` records what produced the file.
+    answers). The sidecar ``out.meta.json`` records what produced the file. Neither is ever a user's file
+    (:func:`check_responses_out`, ValueError before any work).
     """
-    out = Path(out)
+    out = check_responses_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with exclusive(out, f"another process is writing answers to {out} right now; wait for it to finish (a rerun "
                    "then resumes after its last answer)"):
@@ -177,8 +178,8 @@ def _write_responses(target: LoadedModel, prompts: list[Prompt], out: Path, max_
     drafts = f"none (batches of {batch})" if batched else type(drafter).__name__ if drafter else "none"
     meta = response_meta(target, max_new_tokens, source, seed, drafts)
     done: set[str] = set()
-    if out.exists():
-        old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    if out.exists() and out.stat().st_size:  # answers of an earlier run, and their sidecar (check_responses_out)
+        old = json.loads(meta_path.read_text())
         same = ("model", "weights", "tokenizer", "max_new_tokens", "made_by")
         if {k: old.get(k) for k in same} != {k: meta[k] for k in same}:
             raise ValueError(f"{out} was made with other settings ({old.get('model')}, weights "
@@ -203,6 +204,47 @@ def _write_responses(target: LoadedModel, prompts: list[Prompt], out: Path, max_
     meta["seconds_last_run"] = round(time.perf_counter() - start, 1)
     write_text(meta_path, json.dumps(meta, indent=1) + "\n")
     return out
+
+
+def check_responses_out(out: str | Path) -> Path:
+    """``out`` as a Path if :func:`generate_responses` may write its responses there and its sidecar beside it;
+    ValueError (one line) saying why not, checked before the model loads (``specnb id-data`` calls it first).
+
+    ``out`` must name a file (not a folder) below folders that exist or can be made; an existing non-empty ``out``
+    must be a responses file of an earlier run (its sidecar :func:`is_responses_sidecar` beside it), which a run
+    resumes; and an existing ``out.meta.json`` must be such a sidecar: a user's file is never appended to or
+    replaced.
+    """
+    if not str(out).strip():
+        raise ValueError("--out is empty; name a .jsonl file")
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; name a .jsonl file in it")
+    meta_path = out.with_suffix(".meta.json")
+    folder = next(parent for parent in out.absolute().parents if parent.exists())
+    if not folder.is_dir():
+        raise ValueError(f"--out {out}: {folder} is not a folder")
+    ours = is_responses_sidecar(meta_path)
+    if (meta_path.exists() or meta_path.is_symlink()) and not ours:
+        raise ValueError(f"{meta_path} exists and is not the sidecar of a responses file of `specnb id-data`; "
+                         "refusing to replace it: choose another --out")
+    if out.exists() and (not out.is_file() or (out.stat().st_size and not ours)):
+        raise ValueError(f"--out {out} exists and is not a responses file of `specnb id-data` (no {meta_path.name} "
+                         "of one beside it); refusing to append to it: choose another --out")
+    return out
+
+
+SIDECAR_KEYS = frozenset({"model", "tokenizer", "max_new_tokens", "made_by"})  # in every version's sidecar
+
+
+def is_responses_sidecar(path: Path) -> bool:
+    """Whether ``path`` is a file holding the provenance sidecar of a responses file (:func:`response_meta`; an
+    older specnb's, made by another decoding, too: a JSON object with every one of :data:`SIDECAR_KEYS`)."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and SIDECAR_KEYS <= meta.keys()
 
 
 WINDOW_BATCHES = 16  # batches whose prompts are grouped by length before they are decoded (and then written)

@@ -11,9 +11,11 @@ no ``files`` and are not checked.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -111,22 +113,49 @@ def opener(kind: str) -> Callable[[Path], Any]:
     return found
 
 
+SQLITE_HEADER = b"SQLite format 3\0"  # the first bytes of every SQLite file, a CREST store's among them
+FOLDER_KINDS = ("rest", "dense")  # the "kind" a folder store's meta.json records; a corpus's records its counts
+CORPUS_KEYS = frozenset({"tokenizer", "num_docs", "num_tokens"})
+
+
 def verify_store(path: str | Path) -> str:
     """``specnb datastore verify``: check every byte of the store at ``path`` (any kind) against its recorded
-    checksums, then open it. Returns a one-line report; raises CorpusError when anything is wrong."""
+    checksums, then open it. Returns a one-line report; raises CorpusError when a store there is damaged, and a
+    plain ValueError when ``path`` holds no store at all (a file that is not SQLite, or SQLite without a CREST
+    meta table; a folder without meta.json, or whose meta.json is no store's): a user error, not damage."""
     path = Path(path)
     if path.is_file():
+        _check_is_crest(path)
         store = opener("crest")(path)
         store.verify()
         return f"ok: CREST store {path}, {len(store):,} n-grams, {store.storage_bytes:,} bytes checked"
     meta = read_meta(path)
     if meta is None and (path / META).is_file():
         raise CorpusError(f"{path / META} is not readable JSON: damaged; build the store again")
-    if meta is None:
-        raise CorpusError(f"{path} is not a datastore (no meta.json)")
+    if meta is None or not (meta.get("kind") in FOLDER_KINDS or CORPUS_KEYS <= meta.keys()):
+        raise ValueError(f"{path} is not a datastore (a folder with a store's meta.json, or a CREST .sqlite file)")
     if "files" not in meta:
         raise CorpusError(f"{path} records no checksums (built by an older specnb); build it again to verify it")
     checked = check_files(path, meta, full=True)
-    kind = meta.get("kind") if meta.get("kind") in ("rest", "dense") else "corpus"
+    kind = meta.get("kind") if meta.get("kind") in FOLDER_KINDS else "corpus"
     opener(kind)(path)
     return f"ok: {kind} store {path}, {len(meta['files'])} files, {checked:,} bytes checked"
+
+
+def _check_is_crest(path: Path) -> None:
+    """ValueError unless the file ``path`` may be a CREST store: SQLite, with a ``meta`` table that says so or
+    that cannot be read (a damaged store, for the store's own checks to report)."""
+    with path.open("rb") as f:
+        if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            raise ValueError(f"{path} is not a datastore (not an SQLite file, as a CREST store is)")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            kind = db.execute("SELECT value FROM meta WHERE key = 'kind'").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            return  # damaged: CrestStore says how
+        kind = None
+    except sqlite3.DatabaseError:
+        return
+    if kind is None or kind[0] != json.dumps("crest"):
+        raise ValueError(f"{path} is an SQLite file but not a CREST store (no kind 'crest' in a meta table)")

@@ -192,9 +192,11 @@ def bigram_table(target: LoadedModel, tokens: np.ndarray | list[int] | None = No
     Missing rows are computed in batches of ``batch_size`` (target run on ``[bos, x]``, last-position
     logits only) and the enlarged table is written back atomically. Rows are then added for the top-1
     successors of new rows, ``chain_depth`` times, so that extended-bigram chains from the requested
-    tokens do not stop early.
+    tokens do not stop early. ValueError for a ``k_max`` outside [1, vocabulary] or a ``batch_size`` below 1.
     """
     vocab = target.vocab_size
+    if not 1 <= k_max <= vocab or batch_size < 1:
+        raise ValueError(f"need 1 <= k_max <= {vocab} (the vocabulary) and batch_size >= 1; got {k_max}, {batch_size}")
     wanted = np.arange(vocab) if tokens is None else np.unique(np.asarray(tokens, dtype=np.int64))
     if wanted.size and (wanted.min() < 0 or wanted.max() >= vocab):
         raise NgramTableError(f"bigram tokens must lie in [0, {vocab})")

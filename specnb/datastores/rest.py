@@ -366,9 +366,11 @@ def require_store(path: Path, kind: str) -> None:
 
 
 def check_built_for(path: Path, model: str) -> None:
-    """Raise CorpusError when the REST folder at ``path`` records another tokenizer than the model named ``model``
-    has (its tokenizer only is loaded: run before the model loads)."""
-    check_recorded_tokenizer(read_meta(path), model, f"REST datastore {path}")
+    """Raise CorpusError (one line) unless the REST folder at ``path`` opens (:meth:`RestIndex.load`: memory maps,
+    its files' sizes and sampled hashes) and records the tokenizer of the model named ``model`` (its tokenizer
+    only is loaded): run before the model loads, so that a missing, damaged or foreign store is refused at
+    once."""
+    check_recorded_tokenizer(RestIndex.load(path).meta, model, f"REST datastore {path}")
 
 
 def is_rest_store(path: Path) -> bool:

@@ -63,14 +63,14 @@ class Options(BaseOptions):
                 raise OptionError(f"option members: {name!r} cannot be routed; use some of {', '.join(ROUTABLE)}")
 
     def check(self, model: str) -> None:
-        """The stores given for members must exist."""
-        from ..datastores import dense, rest
+        """The stores given for members must be sound and record the model's tokenizer."""
+        from ..datastores import crest, dense
 
         super().check(model)
         if self.crest:
-            rest.require_store(Path(self.crest), "crest")
+            crest.check_built_for(Path(self.crest), model)
         if self.dense:
-            dense.require_store(Path(self.dense))
+            dense.check_built_for(Path(self.dense), model)
 
 
 @dataclass(frozen=True)

@@ -54,16 +54,12 @@ class Options(BaseOptions):
             raise OptionError(f"option draft_shape must be (k, w), got {self.draft_shape!r}")
 
     def check(self, model: str) -> None:
-        """The store must exist and record the model's tokenizer (its contents and model are checked when it
-        opens)."""
+        """The store must be sound (sampled checksums) and record the model's tokenizer (its model is checked when
+        it opens)."""
         from ..datastores import dense
-        from ..datastores.corpus import check_recorded_tokenizer
-        from ..datastores.manifest import read_meta
 
         super().check(model)
-        path = dense.store_path(self.datastore, model)
-        dense.require_store(path)
-        check_recorded_tokenizer(read_meta(path), model, f"dense datastore {path}")
+        dense.check_built_for(dense.store_path(self.datastore, model), model)
 
 
 @dataclass(frozen=True)

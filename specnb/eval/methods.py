@@ -159,10 +159,13 @@ def _convert(key: str, value: Any, hint: Any, parse: Callable[[str], Any] | None
 
 
 def split_datastores(values: Sequence[str]) -> tuple[str | None, dict[str, str]]:
-    """``--datastore`` values -> (the path for every method, {method: path}) from ``PATH`` / ``METHOD=PATH``."""
+    """``--datastore`` values -> (the path for every method, {method: path}) from ``PATH`` / ``METHOD=PATH``;
+    OptionError for a value that names no path (``--datastore crest=`` was read as no datastore at all)."""
     shared, per_method = None, {}
     for value in values:
         name, sep, path = value.partition("=")
+        if not (path if sep and name in METHODS else value).strip():
+            raise OptionError(f"--datastore {value!r} names no path; give METHOD=PATH or PATH")
         if sep and name in METHODS:
             per_method[name] = path
         elif shared is None:
