@@ -114,9 +114,9 @@ def _add_crest(kinds: argparse._SubParsersAction) -> None:
     (hangs under ``datastore build``). Uses (or first builds) the REST store of the same corpus."""
     parser = kinds.add_parser("crest", help="CREST store: top-t n-grams -> precomputed REST trees, SQLite")
     _add_source_arguments(parser)
-    parser.add_argument("--rest", default=None, help="REST store to compute the trees from, which must exist and "
-                        "match --model's tokenizer (default: the default REST store of this corpus and model, built "
-                        "if missing)")
+    parser.add_argument("--rest", default=None, help="REST store to compute the trees from (default: the "
+                        "default REST store of this corpus and model); built there if missing; must match --model's "
+                        "tokenizer")
     parser.add_argument("--m", type=int, default=5, help="keep n-grams of n = 1..m")
     parser.add_argument("--single-n", type=int, default=None, help="keep only n-grams of this n")
     parser.add_argument("--t", type=int, default=10_000, help="n-grams kept per n (the most frequent)")
@@ -126,15 +126,13 @@ def _add_crest(kinds: argparse._SubParsersAction) -> None:
 def _build_crest(args: argparse.Namespace) -> int:
     from ..datastores.crest import build_crest, is_crest_store
     from ..datastores.crest_build import build_crest_on_ray
-    from ..datastores.rest import check_built_for, default_store, ensure_rest, source_tag
+    from ..datastores.rest import default_store, ensure_rest, source_tag
 
     out = Path(args.out) if args.out else default_store(args.model, "crest", source_tag(args.source))
     check_replaceable(out, is_crest_store, args.overwrite, "CREST store")  # before any work
     if args.m < 1 or args.t < 1 or (args.single_n is not None and args.single_n < 1):
         raise ValueError(f"--m, --t and --single-n must be >= 1, got {args.m}, {args.t}, {args.single_n}")
     _check_max_tokens(args)
-    if args.rest is not None:  # a store the user names must be there and sound (a typo built a new one there)
-        check_built_for(Path(args.rest), args.model)
     cluster = _cluster(args)
     index = ensure_rest(args.source, args.model, args.max_tokens, args.rest, shards=args.shards or 1,
                         cluster=cluster)
