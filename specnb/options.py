@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,12 +71,20 @@ class Options:
     """Options of a method that takes none (``ar``, ``hf``, ``llamacpp``); the base of every method's options."""
 
     def __post_init__(self) -> None:
-        """Raise OptionError for a ``Literal`` field whose value is not one of its choices (every subclass's
+        """Raise OptionError for a ``Literal`` field whose value is not one of its choices, a number that is not
+        finite (``alpha=inf`` overflowed in a drafter), or a ``seed`` outside [0, 2**63) (every subclass's
         ``__post_init__`` calls this first)."""
         for name, choices in _choices(type(self)).items():
             if getattr(self, name) not in choices:
                 raise OptionError(f"option {name} must be one of {', '.join(map(str, choices))}, "
                                   f"got {getattr(self, name)!r}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise OptionError(f"option {f.name} must be a finite number, got {value}")
+        seed = getattr(self, "seed", None)
+        if seed is not None and not 0 <= seed < 1 << 63:
+            raise OptionError(f"option seed must be in [0, 2**63), got {seed}")
 
     def check(self, model: str) -> None:
         """Raise (one line) for what would fail only after ``model`` loads, judged from its name alone. Here: a

@@ -463,6 +463,10 @@ BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
     (["--seed", str(1 << 63)], "--seed must be in [0, 2**63)"),
     (["--model", "gemma-3-270m", "--methods", "sd"], "draft-model methods need --draft NAME"),
     (["--model", "gemma-3-270m", "--max-new-tokens", "32768"], "leaves no room for a prompt in the context"),
+    (["--methods", "suffix", "-o", "alpha=inf"], "option alpha must be a finite number, got inf"),
+    (["--methods", "sd", "-o", "temperature=nan"], "option temperature must be a finite number, got nan"),
+    (["--methods", "sd", "-o", "seed=-5"], "option seed must be in [0, 2**63), got -5"),
+    (["--device", "mps"], "invalid device 'mps': specnb runs on cpu, cuda or cuda:N"),
 ])
 def test_bench_refuses_bad_input_in_one_line_before_loading(extra, message, tmp_path, capsys, no_model):
     (tmp_path / "file.txt").write_text("x")
@@ -501,6 +505,16 @@ def test_prompt_file_errors_name_file_and_line(line, message, tmp_path, capsys, 
     assert code == 2 and err == f"specnb: error: {info.value}\n"
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--methods", "mcsd", "--draft-shape", "1000x2"], "draft shape 1000x2 branches past tiny-llama's vocabulary"),
+    (["--methods", "recycle", "-o", "k=100000"], "option k (100000) exceeds tiny-llama's vocabulary"),
+])
+def test_a_draft_wider_than_the_vocabulary_is_one_line(extra, message, capsys):
+    """Caught when the drafter is made (the vocabulary is the loaded model's): a top-k past it was a traceback."""
+    code, err = run_cli([*BENCH, "--n", "1", *extra], capsys)
+    assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1 and message in err, err
+
+
 def test_context_error_names_max_new_tokens(capsys):
     code, err = run_cli([*BENCH[:-2], "--methods", "pld", "--n", "1", "--max-new-tokens", "100000"], capsys)
     assert code == 2 and "--max-new-tokens 100000 exceeds the context" in err
@@ -534,6 +548,9 @@ def test_a_command_line_that_stops_short_names_the_choices(argv, choices, capsys
     (["roofline", "--model", "tiny-llama", "--max-tokens", "0"], "--max-tokens must be >= 1"),
     (["kernels", "bench", "--backends", ","], "--backends names none"),
     (["extract-rate", "--model", "tiny-llama", "--tokens", "100"], "fills 1 batch of 4096 tokens: need at least 2"),
+    (["kernels", "topk", "--vocab", str(1 << 40)], "--vocab must be in [8, 4194304]"),
+    (["kernels", "bench", "--rows", "99999999"], "--rows must be in [1, 8192]"),
+    (["corpus", "build", "", "--model", "tiny-llama"], "corpus source '' is not `code`"),
 ])
 def test_measuring_commands_refuse_empty_work(argv, message, tmp_path, capsys, no_model):
     code, err = run_cli([*argv, "--out", str(tmp_path / "t.csv")], capsys)

@@ -142,7 +142,7 @@ def test_the_shipped_gemma_tensors_decode_as_the_gguf_package_decodes_them():
 @pytest.mark.parametrize("argv, message", [
     (["--tensors", "gemma-head,nope"], "unknown tensor 'nope'"),
     (["--rows", "1,x"], "--rows must be comma-separated integers"),
-    (["--rows", "0"], "--rows must be >= 1"),
+    (["--rows", "0"], "--rows must be in [1, 8192]"),
     (["--repeats", "0"], "--repeats must be >= 1"),
 ])
 def test_the_benchmark_refuses_bad_arguments_in_one_line(argv, message, capsys):

@@ -19,7 +19,8 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     methods = "\n".join(f"  {name:15s} {method.help}" for name, method in METHODS.items())
     p = sub.add_parser("bench", help=help,
                        epilog=f"methods:\n{methods}\n\nEvery value is checked before the model loads; rows are "
-                              "appended to --out as each prompt finishes; Ctrl-C keeps them and prints the summary.")
+                              "written to --out as each prompt finishes (an earlier bench CSV there is replaced, "
+                              "any other file refused); Ctrl-C keeps them and prints the summary.")
     p.add_argument("--model", default="gemma-3-270m", help="target: embedded name, tiny-ARCH, HF id or path")
     p.add_argument("--prompts", default="humaneval",
                    help="humaneval | mtbench | humaneval2 (each problem twice) | mtbench2 (both turns) | FILE.jsonl")

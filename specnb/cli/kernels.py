@@ -64,6 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     return _write_and_print(table, args.out, ["shape", "rows"], ["ms", "bandwidth_fraction"])
 
 
+MAX_ROWS = 8192  # a long prefill; more would allocate gigabytes of inputs per shape
+MAX_VOCAB = 1 << 22  # 16x Gemma-3's head
 LINEAR_COLUMNS = frozenset({"backend", "rows", "ms"})  # every table of kernels bench and quant has them
 TOP_K_COLUMNS = frozenset({"rows", "fewrow_ms", "torch_ms"})
 
@@ -93,8 +95,8 @@ def _parse_rows(text: str) -> tuple[int, ...]:
         rows = tuple(int(r) for r in text.split(","))
     except ValueError:
         raise ValueError(f"--rows must be comma-separated integers, got {text!r}") from None
-    if any(r < 1 for r in rows):
-        raise ValueError("--rows must be >= 1")
+    if any(not 1 <= r <= MAX_ROWS for r in rows):
+        raise ValueError(f"--rows must be in [1, {MAX_ROWS}], got {text!r}")
     return rows
 
 
@@ -130,8 +132,8 @@ def _run_top_k(args: argparse.Namespace) -> int:
     from ..model.kernels.bench import bench_top_k
     from ..model.kernels.cpu import cpu_class
 
-    if args.vocab < 8:
-        raise ValueError("--vocab must be >= 8")
+    if not 8 <= args.vocab <= MAX_VOCAB:
+        raise ValueError(f"--vocab must be in [8, {MAX_VOCAB}], got {args.vocab}")
     _check_out(args.out, TOP_K_COLUMNS)
     print(f"CPU class {cpu_class()} | {torch.get_num_threads()} threads")
     table = bench_top_k(args.vocab, dtype=getattr(torch, args.dtype))

@@ -311,7 +311,7 @@ def sharegpt_turns(path: str | Path | None = None, roles: Sequence[str] = ("gpt"
 def check_source(source: str | Path) -> None:
     """CorpusError unless ``source`` is ``code``, ``chat`` or an existing file or folder (checked before a
     build loads its model)."""
-    if str(source) not in ("code", "chat") and not Path(source).exists():
+    if not str(source).strip() or str(source) not in ("code", "chat") and not Path(source).exists():
         raise CorpusError(f"corpus source {str(source)!r} is not `code`, `chat` or an existing file/directory")
 
 

@@ -333,6 +333,9 @@ def _earlier(k: int) -> Tensor:
 
 
 def _make(target: LoadedModel, options: DraftModelOptions, shape: tuple[int, ...]) -> DraftModelDrafter:
+    if max(shape) > target.vocab_size:
+        raise OptionError(f"draft shape {'x'.join(map(str, shape))} branches past {target.name}'s vocabulary "
+                          f"({target.vocab_size} tokens)")
     draft = options.draft or (SelfDraft(2) if target.name.startswith("tiny-") else None)
     if draft is None:
         raise ValueError(NO_DRAFT)

@@ -30,8 +30,8 @@ from torch import Tensor
 from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter
 from ..model.kernels import top_k
+from ..options import OptionError, at_least
 from ..options import Options as BaseOptions
-from ..options import at_least
 from . import Method
 
 # Candidates kept per node at each depth: wide near the root, where the table is least sure, then the top-1
@@ -111,7 +111,10 @@ class RecycleDrafter(Drafter):
         return Draft(torch.from_numpy(tokens[order].astype(np.int64)), torch.from_numpy(kept_parents))
 
 def make(target: Any, options: Options) -> RecycleDrafter:
-    """The ``recycle`` drafter: a table of the target's vocabulary, ``k`` successors per token."""
+    """The ``recycle`` drafter: a table of the target's vocabulary, ``k`` successors per token (OptionError for a
+    ``k`` past the vocabulary)."""
+    if options.k > target.vocab_size:
+        raise OptionError(f"option k ({options.k}) exceeds {target.name}'s vocabulary ({target.vocab_size} tokens)")
     return RecycleDrafter(target.vocab_size, k=options.k, max_nodes=options.max_nodes)
 
 

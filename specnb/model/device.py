@@ -23,6 +23,8 @@ def resolve_device(device: str | torch.device) -> torch.device:
         resolved = torch.device(device)
     except RuntimeError as exc:
         raise ValueError(f"invalid device {str(device)!r}: {exc}") from None
+    if isinstance(device, str) and resolved.type not in ("cpu", "cuda"):  # a name typed (tests pass a device)
+        raise ValueError(f"invalid device {device!r}: specnb runs on cpu, cuda or cuda:N")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} requested but CUDA is not available on this machine "
                          f"(torch {torch.__version__}); use --device cpu")

@@ -290,6 +290,8 @@ def _check(key: str, p: Profile) -> None:
             raise ValueError(f"{value!r} is neither a prompt set ({', '.join(PROMPT_SETS)}) nor a JSONL file")
         jsonl(value)  # every line: PromptFileError naming the first bad one
     elif key == "corpus" and value != "code":
+        if not value.strip():
+            raise ValueError("is empty; give `code`, a folder of text files or a JSONL file")
         _check_corpus(Path(value))
     elif key == "device":
         resolve_device(value)
