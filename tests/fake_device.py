@@ -171,14 +171,18 @@ def _tensor(data, *, device=None, **kwargs) -> Tensor:
 @contextlib.contextmanager
 def fake_device() -> Iterator[Counters]:
     """Run the body with the fake device (:data:`FAKE`) checked; yields the run's :class:`Counters`."""
+    from specnb.model.device import DEVICE_TYPES
+
     mode = FakeDeviceMode()
     saved = torch.Generator, torch.tensor
     torch.Generator, torch.tensor = _Generator, _tensor
     _MODES.append(mode)
+    DEVICE_TYPES.add(FAKE.type)
     try:
         with mode:
             yield mode.counters
     finally:
+        DEVICE_TYPES.discard(FAKE.type)
         _MODES.pop()
         torch.Generator, torch.tensor = saved
         _DEVICE_GENERATORS.clear()

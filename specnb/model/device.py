@@ -17,14 +17,18 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+DEVICE_TYPES = {"cpu", "cuda"}
+"""The device types a model may run on (the tests' pretend accelerator adds its own while it runs)."""
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """``device`` as a :class:`torch.device`; raises ValueError (one line for the CLI) when it cannot be used."""
     try:
         resolved = torch.device(device)
     except RuntimeError as exc:
         raise ValueError(f"invalid device {str(device)!r}: {exc}") from None
-    if isinstance(device, str) and resolved.type not in ("cpu", "cuda"):  # a name typed (tests pass a device)
-        raise ValueError(f"invalid device {device!r}: specnb runs on cpu, cuda or cuda:N")
+    if resolved.type not in DEVICE_TYPES:
+        raise ValueError(f"invalid device {str(device)!r}: specnb runs on cpu, cuda or cuda:N")
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(device)!r} requested but CUDA is not available on this machine "
                          f"(torch {torch.__version__}); use --device cpu")
