@@ -210,3 +210,20 @@ def test_id_data_never_touches_a_users_file_and_says_so_before_the_model_loads(m
         with pytest.raises(ValueError, match="not the sidecar"):
             generate_responses(tiny("llama"), [Prompt("a", text="x")], tmp_path / "r.jsonl", max_new_tokens=2)
         assert (tmp_path / "r.meta.json").read_text() == '{"mine": 1}\n' and not (tmp_path / "r.jsonl").exists()
+
+
+def test_id_data_never_mixes_two_prompt_sources_in_one_file(tmp_path, capsys, monkeypatch):
+    """A file of answers to chat prompts, rerun as ``specnb id-data code``: one line before the model loads (the
+    code answers were appended and the sidecar relabelled)."""
+    from specnb.cli import main
+    from specnb.model import models
+
+    out = tmp_path / "r.jsonl"
+    generate_responses(tiny("llama"), [Prompt("a", text="x")], out, max_new_tokens=2, source="chat: turns(n=1)")
+    before = out.read_text(), out.with_suffix(".meta.json").read_text()
+    capsys.readouterr()  # the first run's progress bar
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model loaded before the check"))
+    assert main(["id-data", "code", "--model", "tiny-llama", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"specnb: error: {out} holds answers to chat prompts, not code; choose another --out\n", err
+    assert (out.read_text(), out.with_suffix(".meta.json").read_text()) == before
