@@ -25,6 +25,7 @@ import functools
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,9 +78,9 @@ def check_output_file(path: str | Path, ours: Callable[[Path], bool], what: str,
     (``what``: the file with its article, "a roofline CSV").
 
     Checked before any heavy work: ``path`` must name a file (not a folder, not empty) in an existing folder where
-    a file can really be created (a probe file is made and removed: ``os.access`` says yes on read-only mounts
-    and ``/proc``); an existing non-empty file is replaced only when ``ours(path)`` says this command wrote it
-    (e.g. :func:`csv_has_columns`), never a user's file.
+    a file can really be created (a probe file of a fresh name is made and removed: ``os.access`` says yes on
+    read-only mounts and ``/proc``); an existing non-empty file is replaced only when ``ours(path)`` says this
+    command wrote it (e.g. :func:`csv_has_columns`), never a user's file.
     """
     if not str(path).strip():
         raise ValueError(f"{flag} is empty; name a file")
@@ -88,10 +89,9 @@ def check_output_file(path: str | Path, ours: Callable[[Path], bool], what: str,
         raise ValueError(f"{flag} {path} is a folder; name a file in it")
     if not path.parent.is_dir():
         raise ValueError(f"{flag} {path}: folder {path.parent} does not exist")
-    try:
-        probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
-        probe.touch()
-        probe.unlink()
+    try:  # a new file of a fresh name (never one already there), removed at once
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.probe-"):
+            pass
     except OSError as exc:
         raise ValueError(f"{flag} {path}: cannot write in {path.parent} ({exc.strerror or exc})") from None
     if path.exists() and not os.access(path, os.W_OK):
