@@ -48,6 +48,9 @@ def test_build_files_boundaries_and_cache(py_files, tmp_path):
     assert directory.num_docs == 3 and np.array_equal(directory.tokens, corpus.tokens)
     assert not list(tmp_path.glob("*partial*"))
     assert verify_store(out).startswith(f"ok: corpus store {out}, 2 files")
+    for source, limits in ((paths[:1], {}), (paths, {"max_docs": 2}), ("code", {})):  # another source / limits
+        with pytest.raises(CorpusError, match="another source or limits.*--force"):
+            build_corpus(source, "tiny-llama", out=out, progress=False, **limits)
     forced = build_corpus(paths[:1], "tiny-llama", out=out, force=True, progress=False)  # replaces its own corpus
     assert forced.num_docs == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "dir", "src"]
 

@@ -445,7 +445,8 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
     ``*.jsonl`` file, or a list of files (see the module's docstring). model: a model name, a
     :class:`LoadedModel` or a tokenizer. max_tokens / max_docs: stop after the document that reaches the limit.
     out: folder (default under ``cache_dir()``). force: rebuild an existing corpus (replaced only once the new
-    one is complete; a folder that is not a corpus is never replaced).
+    one is complete; a folder that is not a corpus is never replaced). Without it, a corpus already at the path
+    is returned only if its tokenizer, source and limits are those asked for (CorpusError otherwise).
 
     Checked before the tokenizer loads (ValueError, one line): limits below 1, and an ``out`` that exists but
     holds no corpus (:class:`~specnb.atomic.ExistsError`, with or without ``force``: never opened as a damaged
@@ -462,9 +463,14 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
     replace = check_replaceable(path, _is_corpus, overwrite=True, what="corpus") if force else False
     if path.exists() and not force:
         corpus = load_corpus(path)
-        info_stored = corpus.tokenizer
-        if info_stored.fingerprint != info.fingerprint:
-            raise CorpusError(f"{path} holds a corpus of another tokenizer ({info_stored.name}); use force=True")
+        if corpus.tokenizer.fingerprint != info.fingerprint:
+            raise CorpusError(f"{path} holds a corpus of another tokenizer ({corpus.tokenizer.name}); "
+                              "rebuild it with --force")
+        stored = {k: corpus.meta.get(k) for k in ("kind", "max_tokens", "max_docs")}
+        if stored != {"kind": kind, "max_tokens": max_tokens, "max_docs": max_docs}:
+            raise CorpusError(f"{path} holds a corpus of another source or limits ({_described(stored)}, asked for "
+                              f"{_described({'kind': kind, 'max_tokens': max_tokens, 'max_docs': max_docs})}); "
+                              "rebuild it with --force")
         return corpus
     start = time.perf_counter()
     tokens, doc_starts = _tokenize(documents, tokenizer, total, max_tokens, max_docs, progress)
@@ -477,6 +483,12 @@ def build_corpus(source: str | Path | Sequence[str | Path], model: str | LoadedM
         np.save(tmp / "doc_starts.npy", doc_starts)
         write_meta(tmp, meta)  # written last: its presence marks completion
     return load_corpus(path)
+
+
+def _described(key: dict[str, Any]) -> str:
+    """``code, --max-tokens 100`` for a corpus's (kind, max_tokens, max_docs)."""
+    limits = [f"--{k.replace('_', '-')} {key[k]}" for k in ("max_tokens", "max_docs") if key[k] is not None]
+    return ", ".join([str(key["kind"]), *limits])
 
 
 def _is_corpus(path: Path) -> bool:
