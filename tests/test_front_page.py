@@ -124,6 +124,12 @@ def test_a_paper_run_is_published_beside_the_reference_run(tmp_path):
     notebooks/ folder, stamped; its own front page; a run of another profile or with a failure is refused."""
     executed, figures = tmp_path / "executed", tmp_path / "paper"
     executed.mkdir()
+    _run(figures, "paper")
+    for publishes in (lambda: publish_beside(executed, figures, "paper"),
+                      lambda: publish(executed, tmp_path / "notebooks", figures)):
+        with pytest.raises(ValueError, match="no executed notebooks in .*specnb notebooks run"):
+            publishes()  # nothing executed yet (a fresh clone): nothing written
+    assert not (figures / "README.md").exists()
     cells = [{"cell_type": "code", "source": 'profile = "paper"', "outputs": [],
               "metadata": {"tags": ["injected-parameters"], "papermill": {"duration": 1.0}}},
              {"cell_type": "code", "source": "x = 1", "outputs": [], "metadata": {}}]

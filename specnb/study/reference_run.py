@@ -132,7 +132,7 @@ def publish(executed: Path, notebooks: Path, figures: Path) -> list[Path]:
     (ValueError) a notebook whose code differs from its source's, one that failed (a cell's error output, or
     RUN.json's failures), or a run not in quick; then writes ``figures/README.md``. Returns the notebooks
     written."""
-    run = _finished_run(figures, "quick")
+    run = _finished_run(executed, figures, "quick")
     if run.get("not_run"):
         raise ValueError(f"publish a whole quick run (not run yet: {', '.join(run['not_run'])})")
     written = []
@@ -156,7 +156,7 @@ def publish_beside(executed: Path, figures: Path, profile: str) -> list[Path]:
     stamped with ``figures/RUN.json``'s run, and ``figures/README.md`` (its own front page, naming the notebooks a
     partial run has not run yet). Refuses (ValueError) a run of another profile or with a failed notebook.
     Returns the notebooks written."""
-    run = _finished_run(figures, profile)
+    run = _finished_run(executed, figures, profile)
     written = []
     for path in sorted(executed.glob("[0-9][0-9]_*.ipynb")):
         written.append(figures / "notebooks" / path.name)
@@ -178,8 +178,12 @@ def _executed(path: Path) -> dict:
     return notebook
 
 
-def _finished_run(figures: Path, profile: str) -> dict[str, Any]:
-    """``figures/RUN.json`` of a whole run of ``profile`` where every notebook ran; ValueError otherwise."""
+def _finished_run(executed: Path, figures: Path, profile: str) -> dict[str, Any]:
+    """``figures/RUN.json`` of a whole run of ``profile`` where every notebook ran, its executed notebooks in
+    ``executed``; ValueError otherwise (a fresh clone has the committed RUN.json and no executed run)."""
+    if not any(executed.glob("[0-9][0-9]_*.ipynb")):
+        raise ValueError(f"no executed notebooks in {executed}: run `specnb notebooks run --profile {profile}` "
+                         "first")
     run = json.loads((figures / "RUN.json").read_text())
     if run["profile"] != profile or run["failed"]:
         raise ValueError(f"publish a {profile} run where every notebook ran (RUN.json: profile {run['profile']}, "
