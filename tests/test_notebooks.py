@@ -195,10 +195,11 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     (["run", ""], "empty notebook name ''"),
     (["run", "00", " "], "empty notebook name ' '"),
     (["run", "99"], "no notebook matches 99"),
+    (["run", "0"], "notebook name '0' matches 10 notebooks (00_quickstart, 01_hidden_states,"),
 ])
 def test_a_bad_notebook_name_is_one_line_before_anything_runs(argv, message, tmp_path, monkeypatch, capsys):
-    """An empty name (a prefix of every notebook's) chooses none, and a name matching none is refused, before a
-    notebook starts or a folder is made."""
+    """An empty name (a prefix of every notebook's) chooses none, and a name matching none or several is refused,
+    before a notebook starts or a folder is made."""
     import papermill
 
     from specnb.cli import main

@@ -21,18 +21,24 @@ NOTEBOOKS = ROOT / "notebooks"
 
 def find_notebooks(names: list[str] | None = None, folder: Path = NOTEBOOKS) -> list[Path]:
     """``NN_*.ipynb`` in ``folder``, sorted; ``names`` filters by prefix or stem (``00``, ``00_quickstart``).
-    ValueError for a name that matches none, or an empty one (a prefix of every name, not a choice of one)."""
+    ValueError for a name that matches none, an empty one, or a prefix of several (``0``: a choice of one was
+    meant, and the run would take ten notebooks' time)."""
     found = sorted(p for p in folder.glob("[0-9][0-9]_*.ipynb"))
     if not names:
         return found
+    stems = ", ".join(p.stem for p in found)
     if blank := [n for n in names if not n.strip()]:
-        raise ValueError(f"empty notebook name {blank[0]!r}: give a number or a name "
-                         f"({', '.join(p.stem for p in found)}), or none for all")
-    chosen = [p for p in found if any(p.stem == n or p.stem.startswith(n) or p.name == n for n in names)]
-    missing = [n for n in names if not any(p.stem == n or p.stem.startswith(n) or p.name == n for p in found)]
-    if missing:
-        raise ValueError(f"no notebook matches {', '.join(missing)}; have: {', '.join(p.stem for p in found)}")
-    return chosen
+        raise ValueError(f"empty notebook name {blank[0]!r}: give a number or a name ({stems}), or none for all")
+    chosen: set[Path] = set()
+    for name in names:
+        matches = [p for p in found if p.stem == name or p.name == name or p.stem.startswith(name)]
+        if not matches:
+            raise ValueError(f"no notebook matches {name}; have: {stems}")
+        if len(matches) > 1:
+            raise ValueError(f"notebook name {name!r} matches {len(matches)} notebooks "
+                             f"({', '.join(p.stem for p in matches)}): give its two-digit number")
+        chosen.update(matches)
+    return sorted(chosen)
 
 
 @dataclass
