@@ -190,6 +190,58 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert first["not_run"] == ["01_runs", "02_fails"] and first["failed"] == []
 
 
+# `specnb notebooks run` over the notebooks of the folder argv[1], its figures beside that folder
+_RUN_FOLDER = """
+import sys
+from pathlib import Path
+
+from specnb.cli import main
+from specnb.study import notebooks
+
+folder = Path(sys.argv[1])
+notebooks.NOTEBOOKS = folder
+notebooks.find_notebooks = lambda names=None: sorted(folder.glob("*.ipynb"))
+notebooks.figures_for = lambda profile: folder.parent / "figures"
+sys.exit(main(["notebooks", "run", "--profile", "smoke"]))
+"""
+
+
+def test_ctrl_c_stops_the_running_cell_and_keeps_the_notebooks_that_finished(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the command) while a cell runs: the cell stops (its executed copy says
+    where), the notebooks that finished are stamped in RUN.json, the rest named as not run, and the only output
+    on stderr is one line; the kernel's own log (ipykernel's warnings and tracebacks) goes to a file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import nbformat
+
+    folder, started = tmp_path / "notebooks", tmp_path / "started"
+    folder.mkdir()
+    for name, code in (("00_done", "x = 1"), ("01_waits", f"open({str(started)!r}, 'w').close()\n"
+                                                             "import time\ntime.sleep(300)"), ("02_never", "x = 3")):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('profile = "quick"',
+                                                                        metadata={"tags": ["parameters"]}),
+                                             nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    child = subprocess.Popen([sys.executable, "-c", _RUN_FOLDER, str(folder)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 130 and err == "specnb: interrupted\n", (out, err)
+    assert "00_done.ipynb: ok" in out and "01_waits.ipynb: interrupted after" in out and "02_never" not in out
+    stopped = nbformat.read(folder / "executed" / "smoke" / "01_waits.ipynb", as_version=4)
+    assert [o.get("ename") for o in stopped.cells[-1].outputs] == ["KeyboardInterrupt"]
+    run = json.loads((tmp_path / "figures" / "RUN.json").read_text())
+    assert list(run["notebook_seconds"]) == ["00_done"] and run["not_run"] == ["01_waits", "02_never"]
+    assert (folder / "executed" / "smoke" / "01_waits.kernel.log").exists()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["lines", ""], "empty notebook name ''"),
     (["run", ""], "empty notebook name ''"),

@@ -9,9 +9,12 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .plots import figures_for
 
@@ -60,9 +63,10 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     RUN.json (a whole run, or the first part of one: the rest named as not run) or amends it (some notebooks of a
     stamped run rerun or run at last); a notebook that ran to its end loses the figures an earlier run of it saved
     and it did not (:func:`specnb.study.reference_run.retire_unsaved`); returns one :class:`NotebookRun` per
-    notebook."""
-    import papermill
+    notebook. Each kernel's own log goes to ``NN_name.kernel.log`` beside its executed copy.
 
+    Ctrl-C interrupts the running cell (the executed copy shows where), stamps the notebooks that finished, and
+    raises KeyboardInterrupt; a second Ctrl-C stops at once."""
     from ..model.ceilings import sample_read_bandwidth
     from .reference_run import amend_run, retire_unsaved, stamp_run
 
@@ -72,32 +76,98 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
     os.environ["SPECNB_FIGURES"] = str(figures_for(profile))
     os.environ["SPECNB_STRICT_FIGURES"] = "1"  # the kernels inherit it: a figure a reader would trip over fails
     done = []
-    for path in paths:
-        bandwidth = sample_read_bandwidth(256, 3)  # ~0.5 s: what the notebook's timings ran against
-        began, start = time.time(), time.perf_counter()
-        out = output_dir / path.name
-        error = None
+    with CtrlC() as ctrl_c:
         try:
-            papermill.execute_notebook(str(path), str(out), parameters={"profile": profile, **(parameters or {})},
-                                       kernel_name="python3", cwd=str(path.parent), progress_bar=False)
-        except Exception as exc:  # any failure of one notebook is reported; the others still run
-            error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
-        done.append(NotebookRun(path, out, time.perf_counter() - start, error, bandwidth))
-        status = "FAILED" if error else "ok"
-        print(f"{path.name}: {status} in {done[-1].seconds:.0f} s (read bandwidth before it {bandwidth:.1f} GB/s) "
-              f"-> {out}", flush=True)
-        if not error:
-            for name in retire_unsaved(figures_for(profile), path.stem, began):
-                print(f"  removed {name}.png: an earlier run's figure this run did not save", flush=True)
+            for path in paths:
+                bandwidth = sample_read_bandwidth(256, 3)  # ~0.5 s: what the notebook's timings ran against
+                began, start = time.time(), time.perf_counter()
+                out = output_dir / path.name
+                error = execute(path, out, {"profile": profile, **(parameters or {})}, ctrl_c, cwd=path.parent)
+                if ctrl_c.pressed:
+                    print(f"{path.name}: interrupted after {time.perf_counter() - start:.0f} s -> {out}", flush=True)
+                    break
+                done.append(NotebookRun(path, out, time.perf_counter() - start, error, bandwidth))
+                status = "FAILED" if error else "ok"
+                print(f"{path.name}: {status} in {done[-1].seconds:.0f} s (read bandwidth before it {bandwidth:.1f} "
+                      f"GB/s) -> {out}", flush=True)
+                if not error:
+                    for name in retire_unsaved(figures_for(profile), path.stem, began):
+                        print(f"  removed {name}.png: an earlier run's figure this run did not save", flush=True)
+        except KeyboardInterrupt:  # between notebooks, or a second Ctrl-C
+            ctrl_c.pressed = True
 
     # a whole run: stamp the figures it wrote with the machine and commit; a part of one: amend the run's stamp, or
     # (the first part of a run) stamp it with the notebooks still to run
     ran = ({r.source.stem: r.seconds for r in done}, [r.source.name for r in done if r.error],
            {r.source.stem: r.read_gb_per_s for r in done})
-    every = find_notebooks()
-    if len(paths) == len(every) or amend_run(figures_for(profile), profile, *ran) is None:
-        stamp_run(figures_for(profile), profile, *ran, not_run=[p.stem for p in every if p not in paths])
+    every, finished = find_notebooks(), [r.source for r in done]
+    if done and (len(finished) == len(every) or amend_run(figures_for(profile), profile, *ran) is None):
+        stamp_run(figures_for(profile), profile, *ran, not_run=[p.stem for p in every if p not in finished])
+    if ctrl_c.pressed:
+        raise KeyboardInterrupt
     return done
+
+
+def execute(path: Path, out: Path, parameters: dict[str, Any], ctrl_c: CtrlC, cwd: Path,
+            progress: bool = False) -> str | None:
+    """Run the notebook ``path`` under papermill into ``out`` (the kernel's own log beside it, ``.kernel.log``);
+    returns None, or the one-line error that stopped it (any failure: a notebook's failure is a result)."""
+    import papermill
+
+    log = out.with_suffix(".kernel.log")
+    try:
+        papermill.execute_notebook(str(path), str(out), parameters=parameters, kernel_name="python3", cwd=str(cwd),
+                                   progress_bar=progress, kernel_manager_class=ctrl_c.manager(log))
+    except Exception as exc:
+        lines = str(exc).strip().splitlines()
+        dead = f" (its log: {log})" if type(exc).__name__ == "DeadKernelError" else ""
+        return f"{type(exc).__name__}: {lines[-1] if lines else ''}{dead}"
+    finally:
+        ctrl_c.kernel = None  # shut down: a Ctrl-C from here on stops at once
+    return None
+
+
+class CtrlC:
+    """SIGINT while a notebook runs, as a context: the first interrupts the kernel's running cell (a kernel runs
+    in a session of its own, so a terminal's Ctrl-C reaches only this process) and sets ``pressed``; papermill
+    then saves the executed copy and shuts the kernel down as after any failing cell. Without a kernel, or at a
+    second SIGINT, KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+        self.kernel: Any = None
+
+    def manager(self, log: Path) -> type:
+        """The kernel manager class for one notebook: it writes the kernel's stderr (ipykernel's own warnings and
+        tracebacks, not the cells' output) to ``log``, and makes the kernel the one a Ctrl-C interrupts."""
+        from jupyter_client.manager import AsyncKernelManager
+
+        ctrl_c = self
+
+        class Manager(AsyncKernelManager):
+            async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
+                with open(log, "w") as stderr:
+                    await super().start_kernel(stderr=stderr, **kw)
+                ctrl_c.kernel = self
+
+        return Manager
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
+        self.pressed = True
+        pid = getattr(getattr(self.kernel, "provisioner", None), "pid", None)
+        if pid is None or not self.kernel.has_kernel:
+            raise KeyboardInterrupt
+        os.kill(pid, signal.SIGINT)
+
+    def __enter__(self) -> CtrlC:
+        main = threading.current_thread() is threading.main_thread()  # where Python lets a handler be set
+        self._previous = signal.signal(signal.SIGINT, self._interrupt) if main else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 # ------------------------------------------------------------------------------------ thin notebooks

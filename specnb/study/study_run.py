@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text
-from .notebooks import find_notebooks
+from .notebooks import CtrlC, execute, find_notebooks
 from .profiles import OVERRIDABLE, Profile, get_profile
 from .reference_run import code_hash, front_page, machine
 
@@ -134,8 +134,6 @@ def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str,
     value}}) into ``out``; returns the folder's notebooks {stem: {key, status, seconds, error or reason}} after
     writing ``out/study.json`` (after every notebook) and ``out/README.md``. Raises
     :class:`~specnb.study.profiles.ParameterError` / ValueError on bad input before any notebook starts."""
-    import papermill
-
     p = get_profile(profile, **given)  # every parameter checked here, before any model loads
     paths = find_notebooks(names)
     per_notebook = per_notebook or {}
@@ -150,30 +148,28 @@ def run_study(profile: str, names: list[str] | None, out: Path, given: dict[str,
     previous = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     try:
-        for path in paths:
-            parameters = {"profile": profile, **given, **per_notebook.get(path.name[:2], {})}
-            key = run_key(path, parameters)
-            done = state.get(path.stem, {})
-            if reason := skip_reason(path.stem, p):
-                state[path.stem] = {"key": key, "status": "skipped", "reason": reason}
-                print(f"{path.name}: skipped: {reason}", flush=True)
-            elif done.get("key") == key and done.get("status") == "ok" and (out / path.name).exists():
-                print(f"{path.name}: kept (code and parameters unchanged)", flush=True)
-            else:
-                print(f"{path.name}: running", flush=True)
-                start = time.perf_counter()
-                try:
-                    papermill.execute_notebook(str(path), str(out / path.name), parameters=parameters,
-                                               kernel_name="python3", cwd=os.getcwd(), progress_bar=progress)
-                    record = {"status": "ok"}
-                except Exception as exc:  # a failing notebook is reported; the others still run
-                    lines = str(exc).strip().splitlines()
-                    record = {"status": "failed", "error": f"{type(exc).__name__}: {lines[-1] if lines else ''}"}
-                state[path.stem] = {"key": key, "seconds": round(time.perf_counter() - start, 1), **record}
-                print(f"{path.name}: {record['status']} in {state[path.stem]['seconds']:.0f} s"
-                      f"{': ' + record['error'] if 'error' in record else ''}", flush=True)
-            write_text(out / STATE, json.dumps({"profile": profile, "parameters": given, "notebooks": state},
-                                               indent=1) + "\n")
+        with CtrlC() as ctrl_c:
+            for path in paths:
+                parameters = {"profile": profile, **given, **per_notebook.get(path.name[:2], {})}
+                key = run_key(path, parameters)
+                done = state.get(path.stem, {})
+                if reason := skip_reason(path.stem, p):
+                    state[path.stem] = {"key": key, "status": "skipped", "reason": reason}
+                    print(f"{path.name}: skipped: {reason}", flush=True)
+                elif done.get("key") == key and done.get("status") == "ok" and (out / path.name).exists():
+                    print(f"{path.name}: kept (code and parameters unchanged)", flush=True)
+                else:
+                    print(f"{path.name}: running", flush=True)
+                    start = time.perf_counter()
+                    error = execute(path, out / path.name, parameters, ctrl_c, Path.cwd(), progress)
+                    if ctrl_c.pressed:
+                        raise KeyboardInterrupt  # what finished is in study.json; this notebook reruns next time
+                    record = {"status": "failed", "error": error} if error else {"status": "ok"}
+                    state[path.stem] = {"key": key, "seconds": round(time.perf_counter() - start, 1), **record}
+                    print(f"{path.name}: {record['status']} in {state[path.stem]['seconds']:.0f} s"
+                          f"{': ' + record['error'] if 'error' in record else ''}", flush=True)
+                write_text(out / STATE, json.dumps({"profile": profile, "parameters": given, "notebooks": state},
+                                                   indent=1) + "\n")
     finally:
         for key, value in previous.items():
             if value is None:
