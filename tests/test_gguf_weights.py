@@ -29,6 +29,9 @@ def test_bad_weights_are_refused_before_loading():
         load_model("tiny-llama", weights="q4")
     with pytest.raises(ModelError, match="needs a GGUF file"):
         load_model("tiny-llama", weights="gguf")
+    for dtype, device in (("float16", "cpu"), (torch.float16, "cpu"), ("auto", "cuda")):  # no block kernels there
+        with pytest.raises(ModelError, match=r"CPU kernels in float32 or bfloat16 \(asked: dtype"):
+            load_model("gemma-3-270m", weights="gguf-int8", dtype=dtype, device=device)
 
 
 def test_a_file_the_decoder_cannot_run_is_refused(tmp_path):

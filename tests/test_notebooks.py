@@ -365,6 +365,8 @@ def test_a_bad_parameter_stops_the_quickstart_in_its_first_cell(tmp_path, monkey
     ({"device": "tpu"}, "parameter device: invalid device"),
     ({"dtype": "int4"}, "parameter dtype: unknown dtype"),
     ({"weights": "gguf"}, "parameter weights: weights 'gguf' needs a GGUF file"),
+    ({"target": "gemma-3-270m", "weights": "gguf", "dtype": "float16"},
+     "parameter weights: weights 'gguf' runs on specnb's CPU kernels in float32 or bfloat16 (asked: dtype float16"),
     ({"timed_prompts": 2.5}, "parameter timed_prompts: must be a whole number"),
     ({"target": 3}, "parameter target: must be a string"),
     ({"colour": "red"}, "unknown parameter 'colour'"),

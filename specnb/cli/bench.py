@@ -73,7 +73,7 @@ def _bench(args: argparse.Namespace) -> int:
     sink = CsvSink(args.out) if args.out is not None else None
     prompts = load_prompts(args.prompts, args.n)
     check_before_loading(args.model, config.options)
-    check_weights(args.model, args.weights)
+    check_weights(args.model, args.weights, args.dtype, device)
     if (limit := context_length(args.model)) is not None and args.max_new_tokens >= limit:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens} leaves no room for a prompt in the context of "
                          f"{args.model} ({limit} tokens)")

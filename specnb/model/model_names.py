@@ -220,11 +220,18 @@ file's quantized blocks (``gguf``, :mod:`specnb.model.gguf_weights`; ``gguf-int8
 rounded to int8); ``auto`` picks per model and CPU (:func:`specnb.model.models.resolve_weights`)."""
 
 
-def check_weights(name: str, weights: str) -> None:
+def check_weights(name: str, weights: str, dtype: object = "auto", device: object = "cpu") -> None:
     """Raise ModelError unless ``weights`` is one of :data:`WEIGHTS` that ``name`` has (``gguf``: the embedded
-    models, whose GGUF files ship, and ``.gguf`` files)."""
+    models, whose GGUF files ship, and ``.gguf`` files) and that runs in ``dtype`` on ``device`` (the blocks run
+    on specnb's CPU kernels, in float32 or bfloat16): checked before a model loads."""
     if weights not in WEIGHTS:
         raise ModelError(f"unknown weights {weights!r}; use one of {', '.join(WEIGHTS)}")
-    if weights.startswith("gguf") and name not in EMBEDDED and not is_gguf_file(name):
+    if not weights.startswith("gguf"):
+        return
+    if name not in EMBEDDED and not is_gguf_file(name):
         raise ModelError(f"weights {weights!r} needs a GGUF file (an embedded model or a .gguf path); {name!r} is "
                          "neither")
+    kind, precision = str(device).split(":")[0], str(dtype).removeprefix("torch.")
+    if kind != "cpu" or precision in ("float16", "fp16", "half"):
+        raise ModelError(f"weights {weights!r} runs on specnb's CPU kernels in float32 or bfloat16 (asked: dtype "
+                         f"{precision} on {device}); use --weights bf16 there")

@@ -412,7 +412,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     ``decoder`` runs every call from then on (``backend``: ``dense`` or, for families specnb's decoder does not
     cover, ``hf``; ``gguf`` / ``gguf-int8``), and its ``weights`` says which of these ran.
     """
-    check_weights(name, weights)
+    check_weights(name, weights, dtype, device)
     where = check_installed(name)  # before anything is loaded: an unknown or missing model fails at once
     device = resolve_device(device)
     if where.kind == "tiny":

@@ -298,7 +298,7 @@ def _check(key: str, p: Profile) -> None:
     elif key == "dtype":
         resolve_dtype(value, resolve_device(p.device).type)
     elif key == "weights":
-        check_weights(p.target, value)
+        check_weights(p.target, value, p.dtype, p.device)
 
 
 def _check_model(name: str) -> None:
