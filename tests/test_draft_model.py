@@ -14,6 +14,7 @@ from specnb.core.generate import generate
 from specnb.draft_shapes import SelfDraft, parse_draft, tree_shape
 from specnb.drafters.draft_model import (
     DraftModelDrafter,
+    SdOptions,
     VocabularyError,
     check_vocabulary,
     load_draft,
@@ -103,6 +104,21 @@ def test_draft_with_another_vocabulary_is_refused():
     with pytest.raises(VocabularyError, match="different vocabulary"):
         check_vocabulary(target, other)
     check_vocabulary(target, tiny("llama"))  # same byte tokenizer: accepted
+
+
+def test_a_draft_of_another_tokenizer_is_refused_before_either_model_loads(monkeypatch, capsys):
+    from specnb.cli import main
+    from specnb.model import models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("a model loaded before the draft's tokenizer was checked")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    assert main(["bench", "--model", "tiny-llama", "--methods", "sd", "--draft", "gemma-3-270m", "--n", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specnb: error: draft model 'gemma-3-270m' has a different vocabulary (262144 tokens) "
+                          "than the target 'tiny-llama'") and err.count("\n") == 1, err
+    SdOptions(draft="tiny-qwen2").check("tiny-llama")  # the same byte tokenizer: accepted
 
 
 def test_bad_shapes_and_options():

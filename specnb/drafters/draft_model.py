@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -41,6 +42,9 @@ from ..model.model_names import check_installed, layer_count
 from ..model.models import LoadedModel, load_model
 from ..options import OptionError, Options, at_least, parsed_by, positive_shape
 from . import Method
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 NO_DRAFT = "draft-model methods need --draft NAME or --draft self:L"
 
@@ -74,6 +78,10 @@ class DraftModelOptions(Options):
             raise OptionError(NO_DRAFT)
         if isinstance(self.draft, SelfDraft) and (total := layer_count(model)) is not None:
             check_self_layers(self.draft.layers, total)
+        if isinstance(self.draft, str) and self.draft != model:  # from the tokenizers alone (~1 s), not the weights
+            from ..datastores.corpus import load_tokenizer
+
+            _check_same_vocabulary(model, load_tokenizer(model), self.draft, load_tokenizer(self.draft))
 
 
 @dataclass(frozen=True)
@@ -149,13 +157,17 @@ def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
 
 def check_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
     """Raise :class:`VocabularyError` unless both tokenizers map the same strings to the same ids."""
-    if draft.tokenizer is target.tokenizer:
-        return
-    if draft.tokenizer.get_vocab() != target.tokenizer.get_vocab():
+    if draft.tokenizer is not target.tokenizer:
+        _check_same_vocabulary(target.name, target.tokenizer, draft.name, draft.tokenizer)
+
+
+def _check_same_vocabulary(target: str, target_tokenizer: PreTrainedTokenizerBase, draft: str,
+                           draft_tokenizer: PreTrainedTokenizerBase) -> None:
+    if draft_tokenizer.get_vocab() != target_tokenizer.get_vocab():
         raise VocabularyError(
-            f"draft model {draft.name!r} has a different vocabulary ({len(draft.tokenizer)} tokens) than the "
-            f"target {target.name!r} ({len(target.tokenizer)} tokens); a draft model must share the target's "
-            f"tokenizer (use self:L for an early-exit draft of the target)")
+            f"draft model {draft!r} has a different vocabulary ({len(draft_tokenizer)} tokens) than the target "
+            f"{target!r} ({len(target_tokenizer)} tokens); a draft model must share the target's tokenizer (use "
+            "self:L for an early-exit draft of the target)")
 
 
 @functools.lru_cache(maxsize=2)
