@@ -32,6 +32,10 @@ from specnb.model import kernels  # noqa: E402
 from specnb.model.kernels.cpu import kernel_isa  # noqa: E402
 from specnb.model.models import LoadedModel, byte_tokenizer, tiny_model  # noqa: E402
 
+# Loaded here, from the real cache (make test builds it first): a test's first kernel call under isolated_cache
+# would otherwise compile the extension into its temporary folder, a minute on 2 cores.
+kernels.extension()
+
 # The longest test file (the study of every notebook, ~2.5 min on 2 cores) is collected first; with make test's
 # --no-loadscope-reorder pytest-xdist starts it first, and the other worker runs the rest meanwhile (by default it
 # orders files by their number of tests, and this one, started last, ran alone at the end).
