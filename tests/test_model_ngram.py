@@ -103,6 +103,21 @@ def test_bad_shapes_are_refused():
         bigram_table(tiny("llama"), [10_000], progress=False)
 
 
+@pytest.mark.parametrize("method", ["ngram-bigram", "mixed"])
+def test_a_k_past_the_default_table_widens_it_and_one_past_the_vocabulary_is_refused_first(method):
+    from specnb.core.drafter import DecodeState
+    from specnb.eval.methods import make_drafter
+
+    target = tiny("llama")
+    with pytest.raises(ValueError, match=f"k={target.vocab_size + 1} exceeds the vocabulary"):
+        make_drafter(method, target, {"k": target.vocab_size + 1})
+    assert not bigram_path(target).exists()  # refused before a row was computed
+    drafter = make_drafter(method, target, {"k": 40, "w": 1})  # the default table keeps 32 successors a row
+    assert drafter.table.k_max == 40
+    state = DecodeState(torch.tensor(PROMPT), None, max_depth=1, prompt_len=len(PROMPT))
+    assert drafter.propose(state).tokens.shape[0] == 40
+
+
 def test_cli_builds_the_tables(tmp_path, capsys):
     from specnb.cli import main
 

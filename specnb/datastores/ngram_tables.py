@@ -36,6 +36,7 @@ from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
 
 TABLE_VERSION = 1
+K_MAX = 32  # successors a bigram row keeps unless a drafter's k asks for more
 
 
 class NgramTableError(ValueError):
@@ -185,7 +186,7 @@ def bigram_path(target: LoadedModel) -> Path:
     return table_dir(target) / "bigram.npz"
 
 
-def bigram_table(target: LoadedModel, tokens: np.ndarray | list[int] | None = None, k_max: int = 32,
+def bigram_table(target: LoadedModel, tokens: np.ndarray | list[int] | None = None, k_max: int = K_MAX,
                  batch_size: int = 256, chain_depth: int = 15, progress: bool = True) -> BigramTable:
     """Load this model's bigram table, computing the rows it lacks for ``tokens`` (None = every token).
 

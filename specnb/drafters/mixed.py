@@ -286,7 +286,7 @@ class AdaptiveShapeDrafter(Drafter):
 
 def make_mixed(target: Any, options: MixedOptions) -> MixedDrafter:
     """The ``mixed`` drafter."""
-    return MixedDrafter(table_for(target, options.bigram_tokens), k=options.k, w=options.w,
+    return MixedDrafter(table_for(target, options.bigram_tokens, options.k), k=options.k, w=options.w,
                         max_ngram=options.max_ngram, min_ngram=options.min_ngram)
 
 

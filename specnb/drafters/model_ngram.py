@@ -18,7 +18,7 @@ import numpy as np
 from ..core.draft import Draft
 from ..core.drafter import DecodeState, Drafter
 from ..core.report import Report
-from ..datastores.ngram_tables import BigramTable, bigram_table, default_restriction, unigram_ranking
+from ..datastores.ngram_tables import K_MAX, BigramTable, bigram_table, default_restriction, unigram_ranking
 from ..model.models import LoadedModel
 from ..options import Options, at_least
 from . import Method
@@ -100,10 +100,14 @@ class BigramDrafter(Drafter):
         return self._report
 
 
-def table_for(target: LoadedModel, bigram_tokens: str) -> BigramTable:
-    """The bigram table a method uses: every row for ``bigram_tokens="all"``, else the default restriction."""
+def table_for(target: LoadedModel, bigram_tokens: str, k: int = 1) -> BigramTable:
+    """The bigram table a method uses: every row for ``bigram_tokens="all"``, else the default restriction; at
+    least ``k`` successors a row (a table built narrower is rebuilt wider). ValueError for ``k`` past the
+    vocabulary, before any row is computed."""
+    if k > target.vocab_size:
+        raise ValueError(f"k={k} exceeds the vocabulary ({target.vocab_size} tokens)")
     tokens = None if bigram_tokens == "all" else default_restriction(target)[0]
-    return bigram_table(target, tokens)
+    return bigram_table(target, tokens, k_max=max(k, K_MAX))
 
 
 def make_unigram(target: LoadedModel, options: UnigramOptions) -> UnigramDrafter:
@@ -113,7 +117,7 @@ def make_unigram(target: LoadedModel, options: UnigramOptions) -> UnigramDrafter
 
 def make_bigram(target: LoadedModel, options: BigramOptions) -> BigramDrafter:
     """The ``ngram-bigram`` drafter."""
-    return BigramDrafter(table_for(target, options.bigram_tokens), k=options.k, w=options.w)
+    return BigramDrafter(table_for(target, options.bigram_tokens, options.k), k=options.k, w=options.w)
 
 
 METHODS = (
