@@ -272,8 +272,8 @@ def test_bad_build_sizes_are_one_line_errors_before_the_model_loads(flags, messa
 
 def test_dims_past_the_hidden_size_and_damaged_stores_are_refused_before_any_work(stores, tmp_path):
     """``dims`` above the target's hidden size is refused before the extraction (it was cut to it without a word);
-    :func:`check_built_for`, what a bench runs before its model loads, refuses a damaged store in one line (the
-    bench found it only once the model had loaded), and passes a sound one."""
+    :func:`check_built_for`, what a bench runs before its model loads, refuses a damaged store or one of another
+    model in one line (the bench found them only once the model had loaded), and passes a sound one."""
     import shutil
 
     target = tiny("llama")  # hidden size 64
@@ -284,6 +284,8 @@ def test_dims_past_the_hidden_size_and_damaged_stores_are_refused_before_any_wor
     store = tmp_path / "store"
     shutil.copytree(stores["llama"].path, store)
     dense_store.check_built_for(store, "tiny-llama")
+    with pytest.raises(CorpusError, match="holds hidden states of model 'tiny-llama', not of 'tiny-qwen2'"):
+        dense_store.check_built_for(store, "tiny-qwen2")  # the same byte tokenizer, another model's states
     with (store / "values.i32.npy").open("ab") as f:
         f.write(b"\0")
     with pytest.raises(CorpusError, match="values.i32.npy holds") as refused:

@@ -173,9 +173,9 @@ def _corrupt(path: Path, why: object) -> CorpusError:
 def check_built_for(path: str | Path, model: str) -> None:
     """CorpusError (one line) unless a sound dense store is at ``path`` (its meta.json, and every file it records
     of the recorded size and sampled hash: milliseconds, nothing loaded) that records the tokenizer of the model
-    named ``model`` (its tokenizer only is loaded): what a bench checks before the model loads, so that a
-    missing, damaged or foreign store is refused at once. The model itself is checked when the store opens
-    (:meth:`DenseDatastore.check`)."""
+    named ``model`` (its tokenizer only is loaded) and was built from that model's hidden states (by name): what a
+    bench checks before the model loads, so that a missing, damaged or foreign store is refused at once. The
+    loaded model's hidden size is checked when the store opens (:meth:`DenseDatastore.check`)."""
     path = Path(path)
     meta = _read_meta(path)
     try:
@@ -183,6 +183,10 @@ def check_built_for(path: str | Path, model: str) -> None:
     except (KeyError, TypeError, AttributeError) as exc:  # a meta.json whose "files" is not ours
         raise _corrupt(path, exc) from None
     check_recorded_tokenizer(meta, model, f"dense datastore {path}")
+    built_by = meta.get("model", {}).get("name") if isinstance(meta.get("model"), dict) else None
+    if built_by is not None and built_by != model:  # another model of the same tokenizer: other hidden states
+        raise CorpusError(f"dense datastore {path} holds hidden states of model {built_by!r}, not of {model!r}; "
+                          f"rebuild it with --model {model}")
 
 
 def load_datastore(path: str | Path) -> DenseDatastore:
