@@ -436,6 +436,8 @@ BENCH = ["bench", "--model", "tiny-llama", "--max-new-tokens", "4"]
     (["-o", "unknownkey=1"], "-o unknownkey: read by none"),
     (["-o", "w=abc"], "method pld: option w must be an integer, got 'abc'"),
     (["-o", "noequals"], "must look like KEY=VALUE"),
+    (["--w", "3", "-o", "w=2"], "-o w=2: w is already given (--w 3)"),
+    (["-o", "min_ngram=1", "-o", "min_ngram=2"], "-o min_ngram=2: min_ngram is already given (-o min_ngram=1)"),
     (["--draft-shape", "4x2"], "--draft-shape: read by none"),
     (["--datastore", "somewhere"], "--datastore: read by none"),
     (["--methods", "dense"], "dense needs --datastore"),

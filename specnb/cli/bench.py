@@ -66,8 +66,12 @@ def _bench(args: argparse.Namespace) -> int:
     if not named:
         raise ValueError(f"--methods names none, got {args.methods!r}")
     methods = list(dict.fromkeys(["ar", *named]))
-    given = {"k": args.k, "w": args.w, "draft": args.draft, "draft_shape": args.draft_shape,
-             **dict(_key_value(o) for o in args.option)}
+    given = {"k": args.k, "w": args.w, "draft": args.draft, "draft_shape": args.draft_shape}
+    said = {key: f"--{key.replace('_', '-')} {value}" for key, value in given.items() if value is not None}
+    for key, value in map(_key_value, args.option):
+        if key in said:  # a flag and -o, or -o twice: which one was meant?
+            raise ValueError(f"-o {key}={value}: {key} is already given ({said[key]})")
+        given[key], said[key] = value, f"-o {key}={value}"
     config = BenchConfig(methods, max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                          seed=args.seed, verify=args.verify, options=options_for(methods, given, args.datastore))
     sink = CsvSink(args.out) if args.out is not None else None
