@@ -324,6 +324,16 @@ def test_figures_compare_with_nothing_to_compare_is_an_error(in_old, in_new, mes
     assert err.startswith(f"specnb: error: {message.format(old=old, new=new)}") and err.count("\n") == 1, err
 
 
+def test_figures_compare_of_results_without_a_shared_verdict_is_an_error(tmp_path, capsys):
+    from specnb.cli import main
+
+    old = _figures(tmp_path / "old", {"00": "{}"})
+    new = _figures(tmp_path / "new", {"00": json.dumps({"verdicts": {"a": COMPARED}})})
+    assert main(["figures", "compare", old, new]) == 2
+    assert capsys.readouterr().err == "specnb: error: the notebooks both runs hold (00) share no verdict: nothing to " \
+                                      "compare\n"
+
+
 def test_a_run_is_dirty_where_code_changed_not_where_publishing_wrote_outputs(tmp_path, monkeypatch):
     """A notebook whose cells' sources equal the commit's is clean though its outputs differ (a publish wrote
     them); a changed source, a changed module or a deleted file is dirty."""

@@ -15,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     """Print what moved between the runs OLD and NEW; ValueError where either holds a malformed results file or
-    none, or where they share no notebook (nothing to compare)."""
+    none, or where they share no notebook or no verdict (nothing to compare)."""
     from ..study.reference_run import load_results, moved
 
     old, new = load_results(args.old, judged=True), load_results(args.new, judged=True)
@@ -25,10 +25,13 @@ def _compare(args: argparse.Namespace) -> int:
     if not set(old) & set(new):
         raise ValueError(f"{args.old!r} (notebooks {', '.join(sorted(old))}) and {args.new!r} (notebooks "
                          f"{', '.join(sorted(new))}) share no notebook's results: nothing to compare")
+    shared = sorted(set(old) & set(new))
+    compared = sum(len(set(old[k].get("verdicts", {})) & set(new[k].get("verdicts", {}))) for k in shared)
+    if not compared:
+        raise ValueError(f"the notebooks both runs hold ({', '.join(shared)}) share no verdict: nothing to compare")
     rows = moved(old, new)
     for r in rows:
         print(f"{r['notebook']} {r['claim']}: {r['old']} -> {r['new']}"
               + (f" ({r['old_verdict']} -> {r['new_verdict']})" if r["old_verdict"] != r["new_verdict"] else ""))
-    compared = sum(len(set(old[k].get("verdicts", {})) & set(new[k].get("verdicts", {}))) for k in set(old) & set(new))
     print(f"{len(rows)} of {compared} compared numbers moved beyond their 90% interval or changed verdict")
     return 0
