@@ -101,6 +101,8 @@ def _started(*args, **kwargs):
     (["--target", "{tmp}/binaries"], "parameter target: '{tmp}/binaries' is neither a .gguf file nor a model folder"),
     (["--target", "tiny-llama", "--draft", "self:4"], "parameter draft: self-draft needs 1 <= L < 4"),
     (["-p", "00:y=1"], "-p 00:y=...: 00_a.ipynb has no parameter 'y'; its parameters: profile, target, x"),
+    (["-p", "00:x=maybe"], "-p 00:x='maybe': 00_a.ipynb expects type int (its default: 1)"),  # a notebook's own
+    (["-p", "00:x=True"], "-p 00:x=True: 00_a.ipynb expects type int (its default: 1)"),
     (["-p", "01:target=no-such-model"], "-p 01:...: parameter target: unknown model 'no-such-model'"),
     (["-p", "01:profile='big'"], "-p 01:...: parameter profile: unknown profile 'big'"),
     (["00", ""], "empty notebook name ''"),

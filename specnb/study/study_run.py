@@ -62,20 +62,38 @@ def check_notebook_parameters(notebook: Path, profile: str, given: dict[str, Any
     """ValueError unless every parameter of ``own`` (``-p NN:NAME=VALUE`` of ``notebook``) is one of the notebook's
     ``parameters`` cell (:func:`papermill.inspect_notebook`) and those of
     :data:`~specnb.study.profiles.OVERRIDABLE` (and ``profile``) pass :func:`~specnb.study.profiles.get_profile`
-    with ``given``."""
+    with ``given``; the notebook's own parameters take a value of their default's type (a bool for a bool)."""
     import papermill
 
     names = papermill.inspect_notebook(str(notebook))
-    for name in own:
+    for name, value in own.items():
         if name not in names:
             raise ValueError(f"-p {notebook.name[:2]}:{name}=...: {notebook.name} has no parameter {name!r}; its "
                              f"parameters: {', '.join(names) or 'none'}")
+        try:
+            default = ast.literal_eval(names[name]["default"])
+        except (ValueError, SyntaxError):  # a default computed in the cell: its type is not known here
+            continue
+        if name not in OVERRIDABLE and not _same_kind(value, default):
+            raise ValueError(f"-p {notebook.name[:2]}:{name}={value!r}: {notebook.name} expects type "
+                             f"{type(default).__name__} (its default: {default!r})")
     overridden = {name: value for name, value in own.items() if name in OVERRIDABLE}
     if overridden or "profile" in own:
         try:
             get_profile(own.get("profile", profile), **{**given, **overridden})
         except ValueError as exc:
             raise ValueError(f"-p {notebook.name[:2]}:...: {exc}") from None
+
+
+def _same_kind(value: Any, default: Any) -> bool:
+    """Whether ``value`` may stand where the parameters cell has ``default`` (None: anything; an int for a float)."""
+    if default is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    return isinstance(value, type(default))
 
 
 def run_key(notebook: Path, parameters: dict[str, Any]) -> str:
