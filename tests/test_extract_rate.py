@@ -60,7 +60,7 @@ def test_command_writes_a_row_per_model_and_batch_size(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--batch-tokens", "100"], "batch_tokens >= seq_len + overlap"),
+    (["--batch-tokens", "100"], "--batch-tokens >= --seq-len + --overlap"),
     (["--tokens", "1"], "need at least 2 tokens"),
     (["--model", "random:gpt-9"], "unknown model shape 'gpt-9'"),
 ])

@@ -180,6 +180,7 @@ def load_prompts(name: str, n: int | None = None) -> list[Prompt]:
         raise ValueError(f"the number of prompts must be >= 1, got {n}")
     if name in PROMPT_SETS:
         return PROMPT_SETS[name](n)
-    if Path(name).exists():
+    if name.strip() and Path(name).is_file():
         return jsonl(name, n)
-    raise ValueError(f"unknown prompt set {name!r}: use {', '.join(PROMPT_SETS)} or a JSONL file path")
+    what = "a folder, not a JSONL file" if name.strip() and Path(name).is_dir() else "an unknown prompt set"
+    raise ValueError(f"--prompts {name!r} is {what}: use {', '.join(PROMPT_SETS)} or a JSONL file path")

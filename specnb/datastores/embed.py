@@ -134,8 +134,8 @@ def check_sizes(seq_len: int, overlap: int, batch_tokens: int) -> None:
     """ValueError unless segments of ``seq_len`` after ``overlap`` tokens of context fit batches of
     ``batch_tokens``."""
     if seq_len < 1 or overlap < 0 or batch_tokens < seq_len + overlap:
-        raise ValueError(f"need seq_len >= 1, overlap >= 0, batch_tokens >= seq_len + overlap; got {seq_len}, "
-                         f"{overlap}, {batch_tokens}")
+        raise ValueError(f"need --seq-len >= 1, --overlap >= 0 and --batch-tokens >= --seq-len + --overlap; got "
+                         f"{seq_len}, {overlap}, {batch_tokens}")
 
 
 def plan(target: LoadedModel, corpus: TokenCorpus, *, n_next: int = N_NEXT, seq_len: int = 512, overlap: int = 64,
