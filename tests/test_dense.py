@@ -247,6 +247,7 @@ def test_replay_with_teacher_forced_states_matches_decoding(stores, arch):
     (["--seq-len", "0"], "--seq-len must be >= 1, got 0"),
     (["--batch-tokens", "100"], "--batch-tokens (100) must be >= --seq-len + overlap (512 + 64)"),
     (["--sample", "0"], "--sample must be >= 2, got 0"),
+    (["--sample", "100"], "--sample (100) must be >= --components (256)"),  # failed in scikit-learn, after it
     (["--nlist", "-1"], "--nlist must be >= 0, got -1"),
     (["--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),  # was read as no limit
     (["--max-tokens", "-3"], "--max-tokens must be >= 1, got -3"),

@@ -135,6 +135,8 @@ def test_projection_options_and_round_trip(tmp_path):
     x = np.random.default_rng(4).standard_normal((500, 10)).astype(np.float32)
     proj = fit_projection(x, n_components=256, dims=64)
     assert proj.components.shape == (10, 10) and proj.dims == 10  # capped at d
+    with pytest.raises(ValueError, match=r"^8 sample vectors cannot fit 10 principal components \(--components\)"):
+        fit_projection(x[:8], n_components=256, dims=4)  # fewer vectors than components: one line, not sklearn's
     raw = proj.with_dims(4, l2=False)(x)
     assert raw.shape == (500, 4) and not np.allclose(np.linalg.norm(raw, axis=1), 1)
     proj.save(tmp_path / "p.npz")

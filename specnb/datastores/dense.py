@@ -74,6 +74,9 @@ class BuildConfig:
         check_at_least(1, {"--n-next": self.n_next, "--dims": self.dims, "--seq-len": self.seq_len})
         check_at_least(2, {"--sample": self.sample_size})
         check_at_least(0, {"overlap": self.overlap})
+        if self.sample_size < self.n_components:
+            raise ValueError(f"--sample ({self.sample_size}) must be >= --components ({self.n_components}): PCA "
+                             "fits at most as many components as sample vectors")
         if self.n_components < self.dims:
             raise ValueError(f"--dims ({self.dims}) must be <= --components ({self.n_components}), the PCA "
                              "components fitted")

@@ -332,6 +332,9 @@ def fit_projection(sample: np.ndarray, n_components: int = 256, dims: int = 64, 
     if m < 2:
         raise ValueError(f"need at least 2 sample vectors to fit a projection, got {m}")
     c = min(n_components, d)
+    if m < c:
+        raise ValueError(f"{m} sample vectors cannot fit {c} principal components (--components); give a larger "
+                         "corpus or fewer components")
     scaler = StandardScaler()
     for i in range(0, m, chunk):
         scaler.partial_fit(np.asarray(sample[i:i + chunk], dtype=np.float64))
