@@ -4,9 +4,6 @@ evaluation sets, the in-distribution data of a DReSD store (:mod:`specnb.datasto
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Iterable
-from pathlib import Path
 
 SOURCES = ("chat", "code")  # the keys of specnb.datastores.id_data.PROMPT_SOURCES
 
@@ -38,8 +35,7 @@ def _generate(args: argparse.Namespace) -> int:
     for flag in ("n", "max_new_tokens", "batch"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
-    out = check_responses_out(args.out)
-    _check_same_source(out, args.source, PROMPT_SOURCES)
+    check_responses_out(args.out, args.source)
     torch.manual_seed(args.seed)
     prompts = PROMPT_SOURCES[args.source](args.n, seed=args.seed)
     target = load_model(args.model, dtype=args.dtype)
@@ -47,16 +43,3 @@ def _generate(args: argparse.Namespace) -> int:
     print(generate_responses(target, prompts, args.out, max_new_tokens=args.max_new_tokens, source=source,
                              seed=args.seed, drafter=make_drafter("pld", target), batch=args.batch))
     return 0
-
-
-def _check_same_source(out: Path, source: str, sources: Iterable[str]) -> None:
-    """ValueError (one line) where ``out`` already holds this command's answers to another prompt source's prompts
-    (its sidecar's ``prompts`` starts with that source's name): a rerun resumes one source, never mixes two."""
-    sidecar = out.with_suffix(".meta.json")
-    try:
-        made = json.loads(sidecar.read_text()).get("prompts", "")
-    except (OSError, ValueError, AttributeError):
-        return  # no sidecar yet, or one check_responses_out judged
-    other = next((name for name in sources if name != source and str(made).startswith(f"{name}:")), None)
-    if other is not None:
-        raise ValueError(f"{out} holds answers to {other} prompts, not {source}; choose another --out")

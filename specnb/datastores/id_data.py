@@ -206,14 +206,15 @@ def _write_responses(target: LoadedModel, prompts: list[Prompt], out: Path, max_
     return out
 
 
-def check_responses_out(out: str | Path) -> Path:
+def check_responses_out(out: str | Path, source: str | None = None) -> Path:
     """``out`` as a Path if :func:`generate_responses` may write its responses there and its sidecar beside it;
     ValueError (one line) saying why not, checked before the model loads (``specnb id-data`` calls it first).
 
     ``out`` must name a file (not a folder) below folders that exist or can be made; an existing non-empty ``out``
-    must be a responses file of an earlier run (its sidecar :func:`is_responses_sidecar` beside it), which a run
+    must be a responses file of an earlier run (its sidecar :func:`responses_sidecar` beside it), which a run
     resumes; and an existing ``out.meta.json`` must be such a sidecar: a user's file is never appended to or
-    replaced.
+    replaced. ``source`` (a key of :data:`PROMPT_SOURCES`): an ``out`` holding answers to another source's
+    prompts is refused too, so that a rerun resumes one source and never mixes two.
     """
     if not str(out).strip():
         raise ValueError("--out is empty; name a .jsonl file")
@@ -224,27 +225,32 @@ def check_responses_out(out: str | Path) -> Path:
     folder = next(parent for parent in out.absolute().parents if parent.exists())
     if not folder.is_dir():
         raise ValueError(f"--out {out}: {folder} is not a folder")
-    ours = is_responses_sidecar(meta_path)
-    if (meta_path.exists() or meta_path.is_symlink()) and not ours:
+    meta = responses_sidecar(meta_path)
+    if (meta_path.exists() or meta_path.is_symlink()) and meta is None:
         raise ValueError(f"{meta_path} exists and is not the sidecar of a responses file of `specnb id-data`; "
                          "refusing to replace it: choose another --out")
-    if out.exists() and (not out.is_file() or (out.stat().st_size and not ours)):
+    if out.exists() and (not out.is_file() or (out.stat().st_size and meta is None)):
         raise ValueError(f"--out {out} exists and is not a responses file of `specnb id-data` (no {meta_path.name} "
                          "of one beside it); refusing to append to it: choose another --out")
+    made = str((meta or {}).get("prompts", ""))
+    other = next((name for name in PROMPT_SOURCES if name != source and made.startswith(f"{name}:")), None)
+    if source is not None and other is not None:
+        raise ValueError(f"{out} holds answers to {other} prompts, not {source}; choose another --out")
     return out
 
 
 SIDECAR_KEYS = frozenset({"model", "tokenizer", "max_new_tokens", "made_by"})  # in every version's sidecar
 
 
-def is_responses_sidecar(path: Path) -> bool:
-    """Whether ``path`` is a file holding the provenance sidecar of a responses file (:func:`response_meta`; an
-    older specnb's, made by another decoding, too: a JSON object with every one of :data:`SIDECAR_KEYS`)."""
+def responses_sidecar(path: Path) -> dict | None:
+    """The provenance sidecar of a responses file at ``path`` (:func:`response_meta`; an older specnb's, made by
+    another decoding, too: a JSON object with every one of :data:`SIDECAR_KEYS`), or None where ``path`` holds
+    none."""
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and SIDECAR_KEYS <= meta.keys()
+        return None
+    return meta if isinstance(meta, dict) and SIDECAR_KEYS <= meta.keys() else None
 
 
 WINDOW_BATCHES = 16  # batches whose prompts are grouped by length before they are decoded (and then written)
