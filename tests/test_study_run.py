@@ -74,6 +74,7 @@ def test_bad_input_is_one_line_before_anything_runs(fake_notebooks, tmp_path, ca
                           (["--corpus", str(tmp_path / "nowhere")], "parameter corpus: "),
                           (["--prompts", str(tmp_path / "none.jsonl")], "parameter prompts: "),
                           (["-p", "05-x=1"], "expected NN:NAME=VALUE"),
+                          (["-p", "00:x=1", "-p", "00:x=2"], "-p '00:x=2': 00:x is already given (1)"),
                           (["-p", "09:x=1", "00"], "notebook 09 is not among those run"),
                           (["99"], "no notebook matches 99")):
         assert main(["study", "run", "--profile", "smoke", "--out", str(out), *argv]) == 2, argv

@@ -43,7 +43,7 @@ def skip_reason(stem: str, p: Profile) -> str | None:
 
 def notebook_parameters(given: list[str]) -> dict[str, dict[str, Any]]:
     """``-p NN:NAME=VALUE`` options -> {NN: {NAME: value}}; a value is a Python literal (``3``, ``False``,
-    ``'x'``) or else a string. ValueError on a malformed option."""
+    ``'x'``) or else a string. ValueError on a malformed option or a name given twice."""
     out: dict[str, dict[str, Any]] = {}
     for item in given:
         prefix, sep, rest = item.partition(":")
@@ -54,6 +54,8 @@ def notebook_parameters(given: list[str]) -> dict[str, dict[str, Any]]:
             value = ast.literal_eval(text)
         except (ValueError, SyntaxError):
             value = text
+        if name in out.get(prefix, {}):
+            raise ValueError(f"-p {item!r}: {prefix}:{name} is already given ({out[prefix][name]!r})")
         out.setdefault(prefix, {})[name] = value
     return out
 
