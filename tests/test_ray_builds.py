@@ -188,6 +188,7 @@ def test_an_ivfpq_store_drafts_losslessly(single, tmp_path):
     config = BuildConfig(**{**CONFIG.__dict__, "index_kind": "ivfpq", "ivfpq": IvfPqParams(m=8, nprobe=8)})
     store = build_datastore(target, corpus(), tmp_path / "store", config, progress=False)
     assert isinstance(load_datastore(tmp_path / "store").index, IvfPqIndex) and store.meta["index"]["kind"] == "ivfpq"
+    assert 0 < store.meta["index"]["nlist"] == store.index.index.nlist  # the lists built, not the 0 asked for
     assert store.storage_bytes() < single.storage_bytes()
     prompt = PROMPTS[0]
     ar = generate(target, prompt, max_new_tokens=24)

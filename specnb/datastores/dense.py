@@ -299,6 +299,8 @@ def _index_into(tmp: Path, extracted: dict[str, Any], tokenizer: dict[str, Any],
                                                      len(keys), config.ivfpq), cluster, progress)
     index.save(tmp / INDEX_FILES[kind])
     times["index_seconds"] = index.build_seconds
+    if kind == "ivfpq":  # the lists built: a count asked for (or 0, its default) is capped by the keys there are
+        params = replace(params, nlist=int(index.index.nlist))
     del hidden
     if not config.keep_hidden:
         (tmp / "hidden.f16.npy").unlink()
