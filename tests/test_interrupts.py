@@ -227,16 +227,22 @@ def assert_same_extraction(a, b) -> None:
     assert a.meta["extract"] == b.meta["extract"]
 
 
-def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path, cache, capsys, monkeypatch):
+@pytest.fixture
+def batches(monkeypatch) -> list[int]:
+    """A list that grows by one at every forward batch of an extraction in this process."""
+    from specnb.datastores import embed
+
+    calls: list[int] = []
+    real = embed.last_hidden_states
+    monkeypatch.setattr(embed, "last_hidden_states", lambda *args: calls.append(1) or real(*args))
+    return calls
+
+
+def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path, cache, capsys, batches):
     """A build killed after 8 of its batches leaves ``<out>.partial`` with its progress. Resumed with other
     parameters, with a corpus of the same name and size but other tokens, or with the same parameters after a
     run of other parameters was killed in that partial before it recorded any progress: each gives exactly
     what a fresh build gives (it starts over), never rows of two runs. The same run resumes."""
-    from specnb.datastores import embed
-
-    batches = []
-    real = embed.last_hidden_states
-    monkeypatch.setattr(embed, "last_hidden_states", lambda *args: batches.append(1) or real(*args))
     target = tiny("llama")
     corpus = build_corpus(str(source), target, progress=False)  # the corpus the CLI builds (same cache)
     killed = tmp_path / "a" / "ds"
@@ -288,6 +294,34 @@ def test_a_dense_build_never_resumes_the_partial_of_another_run(source, tmp_path
     assert calls == total
     assert_same_extraction(again, same)
     assert main(["datastore", "verify", str(twice)]) == 0
+
+
+def test_a_dense_build_stopped_after_its_extraction_does_not_extract_again(source, tmp_path, cache, batches):
+    """Killed while fitting the key transform (every hidden state written), a build reruns no forward pass and
+    gives a fresh build's store, its extraction untimed; a run of other parameters killed in that partial, then
+    the first again, starts over (the mark of a complete extraction is gone with the files it described)."""
+    target = tiny("llama")
+    corpus = build_corpus(str(source), target, progress=False)
+    out = tmp_path / "a" / "ds"
+    assert interrupted(dense_argv(source, out, 4), at="specnb.datastores.dense:fit_projection",
+                       env=SINGLE_THREAD).killed
+    reference = build_datastore(target, corpus, tmp_path / "fresh" / "ds", dense_config(4), progress=False)
+    total = len(batches)
+    batches.clear()
+    resumed = build_datastore(target, corpus, out, dense_config(4), progress=False)
+    assert not batches
+    assert_same_extraction(resumed, reference)
+    assert resumed.meta["timings"]["extract_seconds"] is None
+
+    twice = tmp_path / "twice" / "ds"
+    assert interrupted(dense_argv(source, twice, 4), at="specnb.datastores.dense:fit_projection",
+                       env=SINGLE_THREAD).killed
+    assert interrupted(dense_argv(source, twice, 6), at="specnb.datastores.embed:last_hidden_states", nth=3,
+                       env=SINGLE_THREAD).killed
+    batches.clear()
+    again = build_datastore(target, corpus, twice, dense_config(4), progress=False)
+    assert len(batches) == total
+    assert_same_extraction(again, reference)
 
 
 # ----------------------------------------------------- full verify: damage outside the sampled chunks

@@ -133,6 +133,7 @@ def test_a_stopped_build_resumes_from_its_finished_shards(cluster, single, tmp_p
     store = build_datastore(target, corpus(), tmp_path / "store", CONFIG, progress=True, cluster=cluster)
     assert f"{len(done)} of 4 shards done, {4 - len(done)} to run on Ray" in capsys.readouterr().out
     same_store(store, single)
+    assert store.meta["timings"]["extract_seconds"] is None  # no process saw the whole extraction
 
 
 def test_a_partial_made_with_other_parameters_is_refused(tmp_path):
@@ -157,7 +158,8 @@ def test_a_rerun_sends_to_ray_only_the_shards_not_on_disk(single, tmp_path, monk
     """The dense extraction's resume without a cluster: a build stopped where it starts Ray leaves its plan; with
     two of its four shards then on disk (each computed here as an actor computes it) a rerun finds those two and
     sends the other two to Ray; with all four on disk it starts no Ray at all and gathers them into the
-    single-process store's hidden states, byte for byte."""
+    single-process store's hidden states, byte for byte; a complete extraction (a build stopped while fitting or
+    indexing) is kept as it is."""
     from specnb.datastores import embed
     from specnb.datastores.manifest import full_hash
 
@@ -181,6 +183,7 @@ def test_a_rerun_sends_to_ray_only_the_shards_not_on_disk(single, tmp_path, monk
         shards.run_shard(target, layout, tokens, out, shard, bounds)
     shards.extract_on_ray(target, data, out, cluster, progress=False, **sizes)  # would raise RayStarted
     assert full_hash(out / "hidden.f16.npy") == single.meta["files"]["hidden.f16.npy"]["sha256"]
+    shards.extract_on_ray(target, data, out, cluster, progress=False, **sizes)  # complete: nothing runs again
 
 
 def test_an_ivfpq_store_drafts_losslessly(single, tmp_path):

@@ -36,7 +36,7 @@ from ..paths import artifact_path, safe_name
 from .ann import IVFPQ_FROM, AnnIndex, IndexParams, IvfPqIndex, IvfPqParams, check_at_least
 from .cluster import Cluster
 from .corpus import CorpusError, TokenCorpus, TokenizerInfo, build_corpus, check_recorded_tokenizer, load_corpus
-from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows
+from .embed import N_NEXT, Projection, extract, fit_projection, row_layout, sample_rows, started
 from .ivfpq_shards import ivfpq_on_ray
 from .manifest import check_files, read_meta, write_meta
 from .shards import extract_on_ray
@@ -261,7 +261,7 @@ def _build_into(tmp: Path, target: LoadedModel, corpus: TokenCorpus, config: Bui
                 cluster: Cluster | None = None) -> None:
     """Every file of a dense store, meta.json last, into the folder ``tmp`` (resuming an extraction there). A
     resumed extraction's ``extract_seconds`` is None: this process saw only its last part."""
-    resumed = any(tmp.rglob("progress.json"))
+    resumed = started(tmp)
     t0 = time.perf_counter()
     sizes = {"n_next": config.n_next, "seq_len": config.seq_len, "overlap": config.overlap,
              "batch_tokens": config.batch_tokens, "progress": progress}

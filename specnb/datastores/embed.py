@@ -14,8 +14,8 @@ Documents are cut into segments of ``seq_len`` positions; a segment after the fi
 see some history. Segments are sorted by length and packed into batches of about ``batch_tokens`` padded
 tokens; the files are memory maps written in place, and ``progress.json`` counts finished batches, so an
 interrupted extraction resumes where it stopped -- only with the same parameters and the same corpus (its
-sha256): any other run starts over. Only the decoder stack runs (no LM head: for Gemma-3 the
-262k-row head would be most of the cost).
+sha256): any other run starts over; a complete one (its ``extract.json``) is kept by a build stopped later.
+Only the decoder stack runs (no LM head: for Gemma-3 the 262k-row head would be most of the cost).
 
 Key transform (DReSD §3.2-3.4): :class:`Projection` z-scores with a sample's mean and standard deviation
 (Eq. 1), projects on the first ``dims`` of ``n_components`` principal components fitted on the same sample,
@@ -188,7 +188,10 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
     """
     layout = plan(target, corpus, n_next=n_next, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
     out = Path(out)
+    if completed(out, layout):  # a build stopped after its extraction (while fitting or indexing)
+        return layout.params
     out.mkdir(parents=True, exist_ok=True)
+    (out / "extract.json").unlink(missing_ok=True)  # another run's mark: its files are about to change
     tokens = np.asarray(corpus.tokens)
     n, d, work = layout.params["rows"], layout.params["hidden_size"], layout.work
     progress_file = out / "progress.json"
@@ -218,14 +221,42 @@ def extract(target: LoadedModel, corpus: TokenCorpus, out: str | Path, *, n_next
 
 
 def finish(out: Path, layout: Plan) -> dict[str, Any]:
-    """Check the hidden states in ``out`` and write extract.json (the mark of a complete extraction)."""
+    """Check the hidden states in ``out`` and write extract.json (the mark of a complete extraction: its
+    parameters and the corpus's sha256)."""
     n = layout.params["rows"]
     if not np.isfinite(np.load(out / "hidden.f16.npy", mmap_mode="r")[:: max(1, n // 4096)]).all():
         raise ValueError("hidden states overflow float16; extract in a smaller-range dtype is not supported")
-    write_text(out / "extract.json", json.dumps(layout.params, indent=1))
+    write_text(out / "extract.json", json.dumps(_complete_record(layout), indent=1))
     for stale in out.glob(".*.partial-*"):  # a progress, extract.json or shard write killed half-way
         stale.unlink(missing_ok=True)
     return layout.params
+
+
+def completed(out: Path, layout: Plan) -> bool:
+    """Whether ``out`` holds a complete extraction of ``layout``: its extract.json and all its hidden states."""
+    try:
+        record = json.loads((out / "extract.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return record == _complete_record(layout) and _hidden_fits(out, layout.params)
+
+
+def started(out: Path) -> bool:
+    """Whether ``out`` holds any part of an extraction (one in this process, or sharded on Ray)."""
+    return any((out / name).exists() for name in ("progress.json", "plan.json", "extract.json"))
+
+
+def _complete_record(layout: Plan) -> dict[str, Any]:
+    return {**layout.params, "corpus_sha256": layout.corpus_sha256}
+
+
+def _hidden_fits(out: Path, params: dict[str, Any]) -> bool:
+    """Whether ``out/hidden.f16.npy`` has the shape ``params`` give (rows x hidden size)."""
+    try:
+        header = np.load(out / "hidden.f16.npy", mmap_mode="r")
+    except (OSError, ValueError):
+        return False
+    return header.shape == (params["rows"], params["hidden_size"])
 
 
 def _batches_done(progress_file: Path, state: dict[str, Any]) -> int:
@@ -237,12 +268,7 @@ def _batches_done(progress_file: Path, state: dict[str, Any]) -> int:
         return 0
     if recorded != state or not isinstance(done, int) or done < 0:
         return 0
-    hidden = progress_file.with_name("hidden.f16.npy")
-    try:
-        header = np.load(hidden, mmap_mode="r")
-    except (OSError, ValueError):
-        return 0
-    return done if header.shape == (state["params"]["rows"], state["params"]["hidden_size"]) else 0
+    return done if _hidden_fits(progress_file.parent, state["params"]) else 0
 
 
 # ------------------------------------------------------------------------------------ key transform

@@ -25,7 +25,7 @@ from ..atomic import atomic_file
 from ..model.models import LoadedModel
 from .cluster import Cluster, check_plan, connect, die_if_marked
 from .corpus import TokenCorpus
-from .embed import Plan, finish, plan, run_batch, write_layout
+from .embed import Plan, completed, finish, plan, run_batch, write_layout
 
 PLAN_FORMAT = 1
 
@@ -94,6 +94,9 @@ def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cl
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     layout = plan(target, corpus, n_next=n_next, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
+    if completed(out, layout):  # a build stopped after its extraction (while fitting or indexing)
+        return layout.params
+    (out / "extract.json").unlink(missing_ok=True)  # another run's mark: its files are about to change
     count = cluster.shard_count(len(layout.work))
     if check_plan(out, {"format": PLAN_FORMAT, "params": layout.params, "corpus_sha256": layout.corpus_sha256,
                         "shards": count}):
