@@ -190,10 +190,16 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, monkeypatch, caps
     assert first["not_run"] == ["01_runs", "02_fails"] and first["failed"] == []
 
 
-# `specnb notebooks run` over the notebooks of the folder argv[1], its figures beside that folder
+# `specnb notebooks run` over the notebooks of the folder argv[1], its figures beside that folder; argv[2] = "start":
+# the command signals itself (SIGINT, as a terminal's Ctrl-C) as soon as the second notebook's kernel process runs,
+# before the kernel can take a SIGINT
 _RUN_FOLDER = """
+import os
+import signal
 import sys
 from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
 
 from specnb.cli import main
 from specnb.study import notebooks
@@ -202,13 +208,25 @@ folder = Path(sys.argv[1])
 notebooks.NOTEBOOKS = folder
 notebooks.find_notebooks = lambda names=None: sorted(folder.glob("*.ipynb"))
 notebooks.figures_for = lambda profile: folder.parent / "figures"
+if sys.argv[2] == "start":
+    real, starts = AsyncKernelManager.start_kernel, []
+
+    async def start_kernel(self, **kw):
+        await real(self, **kw)
+        starts.append(1)
+        if len(starts) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    AsyncKernelManager.start_kernel = start_kernel
 sys.exit(main(["notebooks", "run", "--profile", "smoke"]))
 """
 
 
-def test_ctrl_c_stops_the_running_cell_and_keeps_the_notebooks_that_finished(tmp_path):
-    """A terminal's Ctrl-C (SIGINT to the command) while a cell runs: the cell stops (its executed copy says
-    where), the notebooks that finished are stamped in RUN.json, the rest named as not run, and the only output
+@pytest.mark.parametrize("moment", ["cell", "start"])
+def test_ctrl_c_stops_the_notebook_and_keeps_the_notebooks_that_finished(moment, tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the command) while a cell runs, or while the kernel starts (it would ignore
+    a SIGINT then): the notebook stops (its executed copy says where), the earlier executed copy of it stays
+    whole, the notebooks that finished are stamped in RUN.json, the rest named as not run, and the only output
     on stderr is one line; the kernel's own log (ipykernel's warnings and tracebacks) goes to a file."""
     import signal
     import subprocess
@@ -218,7 +236,8 @@ def test_ctrl_c_stops_the_running_cell_and_keeps_the_notebooks_that_finished(tmp
     import nbformat
 
     folder, started = tmp_path / "notebooks", tmp_path / "started"
-    folder.mkdir()
+    executed = folder / "executed" / "smoke"
+    executed.mkdir(parents=True)
     for name, code in (("00_done", "x = 1"), ("01_waits", f"open({str(started)!r}, 'w').close()\n"
                                                              "import time\ntime.sleep(300)"), ("02_never", "x = 3")):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell('profile = "quick"',
@@ -226,20 +245,26 @@ def test_ctrl_c_stops_the_running_cell_and_keeps_the_notebooks_that_finished(tmp
                                              nbformat.v4.new_code_cell(code)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, folder / f"{name}.ipynb")
-    child = subprocess.Popen([sys.executable, "-c", _RUN_FOLDER, str(folder)], stdout=subprocess.PIPE,
+    (executed / "01_waits.ipynb").write_text("an earlier run's copy")
+    child = subprocess.Popen([sys.executable, "-c", _RUN_FOLDER, str(folder), moment], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not started.exists() and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    child.send_signal(signal.SIGINT)
+    if moment == "cell":
+        deadline = time.monotonic() + 120
+        while not started.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 130 and err == "specnb: interrupted\n", (out, err)
     assert "00_done.ipynb: ok" in out and "01_waits.ipynb: interrupted after" in out and "02_never" not in out
-    stopped = nbformat.read(folder / "executed" / "smoke" / "01_waits.ipynb", as_version=4)
-    assert [o.get("ename") for o in stopped.cells[-1].outputs] == ["KeyboardInterrupt"]
+    assert started.exists() == (moment == "cell")
+    stopped = nbformat.read(executed / ".01_waits.partial.ipynb", as_version=4)
+    assert [o.get("ename") for c in stopped.cells for o in c.get("outputs", [])] == ["KeyboardInterrupt"]
+    assert (executed / "01_waits.ipynb").read_text() == "an earlier run's copy"
+    assert nbformat.read(executed / "00_done.ipynb", as_version=4).cells[-1].execution_count
+    assert not (executed / ".00_done.partial.ipynb").exists()
     run = json.loads((tmp_path / "figures" / "RUN.json").read_text())
     assert list(run["notebook_seconds"]) == ["00_done"] and run["not_run"] == ["01_waits", "02_never"]
-    assert (folder / "executed" / "smoke" / "01_waits.kernel.log").exists()
+    assert (executed / "01_waits.kernel.log").exists()
 
 
 @pytest.mark.parametrize("argv, message", [

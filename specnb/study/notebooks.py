@@ -84,7 +84,8 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
                 out = output_dir / path.name
                 error = execute(path, out, {"profile": profile, **(parameters or {})}, ctrl_c, cwd=path.parent)
                 if ctrl_c.pressed:
-                    print(f"{path.name}: interrupted after {time.perf_counter() - start:.0f} s -> {out}", flush=True)
+                    print(f"{path.name}: interrupted after {time.perf_counter() - start:.0f} s -> {partial_copy(out)}",
+                          flush=True)
                     break
                 done.append(NotebookRun(path, out, time.perf_counter() - start, error, bandwidth))
                 status = "FAILED" if error else "ok"
@@ -111,35 +112,50 @@ def run_notebooks(profile: str = "quick", names: list[str] | None = None, parame
 def execute(path: Path, out: Path, parameters: dict[str, Any], ctrl_c: CtrlC, cwd: Path,
             progress: bool = False) -> str | None:
     """Run the notebook ``path`` under papermill into ``out`` (the kernel's own log beside it, ``.kernel.log``);
-    returns None, or the one-line error that stopped it (any failure: a notebook's failure is a result)."""
+    returns None, or the one-line error that stopped it (any failure: a notebook's failure is a result).
+
+    The copy is written to :func:`partial_copy` as it runs and renamed to ``out`` when the notebook ends (at its
+    end or its first failing cell); one stopped by Ctrl-C stays there, and an earlier ``out`` stays whole."""
     import papermill
 
-    log = out.with_suffix(".kernel.log")
+    log, partial = out.with_suffix(".kernel.log"), partial_copy(out)
+    ctrl_c.executing = True
     try:
-        papermill.execute_notebook(str(path), str(out), parameters=parameters, kernel_name="python3", cwd=str(cwd),
-                                   progress_bar=progress, kernel_manager_class=ctrl_c.manager(log))
+        papermill.execute_notebook(str(path), str(partial), parameters=parameters, kernel_name="python3",
+                                   cwd=str(cwd), progress_bar=progress, kernel_manager_class=ctrl_c.manager(log),
+                                   on_cell_start=ctrl_c.before_cell)
     except Exception as exc:
         lines = str(exc).strip().splitlines()
         dead = f" (its log: {log})" if type(exc).__name__ == "DeadKernelError" else ""
         return f"{type(exc).__name__}: {lines[-1] if lines else ''}{dead}"
     finally:
-        ctrl_c.kernel = None  # shut down: a Ctrl-C from here on stops at once
+        ctrl_c.executing, ctrl_c.started, ctrl_c.kernel = False, None, None  # a Ctrl-C from here on: at once
+        if not ctrl_c.pressed and partial.exists():
+            partial.replace(out)
     return None
 
 
+def partial_copy(out: Path) -> Path:
+    """Where the executed copy ``out`` is written while its notebook runs (a hidden sibling)."""
+    return out.with_name(f".{out.stem}.partial.ipynb")
+
+
 class CtrlC:
-    """SIGINT while a notebook runs, as a context: the first interrupts the kernel's running cell (a kernel runs
-    in a session of its own, so a terminal's Ctrl-C reaches only this process) and sets ``pressed``; papermill
-    then saves the executed copy and shuts the kernel down as after any failing cell. Without a kernel, or at a
-    second SIGINT, KeyboardInterrupt at once."""
+    """SIGINT while a notebook runs, as a context: the first sets ``pressed`` and interrupts the kernel's running
+    cell (a kernel runs in a session of its own, so a terminal's Ctrl-C reaches only this process), or, pressed
+    while the kernel starts or between two cells (an idle kernel ignores SIGINT), stops the notebook before its
+    next cell; papermill then saves the executed copy and shuts the kernel down as after any failing cell.
+    Outside a notebook, or at a second SIGINT, KeyboardInterrupt at once."""
 
     def __init__(self) -> None:
         self.pressed = False
-        self.kernel: Any = None
+        self.executing = False  # within :func:`execute`
+        self.started: Any = None  # the kernel's manager, once its process runs
+        self.kernel: Any = None  # the same, once it has taken a cell
 
     def manager(self, log: Path) -> type:
         """The kernel manager class for one notebook: it writes the kernel's stderr (ipykernel's own warnings and
-        tracebacks, not the cells' output) to ``log``, and makes the kernel the one a Ctrl-C interrupts."""
+        tracebacks, not the cells' output) to ``log``."""
         from jupyter_client.manager import AsyncKernelManager
 
         ctrl_c = self
@@ -148,17 +164,32 @@ class CtrlC:
             async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
                 with open(log, "w") as stderr:
                     await super().start_kernel(stderr=stderr, **kw)
-                ctrl_c.kernel = self
+                ctrl_c.started = self
 
         return Manager
+
+    def before_cell(self, cell: Any, cell_index: int) -> None:
+        """nbclient's ``on_cell_start``: after a Ctrl-C, the cell fails with a KeyboardInterrupt instead of running;
+        otherwise the kernel (ready: it answered nbclient) becomes the one a Ctrl-C interrupts."""
+        from nbclient.exceptions import CellExecutionError
+        from nbformat import v4
+
+        if self.pressed:
+            error = v4.new_output("error", ename="KeyboardInterrupt", evalue="Ctrl-C before this cell ran",
+                                  traceback=["KeyboardInterrupt: Ctrl-C before this cell ran"])
+            if cell.cell_type == "code":
+                cell.outputs = [error]
+            raise CellExecutionError("Ctrl-C", error.ename, error.evalue)
+        self.kernel = self.started
 
     def _interrupt(self, signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops at once
         self.pressed = True
-        pid = getattr(getattr(self.kernel, "provisioner", None), "pid", None)
-        if pid is None or not self.kernel.has_kernel:
+        if not self.executing:
             raise KeyboardInterrupt
-        os.kill(pid, signal.SIGINT)
+        pid = getattr(getattr(self.kernel, "provisioner", None), "pid", None)
+        if pid is not None and self.kernel.has_kernel:
+            os.kill(pid, signal.SIGINT)
 
     def __enter__(self) -> CtrlC:
         main = threading.current_thread() is threading.main_thread()  # where Python lets a handler be set
