@@ -569,3 +569,19 @@ def test_ctrl_c_while_the_csv_is_rewritten(bench_argv):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+@pytest.mark.serial  # starts a local Ray
+def test_ctrl_c_while_a_local_ray_stops_after_a_build(tmp_path, cache):
+    """A Ctrl-C while the local Ray of a finished ``--ray`` build stops: Ray stops whole (the signal is held off
+    meanwhile) and the command exits 0 without a traceback (Ray's own exit handler printed one, exit 0)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for i in range(4):
+        (source / f"m{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * (i + 2))
+    argv = ["datastore", "build", "rest", str(source), "--model", "tiny-llama", "--out", str(tmp_path / "rest"),
+            "--ray", "--workers", "1", "--shards", "2"]
+    result = interrupted(argv, at="ray._private.node:Node.kill_all_processes", sig="INT",
+                         env={"RAY_USAGE_STATS_ENABLED": "0"})
+    assert result.fired and result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr, result.stderr

@@ -76,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specnb: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if cluster := sys.modules.get("specnb.datastores.cluster"):  # a Ray build ran
+            cluster.disconnect()
 
 
 def _missing_choice(parser: argparse.ArgumentParser, argv: list[str]) -> UsageError:

@@ -11,7 +11,10 @@ a worker that dies, so a killed worker costs only its piece.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,12 +77,35 @@ def die_if_marked(work: Path, piece: str) -> None:
         os._exit(1)
 
 
+_joined = False  # whether connect() started this process's Ray
+
+
 def connect(cluster: Cluster) -> None:
     """Join the cluster at ``cluster.address`` (or start a local Ray) unless this process already has."""
+    global _joined
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        _joined = True
+
+
+def disconnect() -> None:
+    """Leave the Ray that :func:`connect` started (a local one stops), deaf to Ctrl-C meanwhile: Ray's own exit
+    handler, run after the command, printed a traceback at a Ctrl-C and could leave Ray's processes behind."""
+    global _joined
+    if not _joined:
+        return
+    import ray
+
+    main = threading.current_thread() is threading.main_thread()  # where Python lets a handler be set
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        ray.shutdown()
+        _joined = False
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_tasks(cluster: Cluster, fn: Callable[[T], R], items: Sequence[T], *, desc: str,
