@@ -585,3 +585,12 @@ def test_ctrl_c_while_a_local_ray_stops_after_a_build(tmp_path, cache):
                          env={"RAY_USAGE_STATS_ENABLED": "0"})
     assert result.fired and result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr, result.stderr
+
+
+def test_ctrl_c_says_so_after_the_last_progress_bar(source, tmp_path, cache):
+    """Ctrl-C during a dense extraction, progress bars on: ``specnb: interrupted`` is the last line; the bar the
+    interrupted loop held used to repaint itself after it."""
+    result = interrupted(dense_argv(source, tmp_path / "ds", 4), at="specnb.datastores.embed:last_hidden_states",
+                         nth=3, sig="INT", env={"TQDM_DISABLE": "0", **SINGLE_THREAD})
+    assert result.fired and result.returncode == 130
+    assert one_line(result.stderr, "specnb: interrupted"), result.stderr

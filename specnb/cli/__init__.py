@@ -9,6 +9,7 @@ every option's help shows its default.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import sys
 from collections.abc import Sequence
@@ -74,11 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specnb: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("specnb: interrupted", file=sys.stderr)
-        return 130
+        pass  # said below, once the interrupted work's frames are gone: their progress bars close and repaint
     finally:
         if cluster := sys.modules.get("specnb.datastores.cluster"):  # a Ray build ran
             cluster.disconnect()
+    gc.collect()
+    print("specnb: interrupted", file=sys.stderr)
+    return 130
 
 
 def _missing_choice(parser: argparse.ArgumentParser, argv: list[str]) -> UsageError:
