@@ -519,6 +519,18 @@ def test_a_draft_wider_than_the_vocabulary_is_one_line(extra, message, capsys):
     assert code == 2 and err.startswith("specnb: error: ") and err.count("\n") == 1 and message in err, err
 
 
+@pytest.mark.slow
+def test_a_prompt_past_the_context_is_refused_before_loading(tmp_path, capsys, no_model):
+    """Read with the tokenizer alone: the model (seconds, gigabytes) is never loaded for a run that cannot fit."""
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "short", "prompt": "hi"}) + "\n" +
+                    json.dumps({"id": "long", "prompt": "word " * 800}) + "\n")
+    code, err = run_cli(["bench", "--model", "gemma-3-270m", "--methods", "pld", "--prompts", str(path),
+                         "--max-new-tokens", "32000"], capsys)
+    assert code == 2 and err.startswith("specnb: error: prompt 'long' (") and err.count("\n") == 1, err
+    assert "+ --max-new-tokens 32000 exceeds the context of gemma-3-270m (32768 tokens)" in err
+
+
 def test_context_error_names_max_new_tokens(capsys):
     code, err = run_cli([*BENCH[:-2], "--methods", "pld", "--n", "1", "--max-new-tokens", "100000"], capsys)
     assert code == 2 and "--max-new-tokens 100000 exceeds the context" in err

@@ -78,13 +78,13 @@ def _bench(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts, args.n)
     check_before_loading(args.model, config.options)
     check_weights(args.model, args.weights, args.dtype, device)
-    if (limit := context_length(args.model)) is not None and args.max_new_tokens >= limit:
-        raise ValueError(f"--max-new-tokens {args.max_new_tokens} leaves no room for a prompt in the context of "
-                         f"{args.model} ({limit} tokens)")
+    limit = context_length(args.model)
+    tokenizer = None if limit is None else _check_lengths(args.model, prompts, args.max_new_tokens, limit)
 
     from ..model.models import load_model
 
     target = load_model(args.model, dtype=args.dtype, device=device, weights=args.weights)
+    del tokenizer  # held until here: the load took the same object instead of reading the vocabulary again
     param = next(target.model.parameters())
     weights = {"gguf": ", GGUF blocks", "gguf-int8": ", GGUF blocks, int8 activations"}.get(target.weights, "")
     print(f"{target.name} ({param.dtype}{weights}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
@@ -102,6 +102,25 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"specnb: interrupted after {done} of {len(prompts)} prompts{kept}", file=sys.stderr)
         return 130
     return 0
+
+
+def _check_lengths(model: str, prompts: list, max_new_tokens: int, limit: int) -> object:
+    """ValueError unless every prompt and ``max_new_tokens`` fit model ``model``'s context of ``limit`` tokens,
+    read with its tokenizer alone (seconds before the model would load); returns that tokenizer."""
+    from types import SimpleNamespace
+
+    from ..datastores.corpus import load_tokenizer
+    from ..eval.bench import check_lengths
+    from ..model.models import uses_chat
+
+    if max_new_tokens >= limit:
+        raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the context of {model} "
+                         f"({limit} tokens)")
+    tokenizer = load_tokenizer(model)
+    reader = SimpleNamespace(name=model, tokenizer=tokenizer, chat=uses_chat(model, tokenizer),
+                             vocab_size=len(tokenizer))
+    check_lengths(reader, prompts, max_new_tokens, limit)
+    return tokenizer
 
 
 def _key_value(text: str) -> tuple[str, str]:

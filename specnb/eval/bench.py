@@ -131,6 +131,21 @@ class BenchConfig:
         return dataclasses.replace(options, **unset) if unset else options
 
 
+def check_lengths(target: Any, prompts: Sequence[Prompt], max_new_tokens: int, max_context: int) -> None:
+    """ValueError naming the first prompt whose tokens and ``max_new_tokens`` exceed ``max_context`` (a second
+    turn counts its first turn's answer as ``max_new_tokens``: it is not known yet). ``target``: a
+    :class:`LoadedModel`, or before one loads anything with its ``name``, ``tokenizer``, ``chat`` and
+    ``vocab_size`` (what :func:`~specnb.core.prompts.encode_prompt` reads)."""
+    for prompt in prompts:
+        if prompt.follows is None:
+            length = encode_prompt(target, prompt).shape[0]
+        else:
+            length = encode_prompt(target, with_answer(prompt, "")).shape[0] + max_new_tokens
+        if length + max_new_tokens > max_context:
+            raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {max_new_tokens} "
+                             f"exceeds the context of {target.name} ({max_context} tokens)")
+
+
 def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, progress: bool = True,
               sink: Callable[[list[dict]], None] | None = None) -> pd.DataFrame:
     """Run every method of ``config`` on every prompt, each named method's drafter made once for the whole prompt
@@ -149,14 +164,7 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     if not prompts:
         raise ValueError("no prompts to benchmark")
     check_follow_ups(prompts)
-    for prompt in prompts:  # the user's budget, checked before any method runs (warm-up included)
-        if prompt.follows is None:
-            length = encode_prompt(target, prompt).shape[0]
-        else:  # a second turn: its first turn's answer (at most max_new_tokens) is not known yet
-            length = encode_prompt(target, with_answer(prompt, "")).shape[0] + config.max_new_tokens
-        if length + config.max_new_tokens > target.max_context:
-            raise ValueError(f"prompt {prompt.id!r} ({length} tokens) + --max-new-tokens {config.max_new_tokens} "
-                             f"exceeds the context of {target.name} ({target.max_context} tokens)")
+    check_lengths(target, prompts, config.max_new_tokens, target.max_context)  # before any method runs
     machine = {"weight_bytes": streamed_bytes(target), "read_gb_per_s": sample_read_bandwidth(),
                "cpu_class": cpu_class()}
     counter = _CallCounter(target.model)

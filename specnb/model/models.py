@@ -422,10 +422,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
 
     torch_dtype = resolve_dtype(dtype, device.type)
     weights = resolve_weights(name, weights, device, torch_dtype)
-    if where.kind == "embedded":
-        source, chat = str(fetch(name)), EMBEDDED[name].chat
-    else:
-        source, chat = str(checkpoint(name)), None
+    source = str(fetch(name) if where.kind == "embedded" else checkpoint(name))
     try:
         tokenizer = shared_tokenizer(source, where.offline)
         placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
@@ -434,12 +431,16 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
                                                          **placement).eval()
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
-    if chat is None:
-        chat = tokenizer.chat_template is not None
     _say_which_decoder(model.config.get_text_config().model_type)
     installed = kernels.rehome(model)
     return LoadedModel(model, tokenizer, name, _decoder(name, model, weights, installed, device, torch_dtype),
-                       chat=chat, eos_token_ids=_eos_ids(model, tokenizer))
+                       chat=uses_chat(name, tokenizer), eos_token_ids=_eos_ids(model, tokenizer))
+
+
+def uses_chat(name: str, tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether model ``name`` gets chat prompts through its chat template: an embedded model's card says; any
+    other model whose tokenizer has one."""
+    return EMBEDDED[name].chat if name in EMBEDDED else tokenizer.chat_template is not None
 
 
 def _decoder(name: str, model: PreTrainedModel, weights: str, installed: bool, device: torch.device,
