@@ -178,7 +178,7 @@ class CtrlC:
             error = v4.new_output("error", ename="KeyboardInterrupt", evalue="Ctrl-C before this cell ran",
                                   traceback=["KeyboardInterrupt: Ctrl-C before this cell ran"])
             if cell.cell_type == "code":
-                cell.outputs = [error]
+                cell["outputs"] = [error]  # the notebook's own record of this cell
             raise CellExecutionError("Ctrl-C", error.ename, error.evalue)
         self.kernel = self.started
 
