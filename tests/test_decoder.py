@@ -21,7 +21,7 @@ from conftest import (
 from specnb.core.draft import Draft
 from specnb.model import kernels
 from specnb.model.backend import build_decoder, dense_backend
-from specnb.model.decoder import Body, Stacked
+from specnb.model.decoder import MIN_POSITIONS, Body, Rotary, Stacked
 from specnb.model.forward import forward
 from specnb.model.kv_cache import GrowingCache
 from specnb.model.masks import TreeMasks
@@ -278,6 +278,25 @@ def test_norm_and_heads_kernels_round_like_pytorch(arch, dtype):
         got = kernels.heads(q, 4, None, 0.0, False, cos, sin)
     want, _ = apply_rotary_pos_emb(want, want, cos, sin)
     assert_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_rotary_rows_are_hugging_faces_wherever_a_call_starts(arch, dtype):
+    """The body's rotary rows come from tables computed once: a call's span, and the rows of explicit positions,
+    equal Hugging Face's rotary module computed for those positions alone, bit for bit, also past the first
+    table's end (where it regrows)."""
+    model, lean = tiny(arch, dtype).model, tiny(arch, dtype).decoder
+    rotary = Rotary(lean.rotary.inv_freq, lean.rotary.scaling)  # empty tables
+    theirs_of = model.get_decoder().rotary_emb
+    x = torch.zeros(1, 1, 64, dtype=dtype)
+    for start, S in [(0, 3), (7, 5), (3 * MIN_POSITIONS, 4)]:
+        positions = torch.arange(start, start + S)[None]
+        spans, rows = rotary.span(start, start + S, dtype, x.device), rotary(positions.flip(1), dtype)
+        for kind in lean.kinds:
+            theirs = theirs_of(x, positions, kind) if arch == "gemma3" else theirs_of(x, positions)
+            assert all(torch.equal(a, b) for a, b in zip(spans[kind], theirs, strict=True))
+            assert all(torch.equal(a, b.flip(1)) for a, b in zip(rows[kind], theirs, strict=True))
 
 
 def test_timing_tables_are_keyed_by_the_body_too(monkeypatch):

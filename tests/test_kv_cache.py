@@ -28,6 +28,11 @@ def test_appends_crops_and_compactions_match_concatenation():
         assert layer_of().key_buffer is buffer  # crops and compactions never allocate a new buffer
         assert torch.equal(layer_of().keys, reference) and torch.equal(layer_of().values, reference)
     assert cache.get_seq_length() == reference.shape[2]
+    cache.crop(-2)  # Hugging Face's crop assigns the layers' views itself
+    new = torch.randn(1, 2, 3, 4)
+    keys, _ = cache.update(new, new.clone(), 0)
+    reference = torch.cat([reference[:, :, :-2], new], dim=2)
+    assert torch.equal(keys, reference) and cache.get_seq_length() == reference.shape[2]
     before = layer_of().key_buffer
     cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4), 0)
     assert layer_of().key_buffer is before  # room left: no new buffer

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a
     from transformers import PreTrainedModel
 
 ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
+MIN_POSITIONS = 512  # positions the rotary tables hold at least (:class:`Rotary`)
 Weight = Tensor | QuantizedWeight  # [N, K]: dense in the activations' dtype, or GGUF blocks
 Linear = tuple[Tensor, Tensor | None]  # a dense weight [N, K] and its bias [N] (or None)
 
@@ -80,11 +81,16 @@ class Norm:
 
 
 class Rotary:
-    """The rotary tables of each layer type: cos / sin [1, S, D] for positions [1, S], computed as Hugging
-    Face's rotary modules compute them (fp32 products of position and inverse frequency, rounded once)."""
+    """The rotary tables of each layer type: cos / sin [B|1, S, D] for positions [B|1, S], computed as Hugging
+    Face's rotary modules compute them (fp32 products of position and inverse frequency, rounded once).
+
+    The values of positions 0..n-1 are computed once per dtype and device (n doubled when a call reaches past it)
+    and each call takes its rows: a decoding step costs a slice instead of ~10 small ops, and a position has the
+    same bits in every call, whatever the call's shape."""
 
     def __init__(self, inv_freq: dict[str, Tensor], scaling: dict[str, float]):
         self.inv_freq, self.scaling = inv_freq, scaling
+        self._tables: dict[tuple[torch.dtype, torch.device], dict[str, tuple[Tensor, Tensor]]] = {}
 
     @classmethod
     def default(cls, head_dim: int, bases: dict[str, float]) -> Rotary:
@@ -106,12 +112,28 @@ class Rotary:
         return cls(dict.fromkeys(kinds, module.inv_freq), dict.fromkeys(kinds, module.attention_scaling))
 
     def __call__(self, positions: Tensor, dtype: torch.dtype) -> dict[str, tuple[Tensor, Tensor]]:
-        out = {}
-        for kind, inv_freq in self.inv_freq.items():
-            freqs = positions[..., None].float() * inv_freq.to(device=positions.device, dtype=torch.float)
-            emb = torch.cat((freqs, freqs), dim=-1)
-            out[kind] = ((emb.cos() * self.scaling[kind]).to(dtype), (emb.sin() * self.scaling[kind]).to(dtype))
-        return out
+        """Each layer type's (cos, sin) [B|1, S, D] in ``dtype`` for ``positions`` [B|1, S] (int, on the model's
+        device)."""
+        tables = self._table(int(positions.max()) + 1, dtype, positions.device)
+        return {kind: (cos[0][positions], sin[0][positions]) for kind, (cos, sin) in tables.items()}
+
+    def span(self, start: int, end: int, dtype: torch.dtype, device: torch.device) -> dict[str, tuple[Tensor, Tensor]]:
+        """:meth:`__call__` for positions start..end-1 (a call after ``start`` cached positions): views [1, S, D]."""
+        return {kind: (cos[:, start:end], sin[:, start:end])
+                for kind, (cos, sin) in self._table(end, dtype, device).items()}
+
+    def _table(self, end: int, dtype: torch.dtype, device: torch.device) -> dict[str, tuple[Tensor, Tensor]]:
+        """(cos, sin) [1, n, D] of positions 0..n-1 (n >= end) per layer type."""
+        tables = self._tables.get((dtype, device))
+        if tables is None or next(iter(tables.values()))[0].shape[1] < end:
+            positions = torch.arange(max(2 * end, MIN_POSITIONS), device=device)[None]
+            tables = {}
+            for kind, inv_freq in self.inv_freq.items():
+                freqs = positions[..., None].float() * inv_freq.to(device=device, dtype=torch.float)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                tables[kind] = ((emb.cos() * self.scaling[kind]).to(dtype), (emb.sin() * self.scaling[kind]).to(dtype))
+            self._tables[(dtype, device)] = tables
+        return tables
 
 
 class Embedding:
@@ -119,15 +141,16 @@ class Embedding:
     blocks decoded for the call's tokens only; times ``scale`` in ``dtype`` where set (Gemma's sqrt(d))."""
 
     def __init__(self, table: Weight, dtype: torch.dtype, scale: float | None = None):
-        self.table, self.dtype, self.scale = table, dtype, scale
+        self.table, self.dtype = table, dtype
+        self.scale = None if scale is None else torch.tensor(scale, dtype=dtype)
 
     def __call__(self, input_ids: Tensor) -> Tensor:
         if isinstance(self.table, QuantizedWeight):
-            rows = QuantizedWeight(self.table.blocks[input_ids.reshape(-1)], self.table.format).dequantize()
+            rows = quant.dequantize(self.table.blocks.index_select(0, input_ids.reshape(-1)), self.table.format)
             x = rows.to(self.dtype).view(*input_ids.shape, -1)
         else:
             x = F.embedding(input_ids, self.table)
-        return x if self.scale is None else x * torch.tensor(self.scale, dtype=self.dtype)
+        return x if self.scale is None else x * self.scale
 
 
 class OutputHead:
@@ -586,8 +609,6 @@ class Body:
         """
         past = cache.get_seq_length() if cache is not None else 0
         S = input_ids.shape[1]
-        if positions is None:
-            positions = torch.arange(past, past + S, device=input_ids.device)[None]
         x = self.embed(input_ids)
         if mask is None:
             masks = self._causal(past, S, x)
@@ -595,7 +616,8 @@ class Body:
             masks = mask
         else:
             masks = dict.fromkeys(self.kinds, mask)
-        rotary = self.rotary(positions, x.dtype)
+        rotary = self.rotary.span(past, past + S, x.dtype, x.device) if positions is None \
+            else self.rotary(positions, x.dtype)
         # Decoding and verification calls (a few dozen tokens; rows of their own cache rows, or of one row broadcast;
         # masks none or float; no autograd): every layer in one C++ call, Layer.__call__'s steps with the same bits,
         # no Python between them.

@@ -31,14 +31,48 @@ class GrowingLayer(DynamicLayer):
     """One layer's keys / values [B, H, S, D] as views of buffers [B, H, capacity, D].
 
     key_buffer / value_buffer: None until the first write. pending: (keys, values) [P, H, s, D] of the last
-    broadcast call (P rows on a B = 1 cache), or None.
+    broadcast call (P rows on a B = 1 cache), or None. :meth:`truncate` records the length only; ``keys`` and
+    ``values`` are sliced from the buffers when next read (most calls never read them: specnb's decoder writes the
+    buffers directly), which spares two slicing ops per layer per call.
     """
+
+    _end: int | None = None  # the filled length where keys / values are not yet sliced to it
+    _keys: Tensor | None = None
+    _values: Tensor | None = None
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.key_buffer: Tensor | None = None
         self.value_buffer: Tensor | None = None
         self.pending: tuple[Tensor, Tensor] | None = None
+
+    def _sliced(self) -> None:
+        if self._end is not None:
+            end, self._end = self._end, None
+            self._keys, self._values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+
+    @property
+    def keys(self) -> Tensor | None:
+        self._sliced()
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: Tensor | None) -> None:
+        self._sliced()
+        self._keys = value
+
+    @property
+    def values(self) -> Tensor | None:
+        self._sliced()
+        return self._values
+
+    @values.setter
+    def values(self, value: Tensor | None) -> None:
+        self._sliced()
+        self._values = value
+
+    def get_seq_length(self) -> int:
+        return self._end if self._end is not None else super().get_seq_length()
 
     def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs) -> tuple[Tensor, Tensor]:
         if not self.is_initialized:
@@ -63,8 +97,7 @@ class GrowingLayer(DynamicLayer):
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` positions (a view: no copy)."""
-        self.keys, self.values = self.key_buffer[:, :, :length], self.value_buffer[:, :, :length]
-        self.pending = None
+        self._end, self.pending = length, None
 
     def reserve(self, end: int, keep: int | None = None) -> tuple[Tensor, Tensor]:
         """The key / value buffers with room for positions up to ``end``: when they are too short, new ones

@@ -79,7 +79,13 @@ class QuantizedWeight:
 
     def dequantize(self) -> Tensor:
         """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
-        return _extension().block_dequantize(self.blocks, FORMATS[self.format][0])
+        return dequantize(self.blocks, self.format)
+
+
+def dequantize(blocks: Tensor, format: str) -> Tensor:
+    """Rows of ``format`` blocks (uint8 [n, row bytes], e.g. some rows of a :class:`QuantizedWeight`'s) as float32
+    [n, K]."""
+    return _extension().block_dequantize(blocks, FORMATS[format][0])
 
 
 def _in_huge_pages(blocks: Tensor) -> Tensor:
