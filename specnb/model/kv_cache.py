@@ -19,12 +19,32 @@ Like a config-less ``DynamicCache`` every layer keeps all positions; sliding win
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 MIN_CAPACITY = 256  # positions allocated at least, so short generations never regrow
+
+
+class _View:
+    """A :class:`GrowingLayer`'s ``keys`` or ``values``: read, sliced from its buffer to the layer's recorded length
+    first; assigned (as Hugging Face's layer methods do), stored as given."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, layer: GrowingLayer | None, owner: type | None = None) -> Any:
+        if layer is None:
+            return self
+        layer._sliced()
+        return getattr(layer, self.slot)
+
+    def __set__(self, layer: GrowingLayer, value: Tensor | None) -> None:
+        layer._sliced()
+        setattr(layer, self.slot, value)
 
 
 class GrowingLayer(DynamicLayer):
@@ -51,25 +71,8 @@ class GrowingLayer(DynamicLayer):
             end, self._end = self._end, None
             self._keys, self._values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
 
-    @property
-    def keys(self) -> Tensor | None:
-        self._sliced()
-        return self._keys
-
-    @keys.setter
-    def keys(self, value: Tensor | None) -> None:
-        self._sliced()
-        self._keys = value
-
-    @property
-    def values(self) -> Tensor | None:
-        self._sliced()
-        return self._values
-
-    @values.setter
-    def values(self, value: Tensor | None) -> None:
-        self._sliced()
-        self._values = value
+    keys = _View()
+    values = _View()
 
     def get_seq_length(self) -> int:
         return self._end if self._end is not None else super().get_seq_length()
