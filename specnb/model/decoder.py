@@ -84,9 +84,9 @@ class Rotary:
     """The rotary tables of each layer type: cos / sin [B|1, S, D] for positions [B|1, S], computed as Hugging
     Face's rotary modules compute them (fp32 products of position and inverse frequency, rounded once).
 
-    The values of positions 0..n-1 are computed once per dtype and device (n doubled when a call reaches past it)
-    and each call takes its rows: a decoding step costs a slice instead of ~10 small ops, and a position has the
-    same bits in every call, whatever the call's shape."""
+    The values of positions 0..n-1 are computed once per dtype and device (n a power of two, doubled when a call
+    reaches past it) and each call takes its rows: a decoding step costs a slice instead of ~10 small ops, and a
+    position has the same bits in every call, whatever the call's shape."""
 
     def __init__(self, inv_freq: dict[str, Tensor], scaling: dict[str, float]):
         self.inv_freq, self.scaling = inv_freq, scaling
@@ -126,7 +126,7 @@ class Rotary:
         """(cos, sin) [1, n, D] of positions 0..n-1 (n >= end) per layer type."""
         tables = self._tables.get((dtype, device))
         if tables is None or next(iter(tables.values()))[0].shape[1] < end:
-            positions = torch.arange(max(2 * end, MIN_POSITIONS), device=device)[None]
+            positions = torch.arange(max(1 << (end - 1).bit_length(), MIN_POSITIONS), device=device)[None]
             tables = {}
             for kind, inv_freq in self.inv_freq.items():
                 freqs = positions[..., None].float() * inv_freq.to(device=device, dtype=torch.float)

@@ -34,17 +34,17 @@ class _View:
     first; assigned (as Hugging Face's layer methods do), stored as given."""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.slot = f"_{name}"
+        self.name = name
 
     def __get__(self, layer: GrowingLayer | None, owner: type | None = None) -> Any:
         if layer is None:
             return self
         layer._sliced()
-        return getattr(layer, self.slot)
+        return layer._views.get(self.name)
 
     def __set__(self, layer: GrowingLayer, value: Tensor | None) -> None:
         layer._sliced()
-        setattr(layer, self.slot, value)
+        layer._views[self.name] = value
 
 
 class GrowingLayer(DynamicLayer):
@@ -56,11 +56,12 @@ class GrowingLayer(DynamicLayer):
     buffers directly), which spares two slicing ops per layer per call.
     """
 
-    _end: int | None = None  # the filled length where keys / values are not yet sliced to it
-    _keys: Tensor | None = None
-    _values: Tensor | None = None
+    keys = _View()
+    values = _View()
 
     def __init__(self, **kwargs) -> None:
+        self._views: dict[str, Tensor | None] = {}  # "keys" / "values" as last sliced or assigned
+        self._end: int | None = None  # the filled length where they are not yet sliced to it
         super().__init__(**kwargs)
         self.key_buffer: Tensor | None = None
         self.value_buffer: Tensor | None = None
@@ -69,10 +70,7 @@ class GrowingLayer(DynamicLayer):
     def _sliced(self) -> None:
         if self._end is not None:
             end, self._end = self._end, None
-            self._keys, self._values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
-
-    keys = _View()
-    values = _View()
+            self._views = {"keys": self.key_buffer[:, :, :end], "values": self.value_buffer[:, :, :end]}
 
     def get_seq_length(self) -> int:
         return self._end if self._end is not None else super().get_seq_length()
