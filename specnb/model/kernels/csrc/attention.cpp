@@ -10,6 +10,8 @@
 #include "fewrow.h"
 #include "gemm.h"
 
+#include <memory>
+
 namespace {
 
 constexpr int PV_ROWS = 4;    // query rows sharing each loaded value vector
@@ -230,12 +232,20 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
   // not the whole cache. The keys left out weigh exactly 0 in every row of the chunk, so each row keeps the bits it
   // has over all S keys.
   const int64_t chunk_rows = std::min(R, ROW_CHUNK);
-  std::vector<float> scores(chunk_rows * S), acc(chunk_rows * D), totals(chunk_rows);
+  // scratch whose every entry is written before it is read: not zeroed (a decoding step's attention is a few
+  // microseconds, so its allocations and copies count)
+  std::unique_ptr<float[]> scores(new float[chunk_rows * S]), acc(new float[chunk_rows * D]);
+  std::vector<float> totals(chunk_rows);
   std::vector<int64_t> last(chunk_rows);
+  auto rows = torch::empty({R, D}, q.options());  // one KV head's queries, gathered by memcpy, not four ATen ops
+  T* gathered = reinterpret_cast<T*>(rows.data_ptr());
   for (int64_t b = 0; b < B; b++) {
     for (int64_t hk = 0; hk < Hk; hk++) {
       // rows r = i * G + g: query i of head hk * G + g (a chunk holds every head of consecutive queries)
-      const auto rows = q[b].narrow(0, hk * G, G).transpose(0, 1).reshape({R, D}).contiguous();
+      const T* group = reinterpret_cast<const T*>(q.data_ptr()) + b * q.stride(0) + hk * G * q.stride(1);
+      for (int64_t i = 0; i < Q; i++)
+        for (int64_t g = 0; g < G; g++)
+          std::memcpy(gathered + (i * G + g) * D, group + g * q.stride(1) + i * q.stride(2), D * sizeof(T));
       auto keys = k[b][hk];
       if (keys.stride(0) != D) keys = keys.contiguous();
       torch::Tensor rows32;
@@ -265,7 +275,7 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         // other threads costs, so small ones run inline.
         const bool parallel = n * W * D >= PARALLEL_WORK;
         const int64_t grain = parallel ? 1 : std::numeric_limits<int64_t>::max();
-        float* sc = scores.data();
+        float* sc = scores.get();
         if constexpr (std::is_same_v<T, float>) {
           gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>() + c0 * D, keys.data_ptr<float>() + S0 * D,
                                     nullptr, sc, n, W, D, parallel);
@@ -291,7 +301,7 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
           if (isa == ISA_AVX512BF16 && D % PV_CHUNK_512 == 0) {
             pv_tasks<PV_ROWS_512, PV_CHUNK_512>(n, D, grain, [&](int64_t r0, int64_t d0) {
               pv_block_512(sc + r0 * W, W, int(std::min<int64_t>(PV_ROWS_512, n - r0)), vb + S0 * ldv, ldv, W, d0,
-                           acc.data() + r0 * D, D);
+                           acc.get() + r0 * D, D);
             });
             done = true;
           }
@@ -299,7 +309,7 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         if (!done)
           pv_tasks<PV_ROWS, PV_CHUNK>(n, D, grain, [&](int64_t r0, int64_t d0) {
             pv_block<T>(sc + r0 * W, W, int(std::min<int64_t>(PV_ROWS, n - r0)), vb + S0 * ldv, ldv, W, d0,
-                        std::min<int64_t>(PV_CHUNK, D - d0), acc.data() + r0 * D, D);
+                        std::min<int64_t>(PV_CHUNK, D - d0), acc.get() + r0 * D, D);
           });
         at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
           const int64_t D8 = D - D % 8;
@@ -307,7 +317,7 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
             const int64_t g = (c0 + r) % G, i = (c0 + r) / G;
             const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
             Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
-            const float* a = acc.data() + r * D;
+            const float* a = acc.get() + r * D;
             for (int64_t d = 0; d < D8; d += 8)
               store8(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), _mm256_set1_ps(inv)));
             for (int64_t d = D8; d < D; d++) store(o + d, a[d] * inv);
