@@ -566,10 +566,11 @@ class Body:
 
     def first_layers(self, layers: int) -> Body:
         """The early-exit model of this body's first ``layers`` layers (a ``self:L`` draft): the same layer objects,
-        embedding, final norm and head, no weight copied."""
+        embedding, final norm and head, no weight copied (the rotary tables too, where it keeps every layer type)."""
         kept = self.layers[:layers]
         kinds = sorted({layer.kind for layer in kept})
-        rotary = Rotary({k: self.rotary.inv_freq[k] for k in kinds}, {k: self.rotary.scaling[k] for k in kinds})
+        rotary = self.rotary if kinds == self.kinds else \
+            Rotary({k: self.rotary.inv_freq[k] for k in kinds}, {k: self.rotary.scaling[k] for k in kinds})
         return Body(embed=self.embed, layers=kept, norm=self.norm, rotary=rotary, head=self.head, masks=self.masks,
                     window=self.window, backend=self.backend, dtype=self.dtype, device=self.device, source=self.source)
 

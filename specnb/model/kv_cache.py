@@ -68,6 +68,7 @@ class GrowingLayer(DynamicLayer):
         self.pending: tuple[Tensor, Tensor] | None = None
 
     def _sliced(self) -> None:
+        """Make ``keys`` / ``values`` the buffers' first ``_end`` positions, where a write or crop recorded one."""
         if self._end is not None:
             end, self._end = self._end, None
             self._views = {"keys": self.key_buffer[:, :, :end], "values": self.value_buffer[:, :, :end]}
