@@ -342,6 +342,23 @@ def test_each_cpu_class_takes_its_path(flags, isa, klass, monkeypatch):
             cpu.kernel_isa(frozenset(flags))
 
 
+def test_two_cpus_of_one_name_are_told_apart():
+    """A Zen 4 and a Zen 5 VM both report "AMD EPYC": the caches keyed by the CPU (the weights' cost table, the
+    batch GEMM's choice, the roofline tables) must key them apart, from the first processor's fields only."""
+    def info(family: int, model: int) -> str:
+        block = (f"processor\t: {{}}\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: AMD EPYC\n"
+                 "flags\t\t: avx2 fma\n")
+        return block.format(0) + "\n" + block.format(1).replace(f": {model}\n", ": 99\n")
+
+    zen4, zen5 = (cpu.cpuinfo_fields(info(*fm)) for fm in ((25, 17), (26, 2)))
+    assert cpu.cpu_id(zen4) == "AMD EPYC family 25 model 17" and cpu.cpu_id(zen5) == "AMD EPYC family 26 model 2"
+    assert zen4["flags"] == "avx2 fma" and zen4["processor"] == "0"
+    assert cpu.cpu_id({"model name": "Neoverse"}) == "Neoverse"  # no family: the name alone
+    from specnb.core.roofline import device_name
+
+    assert cpu.cpu_id() in device_name("cpu") and cpu.cpu_model() in cpu.cpu_id()
+
+
 def test_auto_dtype_is_bf16_where_the_kernels_run(monkeypatch):
     from specnb.model import models
 

@@ -16,17 +16,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model.kernels.cpu import cpu_model
+from ..model.kernels.cpu import cpu_id
 from ..model.models import LoadedModel
 from ..paths import artifact_path, safe_name
 
 
 def device_name(device: torch.device | str) -> str:
-    """GPU name, or the CPU model (``/proc/cpuinfo``) with the number of threads torch uses."""
+    """GPU name, or the CPU (:func:`~specnb.model.kernels.cpu.cpu_id`: its name, family and model) with the number
+    of threads torch uses."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{cpu_model()}, {torch.get_num_threads()} torch threads"
+    return f"{cpu_id()}, {torch.get_num_threads()} torch threads"
 
 
 class CostModel:

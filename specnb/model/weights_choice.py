@@ -51,9 +51,9 @@ def table_path(name: str, dtype: torch.dtype, blocks: str):
     """Where the table of ``name`` in ``dtype`` against ``blocks`` is cached: keyed by the CPU, threads and kernel
     build as well (another machine or build is measured again)."""
     from . import kernels
-    from .kernels.cpu import cpu_model
+    from .kernels.cpu import cpu_id
 
-    host = f"{cpu_model()}-{torch.get_num_threads()}threads".replace(" ", "_").replace("/", "_")
+    host = f"{cpu_id()}-{torch.get_num_threads()}threads".replace(" ", "_").replace("/", "_")
     dtype_name = str(dtype).removeprefix("torch.")
     return artifact_path("roofline", f"weights-{safe_name(name)}-{dtype_name}-{blocks}-{host}-{kernels.digest()}.csv")
 

@@ -36,14 +36,12 @@ def git(*args: str) -> str:
 
 
 def machine() -> dict[str, Any]:
-    """The machine a run's numbers belong to: CPU model, class, the flags that decide the kernels' path,
-    cores, memory, torch."""
-    from ..model.kernels.cpu import cpu_class, cpu_flags
+    """The machine a run's numbers belong to: CPU (name, family and model), class, the flags that decide the
+    kernels' path, cores, memory, torch."""
+    from ..model.kernels.cpu import cpu_class, cpu_flags, cpu_id
 
-    model, memory = platform.processor() or "cpu", ""
+    memory = ""
     try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
         memory = next(line.split(":", 1)[1].strip() for line in Path("/proc/meminfo").read_text().splitlines()
                       if line.startswith("MemTotal"))
     except (OSError, StopIteration):
@@ -53,7 +51,7 @@ def machine() -> dict[str, Any]:
     import torch
 
     relevant = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "avx512_fp16")
-    return {"cpu": model, "cpu_class": cpu_class(), "flags": [f for f in relevant if f in cpu_flags()],
+    return {"cpu": cpu_id(), "cpu_class": cpu_class(), "flags": [f for f in relevant if f in cpu_flags()],
             "cores": os.cpu_count(), "memory": memory, "torch": torch.__version__, "python": platform.python_version()}
 
 

@@ -16,28 +16,48 @@ from pathlib import Path
 ISAS = ("avx2", "avx512bf16")  # the kernel's paths, in the order of its ISA_* constants
 
 
+def cpuinfo_fields(text: str) -> dict[str, str]:
+    """The fields of the first processor in ``text`` (``/proc/cpuinfo``'s format: ``key : value`` lines, one
+    block per processor, blocks split by a blank line)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if not key.strip():
+            break
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+@functools.cache
+def cpuinfo() -> dict[str, str]:
+    """This CPU's :func:`cpuinfo_fields` (empty where ``/proc/cpuinfo`` cannot be read: not Linux)."""
+    try:
+        return cpuinfo_fields(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return {}
+
+
 @functools.cache
 def cpu_flags() -> frozenset[str]:
     """The flags of ``/proc/cpuinfo`` (empty where it cannot be read: not Linux, not x86)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset(cpuinfo().get("flags", "").split())
 
 
-@functools.cache
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``), or the platform's processor string where it cannot be read."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+    return cpuinfo().get("model name") or platform.processor() or "cpu"
+
+
+def cpu_id(fields: dict[str, str] | None = None) -> str:
+    """The CPU's model name with its family and model numbers (``AMD EPYC family 25 model 17``), or the name alone
+    where they cannot be read: what tells two CPUs of one name apart (a Zen 4 and a Zen 5 VM both report "AMD
+    EPYC", and a measurement cached on one must not decide for the other). ``fields``: :func:`cpuinfo_fields` of
+    another CPU (a test), else this one's."""
+    fields = cpuinfo() if fields is None else fields
+    name = fields.get("model name") or platform.processor() or "cpu"
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} family {fields['cpu family']} model {fields['model']}"
+    return name
 
 
 def cpu_class(flags: frozenset[str] | None = None) -> str:
@@ -84,7 +104,8 @@ def batch_dtype(dtype: str, device_type: str = "cpu") -> str:
 @functools.cache
 def batch_gemm_dtype() -> str:
     """``"bfloat16"`` or ``"float32"``: which GEMM multiplies bf16 weights by many rows faster here, measured once
-    per machine, thread count and torch build and cached under ``<cache>/kernels`` (so every process routes alike).
+    per CPU (:func:`cpu_id`), thread count and torch build and cached under ``<cache>/kernels`` (so every process
+    routes alike).
 
     Why measured: oneDNN's bf16 GEMM ran 1.9x slower than its fp32 GEMM on an AVX512-BF16 Xeon, and 4.5x faster
     on an AVX512-BF16 Zen 4, whose fp32 GEMM (MKL) is the slow one (docs/forward_pass.md).
@@ -97,7 +118,7 @@ def batch_gemm_dtype() -> str:
     from ...paths import artifact_path
 
     flags = "-".join(os.environ.get(v, "") for v in ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "SPECNB_CPU_ISA"))
-    host = f"{cpu_model()}-{torch.get_num_threads()}threads-torch{torch.__version__}-{flags}"
+    host = f"{cpu_id()}-{torch.get_num_threads()}threads-torch{torch.__version__}-{flags}"
     path = artifact_path("kernels", "batch-gemm-" + "".join(c if c.isalnum() or c in "-._" else "_" for c in host)
                          + ".json")
     try:
