@@ -398,6 +398,30 @@ def _huge_pages_of(address: int) -> int:
 
 
 @pytest.mark.skipif(not memory.available(), reason="no transparent huge pages on this OS")
+def test_small_weights_share_huge_pages_in_the_order_they_are_placed():
+    """Weights between 64 KB and 2 MB (most of Gemma-3-270M's projections) go one after another into the arena's
+    2 MB pages, each at a 4 KB boundary, values kept; smaller ones stay; inference tensors get their own chunk."""
+    arena = memory.Arena()
+    a, b = arena.empty((300, 1000), torch.uint8), arena.empty((64, 1024), torch.bfloat16)
+    assert b.data_ptr() - a.data_ptr() == 74 * 4096 and a.data_ptr() % memory.HUGE_PAGE == 0  # 300,000 bytes
+    with torch.inference_mode():
+        c = arena.empty((10,), torch.float32)
+    assert c.is_inference() and not a.is_inference() and c.data_ptr() % memory.HUGE_PAGE == 0
+    with pytest.raises(ValueError, match="arena chunk"):
+        arena.empty((memory.Arena.CHUNK + 1,), torch.uint8)
+    linear, norm = torch.nn.Linear(640, 256, bias=False), torch.nn.LayerNorm(640)
+    values, small = linear.weight.detach().clone(), norm.weight.data_ptr()
+    memory.settle(linear.weight)
+    memory.settle(norm.weight)
+    assert torch.equal(linear.weight, values) and norm.weight.data_ptr() == small
+    chunk = linear.weight.untyped_storage().data_ptr()
+    assert chunk % memory.HUGE_PAGE == 0 and linear.weight.data_ptr() % memory.Arena.ALIGN == 0
+    mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    if "[never]" not in mode:
+        assert _huge_pages_of(linear.weight.data_ptr()) >= 2048
+
+
+@pytest.mark.skipif(not memory.available(), reason="no transparent huge pages on this OS")
 def test_rehome_moves_large_weights_into_huge_pages_and_keeps_ties():
     model = torch.nn.Sequential(torch.nn.Embedding(2048, 1024), torch.nn.Linear(1024, 2048, bias=False),
                                 torch.nn.LayerNorm(1024))

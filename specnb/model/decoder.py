@@ -213,18 +213,17 @@ class Stacked:
     @classmethod
     def of(cls, siblings: list[nn.Linear]) -> Stacked:
         """The siblings stacked, once, at load. Their weights become row slices (views) of the stacked buffer
-        (huge pages where large, :mod:`specnb.model.kernels.memory`): nothing is stored twice, and Hugging Face's
+        (huge pages, :func:`specnb.model.kernels.memory.empty_weight`): nothing is stored twice, and Hugging Face's
         modules compute what they computed (the same values, in the same Parameters)."""
         weights = [layer.weight.detach() for layer in siblings]
         sizes = tuple(w.shape[0] for w in weights)
         shape, dtype = (sum(sizes), weights[0].shape[1]), weights[0].dtype
-        huge = weights[0].device.type == "cpu" and memory.available() \
-            and shape[0] * shape[1] * weights[0].element_size() >= memory.MIN_BYTES
         biases = [layer.bias for layer in siblings]
         # the stack is the kind of tensor the weights were (made inside inference mode or not): autograd may use
         # ordinary weights later
         with torch.inference_mode(weights[0].is_inference()):
-            weight = torch.cat(weights, out=memory.empty(shape, dtype) if huge else None)
+            out = memory.empty_weight(shape, dtype) if weights[0].device.type == "cpu" else None
+            weight = torch.cat(weights, out=out)
             bias = None if all(b is None for b in biases) else torch.cat(
                 [b.detach() if b is not None else weight.new_zeros(n) for b, n in zip(biases, sizes, strict=True)])
         start = 0
@@ -252,7 +251,11 @@ class DenseProjections:
 
     @classmethod
     def of(cls, attn: nn.Module, mlp: nn.Module) -> DenseProjections:
-        """The projections of a Hugging Face attention and MLP module (their weights shared, siblings stacked)."""
+        """The projections of a Hugging Face attention and MLP module (their weights shared, siblings stacked; the
+        output projections' weights moved into huge pages where :func:`specnb.model.kernels.memory.rehome` left
+        them, being smaller than one)."""
+        for linear in (attn.o_proj, mlp.down_proj):
+            memory.settle(linear.weight)
         return cls(Stacked.of([attn.q_proj, attn.k_proj, attn.v_proj]), Stacked.of([mlp.gate_proj, mlp.up_proj]),
                    (attn.o_proj.weight, attn.o_proj.bias), (mlp.down_proj.weight, mlp.down_proj.bias))
 

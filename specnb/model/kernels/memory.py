@@ -19,7 +19,8 @@ import torch
 from torch import Tensor, nn
 
 HUGE_PAGE = 2 << 20
-MIN_BYTES = HUGE_PAGE  # smaller weights fit in one page either way
+MIN_BYTES = HUGE_PAGE  # weights from this size get a mapping of their own; smaller ones share ARENA's chunks
+MIN_SMALL_BYTES = 64 << 10  # below this a weight spans a few 4 KB pages: left where it is
 
 
 def available() -> bool:
@@ -30,14 +31,74 @@ def available() -> bool:
 def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor:
     """An uninitialised CPU tensor of ``shape`` and ``dtype`` whose storage starts on a 2 MB boundary of a
     mapping advised for huge pages (the mapping lives as long as the tensor)."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    nbytes = _nbytes(shape, dtype)
+    numel = nbytes // torch.empty((), dtype=dtype).element_size()
     region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared would be shmem
     region.madvise(mmap.MADV_HUGEPAGE)
     start = torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr()
     return torch.frombuffer(region, dtype=dtype, count=numel, offset=-start % HUGE_PAGE).view(shape)
+
+
+class Arena:
+    """Weights smaller than a huge page, placed one after another in shared huge-page chunks of :data:`CHUNK`
+    bytes, each at a 4 KB boundary: a model's small weights (Gemma-3-270M's projections are 0.1-1.3 MB each),
+    placed in the order the model is built, become a run of 2 MB pages instead of hundreds of 4 KB ones. A chunk
+    lives as long as any tensor in it, so only weights kept for the model's life belong here. Tensors placed in
+    inference mode and outside it come from separate chunks (each of the kind its weights are)."""
+
+    CHUNK = 32 << 20
+    ALIGN = 4096
+
+    def __init__(self) -> None:
+        self.chunks: dict[bool, tuple[Tensor, int]] = {}  # inference mode -> (current chunk, bytes used)
+
+    def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor:
+        """An uninitialised tensor of ``shape`` and ``dtype``, at most :data:`CHUNK` bytes, in a chunk."""
+        nbytes = _nbytes(shape, dtype)
+        if nbytes > self.CHUNK:
+            raise ValueError(f"{nbytes} bytes do not fit an arena chunk of {self.CHUNK}")
+        mode = torch.is_inference_mode_enabled()
+        chunk, used = self.chunks.get(mode, (None, 0))
+        if chunk is None or used + nbytes > self.CHUNK:
+            chunk, used = empty((self.CHUNK,), torch.uint8), 0
+        self.chunks[mode] = chunk, used + -(-nbytes // self.ALIGN) * self.ALIGN
+        return chunk[used:used + nbytes].view(dtype).view(shape)
+
+
+ARENA = Arena()
+
+
+def _nbytes(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> int:
+    numel = 1
+    for size in shape:
+        numel *= size
+    return numel * torch.empty((), dtype=dtype).element_size()
+
+
+def empty_weight(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor | None:
+    """An uninitialised CPU tensor for a weight the model keeps, in huge pages: a mapping of its own from
+    :data:`MIN_BYTES`, a place in :data:`ARENA` from :data:`MIN_SMALL_BYTES`; None below that, or where
+    :func:`available` is False (the caller allocates as usual)."""
+    nbytes = _nbytes(shape, dtype)
+    if not available() or nbytes < MIN_SMALL_BYTES:
+        return None
+    return empty(shape, dtype) if nbytes >= MIN_BYTES else ARENA.empty(shape, dtype)
+
+
+def place(weight: Tensor) -> Tensor:
+    """A copy of the contiguous CPU tensor ``weight`` in :func:`empty_weight`'s memory, or ``weight`` itself where
+    that is None."""
+    out = empty_weight(weight.shape, weight.dtype)
+    return weight if out is None else out.copy_(weight)
+
+
+def settle(param: nn.Parameter) -> None:
+    """Move a contiguous CPU parameter smaller than :data:`MIN_BYTES` (which :func:`rehome` leaves) into
+    :func:`empty_weight`'s memory, in place of its storage; others stay as they are."""
+    data = param.data
+    if data.device.type == "cpu" and data.is_contiguous() and _nbytes(data.shape, data.dtype) < MIN_BYTES:
+        with torch.inference_mode(data.is_inference()):
+            param.data = place(data)
 
 
 def rehome(model: nn.Module) -> int:

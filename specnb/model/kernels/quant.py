@@ -89,11 +89,9 @@ def dequantize(blocks: Tensor, format: str) -> Tensor:
 
 
 def _in_huge_pages(blocks: Tensor) -> Tensor:
-    """``blocks`` copied into 2 MB pages where large enough and the OS allows (:mod:`specnb.model.kernels.memory`:
-    a call streams them front to back), else as they are."""
-    if not memory.available() or blocks.numel() < memory.MIN_BYTES:
-        return blocks
-    return memory.empty(blocks.shape, blocks.dtype).copy_(blocks)
+    """``blocks`` copied into 2 MB pages (:func:`specnb.model.kernels.memory.place`: a call streams them front to
+    back), unless too small to gain or the OS does not allow it."""
+    return memory.place(blocks)
 
 
 INT8_LANES = 16  # weight rows interleaved per tile of the int8 route (quant_int8.h's LANES)
