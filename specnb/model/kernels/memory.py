@@ -7,7 +7,9 @@ every 4 KB: the hardware prefetchers stop there and the TLB misses every page. M
 imported. What it saves, measured: docs/forward_pass.md, "Measurements behind the code".
 
 :func:`rehome` copies a model's large weights into such memory (an anonymous ``mmap`` advised with
-``MADV_HUGEPAGE``, 2 MB-aligned) in place of their old storage: same Parameters, same values, ties kept.
+``MADV_HUGEPAGE``, 2 MB-aligned) in place of their old storage: same Parameters, same values, ties kept. Weights
+from 64 KB to 2 MB share such mappings (:class:`Arena`, :func:`empty_weight`): a model of small projections would
+otherwise stream most of its body through 4 KB pages.
 Where the OS has no such advice (not Linux, THP ``never``) it does nothing.
 """
 
