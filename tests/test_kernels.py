@@ -411,11 +411,12 @@ def test_small_weights_share_huge_pages_in_the_order_they_are_placed():
         arena.empty((memory.Arena.CHUNK + 1,), torch.uint8)
     linear, norm = torch.nn.Linear(640, 256, bias=False), torch.nn.LayerNorm(640)
     values, small = linear.weight.detach().clone(), norm.weight.data_ptr()
-    memory.settle(linear.weight)
-    memory.settle(norm.weight)
+    linear.weight.data, norm.weight.data = memory.settled(linear.weight.data), memory.settled(norm.weight.data)
     assert torch.equal(linear.weight, values) and norm.weight.data_ptr() == small
     chunk = linear.weight.untyped_storage().data_ptr()
     assert chunk % memory.HUGE_PAGE == 0 and linear.weight.data_ptr() % memory.Arena.ALIGN == 0
+    buffer = memory.empty_buffer((1, 1, 8192, 256), torch.bfloat16)  # a KV buffer of a long context: its own pages
+    assert buffer.data_ptr() % memory.HUGE_PAGE == 0 and memory.empty_buffer((1, 1, 512, 256), torch.bfloat16) is None
     mode = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
     if "[never]" not in mode:
         assert _huge_pages_of(linear.weight.data_ptr()) >= 2048

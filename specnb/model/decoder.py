@@ -255,7 +255,7 @@ class DenseProjections:
         output projections' weights moved into huge pages where :func:`specnb.model.kernels.memory.rehome` left
         them, being smaller than one)."""
         for linear in (attn.o_proj, mlp.down_proj):
-            memory.settle(linear.weight)
+            linear.weight.data = memory.settled(linear.weight.data)
         return cls(Stacked.of([attn.q_proj, attn.k_proj, attn.v_proj]), Stacked.of([mlp.gate_proj, mlp.up_proj]),
                    (attn.o_proj.weight, attn.o_proj.bias), (mlp.down_proj.weight, mlp.down_proj.bias))
 

@@ -26,6 +26,8 @@ from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from .kernels import memory
+
 MIN_CAPACITY = 256  # positions allocated at least, so short generations never regrow
 
 
@@ -123,9 +125,13 @@ class GrowingLayer(DynamicLayer):
 
 def _grow(buffer: Tensor | None, length: int, total: int, new: Tensor) -> Tensor:
     """A buffer [B, H, capacity, D] shaped and placed like ``new`` with room for ``total`` positions (twice
-    that, at least MIN_CAPACITY), holding the first ``length`` positions of ``buffer``."""
+    that, at least MIN_CAPACITY), holding the first ``length`` positions of ``buffer``; in 2 MB pages where it
+    spans several (:func:`specnb.model.kernels.memory.empty_buffer`: a long context's attention streams it)."""
     batch, heads, _, dim = new.shape
-    grown = torch.empty(batch, heads, max(2 * total, MIN_CAPACITY), dim, dtype=new.dtype, device=new.device)
+    shape = (batch, heads, max(2 * total, MIN_CAPACITY), dim)
+    grown = memory.empty_buffer(shape, new.dtype) if new.device.type == "cpu" else None
+    if grown is None:
+        grown = torch.empty(shape, dtype=new.dtype, device=new.device)
     if length:
         grown[:, :, :length] = buffer[:, :, :length]
     return grown

@@ -87,6 +87,15 @@ def empty_weight(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Ten
     return empty(shape, dtype) if nbytes >= MIN_BYTES else ARENA.empty(shape, dtype)
 
 
+def empty_buffer(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor | None:
+    """An uninitialised CPU tensor in a huge-page mapping of its own where it spans at least :data:`MIN_BYTES`
+    (a KV cache buffer at a long context), else None (the caller allocates as usual). Unlike :func:`empty_weight`
+    it never takes the arena's memory, which a freed buffer could not give back."""
+    if not available() or _nbytes(shape, dtype) < MIN_BYTES:
+        return None
+    return empty(shape, dtype)
+
+
 def place(weight: Tensor) -> Tensor:
     """A copy of the contiguous CPU tensor ``weight`` in :func:`empty_weight`'s memory, or ``weight`` itself where
     that is None."""
@@ -94,13 +103,14 @@ def place(weight: Tensor) -> Tensor:
     return weight if out is None else out.copy_(weight)
 
 
-def settle(param: nn.Parameter) -> None:
-    """Move a contiguous CPU parameter smaller than :data:`MIN_BYTES` (which :func:`rehome` leaves) into
-    :func:`empty_weight`'s memory, in place of its storage; others stay as they are."""
-    data = param.data
-    if data.device.type == "cpu" and data.is_contiguous() and _nbytes(data.shape, data.dtype) < MIN_BYTES:
-        with torch.inference_mode(data.is_inference()):
-            param.data = place(data)
+def settled(data: Tensor) -> Tensor:
+    """``data`` (a weight the model keeps) copied into :func:`empty_weight`'s memory where it is a contiguous CPU
+    tensor smaller than :data:`MIN_BYTES` (:func:`rehome` moves larger ones), in the inference mode it was made in;
+    else ``data`` itself."""
+    if data.device.type != "cpu" or not data.is_contiguous() or _nbytes(data.shape, data.dtype) >= MIN_BYTES:
+        return data
+    with torch.inference_mode(data.is_inference()):
+        return place(data)
 
 
 def rehome(model: nn.Module) -> int:
