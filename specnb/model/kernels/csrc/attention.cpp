@@ -18,7 +18,7 @@ constexpr int PV_ROWS = 4;    // query rows sharing each loaded value vector
 constexpr int PV_CHUNK = 16;  // output elements per task (two ymm accumulators per row)
 // The AVX512 form: 8 rows x 32 elements per task in zmm registers, each value vector loaded once for 8 rows.
 constexpr int PV_ROWS_512 = 8, PV_CHUNK_512 = 32;
-constexpr int64_t PARALLEL_WORK = int64_t(1) << 20;  // multiply-adds per KV head (R * S * D) worth a fork
+constexpr int64_t PARALLEL_WORK = int64_t(1) << 20;  // multiply-adds per KV head (R * S * D) worth a fork per step
 constexpr int64_t ROW_CHUNK = 128;  // query rows (heads x queries) scored at once
 
 // exp of 8 floats with the bits of glibc's expf (2.27 and later, its FMA variant, which std::exp calls on every
@@ -271,58 +271,71 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         Sc = std::max<int64_t>(Sc, 1);
         S0 = std::min(S0, Sc - 1);
         const int64_t W = Sc - S0;
-        // A decoding step's attention is a few hundred thousand multiply-adds per KV head: less than waking the
-        // other threads costs, so small ones run inline.
-        const bool parallel = n * W * D >= PARALLEL_WORK;
-        const int64_t grain = parallel ? 1 : std::numeric_limits<int64_t>::max();
-        float* sc = scores.get();
-        if constexpr (std::is_same_v<T, float>) {
-          gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>() + c0 * D, keys.data_ptr<float>() + S0 * D,
-                                    nullptr, sc, n, W, D, parallel);
-        } else if (isa == ISA_AVX512BF16) {
-          gemm<bf16, bf16, float>(isa, reinterpret_cast<const bf16*>(rows.data_ptr()) + c0 * D,
-                                  reinterpret_cast<const bf16*>(keys.data_ptr()) + S0 * D, nullptr, sc, n, W, D,
-                                  parallel);
-        } else {
-          gemm<float, bf16, float>(isa, rows32.data_ptr<float>() + c0 * D,
-                                   reinterpret_cast<const bf16*>(keys.data_ptr()) + S0 * D, nullptr, sc, n, W, D,
-                                   parallel);
-        }
-        at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
-          for (int64_t r = r0; r < r1; r++) {
-            const float* mrow = mask_row(c0 + r);
-            weights_row(sc + r * W, W, last[r] - S0, mrow ? mrow + S0 * mstride[3] : nullptr, mstride[3], scale,
-                        softcap);
+        // Rows r0..r1 - 1 of the chunk, start to end: their scores, weights, value products and outputs. A large
+        // call runs it once over every row, each step split over the threads (grain 1); a small one (a decoding
+        // step's few hundred thousand multiply-adds a KV head, less than a fork per step costs) splits the rows
+        // once, each thread running every step of its rows inline. Each row takes the same steps either way.
+        const auto rows_step = [&](int64_t r0, int64_t r1, int64_t grain) {
+          const int64_t m = r1 - r0;
+          const bool split = grain == 1;
+          float* sc = scores.get() + r0 * W;
+          if constexpr (std::is_same_v<T, float>) {
+            gemm<float, float, float>(ISA_AVX2, rows.data_ptr<float>() + (c0 + r0) * D,
+                                      keys.data_ptr<float>() + S0 * D, nullptr, sc, m, W, D, split);
+          } else if (isa == ISA_AVX512BF16) {
+            gemm<bf16, bf16, float>(isa, reinterpret_cast<const bf16*>(rows.data_ptr()) + (c0 + r0) * D,
+                                    reinterpret_cast<const bf16*>(keys.data_ptr()) + S0 * D, nullptr, sc, m, W, D,
+                                    split);
+          } else {
+            gemm<float, bf16, float>(isa, rows32.data_ptr<float>() + (c0 + r0) * D,
+                                     reinterpret_cast<const bf16*>(keys.data_ptr()) + S0 * D, nullptr, sc, m, W, D,
+                                     split);
           }
-          sum_rows(sc, W, r0, r1, totals.data());
-        });
-        bool done = false;
-        if constexpr (std::is_same_v<T, bf16>) {
-          if (isa == ISA_AVX512BF16 && D % PV_CHUNK_512 == 0) {
-            pv_tasks<PV_ROWS_512, PV_CHUNK_512>(n, D, grain, [&](int64_t r0, int64_t d0) {
-              pv_block_512(sc + r0 * W, W, int(std::min<int64_t>(PV_ROWS_512, n - r0)), vb + S0 * ldv, ldv, W, d0,
-                           acc.get() + r0 * D, D);
-            });
-            done = true;
-          }
-        }
-        if (!done)
-          pv_tasks<PV_ROWS, PV_CHUNK>(n, D, grain, [&](int64_t r0, int64_t d0) {
-            pv_block<T>(sc + r0 * W, W, int(std::min<int64_t>(PV_ROWS, n - r0)), vb + S0 * ldv, ldv, W, d0,
-                        std::min<int64_t>(PV_CHUNK, D - d0), acc.get() + r0 * D, D);
+          at::parallel_for(r0, r1, grain, [&](int64_t lo, int64_t hi) {
+            for (int64_t r = lo; r < hi; r++) {
+              const float* mrow = mask_row(c0 + r);
+              weights_row(scores.get() + r * W, W, last[r] - S0, mrow ? mrow + S0 * mstride[3] : nullptr,
+                          mstride[3], scale, softcap);
+            }
+            sum_rows(scores.get(), W, lo, hi, totals.data());
           });
-        at::parallel_for(0, n, grain, [&](int64_t r0, int64_t r1) {
-          const int64_t D8 = D - D % 8;
-          for (int64_t r = r0; r < r1; r++) {
-            const int64_t g = (c0 + r) % G, i = (c0 + r) / G;
-            const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
-            Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
-            const float* a = acc.get() + r * D;
-            for (int64_t d = 0; d < D8; d += 8)
-              store8(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), _mm256_set1_ps(inv)));
-            for (int64_t d = D8; d < D; d++) store(o + d, a[d] * inv);
+          bool done = false;
+          if constexpr (std::is_same_v<T, bf16>) {
+            if (isa == ISA_AVX512BF16 && D % PV_CHUNK_512 == 0) {
+              pv_tasks<PV_ROWS_512, PV_CHUNK_512>(m, D, grain, [&](int64_t p0, int64_t d0) {
+                pv_block_512(sc + p0 * W, W, int(std::min<int64_t>(PV_ROWS_512, m - p0)), vb + S0 * ldv, ldv, W,
+                             d0, acc.get() + (r0 + p0) * D, D);
+              });
+              done = true;
+            }
           }
-        });
+          if (!done)
+            pv_tasks<PV_ROWS, PV_CHUNK>(m, D, grain, [&](int64_t p0, int64_t d0) {
+              pv_block<T>(sc + p0 * W, W, int(std::min<int64_t>(PV_ROWS, m - p0)), vb + S0 * ldv, ldv, W, d0,
+                          std::min<int64_t>(PV_CHUNK, D - d0), acc.get() + (r0 + p0) * D, D);
+            });
+          at::parallel_for(r0, r1, grain, [&](int64_t lo, int64_t hi) {
+            const int64_t D8 = D - D % 8;
+            for (int64_t r = lo; r < hi; r++) {
+              const int64_t g = (c0 + r) % G, i = (c0 + r) / G;
+              const float inv = totals[r] > 0.0f ? 1.0f / totals[r] : 0.0f;  // nothing visible (padding): zeros
+              Out* o = op + ((b * Q + i) * H + hk * G + g) * D;
+              const float* a = acc.get() + r * D;
+              for (int64_t d = 0; d < D8; d += 8)
+                store8(o + d, _mm256_mul_ps(_mm256_loadu_ps(a + d), _mm256_set1_ps(inv)));
+              for (int64_t d = D8; d < D; d++) store(o + d, a[d] * inv);
+            }
+          });
+        };
+        if (n * W * D >= PARALLEL_WORK) {
+          rows_step(0, n, 1);
+        } else if (n > 1 && at::get_num_threads() > 1) {
+          at::parallel_for(0, n, (n + 1) / 2, [&](int64_t r0, int64_t r1) {
+            rows_step(r0, r1, std::numeric_limits<int64_t>::max());
+          });
+        } else {
+          rows_step(0, n, std::numeric_limits<int64_t>::max());
+        }
       }
     }
   }
