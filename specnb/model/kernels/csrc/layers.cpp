@@ -37,8 +37,11 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t H, const c10::optional
 torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int64_t act) {
   const int64_t S = gate.size(0), N = gate.size(1);
   auto out = torch::empty({S, N}, gate.options());
+  const int64_t grain = std::max<int64_t>(1, ACT_WORK / N);
+  if (S <= grain)  // one share: the same ops on the whole, without the fork and the views
+    return at::mul_out(out, act == ACT_GELU_TANH ? at::gelu(gate, "tanh") : at::silu(gate), up);
   const bool inference = c10::InferenceMode::is_enabled();
-  at::parallel_for(0, S, std::max<int64_t>(1, ACT_WORK / N), [&](int64_t r0, int64_t r1) {
+  at::parallel_for(0, S, grain, [&](int64_t r0, int64_t r1) {
     c10::InferenceMode guard(inference);  // the worker threads' mode is the caller's
     const auto g = gate.narrow(0, r0, r1 - r0);
     auto share = out.narrow(0, r0, r1 - r0);
@@ -46,6 +49,23 @@ torch::Tensor activated(const torch::Tensor& gate, const torch::Tensor& up, int6
                 up.narrow(0, r0, r1 - r0));
   });
   return out;
+}
+
+// src [B, H, S, D] (last dim contiguous) into dst [B, H, capacity, D] (of src's dtype) at positions start..start+S-1:
+// a row copy per (b, h, position), what copy_ does without its dispatch and iterator setup.
+void write_rows(const torch::Tensor& dst, const torch::Tensor& src, int64_t start) {
+  if (dst.scalar_type() != src.scalar_type() || dst.stride(3) != 1 || src.stride(3) != 1) {
+    dst.narrow(2, start, src.size(2)).copy_(src);
+    return;
+  }
+  const int64_t B = src.size(0), H = src.size(1), S = src.size(2), D = src.size(3), size = src.element_size();
+  char* out = static_cast<char*>(dst.data_ptr());
+  const char* in = static_cast<const char*>(src.data_ptr());
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < S; i++)
+        std::memcpy(out + (b * dst.stride(0) + h * dst.stride(1) + (start + i) * dst.stride(2)) * size,
+                    in + (b * src.stride(0) + h * src.stride(1) + i * src.stride(2)) * size, D * size);
 }
 
 }  // namespace
@@ -87,8 +107,8 @@ std::tuple<torch::Tensor, std::vector<torch::Tensor>, std::vector<torch::Tensor>
       held_keys.push_back(k);
       held_values.push_back(v);
     } else {
-      keys[i].narrow(2, start, S).copy_(k);
-      values[i].narrow(2, start, S).copy_(v);
+      write_rows(keys[i], k, start);
+      write_rows(values[i], v, start);
       seen_keys = keys[i].narrow(2, 0, end);
       seen_values = values[i].narrow(2, 0, end);
     }
