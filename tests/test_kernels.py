@@ -409,6 +409,16 @@ def test_small_weights_share_huge_pages_in_the_order_they_are_placed():
     assert c.is_inference() and not a.is_inference() and c.data_ptr() % memory.HUGE_PAGE == 0
     with pytest.raises(ValueError, match="arena chunk"):
         arena.empty((memory.Arena.CHUNK + 1,), torch.uint8)
+    import threading
+
+    placed = []  # a model loading on another thread waits for the arena's lock: no two get the same bytes
+    with arena.lock:
+        loader = threading.Thread(target=lambda: placed.append(arena.empty((4096,), torch.uint8)))
+        loader.start()
+        loader.join(0.2)
+        assert loader.is_alive() and not placed
+    loader.join()
+    assert placed[0].data_ptr() == b.data_ptr() + 64 * 1024 * 2  # after b, in the chunk outside inference mode
     linear, norm = torch.nn.Linear(640, 256, bias=False), torch.nn.LayerNorm(640)
     values, small = linear.weight.detach().clone(), norm.weight.data_ptr()
     linear.weight.data, norm.weight.data = memory.settled(linear.weight.data), memory.settled(norm.weight.data)

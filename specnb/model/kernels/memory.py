@@ -16,6 +16,7 @@ Where the OS has no such advice (not Linux, THP ``never``) it does nothing.
 from __future__ import annotations
 
 import mmap
+import threading
 
 import torch
 from torch import Tensor, nn
@@ -53,6 +54,7 @@ class Arena:
 
     def __init__(self) -> None:
         self.chunks: dict[bool, tuple[Tensor, int]] = {}  # inference mode -> (current chunk, bytes used)
+        self.lock = threading.Lock()  # models loaded on two threads at once must not share bytes
 
     def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor:
         """An uninitialised tensor of ``shape`` and ``dtype``, at most :data:`CHUNK` bytes, in a chunk."""
@@ -60,10 +62,11 @@ class Arena:
         if nbytes > self.CHUNK:
             raise ValueError(f"{nbytes} bytes do not fit an arena chunk of {self.CHUNK}")
         mode = torch.is_inference_mode_enabled()
-        chunk, used = self.chunks.get(mode, (None, 0))
-        if chunk is None or used + nbytes > self.CHUNK:
-            chunk, used = empty((self.CHUNK,), torch.uint8), 0
-        self.chunks[mode] = chunk, used + -(-nbytes // self.ALIGN) * self.ALIGN
+        with self.lock:
+            chunk, used = self.chunks.get(mode, (None, 0))
+            if chunk is None or used + nbytes > self.CHUNK:
+                chunk, used = empty((self.CHUNK,), torch.uint8), 0
+            self.chunks[mode] = chunk, used + -(-nbytes // self.ALIGN) * self.ALIGN
         return chunk[used:used + nbytes].view(dtype).view(shape)
 
 
