@@ -15,6 +15,7 @@ Where the OS has no such advice (not Linux, THP ``never``) it does nothing.
 
 from __future__ import annotations
 
+import math
 import mmap
 import threading
 
@@ -34,8 +35,8 @@ def available() -> bool:
 def empty(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor:
     """An uninitialised CPU tensor of ``shape`` and ``dtype`` whose storage starts on a 2 MB boundary of a
     mapping advised for huge pages (the mapping lives as long as the tensor)."""
-    nbytes = _nbytes(shape, dtype)
-    numel = nbytes // torch.empty((), dtype=dtype).element_size()
+    numel = math.prod(shape)
+    nbytes = numel * dtype.itemsize
     region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # shared would be shmem
     region.madvise(mmap.MADV_HUGEPAGE)
     start = torch.frombuffer(region, dtype=torch.uint8, count=1).data_ptr()
@@ -74,10 +75,7 @@ ARENA = Arena()
 
 
 def _nbytes(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> int:
-    numel = 1
-    for size in shape:
-        numel *= size
-    return numel * torch.empty((), dtype=dtype).element_size()
+    return math.prod(shape) * dtype.itemsize
 
 
 def empty_weight(shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> Tensor | None:
@@ -124,11 +122,9 @@ def rehome(model: nn.Module) -> int:
     moved = 0
     for param in model.parameters():  # each Parameter once, so tied weights stay one tensor
         data = param.data
-        nbytes = data.numel() * data.element_size()
+        nbytes = _nbytes(data.shape, data.dtype)
         if data.device.type != "cpu" or nbytes < MIN_BYTES or not data.is_contiguous():
             continue
-        copy = empty(data.shape, data.dtype)
-        copy.copy_(data)
-        param.data = copy
+        param.data = place(data)  # a mapping of its own at this size
         moved += nbytes
     return moved

@@ -54,7 +54,7 @@ class QuantizedWeight:
         if not self.int8:
             object.__setattr__(self, "packed", None)
         elif self.packed is None:
-            object.__setattr__(self, "packed", _in_huge_pages(
+            object.__setattr__(self, "packed", memory.place(  # huge pages: a call streams them front to back
                 _extension().block_repack(self.blocks, FORMATS[self.format][0])))
 
     @property
@@ -74,7 +74,7 @@ class QuantizedWeight:
         with int8 activations where its rows make whole tiles (N a multiple of :data:`INT8_LANES`)."""
         name = tensor.tensor_type.name
         data = np.asarray(tensor.data)
-        blocks = _in_huge_pages(torch.from_numpy(np.array(data, copy=True).reshape(data.shape[0], -1)))
+        blocks = memory.place(torch.from_numpy(np.array(data, copy=True).reshape(data.shape[0], -1)))
         return cls(blocks, name, int8 and data.shape[0] % INT8_LANES == 0)
 
     def dequantize(self) -> Tensor:
@@ -86,12 +86,6 @@ def dequantize(blocks: Tensor, format: str) -> Tensor:
     """Rows of ``format`` blocks (uint8 [n, row bytes], e.g. some rows of a :class:`QuantizedWeight`'s) as float32
     [n, K]."""
     return _extension().block_dequantize(blocks, FORMATS[format][0])
-
-
-def _in_huge_pages(blocks: Tensor) -> Tensor:
-    """``blocks`` copied into 2 MB pages (:func:`specnb.model.kernels.memory.place`: a call streams them front to
-    back), unless too small to gain or the OS does not allow it."""
-    return memory.place(blocks)
 
 
 INT8_LANES = 16  # weight rows interleaved per tile of the int8 route (quant_int8.h's LANES)
