@@ -272,6 +272,20 @@ def test_attention_query_gives_the_bits_it_gives_alone(dtype, isa, hidden):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_splits_give_the_same_bits(dtype, isa):
+    """Over a long cache, a call of many rows splits them between the threads, and one query alone splits each
+    step instead (no thread reading every key and value): the query gets the same bits either way."""
+    q, k, v = _attention_inputs(dtype, q=20, s=600, heads=1, kv_heads=1, d=64)
+    ext = kernels.extension()
+    together = ext.attention(q, k, v, None, 0.125, 0.0, isa)
+    for i in (0, 7, 19):
+        keys = 600 - 20 + i + 1  # the causal rule: query i sees the keys up to its own position
+        alone = ext.attention(q[:, :, i:i + 1], k[:, :, :keys], v[:, :, :keys], None, 0.125, 0.0, isa)
+        assert torch.equal(alone[:, 0], together[:, i])
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("window", [None, 30])
 def test_a_prefill_query_gives_the_bits_it_gives_alone(dtype, isa, window):
     """A prefill's query rows are scored in chunks, each against the keys up to the last any of its rows sees:

@@ -19,6 +19,10 @@ constexpr int PV_CHUNK = 16;  // output elements per task (two ymm accumulators 
 // The AVX512 form: 8 rows x 32 elements per task in zmm registers, each value vector loaded once for 8 rows.
 constexpr int PV_ROWS_512 = 8, PV_CHUNK_512 = 32;
 constexpr int64_t PARALLEL_WORK = int64_t(1) << 20;  // multiply-adds per KV head (R * S * D) worth a fork per step
+// keys x head dim (S * D) above which a call of fewer rows than a value block per thread splits each step too:
+// threads that split the rows would each read every key and value, and those reads cost more than the forks
+constexpr int64_t SHARED_KV = int64_t(1) << 15;
+constexpr int64_t PV_PREFETCH = 16;  // value rows ahead a value product asks for (its loads are strided)
 constexpr int64_t ROW_CHUNK = 128;  // query rows (heads x queries) scored at once
 
 // exp of 8 floats with the bits of glibc's expf (2.27 and later, its FMA variant, which std::exp calls on every
@@ -145,6 +149,7 @@ void pv_block(const float* p, int64_t lds, int rows, const T* v, int64_t ldv, in
     __m256 a[PV_ROWS][2];
     for (int r = 0; r < PV_ROWS; r++) a[r][0] = a[r][1] = _mm256_setzero_ps();
     for (int64_t j = 0; j < S; j++) {
+      _mm_prefetch(reinterpret_cast<const char*>(v + (j + PV_PREFETCH) * ldv + d0), _MM_HINT_T0);
       const __m256 v0 = load8<T>(v + j * ldv + d0), v1 = load8<T>(v + j * ldv + d0 + 8);
 #pragma GCC unroll 4
       for (int r = 0; r < PV_ROWS; r++) {
@@ -177,6 +182,7 @@ AVX512BF16 void pv_block_512(const float* p, int64_t lds, int rows, const bf16* 
 #pragma GCC unroll 8
   for (int r = 0; r < PV_ROWS_512; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
   for (int64_t j = 0; j < S; j++) {
+    _mm_prefetch(reinterpret_cast<const char*>(v + (j + PV_PREFETCH) * ldv + d0), _MM_HINT_T0);
     const __m512i raw = _mm512_loadu_si512(v + j * ldv + d0);
     const __m512 v0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(raw)), 16));
     const __m512 v1 =
@@ -272,9 +278,9 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         S0 = std::min(S0, Sc - 1);
         const int64_t W = Sc - S0;
         // Rows r0..r1 - 1 of the chunk, start to end: their scores, weights, value products and outputs. A large
-        // call runs it once over every row, each step split over the threads (grain 1); a small one (a decoding
-        // step's few hundred thousand multiply-adds a KV head, less than a fork per step costs) splits the rows
-        // once, each thread running every step of its rows inline. Each row takes the same steps either way.
+        // call runs it once over every row, each step split over the threads (grain 1), as does a call of a few
+        // rows over many keys (W * D >= SHARED_KV, under a value block of rows a thread); a small one (a decoding step's few hundred thousand
+        // multiply-adds a KV head over a short cache, less than a fork per step costs) splits the rows once, each thread running every step of its rows inline. Each row takes the same steps either way.
         const auto rows_step = [&](int64_t r0, int64_t r1, int64_t grain) {
           const int64_t m = r1 - r0;
           const bool split = grain == 1;
@@ -327,9 +333,10 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
             }
           });
         };
-        if (n * W * D >= PARALLEL_WORK) {
+        const int64_t threads = at::get_num_threads();
+        if (n * W * D >= PARALLEL_WORK || (W * D >= SHARED_KV && n < threads * PV_ROWS_512)) {
           rows_step(0, n, 1);
-        } else if (n > 1 && at::get_num_threads() > 1) {
+        } else if (n > 1 && threads > 1) {
           at::parallel_for(0, n, (n + 1) / 2, [&](int64_t r0, int64_t r1) {
             rows_step(r0, r1, std::numeric_limits<int64_t>::max());
           });
