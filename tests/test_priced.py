@@ -51,8 +51,10 @@ def test_chooser_prices_budgets():
 def test_a_lookup_pays_only_with_its_own_seconds_counted():
     priced = PricedTreeDrafter(RestDrafter.__new__(RestDrafter), LinearCost(0.05), budgets=(0, 2, 8))
     rate = 5 / 1.4  # b = 8: 4 tokens expected beyond the bonus over a 1.4 s call; one token takes 1 s
-    priced.lookup_seconds = 3.5  # 5 tokens over 4.9 s: still above 1 token/s
+    priced.lookup_seconds = 3.3  # 5 tokens over 4.7 s: 1.064 tokens/s, above one token's by more than the margin
     assert priced.paid(8, rate, context_len=100)
+    priced.lookup_seconds = 3.5  # 5 tokens over 4.9 s: 1.02 tokens/s, a gain within the margin
+    assert not priced.paid(8, rate, context_len=100)
     priced.lookup_seconds = 3.7  # 5 tokens over 5.1 s: below
     assert not priced.paid(8, rate, context_len=100)
     priced.lookup_seconds = 0.0

@@ -20,7 +20,8 @@ it was verified. Drafting deterministic tokens, its acceptance is exactly how fa
 A lookup is not free either (a suffix-array search, an ANN query: a few percent of a step on a CPU), and where
 the store has little for the text (a code store under chat prompts) every step pays it for drafts that barely pay
 or none. So a looked-up step counts as a miss when its tokens per second, the lookup's measured seconds included,
-are expected below a one-token call's; from the second miss in a row the priced drafter skips the next 1, 2, ... up
+are not expected to beat a one-token call's by :data:`PAY_MARGIN` (what the cost table cannot resolve: a draft
+expected to gain less can cost more); from the second miss in a row the priced drafter skips the next 1, 2, ... up
 to :data:`MAX_SKIP` steps' lookups, starting over at the first lookup that pays.
 """
 
@@ -43,6 +44,10 @@ BUDGETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 MAX_BUCKET = 16  # match lengths above this share a bucket
 MAX_SKIP = 4  # the most steps a run of lookups that did not pay makes the priced drafter skip
 LOOKUP_WEIGHT = 0.2  # weight of the latest lookup in the running mean of a lookup's seconds
+# The gain over a one-token call a lookup must be expected to bring to count as paid: a call of a few tokens costs
+# a few percent more than one, and the cost table's 90% intervals there are about that wide, while a drafted step
+# also pays acceptance and cache bookkeeping the table does not time (docs/kernels.md)
+PAY_MARGIN = 0.05
 
 
 def accepted_by_budget(draft: Draft, truth: np.ndarray, budgets: np.ndarray) -> np.ndarray:
@@ -150,9 +155,10 @@ class PricedTreeDrafter(Drafter):
 
     def paid(self, budget: int, rate: float, context_len: int) -> bool:
         """Whether a step's lookup paid for itself: the chosen budget's expected tokens (``rate`` tokens/s over its
-        call's seconds) over that call and :attr:`lookup_seconds` beat one token over a one-token call."""
+        call's seconds) over that call and :attr:`lookup_seconds` beat one token over a one-token call by
+        :data:`PAY_MARGIN`."""
         one, call = self.cost.chain_seconds(np.asarray([0, budget]), context_len)
-        return budget > 0 and rate * call / (call + self.lookup_seconds) > 1.0 / one
+        return budget > 0 and rate * call / (call + self.lookup_seconds) > (1.0 + PAY_MARGIN) / one
 
     def update(self, committed: Tensor, accepted: Tensor) -> None:
         """Score every pending tree whose covered tokens are now all known."""
