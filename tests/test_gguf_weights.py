@@ -199,6 +199,36 @@ def test_speculation_over_blocks_is_lossless_and_accepts(arch, dtype, int8):
         assert lookup.tokens == ar, mode
 
 
+def _mapped_from(path) -> list[tuple[int, int]]:
+    """The address ranges this process maps from the file at ``path`` (/proc/self/maps)."""
+    ranges = []
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        if len(fields) >= 6 and fields[5] == str(path):
+            start, end = (int(a, 16) for a in fields[0].split("-"))
+            ranges.append((start, end))
+    return ranges
+
+
+@needs_kernels
+def test_int8_weights_keep_their_blocks_in_the_files_mapping_not_a_copy():
+    """A weight over int8 activations streams its repacked tiles; its blocks as stored (read only by dequantization
+    and embedding lookups) stay pages of the file's mapping rather than a second copy in memory. The other weights'
+    blocks, which their calls stream, are copied out of it."""
+    if not int8_supported():
+        pytest.skip("int8 activations need AVX2 + F16C, or VNNI on the AVX512 path")
+    for int8 in (True, False):
+        weights = read(str(tiny_gguf("qwen2", int8=int8).decoder.source.path), int8)  # llama: q, k rows reordered
+        mapped = _mapped_from(weights.path)
+        blocks = [w for w in weights.tensors.values() if isinstance(w, QuantizedWeight)]
+        assert blocks and all(w.int8 == int8 for w in blocks)
+        for w in blocks:
+            inside = any(start <= w.blocks.data_ptr() < end for start, end in mapped)
+            assert inside == int8, (int8, w.format, w.shape)
+            if int8:
+                assert not any(start <= w.packed.data_ptr() < end for start, end in mapped)
+
+
 @needs_kernels
 @pytest.mark.parametrize("weights", ["gguf", "gguf-int8", "auto"])
 def test_a_gguf_file_is_a_model_name(weights, tmp_path, monkeypatch, capsys):

@@ -15,6 +15,7 @@ bit-independent rows, whose calls of several rows cost a fraction of the exact p
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -71,11 +72,19 @@ class QuantizedWeight:
     @classmethod
     def from_gguf(cls, tensor, int8: bool = False) -> QuantizedWeight:
         """The weight of a ``gguf.GGUFReader`` tensor (its ``data``: uint8 [N, row bytes], memory-mapped); ``int8``:
-        with int8 activations where its rows make whole tiles (N a multiple of :data:`INT8_LANES`)."""
+        with int8 activations where its rows make whole tiles (N a multiple of :data:`INT8_LANES`). The blocks of
+        such a weight stay where the reader holds them, the file's read-only mapping (pages the kernel may drop) but
+        for rows the reader reordered: its calls stream the repacked copy, and only dequantization and embedding
+        lookups read the blocks. Others are copied into memory, where their calls stream them."""
         name = tensor.tensor_type.name
         data = np.asarray(tensor.data)
-        blocks = memory.place(torch.from_numpy(np.array(data, copy=True).reshape(data.shape[0], -1)))
-        return cls(blocks, name, int8 and data.shape[0] % INT8_LANES == 0)
+        rows = data.reshape(data.shape[0], -1)
+        int8 = int8 and data.shape[0] % INT8_LANES == 0
+        if not int8:
+            return cls(memory.place(torch.from_numpy(np.array(rows, copy=True))), name)
+        with warnings.catch_warnings():  # PyTorch warns that the mapping is read-only: nothing writes a weight
+            warnings.simplefilter("ignore", UserWarning)
+            return cls(torch.from_numpy(rows), name, True)
 
     def dequantize(self) -> Tensor:
         """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
