@@ -117,6 +117,26 @@ def test_greedy_acceptance_follows_the_argmax_and_breaks_ties_by_lowest_id():
     assert accept_greedy(twins, logits).nodes.tolist() == [0]
 
 
+def test_greedy_acceptance_of_a_chain_stops_at_its_first_miss():
+    """A chain (node i's parent is row i) is compared token by token: accepted up to the first node that is not the
+    argmax of its row, the bonus that row's argmax (the last row's when every node passed); ties go to the lower id.
+    The same draft as a one-child-per-level tree, read through the general walk, gives the same answer."""
+    vocab = 32
+    chain = Draft.chain([4, 9, 2])
+    logits = torch.zeros(4, vocab)
+    logits[0, 4] = logits[1, 9] = 1.0  # nodes 0 and 1 pass
+    logits[2, [5, 7]] = 1.0  # row 2 says 5 (the lower of a tie), not the drafted 2
+    for draft in (chain, Draft(chain.tokens, torch.tensor([-1, 0, 1]))):
+        result = accept_greedy(draft, logits)
+        assert result.nodes.tolist() == [0, 1] and result.bonus == 5
+    logits[2, 2] = 2.0
+    logits[3, 11] = 1.0
+    result = accept_greedy(chain, logits)  # every node passes: the bonus is the last row's argmax
+    assert result.nodes.tolist() == [0, 1, 2] and result.bonus == 11 and result.nodes.dtype == torch.long
+    logits[0, 6] = 3.0
+    assert accept_greedy(chain, logits).nodes.tolist() == [] and accept_greedy(chain, logits).bonus == 6
+
+
 class RowReads:
     """Logits [n+1, V] on the CPU that record the rows read from them, and fail at once when a row is read a second
     time (a level walk that reads a row again would walk that level again, forever)."""

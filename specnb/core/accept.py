@@ -110,6 +110,14 @@ def accept_greedy(draft: Draft, logits: Logits) -> Acceptance:
     """
     if draft.num_nodes == 0:  # a one-token call (AR, or no draft this step)
         return Acceptance(NO_NODES, int(top_k(logits[:1], 1)[0, 0]))
+    if logits.device.type == "cpu" and draft.is_chain:  # node i's parent is row i: compare down the chain in ints
+        tokens = draft.tokens.tolist()
+        n = 0
+        while True:
+            predicted = int(top_k(logits[n:n + 1], 1)[0, 0])
+            if n == len(tokens) or tokens[n] != predicted:
+                return Acceptance(torch.arange(n), predicted)
+            n += 1
     parent_rows = draft.parents + 1  # [n] the full index of each node's parent
     if logits.device.type != "cpu":  # an accelerator: all rows at once, one device read per call
         predicted = logits[:].max(-1).indices.cpu()
