@@ -279,8 +279,10 @@ void attend(int isa, const torch::Tensor& q, const torch::Tensor& k, const torch
         const int64_t W = Sc - S0;
         // Rows r0..r1 - 1 of the chunk, start to end: their scores, weights, value products and outputs. A large
         // call runs it once over every row, each step split over the threads (grain 1), as does a call of a few
-        // rows over many keys (W * D >= SHARED_KV, under a value block of rows a thread); a small one (a decoding step's few hundred thousand
-        // multiply-adds a KV head over a short cache, less than a fork per step costs) splits the rows once, each thread running every step of its rows inline. Each row takes the same steps either way.
+        // rows over many keys (W * D >= SHARED_KV, under a value block of rows a thread); a small one (a decoding
+        // step's few hundred thousand multiply-adds a KV head over a short cache, less than a fork per step costs)
+        // splits the rows once, each thread running every step of its rows inline. Each row takes the same steps
+        // either way.
         const auto rows_step = [&](int64_t r0, int64_t r1, int64_t grain) {
           const int64_t m = r1 - r0;
           const bool split = grain == 1;
