@@ -75,16 +75,17 @@ class QuantizedWeight:
         with int8 activations where its rows make whole tiles (N a multiple of :data:`INT8_LANES`). The blocks of
         such a weight stay where the reader holds them, the file's read-only mapping (pages the kernel may drop) but
         for rows the reader reordered: its calls stream the repacked copy, and only dequantization and embedding
-        lookups read the blocks. Others are copied into memory, where their calls stream them."""
+        lookups read the blocks. Others are copied once into memory (huge pages where it can), where their calls
+        stream them."""
         name = tensor.tensor_type.name
         data = np.asarray(tensor.data)
-        rows = data.reshape(data.shape[0], -1)
-        int8 = int8 and data.shape[0] % INT8_LANES == 0
-        if not int8:
-            return cls(memory.place(torch.from_numpy(np.array(rows, copy=True))), name)
         with warnings.catch_warnings():  # PyTorch warns that the mapping is read-only: nothing writes a weight
             warnings.simplefilter("ignore", UserWarning)
-            return cls(torch.from_numpy(rows), name, True)
+            mapped = torch.from_numpy(data.reshape(data.shape[0], -1))
+        if int8 and data.shape[0] % INT8_LANES == 0:
+            return cls(mapped, name, True)
+        placed = memory.place(mapped)
+        return cls(placed if placed is not mapped else mapped.clone(), name)
 
     def dequantize(self) -> Tensor:
         """float32 [N, K]: the weights :func:`linear` multiplies with (equal to ``gguf.quants.dequantize``'s)."""
