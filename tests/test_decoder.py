@@ -80,7 +80,7 @@ def test_body_matches_hugging_face(arch, weights, dtype):
         visible, depth = draft.attention()
         past = ours.get_seq_length()
         positions = past + depth
-        mask = TreeMasks(model)(visible, positions, positions, prefix=past)
+        mask = TreeMasks.of(model)(visible, positions, positions, prefix=past)
         tree = ids[:, [-3, -2, -1]]
         assert_close(lean.forward(tree, ours, positions[None], mask),
                      hf(model, tree, theirs, attention_mask=mask, position_ids=positions[None]), dtype)
@@ -162,7 +162,7 @@ def test_one_call_layer_stack_gives_the_python_layers_bits(arch, weights, dtype,
         draft = Draft(ids[0, -2:], torch.tensor([-1, -1]))
         visible, depth = draft.attention()
         positions = ours.get_seq_length() + depth
-        mask = TreeMasks(model)(visible, positions, positions, prefix=ours.get_seq_length())
+        mask = TreeMasks.of(model)(visible, positions, positions, prefix=ours.get_seq_length())
         tree = ids[:, [-3, -2, -1]]
         assert torch.equal(lean.forward(tree, ours, positions[None], mask),
                            python_layers(tree, theirs, positions[None], mask))

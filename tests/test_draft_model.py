@@ -158,7 +158,7 @@ def truncated_reference(target: LoadedModel, layers: int) -> LoadedModel:
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:layers]
     config._attn_implementation = "sdpa"
-    dtype = next(target.model.parameters()).dtype
+    dtype = target.dtype
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(dtype).eval()  # as tiny_model builds it
     missing, _ = model.load_state_dict(target.model.state_dict(), strict=False)
     assert not missing

@@ -287,11 +287,11 @@ def test_a_merged_tree_holds_the_paths_of_both_and_no_path_twice():
 
 def test_tree_masks():
     allowed = torch.tensor([[True, False, True], [True, True, False]])
-    llama = TreeMasks(tiny("llama").model)
+    llama = TreeMasks.of(tiny("llama").model)
     mask = llama(allowed, torch.tensor([20, 21]), torch.tensor([0, 20, 21]))
     assert mask.shape == (1, 1, 2, 3) and mask.dtype == torch.float32
     assert torch.equal(mask[0, 0] == 0, allowed) and (mask[0, 0][~allowed] == torch.finfo(torch.float32).min).all()
-    gemma = TreeMasks(tiny("gemma3").model)  # window 16: a query at 20 sees keys at 5..20 in local layers
+    gemma = TreeMasks.of(tiny("gemma3").model)  # window 16: a query at 20 sees keys at 5..20 in local layers
     masks = gemma(torch.ones(1, 3, dtype=torch.bool), torch.tensor([20]), torch.tensor([4, 5, 20]))
     assert set(masks) == {"full_attention", "sliding_attention"}
     assert (masks["full_attention"] == 0).all()

@@ -85,9 +85,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     target = load_model(args.model, dtype=args.dtype, device=device, weights=args.weights)
     del tokenizer  # held until here: the load took the same object instead of reading the vocabulary again
-    param = next(target.model.parameters())
     weights = {"gguf": ", GGUF blocks", "gguf-int8": ", GGUF blocks, int8 activations"}.get(target.weights, "")
-    print(f"{target.name} ({param.dtype}{weights}, {param.device}), {len(prompts)} prompts from {args.prompts}, "
+    print(f"{target.name} ({target.dtype}{weights}, {target.device}), {len(prompts)} prompts from {args.prompts}, "
           f"{args.max_new_tokens} new tokens, temperature {args.temperature}", flush=True)
     rows = run_bench(target, prompts, config, sink=sink)
     done = rows.attrs["prompts_done"]

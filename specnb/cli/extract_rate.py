@@ -45,7 +45,7 @@ def _measure(args: argparse.Namespace) -> int:
     rows = []
     for name in args.model:
         target = load_target(name, args.dtype, args.device, args.weights)
-        corpus = synthetic_corpus(args.tokens, args.doc_tokens, target.model.config.get_text_config().vocab_size)
+        corpus = synthetic_corpus(args.tokens, args.doc_tokens, target.config.vocab_size)
         for batch_tokens in args.batch_tokens:
             row = measure(target, corpus, seq_len=args.seq_len, overlap=args.overlap, batch_tokens=batch_tokens)
             print(f"{name} {row['dtype']} ({target.weights}) on {row['device_name']}, {batch_tokens} tokens a batch: "

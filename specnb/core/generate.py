@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..model.device import generator as make_generator
-from ..model.device import model_device, synchronize
+from ..model.device import synchronize
 from ..model.models import LoadedModel
 from .accept import accept, source_row
 from .draft import Draft
@@ -71,7 +71,7 @@ def generate(target: LoadedModel, prompt: PromptLike, drafter: Drafter | None = 
         raise ValueError(f"prompt ({prompt_ids.shape[0]} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
                          f"model's context of {target.max_context} tokens")
     eos = torch.tensor(sorted(target.eos_token_ids) if stop_at_eos else [], dtype=torch.long)
-    device = model_device(target.model)
+    device = target.device
     generator = make_generator(device, seed)  # sampling draws from probabilities on the model's device
     verifier = Verifier(target, verify, want_hidden=bool(drafter and drafter.needs_hidden_state))
     # One buffer for prompt + output; drafters see a view of its filled part (no copies per step).

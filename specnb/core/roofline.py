@@ -173,8 +173,8 @@ def machine_key(target: LoadedModel) -> str:
     cached timing or output depends on (a table timed with other kernels or another body does not apply). The
     model's whole name is kept (``safe_name(..., whole=True)``): two checkpoints in folders of one name must not
     share cached outputs."""
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
-    host = device_name(next(target.model.parameters()).device).replace(" ", "_").replace("/", "_")
+    dtype = target.dtype_name
+    host = device_name(target.device).replace(" ", "_").replace("/", "_")
     kernel = target.decoder.call_path()
     return "-".join(part for part in (safe_name(target.name, whole=True), dtype, host, kernel) if part)
 

@@ -32,7 +32,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..model.device import model_device
 from ..model.forward import forward, hidden_states
 from ..model.kv_cache import GrowingCache
 from ..model.masks import TreeMasks
@@ -69,9 +68,9 @@ class Verifier:
         self.target = target
         self.mode = mode
         self.want_hidden = want_hidden
-        self.device = model_device(target.model)
+        self.device = target.device
         self.cache = GrowingCache()
-        self.masks = TreeMasks(target.model)
+        self.masks = TreeMasks(target.config, target.dtype, target.device)
         self._past = 0  # cache length before the last forward call
         self._paths: Tensor | None = None  # batch mode: the [P, D] paths (full indices) the last call ran
 

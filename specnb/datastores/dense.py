@@ -139,7 +139,7 @@ class DenseDatastore:
         """Raise CorpusError unless ``target`` is the model (and tokenizer) the hidden states came from."""
         TokenizerInfo(**self.meta["tokenizer"]).check(target, f"dense datastore {self.path}")
         model = self.meta["model"]
-        hidden_size = target.model.config.get_text_config().hidden_size
+        hidden_size = target.config.hidden_size
         if model["name"] != target.name or model["hidden_size"] != hidden_size:
             raise CorpusError(f"dense datastore {self.path} holds hidden states of model {model['name']!r} "
                               f"(d={model['hidden_size']}), not of {target.name!r} (d={hidden_size}); "
@@ -233,7 +233,7 @@ def build_datastore(target: LoadedModel, corpus: TokenCorpus, out: str | Path, c
         store.check(target)
         return store
     corpus.tokenizer.check(target, f"corpus {corpus.meta.get('name')!r}")
-    _check_dims(config, target.model.config.get_text_config().hidden_size, target.name)
+    _check_dims(config, target.config.hidden_size, target.name)
     with atomic_folder(out, replace=replace, keep_partial=True) as tmp:
         _build_into(tmp, target, corpus, config, progress, cluster)
     return load_datastore(out)

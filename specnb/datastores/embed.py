@@ -142,13 +142,13 @@ def plan(target: LoadedModel, corpus: TokenCorpus, *, n_next: int = N_NEXT, seq_
          batch_tokens: int = 4096) -> Plan:
     """The layout of extracting ``corpus`` with ``target`` (ValueError for impossible sizes or an empty corpus)."""
     check_sizes(seq_len, overlap, batch_tokens)
-    d = target.model.config.get_text_config().hidden_size
+    d = target.config.hidden_size
     pad_id = min(target.eos_token_ids) if target.eos_token_ids else -1
     positions, doc_ends = row_layout(corpus.doc_starts)
     n = int(positions.shape[0])
     if n == 0:
         raise ValueError("the corpus has no position with a next token (all documents have one token)")
-    params = {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+    params = {"model": target.name, "dtype": target.dtype_name,
               "hidden_size": d, "rows": n, "n_next": n_next, "pad_id": pad_id, "seq_len": seq_len,
               "overlap": overlap, "batch_tokens": batch_tokens, "corpus": corpus.meta.get("name"),
               "corpus_tokens": corpus.num_tokens, "corpus_docs": corpus.num_docs}
@@ -168,7 +168,7 @@ def write_layout(out: Path, corpus: TokenCorpus, layout: Plan) -> None:
 
 def run_batch(target: LoadedModel, tokens: np.ndarray, batch: list[Segment]) -> list[tuple[int, np.ndarray]]:
     """One forward pass over a batch of segments: (first row, float16 states [rows, d]) of each segment."""
-    device = next(target.model.parameters()).device
+    device = target.device
     width = batch[0].length
     ids = torch.zeros(len(batch), width, dtype=torch.long)
     mask = torch.zeros(len(batch), width, dtype=torch.long)

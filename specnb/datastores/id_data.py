@@ -137,7 +137,7 @@ def response_meta(target: LoadedModel, max_new_tokens: int, source: str, seed: i
     """The provenance sidecar of a responses file (``drafts``: the drafter that sped it up, which changes nothing
     in it)."""
     info, _ = TokenizerInfo.of(target)
-    return {"model": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+    return {"model": target.name, "dtype": target.dtype_name,
             "weights": target.weights, "tokenizer": info.__dict__, "decoding": "greedy",
             "max_new_tokens": max_new_tokens, "prompts": source, "seed": seed, "chat_template": target.chat,
             "made_by": MADE_BY, "drafts": drafts}

@@ -49,11 +49,12 @@ class NgramTableError(ValueError):
 def model_fingerprint(target: LoadedModel) -> str:
     """A short hash of the embedding shapes and a few embedding rows: tables built for another model
     (or another tokenizer) are refused instead of silently giving useless drafts."""
-    emb = target.model.get_input_embeddings().weight
-    out = target.model.get_output_embeddings().weight
+    emb = target.modules.get_input_embeddings().weight
+    out = target.modules.get_output_embeddings().weight
     digest = hashlib.sha1(f"{tuple(emb.shape)}|{tuple(out.shape)}|{len(target.tokenizer)}".encode())
-    digest.update(emb[:4].detach().float().cpu().numpy().round(4).tobytes())
-    digest.update(out[-4:].detach().float().cpu().numpy().round(4).tobytes())
+    digest.update(target.embedding_rows(slice(0, 4)).float().cpu().numpy().round(4).tobytes())
+    digest.update(target.embedding_rows(slice(out.shape[0] - 4, None), output=True).float().cpu().numpy().round(4)
+                  .tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -221,7 +222,7 @@ def bigram_table(target: LoadedModel, tokens: np.ndarray | list[int] | None = No
         missing = np.setdiff1d(np.unique(new_topk[:, 0]), known)
     order = np.argsort(known)
     known, topk, logprobs = known[order], topk[order], logprobs[order]
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    dtype = target.dtype_name
     meta = dict(kind="bigram", k_max=k_max, prefix="bos" if _bos(target) is not None else "none",
                 dtype=dtype, rows=int(known.shape[0]))
     if added:

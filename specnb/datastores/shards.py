@@ -109,7 +109,7 @@ def extract_on_ray(target: LoadedModel, corpus: TokenCorpus, out: str | Path, cl
     if todo:
         connect(cluster)
         gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        model = {"name": target.name, "dtype": str(next(target.model.parameters()).dtype).removeprefix("torch."),
+        model = {"name": target.name, "dtype": target.dtype_name,
                  "weights": target.weights, "device": "cuda" if gpus else "cpu"}
         shards = ray.data.from_items([{"shard": s} for s in todo], override_num_blocks=len(todo))
         results = shards.map_batches(

@@ -33,7 +33,6 @@ from ..draft_shapes import SelfDraft, check_self_layers, parse_draft, tree_shape
 from ..model.backend import HFModules
 from ..model.decoder import Body
 from ..model.device import generator as make_generator
-from ..model.device import model_device
 from ..model.forward import forward
 from ..model.kernels import top_k
 from ..model.kv_cache import GrowingCache
@@ -44,7 +43,7 @@ from ..options import OptionError, Options, at_least, parsed_by, positive_shape
 from . import Method
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 NO_DRAFT = "draft-model methods need --draft NAME or --draft self:L"
 
@@ -136,23 +135,29 @@ def self_draft(target: LoadedModel, layers: int) -> LoadedModel:
     backend: Hugging Face decoders run ``self.layers[:config.num_hidden_layers]``), is a shallow copy of the
     target's model objects with a config of ``layers`` layers: no copied tensors.
     """
-    config = copy.deepcopy(target.model.config)
+    config = copy.deepcopy(target.modules.config)
     text = config.get_text_config()
     total = text.num_hidden_layers
     check_self_layers(layers, total)
     text.num_hidden_layers = layers
     if getattr(text, "layer_types", None):
         text.layer_types = text.layer_types[:layers]
-    outer = target.model
+    decoder = target.decoder
+    shell = _first_layers(target.modules, config)
+    draft = decoder.first_layers(layers) if isinstance(decoder, Body) else HFModules(shell, decoder.head)
+    dense = None if target.dense is None else functools.cache(lambda: _first_layers(target.model, config))
+    return LoadedModel(shell, target.tokenizer, f"{target.name}:self:{layers}", draft, target.chat,
+                       target.eos_token_ids, dense)
+
+
+def _first_layers(outer: PreTrainedModel, config: PretrainedConfig) -> PreTrainedModel:
+    """A shallow copy of ``outer`` with ``config`` (fewer layers): the same submodules, no tensor copied."""
     base = copy.copy(outer.base_model)  # new object, same submodules (and so the same weights)
-    base.config = text
+    base.config = config.get_text_config()
     model = copy.copy(outer)
     model._modules = {**outer._modules, outer.base_model_prefix: base}  # never mutate the target's dict
     model.config = config
-    decoder = target.decoder
-    draft = decoder.first_layers(layers) if isinstance(decoder, Body) else HFModules(model, decoder.head)
-    return LoadedModel(model, target.tokenizer, f"{target.name}:self:{layers}", draft, target.chat,
-                       target.eos_token_ids)
+    return model
 
 
 def check_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
@@ -181,8 +186,8 @@ def load_draft(target: LoadedModel, draft: str | SelfDraft, device: str | torch.
     share its vocabulary."""
     if isinstance(draft, SelfDraft):
         return self_draft(target, draft.layers)
-    model = _load_cached(draft, next(target.model.parameters()).dtype,
-                         model_device(target.model) if device is None else torch.device(device))
+    model = _load_cached(draft, target.dtype,
+                         target.device if device is None else torch.device(device))
     check_vocabulary(target, model)
     return model
 
@@ -214,8 +219,8 @@ class DraftModelDrafter(Drafter):
         self.config = SamplingConfig(temperature, top_p)
         # One generator for the drafter's life, not reseeded per generation: repeated generations from the
         # same prompt must draw fresh candidates, or their outputs would not follow the target distribution.
-        self.generator = make_generator(model_device(draft.model), seed)
-        self.masks = TreeMasks(draft.model)
+        self.generator = make_generator(draft.device, seed)
+        self.masks = TreeMasks(draft.config, draft.dtype, draft.device)
         self.reset(torch.empty(0, dtype=torch.long))
 
     # -------------------------------------------------------------- protocol

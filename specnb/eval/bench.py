@@ -42,7 +42,7 @@ from ..core.drafter import Drafter
 from ..core.prompts import Prompt, check_follow_ups, encode_prompt, with_answer
 from ..core.verify import VerifyMode
 from ..model.ceilings import sample_read_bandwidth, streamed_bytes
-from ..model.device import model_device, synchronize
+from ..model.device import synchronize
 from ..model.kernels.cpu import cpu_class
 from ..model.models import LoadedModel, load_model
 from .methods import (
@@ -167,7 +167,7 @@ def run_bench(target: LoadedModel, prompts: list[Prompt], config: BenchConfig, p
     check_lengths(target, prompts, config.max_new_tokens, target.max_context)  # before any method runs
     machine = {"weight_bytes": streamed_bytes(target), "read_gb_per_s": sample_read_bandwidth(),
                "cpu_class": cpu_class()}
-    counter = _CallCounter(target.model)
+    counter = _CallCounter(target.modules)  # a GGUF model's are never called: the peers count their own
 
     sampled_at, bandwidth = time.perf_counter(), machine["read_gb_per_s"]
 
@@ -232,12 +232,12 @@ def _runner(label: str, target: LoadedModel, config: BenchConfig) -> Runner:
 def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConfig):
     """Hugging Face ``generate``: plain, prompt lookup (10 tokens) or assisted by a draft model (loaded on the
     target's device); timed between device synchronisations."""
-    device = model_device(target.model)
+    device = target.device
     kwargs: dict = {}
     if isinstance(options, LookupOptions):
         kwargs["prompt_lookup_num_tokens"] = options.w
     if isinstance(options, HfAssistedOptions):
-        kwargs["assistant_model"] = load_model(options.draft, dtype=next(target.model.parameters()).dtype,
+        kwargs["assistant_model"] = load_model(options.draft, dtype=target.dtype,
                                                device=device, weights="bf16").model  # runs as HF ships it
     sampling = dict(do_sample=True, temperature=config.temperature, top_p=config.top_p) if config.temperature > 0 \
         else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
@@ -246,16 +246,20 @@ def _hf_runner(method: str, target: LoadedModel, options: Any, config: BenchConf
 
     def run(prompt: Prompt, max_new_tokens: int) -> dict:
         ids = encode_prompt(target, prompt)[None].to(device)
+        model = target.model  # the dense weights, loaded here first where a GGUF file's blocks run our calls
         torch.manual_seed(config.seed)
+        counter = _CallCounter(model)
         synchronize(device)
         start = time.perf_counter()
         with torch.inference_mode():
-            out = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                        eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 eos_token_id=eos, pad_token_id=pad, **sampling, **kwargs)
         synchronize(device)
         seconds = time.perf_counter() - start
+        counter.remove()
         tokens = out[0, ids.shape[1]:].cpu().tolist()
-        row = {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds}
+        row = {"new_tokens": len(tokens), "seconds": seconds, "tokens_per_s": len(tokens) / seconds,
+               "calls": counter.calls - 1}
         # over GGUF blocks our AR runs other weights than Hugging Face's dense checkpoint: nothing to compare
         return row if target.weights.startswith("gguf") else {**row, "tokens": tokens}
 

@@ -56,7 +56,7 @@ def measure(target: LoadedModel, corpus: TokenCorpus, *, seq_len: int = 512, ove
     the model ran (overlap context and padding included)."""
     check_batches(corpus, seq_len, overlap, batch_tokens)
     layout = plan(target, corpus, seq_len=seq_len, overlap=overlap, batch_tokens=batch_tokens)
-    device = next(target.model.parameters()).device
+    device = target.device
     tokens = np.asarray(corpus.tokens)
     run_batch(target, tokens, layout.work[0])
     synchronize(device)

@@ -130,7 +130,7 @@ def _run(target: LoadedModel, prompts: list[Prompt], runners: Mapping[str, Runne
             runner(prompts[0], min(warmup, max_new_tokens))
             if hasattr(runner, "clear"):  # the warm-up's output must not be an "earlier request" of the first prompt
                 runner.clear()
-    dtype = next(target.model.parameters()).dtype
+    dtype = target.dtype
     rows: list[dict] = []
     done, interrupted = 0, False
     try:

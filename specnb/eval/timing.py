@@ -28,7 +28,7 @@ from ..atomic import write_csv
 from ..core.head_rows import PROBE_ROWS, cheapest_rows, splits
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
 from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
-from ..model.device import model_device, resolve_device, synchronize
+from ..model.device import resolve_device, synchronize
 from ..model.forward import forward
 from ..model.kernels.cpu import cpu_class
 from ..model.kv_cache import GrowingCache
@@ -158,7 +158,7 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     rows a call's head computes at its first read, :func:`specnb.core.head_rows.cheapest_rows` of these timings),
     which :class:`specnb.core.roofline.CostModel` prices replayed calls with.
     """
-    device = model_device(target.model)
+    device = target.device
     vocab = target.vocab_size
     generator = torch.Generator().manual_seed(seed)
     caches = {}
@@ -172,8 +172,8 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     ratios: dict[tuple[int, int, int], list[float]] = {cell: [] for cell in cells}
     single: dict[int, list[float]] = {context: [] for context in grid.contexts}
     head = target.decoder.head
-    hidden = torch.randn(max(HEAD_ROWS_TIMED, *PROBE_ROWS), target.model.config.get_text_config().hidden_size,
-                         generator=generator).to(device, next(target.model.parameters()).dtype)
+    hidden = torch.randn(max(HEAD_ROWS_TIMED, *PROBE_ROWS), target.config.hidden_size,
+                         generator=generator).to(device, target.dtype)
     head_rows = sorted(set(PROBE_ROWS) | {k * (w + 1) for _, k, w in cells if k * (w + 1) <= HEAD_ROWS_TIMED}) \
         if splits(head, hidden) else []
     head_ratios: dict[int, list[float]] = {rows: [] for rows in head_rows}
@@ -262,7 +262,7 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
 def timing_label(target: LoadedModel) -> str:
     """The ``dtype`` column of a timing: the weights' dtype (``"bfloat16"``), with ``-gguf`` where the projections
     and head compute over GGUF blocks (``"bfloat16-gguf"``: bf16 activations; ``-gguf-int8`` rounded to int8)."""
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    dtype = target.dtype_name
     return dtype if target.weights == "bf16" else f"{dtype}-{target.weights}"
 
 
@@ -275,28 +275,26 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     best GEMM FLOP/s where specnb's kernels do not run the model)."""
     if not isinstance(target, LoadedModel):
         target = LoadedModel.of(target, byte_tokenizer(), type(target).__name__)
-    model = target.model
     name = label or target.name
-    param = next(model.parameters())
     dtype = timing_label(target)
     frame = time_cells(target, grid, progress=progress, desc=f"roofline {name} {dtype}")
     frame["model"] = name
     frame["dtype"] = dtype
-    frame["device"] = device_name(param.device)
+    frame["device"] = device_name(target.device)
     frame["torch"] = torch.__version__
     frame["kernel"] = target.decoder.call_path() or "torch"
     frame["date"] = datetime.date.today().isoformat()
     frame["repeats"] = grid.repeats
-    if param.device.type == "cpu":
+    if target.device.type == "cpu":
         frame["cpu_class"] = cpu_class()
         frame["read_gb_per_s"] = read_bandwidth()
-        frame["gemm_gflops"] = gemm_flops(param.dtype) / 1e9
+        frame["gemm_gflops"] = gemm_flops(target.dtype) / 1e9
         frame["bandwidth_floor_s"] = streamed_bytes(target) / (frame.read_gb_per_s * 1e9)
         instruction = path_instruction(target)
         macs = peak_macs(instruction) if instruction else None
         frame["compute_instruction"] = instruction or "torch-gemm"
         frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2
-        frame["compute_floor_s"] = matmul_parameters(model) * frame.tokens / (frame.peak_gmacs * 1e9)
+        frame["compute_floor_s"] = matmul_parameters(target.modules) * frame.tokens / (frame.peak_gmacs * 1e9)
     return frame
 
 

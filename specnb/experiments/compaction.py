@@ -145,9 +145,9 @@ def corpora_and_indexes(target: LoadedModel, sizes: CompactionSizes, work: Path,
 def setup(report, target: LoadedModel, corpora: dict[str, TokenCorpus], sizes: CompactionSizes, n_prompts: int,
           max_new_tokens: int) -> None:
     """Record this run's setup beside the CREST paper's (:meth:`specnb.study.results.Results.setup`)."""
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    dtype = target.dtype_name
     report.setup(PAPER, here={
-        "model": f"{target.name} (base)", "hardware": device_name(next(target.model.parameters()).device),
+        "model": f"{target.name} (base)", "hardware": device_name(target.device),
         "dtype": dtype,
         "datastore": f"code: CPython stdlib, {corpora['code'].num_tokens:,} tokens; chat: ShareGPT, "
                      f"{corpora['chat'].num_tokens:,} tokens",

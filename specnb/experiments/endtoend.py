@@ -126,7 +126,7 @@ def table(rows: pd.DataFrame) -> pd.DataFrame:
 def hardware(target: LoadedModel) -> str:
     """The machine a run's timings belong to, in words: the GPU's name, or the CPU's model, its class (amx /
     avx512bf16 / avx2) and torch's threads."""
-    device = next(target.model.parameters()).device
+    device = target.device
     if device.type != "cpu":
         return device_name(device)
     from ..model.kernels.cpu import cpu_class

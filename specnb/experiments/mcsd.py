@@ -330,7 +330,7 @@ def paired_change(rows: pd.DataFrame, a: dict, b: dict, ratio: bool = False) -> 
 def _own_parameters(model: LoadedModel) -> list[torch.nn.Parameter]:
     """The parameters ``model`` runs, each tensor once (tied embeddings share one); a ``self:L`` draft, which
     shares its target's module list, counts only its first L layers."""
-    layers = model.model.config.get_text_config().num_hidden_layers
+    layers = model.config.num_hidden_layers
     seen, out = set(), []
     for name, param in model.model.named_parameters():
         parts = name.split(".")

@@ -111,10 +111,10 @@ def restricted_bigram_table(target: LoadedModel, references: dict[str, list[Refe
 def setup(report, target: LoadedModel, n_prompts: int, max_new_tokens: int, timed_prompts: int,
           timed_tokens: int) -> None:
     """This run's setup beside N-Grammys' (:meth:`specnb.study.results.Results.setup`)."""
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    dtype = target.dtype_name
     report.setup(PAPER, here={
         "model": f"{target.name} (base, vocabulary {target.vocab_size:,})",
-        "hardware": device_name(next(target.model.parameters()).device), "dtype": dtype,
+        "hardware": device_name(target.device), "dtype": dtype,
         "prompts × tokens": f"replay: {n_prompts} × {max_new_tokens} per set; timed: {timed_prompts} × {timed_tokens} "
                             "per set, one run",
         "task": "HumanEval, MT-Bench first turns (raw prompts, greedy)",

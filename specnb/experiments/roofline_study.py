@@ -74,7 +74,7 @@ def setup(report, models: dict[str, LoadedModel], grid: Grid, curve_grid: Grid, 
     """This run's setup beside N-Grammys Fig. 1's (:meth:`specnb.study.results.Results.setup`)."""
     model = next(iter(models.values()))
     report.setup(PAPER, here={
-        "model": model.name, "hardware": device_name(next(model.model.parameters()).device),
+        "model": model.name, "hardware": device_name(model.device),
         "dtype": f"grid: {' and '.join(heatmap)}; cost curve: {' and '.join(models)}",
         "prompts × tokens": "none: random tokens, one call per cell",
         "task": f"one call on a (k, w + 1) block, k ∈ {{{', '.join(map(str, grid.ks))}}}, "

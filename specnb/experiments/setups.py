@@ -14,13 +14,13 @@ DOCUMENTS = {"code-OOD": "code (out of distribution)", "code-ID": "the target's 
 
 def hidden_size(target: LoadedModel) -> int:
     """The width of the target's hidden state (the dense keys' raw dimension)."""
-    return int(target.model.config.get_text_config().hidden_size)
+    return int(target.config.hidden_size)
 
 
 def weights_label(target: LoadedModel) -> str:
     """What the target computes in: its weights' dtype (``"bfloat16"``), or ``"bfloat16 activations, GGUF blocks"``
     where its projections and head run over the GGUF file's blocks."""
-    dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")
+    dtype = target.dtype_name
     if target.weights == "gguf-int8":
         return f"{dtype} activations rounded to int8, GGUF blocks"
     return f"{dtype} activations, GGUF blocks" if target.weights == "gguf" else dtype
@@ -31,9 +31,8 @@ def here(target: LoadedModel, **fields: object) -> dict[str, str]:
     and its class (amx / avx512bf16 / avx2), "dtype": :func:`weights_label`}, then ``fields`` (e.g.
     ``datastore=...``, ``prompts_tokens=...``: underscores become spaces, ``prompts_tokens`` becomes
     ``prompts × tokens``), every value as a string."""
-    param = next(target.model.parameters())
-    hardware = device_name(param.device)
-    if param.device.type == "cpu":
+    hardware = device_name(target.device)
+    if target.device.type == "cpu":
         hardware += f" ({cpu_class()})"
     out = {"model": f"{target.name} (hidden {hidden_size(target)})", "hardware": hardware,
            "dtype": weights_label(target)}

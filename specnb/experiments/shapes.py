@@ -45,7 +45,7 @@ from ..drafters.shaped import Shaped
 from ..eval.bench import BenchConfig, run_bench
 from ..eval.replay import Reference, ar_priced_seconds, priced_seconds, replay_many
 from ..eval.runner import Variant
-from ..model.device import model_device, synchronize
+from ..model.device import synchronize
 from ..model.forward import forward
 from ..model.kv_cache import GrowingCache
 from ..model.models import LoadedModel
@@ -85,7 +85,7 @@ def call_costs(models: list[LoadedModel], context: int = 128, repeats: int = 9, 
     for round_ in range(repeats + 1):
         for i, model in enumerate(models):
             caches[i].keep(context, torch.empty(0, dtype=torch.long))
-            device = model_device(model.model)
+            device = model.device
             synchronize(device)
             start = time.perf_counter()
             forward(model, tokens[i].to(device), cache=caches[i])

@@ -14,9 +14,11 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+import torch
 from torch import Tensor
 
 from .decoder import ARCHITECTURES, Body, OutputHead, head_of
+from .device import model_device
 from .kv_cache import GrowingCache
 
 if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a type only
@@ -41,6 +43,16 @@ class HFModules:
     backend: Literal["hf"] = "hf"
     uses_gguf = False
     uses_int8 = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype."""
+        return self.model.dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The weights' device."""
+        return model_device(self.model)
 
     def forward(self, input_ids: Tensor, cache: GrowingCache | None = None, positions: Tensor | None = None,
                 mask: Tensor | dict[str, Tensor] | None = None) -> Tensor:
@@ -69,7 +81,7 @@ def build_decoder(model: PreTrainedModel, backend: Backend, gguf: str | None = N
         return Body.from_hf(model)
     if gguf is None:
         raise ValueError(f"backend {backend!r} needs a GGUF file")
-    return Body.from_gguf(model, gguf, int8=backend == "gguf-int8")
+    return Body.from_gguf(model.config.get_text_config(), model.dtype, gguf, int8=backend == "gguf-int8")
 
 
 def dense_backend(model: PreTrainedModel) -> Backend:

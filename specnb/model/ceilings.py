@@ -113,13 +113,13 @@ def int8_form() -> str:
 def path_instruction(target: LoadedModel) -> str | None:
     """The instruction ``target``'s projections multiply with (:func:`kernel_instruction`), or None where
     specnb's kernels do not run it (PyTorch's GEMMs: :func:`gemm_flops` is their roof)."""
-    from .kernels import routed
+    from .kernels import route
 
     if target.decoder.uses_gguf:
         return kernel_instruction(True, target.decoder.uses_int8, False)
-    if not routed(target.model):
+    if not route(target.device, target.dtype):
         return None
-    return kernel_instruction(False, False, next(target.model.parameters()).dtype == torch.bfloat16)
+    return kernel_instruction(False, False, target.dtype == torch.bfloat16)
 
 
 def streamed_bytes(target: LoadedModel) -> int:

@@ -46,7 +46,7 @@ from .kv_cache import GrowingCache
 from .masks import TreeMasks
 
 if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a type only
-    from transformers import PreTrainedModel
+    from transformers import PretrainedConfig, PreTrainedModel
 
 ARCHITECTURES = {"llama": False, "qwen2": False, "gemma3_text": True}  # model_type -> Gemma-style norms
 MIN_POSITIONS = 512  # positions the rotary tables hold at least (:class:`Rotary`)
@@ -546,26 +546,25 @@ class Body:
         layers = [Layer.from_hf(layer, i, kinds[i], gemma) for i, layer in enumerate(decoder.layers)]
         return cls(embed=decoder.embed_tokens, layers=layers, norm=Norm.of(decoder.norm, gemma),
                    rotary=Rotary.of(decoder.rotary_emb, sorted(set(kinds))), head=head_of(model),
-                   masks=TreeMasks(model), window=getattr(config, "sliding_window", None), backend="dense",
+                   masks=TreeMasks.of(model), window=getattr(config, "sliding_window", None), backend="dense",
                    **_placement(model))
 
     @classmethod
-    def from_gguf(cls, model: PreTrainedModel, path: str, int8: bool = False) -> Body:
-        """Over the GGUF file at ``path`` (``int8``: its blocks take int8-rounded activations): its layers,
-        activations in the model's dtype. The Hugging Face model ``model`` (the same checkpoint, converted) gives only
-        the dtype, the layer count and the masks' device; the file's settings must agree with its config."""
+    def from_gguf(cls, config: PretrainedConfig, dtype: torch.dtype, path: str, int8: bool = False) -> Body:
+        """Over the GGUF file at ``path`` (``int8``: its blocks take int8-rounded activations) on the CPU: its layers,
+        activations in ``dtype``. ``config``, the (text) config of the Hugging Face checkpoint converted from it, gives
+        the layer count; the file's settings must agree with it."""
         weights = read(path, int8)
-        config = model.config.get_text_config()
         check_matches(weights.path, weights.settings, config)
-        s, dtype = weights.settings, model.get_input_embeddings().weight.dtype
+        s, cpu = weights.settings, torch.device("cpu")
         layers = [Layer.from_gguf(weights, i, s.layer_types[i], dtype) for i in range(config.num_hidden_layers)]
         head = weights.tensor(weights.head_name)
         head = head if isinstance(head, QuantizedWeight) else head.to(dtype)
         return cls(embed=Embedding(weights.tensor("token_embd.weight"), dtype, s.embed_scale), layers=layers,
                    norm=Norm(weights.tensor("output_norm.weight"), s.eps, not s.gemma),
                    rotary=Rotary.default(s.head_dim, {k: s.rope_base[k] for k in sorted(set(s.layer_types))}),
-                   head=OutputHead(head, None, s.final_softcap), masks=TreeMasks(model), window=s.window,
-                   backend="gguf-int8" if int8 else "gguf", **_placement(model), source=weights)
+                   head=OutputHead(head, None, s.final_softcap), masks=TreeMasks(config, dtype, cpu), window=s.window,
+                   backend="gguf-int8" if int8 else "gguf", dtype=dtype, device=cpu, source=weights)
 
     def first_layers(self, layers: int) -> Body:
         """The early-exit model of this body's first ``layers`` layers (a ``self:L`` draft): the same layer objects,

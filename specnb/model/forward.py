@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from .device import model_device
 from .kv_cache import GrowingCache
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ def hidden_states(target: LoadedModel, input_ids: Tensor, *, cache: GrowingCache
     The host/device boundary of every model call in specnb: ``input_ids`` and ``positions`` may be host tensors and
     are moved to the model's device here (the masks are built there).
     """
-    device = model_device(target.model)
+    device = target.device
     if positions is not None:
         positions = positions.to(device, non_blocking=True)
     return target.decoder.forward(input_ids.to(device, non_blocking=True), cache, positions, mask)

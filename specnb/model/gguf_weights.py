@@ -6,8 +6,8 @@ multiply the file's quantized blocks (:func:`specnb.model.kernels.quant.linear`:
 rounding), norms and biases are the file's fp32 values, the input embedding decodes the rows of a call's
 tokens from their blocks. ``weights="gguf-int8"`` multiplies the same blocks (repacked once for that route)
 with input rows rounded to int8 per block: another model, with its own greedy references. The Hugging Face
-model loaded beside it keeps its dense weights and runs only on the ``hf`` backend (the stock baseline,
-:func:`specnb.model.models.stock`): nothing of it is patched.
+model beside it gives the config; its dense weights load only when something runs it (the stock baseline,
+:func:`specnb.model.models.stock`), and nothing of it is patched.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from torch import Tensor
 from .device import model_device
 
 if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code); a type only
-    from transformers import PreTrainedModel
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 class TreeMasks:
@@ -22,12 +22,16 @@ class TreeMasks:
     positions behind the query. Masks are built on the model's device: only the tree block crosses over.
     """
 
-    def __init__(self, model: PreTrainedModel):
-        config = model.config.get_text_config()
+    def __init__(self, config: PretrainedConfig, dtype: torch.dtype, device: torch.device):
+        """Masks of a model of (text) ``config`` whose activations are ``dtype`` on ``device``."""
         self.layer_types = sorted(set(getattr(config, "layer_types", None) or ["full_attention"]))
         self.sliding_window = getattr(config, "sliding_window", None)
-        self.dtype = next(model.parameters()).dtype
-        self.device = model_device(model)
+        self.dtype, self.device = dtype, device
+
+    @classmethod
+    def of(cls, model: PreTrainedModel) -> TreeMasks:
+        """The masks of a Hugging Face model with its weights."""
+        return cls(model.config.get_text_config(), next(model.parameters()).dtype, model_device(model))
 
     def __call__(self, allowed: Tensor, query_pos: Tensor, key_pos: Tensor,
                  prefix: int = 0) -> Tensor | dict[str, Tensor]:

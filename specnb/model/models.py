@@ -25,13 +25,14 @@ import shutil
 import subprocess
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from ..atomic import atomic_file, atomic_folder, write_text
@@ -54,21 +55,65 @@ from .model_names import (
 )
 
 if TYPE_CHECKING:  # importing it costs seconds (transformers' modeling code): loaders import it when they run
-    from transformers import PreTrainedModel
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 @dataclass
 class LoadedModel:
     """A causal LM ready for decoding: Hugging Face's model (eval mode: its config, dense weights and ``generate``),
     its tokenizer, how to format prompts, and the :data:`~specnb.model.backend.Decoder` that runs every specnb call
-    (:func:`specnb.model.forward.forward`), chosen once by :func:`load_model`."""
+    (:func:`specnb.model.forward.forward`), chosen once by :func:`load_model`.
 
-    model: PreTrainedModel
+    ``modules`` is Hugging Face's model as loaded: with its dense weights, or, where a GGUF file's blocks run every
+    call, on the meta device (its config, shapes and dtype only) and ``dense`` loads the weights on first use of
+    :attr:`model` (the stock baselines, the embedding tables): a GGUF model costs no memory or load time for weights
+    it never multiplies.
+    """
+
+    modules: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     name: str
     decoder: Decoder
     chat: bool = False  # apply the chat template to chat prompts
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    dense: Callable[[], PreTrainedModel] | None = None  # the dense model, loaded once: a DenseCheckpoint
+
+    @property
+    def model(self) -> PreTrainedModel:
+        """Hugging Face's model with its dense weights (loaded on first use where ``modules`` has none)."""
+        return self.modules if self.dense is None else self.dense()
+
+    def embedding_rows(self, rows: slice, output: bool = False) -> Tensor:
+        """``rows`` of the input (``output``: the output) embedding's dense weight [r, d] in :attr:`dtype`; read from
+        the checkpoint's file where the dense weights are not loaded (a table's identity needs a few rows, not 3 GB)."""
+        weight = (self.modules.get_output_embeddings() if output else self.modules.get_input_embeddings()).weight
+        if not weight.is_meta:
+            return weight[rows].detach()
+        if isinstance(self.dense, DenseCheckpoint) and not self.dense.loaded:
+            name = next(name for name, p in self.modules.named_parameters() if p is weight)  # tied: the input's
+            return self.dense.rows(name, rows)
+        model = self.model
+        return (model.get_output_embeddings() if output else model.get_input_embeddings()).weight[rows].detach()
+
+    @property
+    def config(self) -> PretrainedConfig:
+        """The model's (text) config: its architecture and sizes."""
+        return self.modules.config.get_text_config()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype (the dense weights' where they run)."""
+        return self.decoder.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        """:attr:`dtype` as results files write it: ``bfloat16``, ``float32``."""
+        return str(self.dtype).removeprefix("torch.")
+
+    @property
+    def device(self) -> torch.device:
+        """Where every call runs."""
+        return self.decoder.device
 
     @property
     def backend(self) -> Backend:
@@ -84,12 +129,12 @@ class LoadedModel:
     @property
     def vocab_size(self) -> int:
         """Rows of the LM head (can exceed ``len(tokenizer)``)."""
-        return self.model.get_output_embeddings().weight.shape[0]
+        return self.modules.get_output_embeddings().weight.shape[0]
 
     @property
     def max_context(self) -> int:
         """Longest sequence (prompt + new tokens) the model's positions allow."""
-        return int(getattr(self.model.config.get_text_config(), "max_position_embeddings", 1 << 30))
+        return int(getattr(self.config, "max_position_embeddings", 1 << 30))
 
     @classmethod
     def of(cls, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, name: str, **fields) -> LoadedModel:
@@ -418,23 +463,74 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     if where.kind == "tiny":
         tiny_dtype = torch.float32 if dtype == "auto" else resolve_dtype(dtype, device.type)
         return tiny_model(where.source, dtype=tiny_dtype, device=device)
-    from transformers import AutoModelForCausalLM
-
     torch_dtype = resolve_dtype(dtype, device.type)
     weights = resolve_weights(name, weights, device, torch_dtype)
     source = str(fetch(name) if where.kind == "embedded" else checkpoint(name))
     try:
         tokenizer = shared_tokenizer(source, where.offline)
-        placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
-        with _quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, local_files_only=where.offline,
-                                                         **placement).eval()
+        if weights.startswith("gguf"):  # the file's blocks run every call: the dense weights load on first use
+            modules = _hf_model(source, where.offline, torch_dtype, device, empty=True)
+            dense = DenseCheckpoint(source, where.offline, torch_dtype, device)
+        else:
+            modules, dense = _hf_model(source, where.offline, torch_dtype, device), None
     except OSError as exc:  # hub unreachable, missing files
         raise ModelError(f"cannot load model {name!r}: {exc}") from None
-    _say_which_decoder(model.config.get_text_config().model_type)
-    installed = kernels.rehome(model)
-    return LoadedModel(model, tokenizer, name, _decoder(name, model, weights, installed, device, torch_dtype),
-                       chat=uses_chat(name, tokenizer), eos_token_ids=_eos_ids(model, tokenizer))
+    _say_which_decoder(modules.config.get_text_config().model_type)
+    return LoadedModel(modules, tokenizer, name, _decoder(name, modules, weights, device, torch_dtype),
+                       chat=uses_chat(name, tokenizer), eos_token_ids=_eos_ids(modules, tokenizer), dense=dense)
+
+
+@dataclass(eq=False)
+class DenseCheckpoint:
+    """A local checkpoint's dense weights in ``dtype`` on ``device``: the model, loaded on the first call and kept, or
+    single tensors' rows read from its safetensors file before that."""
+
+    folder: str
+    offline: bool
+    dtype: torch.dtype
+    device: torch.device
+    _model: PreTrainedModel | None = field(default=None, repr=False)
+
+    def __call__(self) -> PreTrainedModel:
+        if self._model is None:
+            self._model = _hf_model(self.folder, self.offline, self.dtype, self.device)
+        return self._model
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def rows(self, name: str, rows: slice) -> Tensor:
+        """``rows`` of the checkpoint's tensor ``name`` in ``dtype`` (from its file, or its shard's)."""
+        from safetensors import safe_open
+
+        index, file = Path(self.folder) / "model.safetensors.index.json", "model.safetensors"
+        if index.exists():
+            file = json.loads(index.read_text())["weight_map"][name]
+        with safe_open(Path(self.folder) / file, "pt") as f:
+            return f.get_slice(name)[rows].to(self.dtype)
+
+
+def _hf_model(source: str, offline: bool, dtype: torch.dtype, device: torch.device,
+              empty: bool = False) -> PreTrainedModel:
+    """Hugging Face's model at ``source`` in eval mode, its weights in ``dtype`` on ``device`` (the large ones in
+    2 MB pages where specnb's kernels run it, :func:`specnb.model.kernels.rehome`); ``empty``: on the meta device,
+    no weight read (its config, generation config, shapes and dtype only)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    if empty:
+        config = AutoConfig.from_pretrained(source, local_files_only=offline)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+        with contextlib.suppress(OSError):  # EOS ids: the checkpoint's generation config, as from_pretrained reads
+            model.generation_config = GenerationConfig.from_pretrained(source, local_files_only=offline)
+        return model
+    placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
+    with _quiet_loading():
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=offline,
+                                                     **placement).eval()
+    kernels.rehome(model)
+    return model
 
 
 def uses_chat(name: str, tokenizer: PreTrainedTokenizerBase) -> bool:
@@ -443,13 +539,12 @@ def uses_chat(name: str, tokenizer: PreTrainedTokenizerBase) -> bool:
     return EMBEDDED[name].chat if name in EMBEDDED else tokenizer.chat_template is not None
 
 
-def _decoder(name: str, model: PreTrainedModel, weights: str, installed: bool, device: torch.device,
-             dtype: torch.dtype) -> Decoder:
+def _decoder(name: str, model: PreTrainedModel, weights: str, device: torch.device, dtype: torch.dtype) -> Decoder:
     """The decoder of ``weights`` (resolved: ``bf16``, ``gguf`` or ``gguf-int8``) for model ``name`` loaded as
-    ``model``; ``installed``: whether specnb's kernels run it. ModelError where that cannot run here."""
+    ``model`` (on the meta device for the GGUF ones); ModelError where that cannot run here."""
     if not weights.startswith("gguf"):
         return build_decoder(model, dense_backend(model))
-    if not installed:
+    if not kernels.route(device, dtype):
         raise ModelError(f"weights {weights!r} needs specnb's CPU kernels on the CPU, in float32 or bfloat16 "
                          f"(got {device}, {dtype})")
     from .kernels.quant import int8_supported
