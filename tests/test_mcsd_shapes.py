@@ -397,3 +397,27 @@ def test_sampled_acceptance_is_what_the_pairs_overlap_predicts(monkeypatch):
     monkeypatch.setattr(accept, "mcss", lambda p, q, *a, **k: right((p + q.to(p.device)) / 2, q, *a, **k))
     with pytest.raises(DegenerateData, match="z = [+]"):
         mcsd.overlap_check(target, draft, prompts, 64)
+
+
+def test_pair_costs_count_what_each_call_streams_without_loading_dense_weights():
+    """The pair's weight bytes are the blocks a GGUF model streams (a self:L draft's first L layers and the head),
+    its parameter count the dense model's, and neither loads the dense checkpoint (meta modules stand in)."""
+    import dataclasses
+
+    from conftest import tiny_gguf
+
+    from specnb.model.kernels import extension
+
+    if extension() is None:
+        pytest.skip("needs specnb's kernels")
+    dense = tiny("llama")
+    target = tiny_gguf("llama")
+    with torch.device("meta"):
+        meta = type(dense.model)(dense.model.config)
+    target = dataclasses.replace(target, modules=meta, dense=lambda: pytest.fail("dense weights loaded"))
+    draft = self_draft(target, 2)
+    assert mcsd.weight_bytes(target) == target.decoder.weight_bytes()
+    assert mcsd.weight_bytes(draft) == draft.decoder.weight_bytes() < mcsd.weight_bytes(target)
+    assert mcsd.parameters(target) == mcsd.parameters(dense) > mcsd.parameters(draft) > 0
+    layer = sum(p.numel() for p in dense.model.model.layers[0].parameters())
+    assert mcsd.parameters(target) - mcsd.parameters(draft) == 2 * layer

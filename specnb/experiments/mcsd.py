@@ -50,6 +50,7 @@ from ..drafters.draft_model import DraftModelDrafter
 from ..eval.bench import BenchConfig, run_bench
 from ..eval.checks import DegenerateData, check_partial_acceptance
 from ..eval.runner import Variant, ratio_intervals, summarize
+from ..model.decoder import Body
 from ..model.forward import forward
 from ..model.models import LoadedModel
 from ..study.profiles import Profile
@@ -326,25 +327,29 @@ def paired_change(rows: pd.DataFrame, a: dict, b: dict, ratio: bool = False) -> 
 # ------------------------------------------------------------------------------------------------ costs
 
 
-@torch.inference_mode()
 def _own_parameters(model: LoadedModel) -> list[torch.nn.Parameter]:
     """The parameters ``model`` runs, each tensor once (tied embeddings share one); a ``self:L`` draft, which
-    shares its target's module list, counts only its first L layers."""
+    shares its target's module list, counts only its first L layers. Read from ``model.modules``: shapes and dtypes
+    only, so a GGUF model's dense weights stay unloaded (their meta tensors are told apart by identity)."""
     layers = model.config.num_hidden_layers
     seen, out = set(), []
-    for name, param in model.model.named_parameters():
+    for name, param in model.modules.named_parameters():
         parts = name.split(".")
         index = parts.index("layers") + 1 if "layers" in parts else None
         if index is not None and index < len(parts) and parts[index].isdigit() and int(parts[index]) >= layers:
             continue
-        if param.data_ptr() not in seen:
-            seen.add(param.data_ptr())
+        key = id(param) if param.is_meta else param.data_ptr()
+        if key not in seen:
+            seen.add(key)
             out.append(param)
     return out
 
 
 def weight_bytes(model: LoadedModel) -> int:
-    """Bytes of the parameters ``model`` runs (:func:`_own_parameters`)."""
+    """Bytes of the weights one call of ``model`` streams: a GGUF file's blocks
+    (:meth:`specnb.model.decoder.Body.weight_bytes`), else its parameters (:func:`_own_parameters`)."""
+    if isinstance(model.decoder, Body) and model.decoder.uses_gguf:
+        return model.decoder.weight_bytes()
     return sum(p.numel() * p.element_size() for p in _own_parameters(model))
 
 
