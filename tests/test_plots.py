@@ -850,6 +850,41 @@ def test_dots_on_panels_sharing_an_axis_keep_every_panels_values_in_view():
     plt.close(fig)
 
 
+def test_dots_on_a_shared_axis_print_values_clear_of_their_intervals():
+    """03's held-out MRR (0.993-0.999) beside the stored keys' (0.93-1.0) on one x axis: the values are printed a
+    gap of the shared axis' span past their intervals, not of the panel's own (a hair past the cap, touching it)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 2.4), sharex=True)
+    plots.dots(axes[0], ["a", "b"], [0.934, 0.9998], [0.927, 0.999], [0.940, 1.0], colors=["0.3"] * 2,
+               keep_order=True)
+    plots.dots(axes[1], ["a", "b"], [0.9992, 0.993], [0.9977, 0.989], [1.0, 0.996], colors=["0.3"] * 2,
+               keep_order=True)
+    width = np.ptp(axes[1].get_xlim())
+    gaps = sorted(t.get_position()[0] - high for t, high in zip(axes[1].texts, [0.996, 1.0], strict=True))  # bottom up
+    assert gaps[0] > 0.015 * width
+    plt.close(fig)
+
+
+def test_measured_and_predicted_speedups_on_rows_of_their_own():
+    """08's speedup panel: each method's measured speedup with its interval in its family's colour, the cost
+    model's prediction on the row under it, in black, with no interval."""
+    from specnb.experiments import shapes
+
+    measured = pd.DataFrame({"method": ["mixed (2, 4) tree", "mixed (2, 4) batch"], "family": ["mixed"] * 2,
+                             "measured": [1.63, 1.46], "measured_low": [1.42, 1.27], "measured_high": [1.89, 1.69],
+                             "predicted": [1.08, 1.08]})
+    shown = shapes.measured_and_predicted(measured)
+    assert shown.row.tolist() == ["mixed (2, 4) tree: measured", "mixed (2, 4) tree: predicted",
+                                  "mixed (2, 4) batch: measured", "mixed (2, 4) batch: predicted"]
+    assert shown.value.tolist() == [1.63, 1.08, 1.46, 1.08] and shown.low.isna().tolist() == [False, True] * 2
+    assert shown.color.tolist() == [plots.color("mixed"), shapes.PREDICTED_COLOR] * 2
+    fig, ax = plt.subplots(figsize=(5, 2.4))
+    plots.dots(ax, shown.row, shown.value, shown.low, shown.high, fmt="×{:.2f}", colors=shown.color, keep_order=True,
+               reference=1.0)
+    assert [t.get_text() for t in ax.get_yticklabels()] == shown.row.tolist()[::-1]  # first on top
+    assert sorted(t.get_text() for t in ax.texts) == ["×1.08", "×1.08", "×1.46", "×1.63"]
+    plt.close(fig)
+
+
 def test_a_log_axis_labels_the_range_shown_whatever_was_drawn_before():
     """Latencies of 0.02-0.3 ms on a linear axis get limits below 0 (its margins: their log was NaN and a notebook
     failed); the log axis labels 1-2-5 values over the range it shows at draw time, data drawn after it included

@@ -668,6 +668,25 @@ def timed_ratios(summary: pd.DataFrame, ratios: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["row", "value", "low", "high", "method"])
 
 
+PREDICTED_COLOR = "black"  # the cost model's predicted speedup beside a measured one: no method's hue
+
+
+def measured_and_predicted(summary: pd.DataFrame) -> pd.DataFrame:
+    """What notebook 08's predicted-vs-measured figure draws beside the ratios, from :func:`timed_summary`: for
+    each timed method, its measured speedup (with its 90% interval; the method's colour) and, on the row under it,
+    the cost model's predicted one (no interval; :data:`PREDICTED_COLOR`). Columns row, value, low, high, color,
+    for :func:`specnb.study.plots.dots` with ``keep_order`` (first row on top)."""
+    from ..study.plots import color
+
+    rows = []
+    for r in summary.itertuples():
+        rows += [{"row": f"{r.method}: measured", "value": r.measured, "low": r.measured_low,
+                  "high": r.measured_high, "color": color(r.family)},
+                 {"row": f"{r.method}: predicted", "value": r.predicted, "low": np.nan, "high": np.nan,
+                  "color": PREDICTED_COLOR}]
+    return pd.DataFrame(rows, columns=["row", "value", "low", "high", "color"])
+
+
 # ------------------------------------------------------------------------------------------ the study
 
 

@@ -447,6 +447,8 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     marks = marks[np.isfinite(marks)]
     lo, hi = float(marks.min()), float(marks.max())
     span = max(hi - lo, 1e-3 * max(abs(hi), 1e-12))
+    if any(other in _BAR_PANELS for other in ax.get_shared_x_axes().get_siblings(ax) if other is not ax):
+        span = max(span, float(np.ptp(ax.get_xlim())) / 1.33)  # the shared axis' span: gaps and text widths on it
     per_inch = 1.3 * 1.33 * span / (ax.get_position().width * ax.figure.get_figwidth())
     for (yi, _, _), row in zip(rows, frame.itertuples(), strict=True):
         if np.isfinite(row.value):  # a value not measured (NaN): its row stays empty
