@@ -360,3 +360,21 @@ def test_the_query_length_sweep_replays_each_q_of_both_strategies():
         assert sub.context.iloc[0] == len(ids) + 1 and (sub.context.diff().dropna() == sub.accepted.iloc[:-1].to_numpy()
                                                          + 1).all()
     assert set(ablation.prompt) == {0, 1, 2} and (ablation.k == 4).all() and (ablation.w <= 3).all()
+
+
+def test_the_query_sweep_figure_cuts_only_an_exact_tail():
+    """The max_query figure drops a task's points from the first max_query where REST keeps exactly 100% with no
+    interval through the longest, keeps a lone exact point and a 100% with an interval, and draws CREST's "most"
+    band only where the shares come near it."""
+    def task(name, share, low, high):
+        return pd.DataFrame({"task": name, "max_query": [2, 4, 8, 16], "share": share, "share_low": low,
+                             "share_high": high})
+
+    table = pd.concat([task("code", [1.2, 1.0, 1.0, 1.0], [1.1, 1.0, 1.0, 1.0], [1.3, 1.0, 1.0, 1.0]),
+                       task("chat", [0.9, 1.0, 1.1, 1.0], [0.8, 0.95, 1.0, 1.0], [1.0, 1.0, 1.2, 1.0])])
+    view = cx.query_sweep_view(table)
+    assert view.panels["code"].max_query.tolist() == [2, 4]  # 4, 8 and 16 exact: drawn up to 4
+    assert view.panels["chat"].max_query.tolist() == [2, 4, 8, 16]  # only 16 exact: nothing cut
+    assert view.notes.startswith("not drawn: exactly 100% (no interval) from max_query = 4 on code to 16")
+    assert not view.band and "every share above" in view.notes and view.top == 1.3
+    assert cx.query_sweep_view(table.assign(share_low=table.share_low - 0.5)).band

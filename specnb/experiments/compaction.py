@@ -627,6 +627,39 @@ def judge_query_sweep(report, sweep: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+@dataclass(frozen=True)
+class QuerySweepView:
+    """What notebook 04's max_query figure draws of a :func:`query_table`: per task, its rows by ``max_query`` up to
+    the first one from which REST keeps exactly 100% of its gain (zero-width interval) to the longest query, since
+    such a tail says nothing a point could; the share axis (``bottom``, ``top``); whether CREST's "most" lies near
+    enough the data to draw its band; and a sentence on what is not drawn ("" if nothing)."""
+
+    panels: dict[str, pd.DataFrame]
+    bottom: float
+    top: float
+    band: bool
+    notes: str
+
+
+def query_sweep_view(table: pd.DataFrame) -> QuerySweepView:
+    """:class:`QuerySweepView` of a :func:`query_table`."""
+    panels, cut = {}, []
+    for task, sub in table.groupby("task", sort=False):
+        d = sub.sort_values("max_query")
+        exact = ((d.share == 1) & (d.share_low == 1) & (d.share_high == 1))[::-1].cummin()[::-1]  # to the end
+        if exact.sum() > 1:
+            start = int(d.max_query[exact].min())
+            cut.append(f"{start} on {task}")
+            d = d[d.max_query <= start]
+        panels[task] = d
+    low, most = table.share_low.min(), CLAIMS.most
+    bottom = min(low, most) if low - most < 0.25 else low
+    notes = [f"not drawn: exactly 100% (no interval) from max_query = {' and '.join(cut)} to "
+             f"{CLAIMS.longest_query}"] if cut else []
+    notes += [] if bottom <= most else [f"every share above CREST's \"most\" ({most:.0%})"]
+    return QuerySweepView(panels, float(bottom), float(table.share_high.max()), bottom <= most, "; ".join(notes))
+
+
 # --------------------------------------------------------------------------------- real decoding, latency
 
 
