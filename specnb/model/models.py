@@ -469,7 +469,7 @@ def load_model(name: str, dtype: str | torch.dtype = "auto", device: str | torch
     try:
         tokenizer = shared_tokenizer(source, where.offline)
         if weights.startswith("gguf"):  # the file's blocks run every call: the dense weights load on first use
-            modules = _hf_model(source, where.offline, torch_dtype, device, empty=True)
+            modules = _empty_model(source, where.offline, torch_dtype)
             dense = DenseCheckpoint(source, where.offline, torch_dtype, device)
         else:
             modules, dense = _hf_model(source, where.offline, torch_dtype, device), None
@@ -511,25 +511,29 @@ class DenseCheckpoint:
             return f.get_slice(name)[rows].to(self.dtype)
 
 
-def _hf_model(source: str, offline: bool, dtype: torch.dtype, device: torch.device,
-              empty: bool = False) -> PreTrainedModel:
+def _hf_model(source: str, offline: bool, dtype: torch.dtype, device: torch.device) -> PreTrainedModel:
     """Hugging Face's model at ``source`` in eval mode, its weights in ``dtype`` on ``device`` (the large ones in
-    2 MB pages where specnb's kernels run it, :func:`specnb.model.kernels.rehome`); ``empty``: on the meta device,
-    no weight read (its config, generation config, shapes and dtype only)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    2 MB pages where specnb's kernels run it, :func:`specnb.model.kernels.rehome`)."""
+    from transformers import AutoModelForCausalLM
 
-    if empty:
-        config = AutoConfig.from_pretrained(source, local_files_only=offline)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
-        with contextlib.suppress(OSError):  # EOS ids: the checkpoint's generation config, as from_pretrained reads
-            model.generation_config = GenerationConfig.from_pretrained(source, local_files_only=offline)
-        return model
     placement = {} if device.type == "cpu" else {"device_map": device}  # CPU: the default loader
     with _quiet_loading():
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=offline,
                                                      **placement).eval()
     kernels.rehome(model)
+    return model
+
+
+def _empty_model(source: str, offline: bool, dtype: torch.dtype) -> PreTrainedModel:
+    """Hugging Face's model at ``source`` on the meta device, no weight read: its config, generation config (the
+    EOS ids), shapes and ``dtype``."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source, local_files_only=offline),
+                                                 dtype=dtype).eval()
+    with contextlib.suppress(OSError):  # as from_pretrained reads it
+        model.generation_config = GenerationConfig.from_pretrained(source, local_files_only=offline)
     return model
 
 
