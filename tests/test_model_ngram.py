@@ -75,6 +75,16 @@ def test_bigram_cache_reloads_grows_and_refuses_other_models(monkeypatch):
         bigram_table(other, [10], k_max=4, progress=False)
 
 
+def test_each_forward_path_keeps_its_own_bigram_rows():
+    from specnb.model.models import stock
+
+    target = tiny("llama")
+    other = stock(target)  # the same weights and fingerprint, Hugging Face's modules computing the rows
+    assert target.backend != other.backend and bigram_path(target) != bigram_path(other)
+    bigram_table(target, [10], k_max=4, progress=False)
+    assert bigram_path(target).exists() and not bigram_path(other).exists()
+
+
 def test_extended_bigram_is_greedy_chaining():
     target = tiny("gemma3")
     table = bigram_table(target, progress=False)  # vocab 320: every row

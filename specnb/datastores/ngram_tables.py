@@ -9,7 +9,7 @@ in :mod:`specnb.drafters.model_ngram`.
   sit near the mean) while the appendix rule ranks `` ``, ``(``, ``.``, ``,``, ``\n`` first, so it is the
   default. The top-k of the ranking are k one-token drafts, whatever the context.
 * **Bigram**: ``p_M(. | x)`` for every token x, i.e. the target run on ``[bos, x]`` alone. The top-K next
-  tokens of each x are computed in batches once per model and cached on disk. Gemma's vocabulary has
+  tokens of each x are computed in batches once per model and forward path and cached on disk. Gemma's vocabulary has
   262,144 tokens (hours on 2 CPU cores), so the table may hold rows for only a subset of x ("the tokens
   seen in a corpus / the prompt set"); :func:`bigram_table` computes missing rows on demand and grows
   the cache. A root without a row gets no bigram drafts (reported as ``covered=False``).
@@ -184,7 +184,9 @@ class BigramTable:
 
 
 def bigram_path(target: LoadedModel) -> Path:
-    return table_dir(target) / "bigram.npz"
+    """``<table_dir>/bigram-<dtype>-<backend>.npz``: the rows are the target's own logits, so each forward path
+    (``bf16`` / ``gguf-int8`` blocks, bfloat16 / float32 activations) keeps its own table."""
+    return table_dir(target) / f"bigram-{target.dtype_name}-{target.backend}.npz"
 
 
 def bigram_table(target: LoadedModel, tokens: np.ndarray | list[int] | None = None, k_max: int = K_MAX,
