@@ -72,6 +72,9 @@ def test_bad_stores(docs, tmp_path):
     assert path.read_bytes() == b"not a database at all" * 100
     path.unlink()
     build_crest(index, path, ns=(2,), t=10, progress=False)
+    for ns in ((), (0, 1), (17,)):  # a store's keys are REST queries: 1..16 tokens
+        with pytest.raises(ValueError, match="1 <= n <= 16"):
+            build_crest(index, path, ns=ns, t=10, progress=False)
     with pytest.raises(ExistsError, match="pass --overwrite"):
         build_crest(index, path, ns=(2,), t=10, progress=False, overwrite=False)
     data = path.read_bytes()
@@ -181,10 +184,13 @@ def test_cli_builds_and_bench_factories(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["rest", "--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),  # 0 was read as no limit: the full store
     (["crest", "--max-tokens", "-1"], "--max-tokens must be >= 1, got -1"),
+    (["crest", "--m", "1000"], "need 1 <= n <= 16 (the longest suffix a REST search tries), got n in [1, 2,"),
+    (["crest", "--single-n", "17"], "got n in [17]"),
 ])
-def test_rest_and_crest_builds_refuse_a_limit_below_one(argv, message, source, tmp_path, capsys, isolated_cache):
-    """``datastore build rest|crest`` refuse a limit below 1 in one line, before any corpus is read, and leave
-    nothing behind (0 was read as no limit and built the full store)."""
+def test_rest_and_crest_builds_refuse_a_limit_out_of_range(argv, message, source, tmp_path, capsys, isolated_cache):
+    """``datastore build rest|crest`` refuse a limit out of range in one line, before any corpus is read, and leave
+    nothing behind (0 was read as no limit and built the full store; ``--m 1000`` counted n-grams no search asks
+    for)."""
     from specnb.cli import main
 
     argv = [a.format(tmp=tmp_path) for a in argv]

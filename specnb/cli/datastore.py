@@ -124,7 +124,7 @@ def _add_crest(kinds: argparse._SubParsersAction) -> None:
 
 
 def _build_crest(args: argparse.Namespace) -> int:
-    from ..datastores.crest import build_crest, is_crest_store
+    from ..datastores.crest import build_crest, check_ns, is_crest_store
     from ..datastores.crest_build import build_crest_on_ray
     from ..datastores.rest import default_store, ensure_rest, source_tag
 
@@ -132,11 +132,12 @@ def _build_crest(args: argparse.Namespace) -> int:
     check_replaceable(out, is_crest_store, args.overwrite, "CREST store")  # before any work
     if args.m < 1 or args.t < 1 or (args.single_n is not None and args.single_n < 1):
         raise ValueError(f"--m, --t and --single-n must be >= 1, got {args.m}, {args.t}, {args.single_n}")
+    ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
+    check_ns(ns)
     _check_max_tokens(args)
     cluster = _cluster(args)
     index = ensure_rest(args.source, args.model, args.max_tokens, args.rest, shards=args.shards or 1,
                         cluster=cluster)
-    ns = [args.single_n] if args.single_n else list(range(1, args.m + 1))
     store = build_crest(index, out, ns=ns, t=args.t, overwrite=True) if cluster is None else \
         build_crest_on_ray(index, out, cluster, ns=ns, t=args.t, overwrite=True)
     print(f"CREST {out}: {len(store):,} n-grams (n in {ns}, t={args.t}), {store.storage_bytes:,} bytes "

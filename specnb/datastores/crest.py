@@ -268,11 +268,20 @@ def is_crest_store(path: Path) -> bool:
     return row is not None and json.loads(row[0]) == "crest"
 
 
+def check_ns(ns: Sequence[int], config: SearchConfig = DEFAULT_SEARCH) -> None:
+    """ValueError unless every n of a store's n-grams lies in 1..``config.max_query``: its keys are REST queries, and
+    a search never tries a longer suffix."""
+    if not ns or min(ns) < 1 or max(ns) > config.max_query:
+        raise ValueError(f"CREST n-grams need 1 <= n <= {config.max_query} (the longest suffix a REST search tries), "
+                         f"got n in {list(ns)}")
+
+
 def build_crest(index: RestIndex, path: str | Path, ns: Sequence[int] = (1, 2, 3, 4, 5), t: int = 10_000,
                 config: SearchConfig = DEFAULT_SEARCH, progress: bool = True, overwrite: bool = True) -> CrestStore:
     """Build a CREST store with the top ``t`` n-grams for every n in ``ns`` (one n = the single-n variant), in this
     process (on Ray: :func:`specnb.datastores.crest_build.build_crest_on_ray`); ``overwrite`` as in
-    :func:`write_store` (checked before the trees are computed)."""
+    :func:`write_store` (checked before the trees are computed); ``ns`` as :func:`check_ns` allows."""
+    check_ns(ns, config)
     check_replaceable(path, is_crest_store, overwrite, "CREST store")
     start = time.perf_counter()
     counter = NgramCounter(index)

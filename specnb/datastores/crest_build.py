@@ -31,6 +31,7 @@ from .crest import (
     NgramTable,
     NgramTrees,
     ShardCounter,
+    check_ns,
     is_crest_store,
     merge_tables,
     most_frequent,
@@ -199,6 +200,7 @@ def build_crest_on_ray(index: RestIndex, path: str | Path, cluster: Cluster, ns:
                        overwrite: bool = True) -> CrestStore:
     """:func:`specnb.datastores.crest.build_crest` as Ray tasks (module docstring), resumable from
     ``<path>.partial``; ``index`` must be a REST store on disk that the workers can open."""
+    check_ns(ns, config)
     check_replaceable(path, is_crest_store, overwrite, "CREST store")
     start = time.perf_counter()
     with work_folder(path) as work:
