@@ -88,6 +88,18 @@ def test_rank_measures():
     assert recall_at_k(found[:, :2], np.array([[1, 3], [4, 6], [1, 2]])) == pytest.approx(0.5)
 
 
+def test_recall_comes_with_its_interval_over_the_queries():
+    from specnb.experiments.ann_index import recall_columns
+
+    truth = np.arange(40).reshape(4, 10)
+    found = truth.copy()
+    found[0, :5] = -1  # one query finds half of its ten
+    columns = recall_columns(found, truth)
+    assert columns["recall@10"] == pytest.approx(0.875)
+    assert 0.75 <= columns["recall@10_low"] < 0.875 < columns["recall@10_high"] <= 1.0
+    assert recall_columns(truth, truth) == {"recall@10": 1.0, "recall@10_low": 1.0, "recall@10_high": 1.0}
+
+
 def test_unit_vectors():
     """Unit length; with a spectrum, each axis spreads in the spectrum's order (a normalised Gaussian cloud: the
     spread of an axis grows with its standard deviation), without one every axis alike."""

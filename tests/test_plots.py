@@ -307,6 +307,10 @@ def test_strict_save_refuses_a_hatch_outline_or_band_no_legend_names(tmp_path, m
     for i in range(3):
         plots.line_with_interval(ax, x, x + i, x + i - 0.5, x + i + 0.5, band=False, label=f"n = {i}",
                                  color=plots.series_colors(3)[i])
+    frame = pd.DataFrame({"x": x, "ms": x})  # a measure without an interval: a plain line, no error bars
+    plots.line_with_interval(ax, frame.x, frame.ms, *plots.interval_of(frame, "ms"), band=False, label="ms",
+                             color="0.3")
+    assert len(ax.containers) == 3 and ax.lines[-1].get_label() == "ms"
     plots.legend_outside(ax)
     plots.save_figure(fig, "00_series")
     assert (tmp_path / "00_named.png").exists() and (tmp_path / "00_series.png").exists()

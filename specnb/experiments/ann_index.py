@@ -66,18 +66,26 @@ CLAIMS = Table1Fig4Claims(
     chat_mar_gain=0.90)
 
 
+def recall_columns(found: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """``recall@10`` of ``found`` against ``truth`` (int [q, 10] each) and its 90% interval over the queries
+    (``recall@10_low`` / ``recall@10_high``)."""
+    per_query = (found[:, :, None] == truth[:, None, :]).any(1).mean(1)  # [q]
+    low, high = mean_interval(per_query)
+    return {"recall@10": recall_at_k(found, truth), "recall@10_low": low, "recall@10_high": high}
+
+
 def hnsw_sweep(keys: np.ndarray, queries: np.ndarray, truth: np.ndarray, Ms: tuple[int, ...] = (8, 16, 32),
                efs: tuple[int, ...] = (10, 16, 32, 64, 128), ef_construction: int = 100) -> pd.DataFrame:
     """hnswlib over a grid of graph degrees ``Ms`` and ``efs`` search widths: recall@10 against ``truth``
-    (exact top-10 ids [q, 10] of ``queries``), single-query latency, build seconds and index MiB; one row per
-    (M, ef_search)."""
+    (exact top-10 ids [q, 10] of ``queries``) with its interval (:func:`recall_columns`), single-query latency,
+    build seconds and index MiB; one row per (M, ef_search)."""
     rows = []
     for M in Ms:
         index = AnnIndex.build(keys, IndexParams(M=M, ef_construction=ef_construction), progress=False)
         size = index.nbytes()
         for ef in efs:
             found, _ = index.query(queries, 10, ef=ef)
-            rows.append({"n": keys.shape[0], "M": M, "ef_search": ef, "recall@10": recall_at_k(found, truth),
+            rows.append({"n": keys.shape[0], "M": M, "ef_search": ef, **recall_columns(found, truth),
                          **query_latency(index, queries, 10, ef=ef), "build_seconds": index.build_seconds,
                          "index_MiB": size / 2**20})
     return pd.DataFrame(rows)
@@ -108,9 +116,9 @@ def hnsw_at_scale(n: int, dims: int, efs: tuple[int, ...] = (16, 32, 64, 128)) -
 def index_at_scale(sizes: tuple[int, ...], dims: int, efs: tuple[int, ...] = (64,),
                    nprobes: tuple[int, ...] = (16, 64), queries: int = 500) -> pd.DataFrame:
     """hnswlib (M = 16) beside FAISS IVF-PQ (32-byte codes) on ``sizes`` random unit vectors of ``dims`` dims with
-    :func:`hnsw_at_scale`'s spectrum: recall@10 against exact search, single-query latency (1 thread), build
-    seconds and the bytes each index holds (hnswlib: vectors + graph; IVF-PQ: codes, ids, centroids). One row per
-    (index, n, search width)."""
+    :func:`hnsw_at_scale`'s spectrum: recall@10 against exact search (:func:`recall_columns`), single-query latency
+    (1 thread), build seconds and the bytes each index holds (hnswlib: vectors + graph; IVF-PQ: codes, ids,
+    centroids). One row per (index, n, search width)."""
     spectrum = 1 / np.sqrt(np.arange(1, dims + 1))
     probe = unit_vectors(queries, dims, seed=1, spectrum=spectrum)
     rows = []
@@ -123,7 +131,7 @@ def index_at_scale(sizes: tuple[int, ...], dims: int, efs: tuple[int, ...] = (64
             size = index.nbytes()
             for width in widths:
                 found, _ = index.query(probe, 10, ef=width)
-                rows.append({"index": name, "n": n, "search_width": width, "recall@10": recall_at_k(found, truth),
+                rows.append({"index": name, "n": n, "search_width": width, **recall_columns(found, truth),
                              **query_latency(index, probe, 10, ef=width), "build_seconds": index.build_seconds,
                              "index_MiB": size / 2**20})
         del vectors, built

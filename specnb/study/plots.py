@@ -255,10 +255,20 @@ def series_colors(n: int) -> list[str]:
     return [to_hex(plt.cm.viridis(x)) for x in np.linspace(0.0, 0.85, n)]
 
 
+def interval_of(frame: pd.DataFrame, column: str) -> tuple[pd.Series | None, pd.Series | None]:
+    """``column``'s 90% interval in ``frame`` (its ``<column>_low`` / ``<column>_high``), or (None, None) where the
+    frame has none: what :func:`line_with_interval` takes."""
+    return (frame[f"{column}_low"], frame[f"{column}_high"]) if f"{column}_low" in frame else (None, None)
+
+
 def line_with_interval(ax: plt.Axes, x, y, low, high, *, band: bool, label: str, color: str, **line) -> None:
     """A line with its 90% interval [low, high]: a translucent band when it is the panel's only series
     (``band``; the band is named "<label>, 90% interval" in the legend), else capped error bars, which stay
-    readable when several series' intervals overlap (stacked bands blur into one tint)."""
+    readable when several series' intervals overlap (stacked bands blur into one tint). A plain line where ``low``
+    is None (a measure without an interval)."""
+    if low is None:
+        ax.plot(x, y, color=color, label=label, **line)
+        return
     x, y, low, high = (np.asarray(v, dtype=float) for v in (x, y, low, high))
     if band:
         ax.plot(x, y, color=color, label=label, **line)
