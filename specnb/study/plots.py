@@ -86,7 +86,7 @@ COLORS: dict[str, str] = {
     "rest": "#ff7f0e", "rest-id": "#a64f00", "rest-priced": "#ffa95e", "crest": "#2ca02c", "crest-priced": "#74c476",
     "dense": "#d62728", "dense-id": "#8b1a1a", "dense-priced": "#ef6f6c",
     # draft models
-    "sd": "#7b4173", "mcsd": "#9467bd",
+    "sd": "#6a3d9a", "mcsd": "#cab2d6",  # one family, dark and light (ColorBrewer Paired)
     # beyond the seed papers
     "suffix": "#e377c2", "recycle": "#8c564b", "auto": "#111111",
     # a router's calls with no draft
