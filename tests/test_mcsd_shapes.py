@@ -160,14 +160,25 @@ def test_timed_summary_and_tree_over_batch_on_known_rows():
                          "mode": mode, "decode_seconds": factor * (1.0 + i), "ar_decode_seconds": 3.0 * (1.0 + i),
                          "est_seconds": factor * (1.0 + i), "ar_seconds": 3.0 * (1.0 + i), "new_tokens": 65,
                          "calls": 20, "identical_to_ar": True})
-    rows = pd.DataFrame(rows)
+    rows = pd.DataFrame(rows).assign(read_gb_per_s=[30.0, 34.0, 36.0, 64.0] * 2)
     summary = shapes.timed_summary(rows).set_index("mode")
+    assert summary.read_gb_per_s.tolist() == [35.0, 35.0]  # the host's state while it ran: the median sample
     assert summary.loc["tree", "measured"] == pytest.approx(3.0)
     assert summary.loc["batch", "predicted"] == pytest.approx(1.5)
     assert summary.accuracy.tolist() == pytest.approx([1.0, 1.0])
     assert summary.accuracy_low.tolist() == pytest.approx([1.0, 1.0])
     ratio = shapes.tree_over_batch(rows).iloc[0]
     assert (ratio.ratio, ratio.low, ratio.high) == pytest.approx((2.0, 2.0, 2.0))
+
+
+def test_a_timed_run_in_another_host_state_than_its_cost_table_is_named():
+    """A run's bandwidth within the table's range (widened by STATE_SLACK) says nothing; outside it, the cause
+    names both, which a disagreeing measured / predicted ratio then reads; nothing where either is unknown."""
+    assert shapes.host_state_note((33.0, 37.0), 35.0) == shapes.host_state_note((33.0, 37.0), 41.0) == ""
+    note = shapes.host_state_note((62.0, 66.0), 34.0)
+    assert "timed at 62-66 GB/s" in note and "this run at 34" in note and "another state" in note
+    assert shapes.host_state_note((33.0, 37.0), 64.0) != ""
+    assert shapes.host_state_note(None, 34.0) == shapes.host_state_note((62.0, 66.0), float("nan")) == ""
 
 
 def test_mcsd_shape_rows_count_the_papers_budget():

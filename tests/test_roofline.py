@@ -33,6 +33,10 @@ def test_time_cells_on_a_tiny_model():
     assert np.isfinite(frame.seconds).all() and (frame.seconds > 0).all()
     assert frame.set_index(["k", "w"]).loc[(3, 2)].tokens.tolist() == [9, 9]
     assert heatmap_table(frame, 20).shape == (2, 2)
+    # the read bandwidth sampled before each timed pass: the host's state while the table was timed
+    low, middle, high = (frame[c].iloc[0] for c in ("read_gb_per_s_low", "read_gb_per_s", "read_gb_per_s_high"))
+    assert 0 < low <= middle <= high and CostModel(frame).timed_at == (low, high)
+    assert CostModel(frame.drop(columns=["read_gb_per_s_low", "read_gb_per_s_high"])).timed_at is None
 
 
 def test_time_cells_measures_what_calls_cost(monkeypatch):

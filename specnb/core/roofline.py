@@ -44,6 +44,10 @@ class CostModel:
     and the rows it computes at the first read (``head_first``): :meth:`head_correction` prices a replayed call's
     head as it runs. ``head_first`` is None for other tables (a GPU's, PyTorch's GEMM): their calls compute every
     row.
+
+    ``timed_at``: (smallest, largest) read bandwidth in GB/s sampled while a CPU table was timed
+    (:func:`specnb.eval.timing.time_cells`), None for a table without it: what a comparison with a later
+    measurement checks the host's state against.
     """
 
     def __init__(self, frame: pd.DataFrame):
@@ -65,6 +69,8 @@ class CostModel:
             for row in self.table:
                 row[columns] = isotonic_regression(row[columns])
         self.head_first, self.head_rows, self.head_curve = _head_curve(frame)
+        self.timed_at = (float(frame.read_gb_per_s_low.min()), float(frame.read_gb_per_s_high.max())) \
+            if "read_gb_per_s_low" in frame and frame.read_gb_per_s_low.notna().any() else None
         self._context_list = self.contexts.tolist()  # bisect on a list: faster than numpy's searchsorted on a scalar
         self._chains: dict[bytes, np.ndarray] = {}  # chain_seconds' rows [C, B] per budget list
         self._last_chain: tuple[int, bytes, np.ndarray] | None = None  # and its last answer
@@ -181,10 +187,10 @@ def machine_key(target: LoadedModel) -> str:
 
 def cost_table_path(target: LoadedModel) -> Path:
     """Where :func:`specnb.eval.timing.cost_table` caches this target's table and :func:`cached_cost_model` reads it;
-    ``-checked``: timed as :func:`specnb.eval.timing.time_cells` times now, paired, the head's own curve included,
-    the cells that could not be true timed again (tables cached before that lack one of these, and are measured
-    again rather than read)."""
-    return artifact_path("roofline", f"{machine_key(target)}-checked.csv")
+    ``-states``: timed as :func:`specnb.eval.timing.time_cells` times now, paired, the head's own curve included,
+    the cells that could not be true timed again, the read bandwidth sampled before each pass (tables cached before
+    that lack one of these, and are measured again rather than read)."""
+    return artifact_path("roofline", f"{machine_key(target)}-states.csv")
 
 
 def cached_cost_model(target: LoadedModel, path: str | Path = "") -> CostModel:

@@ -27,7 +27,15 @@ from transformers import PretrainedConfig, PreTrainedModel
 from ..atomic import write_csv
 from ..core.head_rows import PROBE_ROWS, cheapest_rows, splits
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
-from ..model.ceilings import gemm_flops, matmul_parameters, path_instruction, peak_macs, read_bandwidth, streamed_bytes
+from ..model.ceilings import (
+    gemm_flops,
+    matmul_parameters,
+    path_instruction,
+    peak_macs,
+    read_bandwidth,
+    sample_read_bandwidth,
+    streamed_bytes,
+)
 from ..model.device import resolve_device, synchronize
 from ..model.forward import forward
 from ..model.kernels.cpu import cpu_class
@@ -97,6 +105,7 @@ RETRIES = 3  # times such a pair is timed again before its ratio is kept as it i
 SPREAD = 1.3  # a cell's passes agree where more than half lie within this band (largest / smallest) around their median
 ORDER_SLACK = 1.05  # more tokens, or a longer context, costing less than the other cell over this: both timed again
 EXTRA_PASSES = 6  # passes over the cells that cannot be true as timed, at most, before they are kept as they are
+PASS_SAMPLE_MB = 128  # MB read to sample the bandwidth before each pass (~15 ms; tells a VM's states apart)
 
 
 def implausible(seconds: dict[tuple[int, int, int], float],
@@ -131,7 +140,10 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
                desc: str = "roofline") -> pd.DataFrame:
     """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown, and the spread
     of the slow-down over the timed passes (``slowdown_low`` / ``slowdown_high``: the cell's smallest and
-    largest paired ratio over the median ratio of (1, 0) at that context; ``passes``: how many).
+    largest paired ratio over the median ratio of (1, 0) at that context; ``passes``: how many). On a CPU, the read
+    bandwidth sampled before each timed pass: ``read_gb_per_s`` (their median), ``read_gb_per_s_low`` /
+    ``read_gb_per_s_high`` (the smallest and largest), the host's state while the table was timed (a VM's halves or
+    doubles within minutes, and a multi-token call's price over a one-token call's moves with it: docs/kernels.md).
 
     Each context length's cache is filled once with random tokens (batch 1); before every call the cache is
     cut back to that prefill (a view), and a k-row block attends to it broadcast to k rows (see
@@ -227,7 +239,10 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
 
     bar = tqdm(total=2 * (len(cells) + len(head_rows)) * (grid.repeats + 1), desc=desc, unit="call",
                disable=not progress)
+    bandwidths = []  # GB/s before each timed pass: the host's state while the table was timed
     for timed in [False] + [True] * grid.repeats:
+        if timed and device.type == "cpu":
+            bandwidths.append(sample_read_bandwidth(PASS_SAMPLE_MB, 3))
         for index in torch.randperm(len(cells) + len(head_rows), generator=generator).tolist():
             time_one(index, timed)
             bar.update(2)
@@ -251,6 +266,9 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     frame["slowdown"] = frame.seconds / frame.context.map(reference.seconds)
     base = frame.context.map(reference.ratio_median)  # (1, 0)'s own paired ratio, ~1
     frame["slowdown_low"], frame["slowdown_high"] = frame.ratio_min / base, frame.ratio_max / base
+    if bandwidths:
+        frame["read_gb_per_s"] = statistics.median(bandwidths)
+        frame["read_gb_per_s_low"], frame["read_gb_per_s_high"] = min(bandwidths), max(bandwidths)
     if head_rows:
         one_call = statistics.median(single[grid.contexts[0]])
         curve = {rows: statistics.median(head_ratios[rows]) * one_call for rows in head_rows}
@@ -287,7 +305,8 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     frame["repeats"] = grid.repeats
     if target.device.type == "cpu":
         frame["cpu_class"] = cpu_class()
-        frame["read_gb_per_s"] = read_bandwidth()
+        if "read_gb_per_s" not in frame:
+            frame["read_gb_per_s"] = read_bandwidth()
         frame["gemm_gflops"] = gemm_flops(target.dtype) / 1e9
         frame["bandwidth_floor_s"] = streamed_bytes(target) / (frame.read_gb_per_s * 1e9)
         instruction = path_instruction(target)

@@ -356,7 +356,7 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
 
     Returns one row per (method, prompt): family, k, w, mode, decode_seconds and ar_decode_seconds (measured,
     prefill excluded as the prediction excludes it), est_seconds and ar_seconds (predicted), new_tokens, calls,
-    identical_to_ar.
+    identical_to_ar, and on a CPU read_gb_per_s (the bandwidth sampled after the prompt: the host's state).
     """
     methods = {f"{family} ({k}, {w}) {mode}": Variant(makers[family](k, w), mode)
                for family, k, w in cells for mode in ("tree", "batch")}
@@ -368,7 +368,9 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
         priced = priced_rows("", runs, references, cost, (k, w))
         for mode in ("tree", "batch"):
             part = rows[rows.method == f"{family} ({k}, {w}) {mode}"].reset_index(drop=True)
-            out.append(part[["method", "prompt_id", "decode_seconds", "new_tokens", "calls", "identical_to_ar"]].assign(
+            columns = ["method", "prompt_id", "decode_seconds", "new_tokens", "calls", "identical_to_ar",
+                       *(["read_gb_per_s"] if "read_gb_per_s" in part else [])]
+            out.append(part[columns].assign(
                 family=family, k=k, w=w, mode=mode, ar_decode_seconds=part.prompt_id.map(ar).to_numpy(),
                 est_seconds=priced.est_seconds.to_numpy(), ar_seconds=priced.ar_seconds.to_numpy()))
     return pd.concat(out, ignore_index=True)
@@ -377,7 +379,7 @@ def timed_cells(target: LoadedModel, makers: dict[str, Callable[[int, int], Draf
 def timed_summary(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per timed method of :func:`timed_cells`: measured and predicted speedup over AR (decode time),
     their ratio measured / predicted with its 90% interval over prompts (paired), the measured speedup's
-    interval, tokens per call and identical_to_ar."""
+    interval, tokens per call, identical_to_ar and (where the rows have it) the median read_gb_per_s."""
     out = []
     for method, g in rows.groupby("method", sort=False):
         ar_m, m, ar_p, p = (g[c].to_numpy(float) for c in ("ar_decode_seconds", "decode_seconds", "ar_seconds",
@@ -393,7 +395,8 @@ def timed_summary(rows: pd.DataFrame) -> pd.DataFrame:
                     "predicted": ar_p.sum() / p.sum(), "accuracy": accuracy(ar_m, m, ar_p, p),
                     **_ends("accuracy", bootstrap_interval(accuracy, ar_m, m, ar_p, p)),
                     "tokens_per_call": (g.new_tokens - 1).sum() / g.calls.sum(),
-                    "identical_to_ar": g.identical_to_ar.astype(float).mean()})
+                    "identical_to_ar": g.identical_to_ar.astype(float).mean(),
+                    "read_gb_per_s": g.read_gb_per_s.median() if "read_gb_per_s" in g else np.nan})
     return pd.DataFrame(out)
 
 
@@ -602,20 +605,41 @@ def compare_mcsd_budgets(report, rows: pd.DataFrame, cost, context: int = 256) -
     return pd.DataFrame(judged)
 
 
-def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame) -> None:
+STATE_SLACK = 1.15  # a run's read bandwidth this far outside the cost table's: the host was in another state
+
+
+def host_state_note(timed_at: tuple[float, float] | None, run_gb_per_s: float) -> str:
+    """"" where a timed run's read bandwidth (GB/s) lies within the range its cost table was timed at (``timed_at``,
+    :attr:`specnb.core.roofline.CostModel.timed_at`, widened by :data:`STATE_SLACK`) or either is unknown; else a
+    clause saying both: a table timed in one state of a VM prices the other's calls wrongly (docs/kernels.md, "The
+    VM switches between two placements")."""
+    if timed_at is None or not np.isfinite(run_gb_per_s):
+        return ""
+    if timed_at[0] / STATE_SLACK <= run_gb_per_s <= timed_at[1] * STATE_SLACK:
+        return ""
+    return (f"; the cost table was timed at {timed_at[0]:.0f}-{timed_at[1]:.0f} GB/s of read bandwidth and this run at "
+            f"{run_gb_per_s:.0f}: the host in another state, whose calls the table misprices")
+
+
+def compare_timed(report, summary: pd.DataFrame, ratios: pd.DataFrame,
+                  timed_at: tuple[float, float] | None = None) -> None:
     """The cost model against measurement and tree attention against batch verification, on
     :func:`timed_summary` and :func:`tree_over_batch` tables: ``model MEthod``: measured / predicted speedup
     within :data:`~specnb.study.verdicts.PREDICTION` of 1 (what it takes to rank the grid's shapes by their
-    estimate; internal); ``tree FAMILY kxw``: tree attention's decode speed over batch verification's above
+    estimate; internal), its cause naming the host's state where the run's bandwidth lies outside ``timed_at``
+    (:func:`host_state_note`); ``tree FAMILY kxw``: tree attention's decode speed over batch verification's above
     1 + TIE (MCSD Table 4: x1.91 with tree attention, x1.61 without; the direction only)."""
     for _, r in summary.iterrows():
+        run = float(r.get("read_gb_per_s", np.nan))
         report.compare(f"model {r.method}", f"measured / predicted speedup, {r.method}", r.accuracy, r.accuracy_low,
                        r.accuracy_high, Expect.near(1.0, PREDICTION), "the cost model (notebook 05's table, replay)",
                        internal=True, direction_only=False,
-                       cause="drafting and acceptance time, which the cost model leaves out" if r.accuracy < 1
-                       else "the grid prices a call as k batch rows; tree attention verifies the k·w nodes in one "
-                            "row, which costs less here" if r["mode"] == "tree"
-                       else "the cost table prices a call above what it costs in this run", fmt=".2f")
+                       cause=("drafting and acceptance time, which the cost model leaves out" if r.accuracy < 1
+                              else "the grid prices a call as k batch rows; tree attention verifies the k·w nodes in "
+                                   "one row, which costs less here" if r["mode"] == "tree"
+                              else "the cost table prices a call above what it costs in this run")
+                       + host_state_note(timed_at, run), fmt=".2f",
+                       evidence={"read GB/s, this run": run, "read GB/s, cost table timed at": timed_at})
     for _, r in ratios.iterrows():
         report.compare(f"tree {r.family} {r.k}x{r.w}", f"tree attention / batch rows, decode speed, {r.family} "
                        f"({r.k}, {r.w})", r.ratio, r.low, r.high, Expect.above(1.0, TIE),
