@@ -609,10 +609,10 @@ STATE_SLACK = 1.15  # a run's read bandwidth this far outside the cost table's: 
 
 
 def host_state_note(timed_at: tuple[float, float] | None, run_gb_per_s: float) -> str:
-    """"" where a timed run's read bandwidth (GB/s) lies within the range its cost table was timed at (``timed_at``,
-    :attr:`specnb.core.roofline.CostModel.timed_at`, widened by :data:`STATE_SLACK`) or either is unknown; else a
-    clause saying both: a table timed in one state of a VM prices the other's calls wrongly (docs/kernels.md, "The
-    VM switches between two placements")."""
+    """"" where a timed run's read bandwidth (GB/s) lies within the range its cost table was timed at (``timed_at``
+    of :class:`specnb.core.roofline.CostModel`, widened by :data:`STATE_SLACK`) or either is unknown; else a clause
+    saying both: a table timed in one state of a VM prices the other's calls wrongly (docs/kernels.md, "The VM
+    switches between two placements")."""
     if timed_at is None or not np.isfinite(run_gb_per_s):
         return ""
     if timed_at[0] / STATE_SLACK <= run_gb_per_s <= timed_at[1] * STATE_SLACK:
