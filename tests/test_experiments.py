@@ -441,8 +441,8 @@ def fig6_rows(swap: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     code = {"REST": [(2, 2), (3, 3), (2, 3), (3, 2)], "DReSD": [(4, 4), (5, 5), (4, 5), (5, 4)]}
     chat = {"REST": [(1, 1), (1, 2), (2, 1), (1, 1)], "DReSD": [(3, 3), (2, 3), (3, 2), (2, 2)]}
     code, chat = (chat, code) if swap else (code, chat)
-    return (pd.concat([replayed("REST-OOD", code["REST"]), replayed("DReSD-OOD 10×6", code["DReSD"])]),
-            pd.concat([replayed("REST-chat", chat["REST"]), replayed("DReSD-chat 10×6", chat["DReSD"])]))
+    return (pd.concat([replayed("REST, OOD store", code["REST"]), replayed("DReSD 10×6, OOD store", code["DReSD"])]),
+            pd.concat([replayed("REST, chat store", chat["REST"]), replayed("DReSD 10×6, chat store", chat["DReSD"])]))
 
 
 def test_fig6_table_holds_each_method_on_code_and_on_chat_with_table7_beside():
@@ -551,7 +551,7 @@ def test_fig6_replays_mtbench_against_the_chat_store_and_rest_on_its_documents(t
     monkeypatch.setenv("SPECNB_CACHE", str(tmp_path / "cache"))  # after the model: its kernels stay cached
     store = build_datastore(target, own_outputs(target), tmp_path / "chat", CONFIG, progress=False)
     rows = ann_index.chat_rows(target, store, 2, 8)
-    assert sorted(rows.method.unique()) == ["DReSD-chat 10×6", "REST-chat"]
+    assert sorted(rows.method.unique()) == ["DReSD 10×6, chat store", "REST, chat store"]
     assert rows.groupby("method").prompt_id.nunique().tolist() == [2, 2]
     references = greedy_references(target, ann_index.load_prompts("mtbench", 2), 8)
     assert rows.groupby("method").new_tokens.sum().tolist() == [sum(len(out) for _, out in references)] * 2

@@ -26,14 +26,15 @@ def notebook_style():
 
 
 def test_every_label_of_a_method_gets_its_colour():
-    assert plots.method_of("DReSD-OOD 10×6") == "dense"
-    assert plots.method_of("DReSD-OOD 10×6 votes priced") == "dense-priced"
-    assert plots.method_of("REST-ID") == "rest-id" and plots.method_of("REST-OOD") == "rest"
+    assert plots.method_of("DReSD 10×6, OOD store") == "dense"
+    assert plots.method_of("DReSD 10×6 votes, OOD store, priced") == "dense-priced"
+    assert plots.method_of("REST, ID store") == "rest-id" and plots.method_of("REST, OOD store") == "rest"
     assert plots.method_of("prompt lookup") == "pld" and plots.method_of("pld") == "pld"
     assert plots.method_of("mixed (10,10)") == "mixed" and plots.method_of("mixed-adaptive") == "mixed-adaptive"
     assert plots.method_of("crest-priced") == "crest-priced" and plots.method_of("CREST") == "crest"
-    assert plots.style("dense").label == "DReSD" and plots.style("DReSD-OOD 10×6").label == "DReSD-OOD 10×6"
-    assert plots.color("REST-OOD") == plots.color("rest") != plots.color("crest")
+    assert plots.style("dense").label == "DReSD"
+    assert plots.style("DReSD 10×6, OOD store").label == "DReSD 10×6, OOD store"
+    assert plots.color("REST, OOD store") == plots.color("rest") != plots.color("crest")
     with pytest.raises(KeyError, match="add it to specnb.study.plots.COLORS"):
         plots.method_of("a method nobody mapped")
     colors = [s.color for s in plots.STYLES.values()]
@@ -267,7 +268,7 @@ def test_legends_list_methods_in_one_order_and_series_get_distinct_hues():
         ax.plot([1, 2], [1, 2 + len(name)], label=name, color=plots.color(name) if name != "n = 3" else "0.5")
     plots.legend_outside(ax)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["pld", "rest", "mcsd", "n = 3"]
-    assert plots.method_rank("prompt lookup") < plots.method_rank("REST-OOD") < plots.method_rank("MCSS")
+    assert plots.method_rank("prompt lookup") < plots.method_rank("REST, OOD store") < plots.method_rank("MCSS")
     assert plots.method_rank("n = 3") is None
     hues = plots.series_colors(5)
     assert len(set(hues)) == 5 and plots.series_colors(2) == ["0.15", "0.55"]
@@ -324,11 +325,11 @@ def test_a_methods_shades_get_a_key_when_saved_and_none_is_refused(tmp_path, mon
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     monkeypatch.setenv("SPECNB_STRICT_FIGURES", "1")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3))
-    labels = ["REST-OOD", "REST-ID", "DReSD-OOD 10×6", "DReSD-ID 10×6", "rest-priced"]
+    labels = ["REST, OOD store", "REST, ID store", "DReSD 10×6, OOD store", "DReSD 10×6, ID store", "rest-priced"]
     for ax in axes:
         plots.hbars(ax, labels, [1.2, 1.4, 1.3, 1.8, 1.1], xlabel="tokens per call")
     assert any("the shade 'DReSD, ID store'" in p for p in plots.layout_problems(fig))
-    assert plots.method_rank("DReSD-ID 10×6") == plots.method_rank("dense")
+    assert plots.method_rank("DReSD 10×6, ID store") == plots.method_rank("dense")
     assert plots.method_rank("rest-priced") == plots.method_rank("REST") < plots.method_rank("crest-priced")
     plots.save_figure(fig, "00_shades")
     [key] = fig.legends
@@ -837,8 +838,8 @@ def test_a_dot_not_measured_leaves_its_row_empty():
     fig, ax = plt.subplots()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plots.dots(ax, ["REST-OOD", "DReSD-OOD 10×6", "DReSD-ID 10×6"], [0.2, np.nan, 0.3], [0.1, np.nan, 0.2],
-                   [0.3, np.nan, 0.4], keep_order=True)
+        plots.dots(ax, ["REST, OOD store", "DReSD 10×6, OOD store", "DReSD 10×6, ID store"], [0.2, np.nan, 0.3],
+                   [0.1, np.nan, 0.2], [0.3, np.nan, 0.4], keep_order=True)
     assert sorted(t.get_text() for t in ax.texts) == ["0.200", "0.300"]
     assert len(ax.get_yticklabels()) == 3
     plt.close(fig)

@@ -193,16 +193,22 @@ greedy decoding; "votes" merges every neighbour passing the first-token filter i
 
 def replayed_name(store: str, shape: str) -> str:
     """The method name a replay of DReSD ``shape`` (``"10x6 votes"``) on ``store`` (``"OOD"``) gets in every table
-    and figure: ``"DReSD-OOD 10×6 votes"``, the multiplication sign as the study's other DReSD labels."""
-    return f"DReSD-{store} {shape.replace('x', '×')}"
+    and figure: ``"DReSD 10×6 votes, OOD store"``, the multiplication sign as the study's other DReSD labels and the
+    store named as every notebook names it ("DReSD, ID store")."""
+    return f"DReSD {shape.replace('x', '×')}, {store} store"
+
+
+def rest_name(store: str) -> str:
+    """REST's method name on ``store``'s documents (``"OOD"``): ``"REST, OOD store"``, as :func:`replayed_name`."""
+    return f"REST, {store} store"
 
 
 def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list,
                        shapes: dict[str, tuple[int, int, str]] = FIG4_SHAPES) -> pd.DataFrame:
     """DReSD Fig. 4 by greedy replay, one row per (method, reference) (:func:`specnb.experiments.grids.replay_rows`:
     calls, accepted, draft_depth, drafted_nodes, acceptance_rate, ...): per store, DReSD in ``shapes`` and REST on
-    the store's own documents (:func:`specnb.experiments.dresd.rest_twin`), methods "DReSD-OOD 10×6", ...,
-    "REST-OOD" (the study's method order).
+    the store's own documents (:func:`specnb.experiments.dresd.rest_twin`), methods "DReSD 10×6, OOD store", ...,
+    "REST, OOD store" (the study's method order).
 
     stores: {"code-OOD": ..., "code-ID": ...}; hidden: the references' teacher-forced states."""
     frames = []
@@ -211,14 +217,15 @@ def dresd_vs_rest_rows(stores: dict[str, DenseDatastore], references: list[Refer
         index = rest_twin(store)
         makers = {replayed_name(suffix, label): lambda store=store, k=k, w=w, merge=merge:
                   DenseDrafter(store, k, w, merge=merge) for label, (k, w, merge) in shapes.items()}
-        makers[f"REST-{suffix}"] = lambda index=index: RestDrafter(index)
+        makers[rest_name(suffix)] = lambda index=index: RestDrafter(index)
         frames += [replay_rows(method, replay_many(make, references, hidden)) for method, make in makers.items()]
     return pd.concat(frames, ignore_index=True)
 
 
 def dresd_vs_rest(stores: dict[str, DenseDatastore], references: list[Reference], hidden: list) -> pd.DataFrame:
     """DReSD Fig. 4 by greedy replay: :func:`~specnb.experiments.dresd.replay_methods_table` of
-    :func:`dresd_vs_rest_rows` (one row per method, "REST-OOD", "DReSD-OOD 10×6", ...; index ``method``)."""
+    :func:`dresd_vs_rest_rows` (one row per method, "REST, OOD store", "DReSD 10×6, OOD store", ...; index
+    ``method``)."""
     return replay_methods_table(dresd_vs_rest_rows(stores, references, hidden))
 
 
@@ -230,8 +237,8 @@ def chat_rows(target, store: DenseDatastore, n_prompts: int, max_new_tokens: int
               ) -> pd.DataFrame:
     """DReSD Fig. 6's low prompt alignment by greedy replay, as :func:`dresd_vs_rest_rows` rows: the target's
     cached greedy outputs (``max_new_tokens`` each) of the first ``n_prompts`` :data:`CHAT_PROMPTS` replayed
-    against ``store`` (the chat-OOD store) by REST on its documents and DReSD ``shape``: methods ``REST-chat``
-    and ``DReSD-chat <shape>``."""
+    against ``store`` (the chat-OOD store) by REST on its documents and DReSD ``shape``: methods ``REST, chat
+    store`` and ``DReSD <shape>, chat store``."""
     references, hidden = references_and_states(target, load_prompts(CHAT_PROMPTS, n_prompts), max_new_tokens)
     return dresd_vs_rest_rows({"chat": store}, references, hidden, {shape: FIG4_SHAPES[shape]})
 
@@ -241,7 +248,7 @@ def alignment_methods(shape: str = "10x6") -> dict[tuple[str, str], str]:
     (the code-OOD store, :func:`dresd_vs_rest_rows`) and on chat (the chat-OOD store, :func:`chat_rows`)."""
     dense = f"DReSD {shape.replace('x', '×')}"
     return {(dense, "code"): replayed_name("OOD", shape), (dense, "chat"): replayed_name("chat", shape),
-            ("REST", "code"): "REST-OOD", ("REST", "chat"): "REST-chat"}
+            ("REST", "code"): rest_name("OOD"), ("REST", "chat"): rest_name("chat")}
 
 
 def alignment_table(rows: pd.DataFrame, chat: pd.DataFrame, code_set: str = "HumanEval",
@@ -334,7 +341,7 @@ def fig4_ratios(rows: pd.DataFrame, shape: str = "10x6") -> pd.DataFrame:
     name = shape.replace("x", "×")
     out = []
     for store in ("OOD", "ID"):
-        dense, rest = replayed_name(store, shape), f"REST-{store}"
+        dense, rest = replayed_name(store, shape), rest_name(store)
         for key, what, paired, metric in (("mar", "MAR", mean_versus, "acceptance_rate"),
                                           ("length", "length", versus, "accepted_length")):
             value, low, high = paired(rows, dense, rest, metric)

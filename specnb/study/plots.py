@@ -4,7 +4,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 * :func:`use_style`: :data:`STYLE` applied to matplotlib (the notebooks call it; importing this module changes no
   setting).
 * :data:`STYLES` / :func:`style`: the same method has the same colour and name in every figure (a label such as
-  ``"DReSD-OOD 10×6"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
+  ``"DReSD 10×6, OOD store"`` takes its method's by prefix: :func:`method_of`); datasets and temperatures go to
   markers and line styles (:data:`MARKERS`, :data:`LINESTYLES`), never to colour.
 * :func:`hbars`: horizontal bars, the value printed at the end of each bar, the 90% interval drawn; :func:`dots`
   for values near a ceiling (a bar from zero hides their differences). One row order per figure, the first panel's,
@@ -133,7 +133,7 @@ LINESTYLES = ("-", "--", ":", "-.")
 
 def method_of(label: str) -> str:
     """The :data:`STYLES` key of ``label``: itself, or the longest key / alias ``label`` starts with
-    (``"DReSD-OOD 10×6"`` -> ``dense``, ``"REST priced"`` -> ``rest-priced``, ``"mixed (10,10)"`` -> ``mixed``).
+    (``"DReSD 10×6, OOD store"`` -> ``dense``, ``"REST priced"`` -> ``rest-priced``, ``"mixed (10,10)"`` -> ``mixed``).
     KeyError names the label when nothing matches: every method a figure shows needs its entry."""
     text = label.strip().lower()
     if text in STYLES:
