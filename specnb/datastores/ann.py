@@ -292,10 +292,14 @@ def exact_search(queries: np.ndarray, keys: np.ndarray, k: int, chunk: int = 102
     return ids, sims
 
 
+def recall_per_query(found: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """float [m]: the fraction of each query's true top-k ids (int [m, k]) that ``found`` (int [m, k']) contains."""
+    return (found[:, :, None] == truth[:, None, :]).any(1).mean(1)
+
+
 def recall_at_k(found: np.ndarray, truth: np.ndarray) -> float:
     """Mean fraction of the true top-k ids (int [m, k]) that ``found`` (int [m, k']) contains."""
-    hits = (found[:, :, None] == truth[:, None, :]).any(1)
-    return float(hits.mean())
+    return float(recall_per_query(found, truth).mean())
 
 
 def reciprocal_ranks(found: np.ndarray, true_ids: np.ndarray) -> np.ndarray:
