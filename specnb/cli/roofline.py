@@ -17,6 +17,8 @@ def add_parser(sub: argparse._SubParsersAction, help: str) -> None:
     parser.add_argument("--device", default=default_device(), help="cpu | cuda | cuda:N (default: cuda if available)")
     parser.add_argument("--grid", default="quick", choices=sorted(GRIDS))
     parser.add_argument("--max-tokens", type=int, default=None, help="skip cells with k * (w + 1) above this")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="replay each call from a CUDA graph (a serving stack's decode; default: eager calls)")
     parser.add_argument("--out", required=True, help="CSV to write (e.g. data/roofline_gpu.csv)")
     parser.set_defaults(func=_measure)
 
@@ -27,6 +29,8 @@ def _measure(args: argparse.Namespace) -> int:
     from ..model.models import load_model
 
     check_output_file(args.out, lambda p: csv_has_columns(p, COLUMNS), "a roofline CSV")
+    if args.cuda_graphs and not str(args.device).startswith("cuda"):
+        raise ValueError(f"--cuda-graphs needs --device cuda, not {args.device}")
     grid = get_grid(args.grid)
     if args.max_tokens is not None:
         if args.max_tokens < 1:
@@ -36,7 +40,7 @@ def _measure(args: argparse.Namespace) -> int:
         target = random_model(args.model.removeprefix("random:"), args.dtype, args.device)
     else:
         target = load_model(args.model, dtype=args.dtype, device=args.device)
-    frame = measure(target, grid, label=args.model)
+    frame = measure(target, grid, label=args.model, graphs=args.cuda_graphs)
     write_csv(args.out, frame)
     print(f"wrote {len(frame)} cells to {args.out}")
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from ..atomic import write_csv
 from ..core.head_rows import PROBE_ROWS, cheapest_rows, splits
 from ..core.roofline import CostModel, cached_cost_model, cost_table_path, device_name
 from ..model.ceilings import (
+    cuda_ceilings,
     gemm_flops,
     matmul_parameters,
     path_instruction,
@@ -82,6 +84,9 @@ GRIDS = {
     # the cost curve: one row of 1..64 tokens (a chain or a tree), contexts 256 / 1k / 4k
     "curve": Grid((1,), (0, 1, 3, 7, 15, 31, 63), CONTEXTS, repeats=5),
     "smoke": Grid((1, 2, 4), (0, 1, 3), (25, 100), repeats=2),
+    # a GPU's table (data/roofline_gpu.csv): the quick grid's drafts, and chains and trees of up to 256 tokens in
+    # one row, up to 512 tokens a call (a GPU verifies far more than a CPU before a call costs more than one token's)
+    "gpu": Grid(COARSE_KS, COARSE_WS + (31, 63, 127, 255), CONTEXTS[:2], repeats=5, max_tokens=512),
     # N-Grammys Fig. 1 as the paper drew it: k = 1..32, w = 0..15 at its context lengths 25 / 100 / 500
     "paper": Grid(PAPER_KS, PAPER_WS, PAPER_CONTEXTS, repeats=5),
     # the quick grid's block-size classes at the paper's context lengths, median of 3 paired calls
@@ -137,7 +142,7 @@ def implausible(seconds: dict[tuple[int, int, int], float],
 
 @torch.inference_mode()
 def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = True,
-               desc: str = "roofline") -> pd.DataFrame:
+               desc: str = "roofline", graphs: bool = False) -> pd.DataFrame:
     """Median seconds of one call per cell; columns context, k, w, tokens, seconds, slowdown, and the spread
     of the slow-down over the timed passes (``slowdown_low`` / ``slowdown_high``: the cell's smallest and
     largest paired ratio over the median ratio of (1, 0) at that context; ``passes``: how many). On a CPU, the read
@@ -162,6 +167,10 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     (:func:`implausible`: passes that disagree, or less work costing more) is timed again with its partner, in up to
     :data:`EXTRA_PASSES` more passes over such cells, and costs the median of all its passes (``passes`` counts them;
     ``settled`` is False for a cell still implausible after them, kept as timed and marked in notebook 05's heatmaps).
+
+    ``graphs`` (a CUDA device only): each (context, block) call is captured once as a CUDA graph and the timings
+    replay it, so a call costs its kernels without PyTorch's launches from Python (what a serving stack's decode
+    pays); eager calls otherwise, as the papers' Hugging Face implementations make them.
 
     Where a call's output head computes only the rows acceptance reads (:func:`specnb.core.head_rows.splits`), the
     head alone is timed too, on every row count of the cells up to :data:`HEAD_ROWS_TIMED` and on
@@ -189,21 +198,40 @@ def time_cells(target: LoadedModel, grid: Grid, seed: int = 0, progress: bool = 
     head_rows = sorted(set(PROBE_ROWS) | {k * (w + 1) for _, k, w in cells if k * (w + 1) <= HEAD_ROWS_TIMED}) \
         if splits(head, hidden) else []
     head_ratios: dict[int, list[float]] = {rows: [] for rows in head_rows}
+    captured: dict[tuple, torch.cuda.CUDAGraph] = {}
+
+    def run(context: int, block: torch.Tensor) -> None:
+        caches[context].keep(context, torch.empty(0, dtype=torch.long))
+        forward(target, block, cache=caches[context])
+
+    if graphs:
+        if device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA device, not {device}")
+        pool = torch.cuda.graph_pool_handle()  # one pool for every graph: they never run at once
+        for context, k, w in cells:  # every block once, eagerly: the caches reach their final buffers before any
+            run(context, blocks[context, k, w])  # graph records them
+
+    def clocked(key: tuple, work: Callable[[], object]) -> float:
+        """Seconds of ``work`` once (replayed from its graph, captured on its first call, with ``graphs``)."""
+        if graphs and key not in captured:
+            work()  # allocations and lazy tables outside the graph
+            captured[key] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured[key], pool=pool):
+                work()
+        synchronize(device)
+        start = time.perf_counter()
+        if graphs:
+            captured[key].replay()
+        else:
+            work()
+        synchronize(device)
+        return time.perf_counter() - start
 
     def call(context: int, block: torch.Tensor) -> float:
-        caches[context].keep(context, torch.empty(0, dtype=torch.long))
-        synchronize(device)
-        start = time.perf_counter()
-        forward(target, block, cache=caches[context])
-        synchronize(device)
-        return time.perf_counter() - start
+        return clocked((context, *block.shape), lambda: run(context, block))
 
     def head_call(rows: int) -> float:
-        synchronize(device)
-        start = time.perf_counter()
-        head(hidden[:rows])
-        synchronize(device)
-        return time.perf_counter() - start
+        return clocked(("head", rows), lambda: head(hidden[:rows]))
 
     def time_one(index: int, timed: bool) -> None:
         """Cell ``index`` (past the cells: the head on some rows) and its one-token partner, once."""
@@ -285,17 +313,18 @@ def timing_label(target: LoadedModel) -> str:
 
 
 def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None = None,
-            progress: bool = True) -> pd.DataFrame:
+            progress: bool = True, graphs: bool = False) -> pd.DataFrame:
     """:func:`time_cells` plus provenance columns (model, dtype (:func:`timing_label`), device, torch version,
     date, repeats, CPU class) and the machine's floors for each cell: ``bandwidth_floor_s`` (weight bytes over the
     measured read bandwidth) and ``compute_floor_s`` (parameters x tokens multiply-adds at the peak of the
     instruction the path uses, ``compute_instruction``: :func:`specnb.model.ceilings.path_instruction`; PyTorch's
-    best GEMM FLOP/s where specnb's kernels do not run the model)."""
+    best GEMM FLOP/s where specnb's kernels do not run the model, and on a CUDA device, with its read bandwidth:
+    :func:`specnb.model.ceilings.cuda_ceilings`; ``cuda_graphs`` there: whether the calls were replayed graphs)."""
     if not isinstance(target, LoadedModel):
         target = LoadedModel.of(target, byte_tokenizer(), type(target).__name__)
     name = label or target.name
     dtype = timing_label(target)
-    frame = time_cells(target, grid, progress=progress, desc=f"roofline {name} {dtype}")
+    frame = time_cells(target, grid, progress=progress, desc=f"roofline {name} {dtype}", graphs=graphs)
     frame["model"] = name
     frame["dtype"] = dtype
     frame["device"] = device_name(target.device)
@@ -308,11 +337,18 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
         if "read_gb_per_s" not in frame:
             frame["read_gb_per_s"] = read_bandwidth()
         frame["gemm_gflops"] = gemm_flops(target.dtype) / 1e9
-        frame["bandwidth_floor_s"] = streamed_bytes(target) / (frame.read_gb_per_s * 1e9)
         instruction = path_instruction(target)
         macs = peak_macs(instruction) if instruction else None
         frame["compute_instruction"] = instruction or "torch-gemm"
         frame["peak_gmacs"] = macs / 1e9 if macs else frame.gemm_gflops / 2
+    elif target.device.type == "cuda":
+        frame["cuda_graphs"] = graphs
+        read, flops = cuda_ceilings(target.device, target.dtype)
+        frame["read_gb_per_s"], frame["gemm_gflops"] = read / 1e9, flops / 1e9
+        frame["compute_instruction"] = "torch-gemm"
+        frame["peak_gmacs"] = frame.gemm_gflops / 2
+    if "peak_gmacs" in frame:
+        frame["bandwidth_floor_s"] = streamed_bytes(target) / (frame.read_gb_per_s * 1e9)
         frame["compute_floor_s"] = matmul_parameters(target.modules) * frame.tokens / (frame.peak_gmacs * 1e9)
     return frame
 

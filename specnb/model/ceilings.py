@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -64,6 +65,29 @@ def gemm_flops(dtype: torch.dtype = torch.bfloat16, size: int = 2048, repeats: i
         if side >= size or seconds > budget:
             return 2 * side**3 / seconds
         side = min(2 * side, size)
+
+
+def cuda_ceilings(device: torch.device, dtype: torch.dtype = torch.bfloat16, gigabytes: int = 4,
+                  side: int = 8192, repeats: int = 5) -> tuple[float, float]:
+    """(read bytes/s, GEMM FLOP/s in ``dtype``) of a CUDA device: a sum over ``gigabytes`` GB and a product of
+    side ``side``, each the median of ``repeats`` after an untimed one: the floors of a GPU cost table."""
+
+    def seconds(work: Callable[[], object]) -> float:
+        work()
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            work()
+            torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    data = torch.ones(gigabytes << 28, dtype=torch.float32, device=device)
+    read = data.numel() * 4 / seconds(data.sum)
+    del data
+    a, b = (torch.randn(side, side, device=device, dtype=dtype) for _ in range(2))
+    return read, 2 * side**3 / seconds(lambda: a @ b)
 
 
 INSTRUCTIONS = {"fp32-fma": 0, "bf16-dot": 1, "int8-vnni": 2, "int8-vnni-broadcast": 3, "int8-avx2": 4}
