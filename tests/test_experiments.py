@@ -206,7 +206,7 @@ def _gpu_table(path, models=("random:llama-2-7b", "random:mistral-7b")) -> None:
 
 
 def test_the_gpu_column_is_added_with_a_table_and_said_absent_without(tmp_path, capsys):
-    from specnb.experiments.gpu_price import COLUMN, add_gpu_column
+    from specnb.experiments.gpu_price import COLUMN, GRAPHS_COLUMN, add_gpu_column
 
     grid = pd.DataFrame({"k": [1, 10], "w": [10, 10], "tokens_per_call": [2.2, 4.0]})
     missing = tmp_path / "roofline_gpu.csv"
@@ -222,6 +222,25 @@ def test_the_gpu_column_is_added_with_a_table_and_said_absent_without(tmp_path, 
     by_nodes = add_gpu_column(chains, "random:llama-2-7b", nodes="draft_nodes_per_call", path=missing)
     assert by_nodes[COLUMN].tolist() == pytest.approx([1.0, 2.0])  # one row of 10 draft tokens: (1, 10)
     assert capsys.readouterr().out == ""
+    assert GRAPHS_COLUMN not in priced  # a table without `cuda_graphs` was timed eagerly
+
+
+def test_each_call_mode_of_the_gpu_table_prices_its_own_column(tmp_path):
+    """Eager rows and CUDA-graph rows of one model in one table: each column reads its own mode's rows, never both."""
+    from specnb.experiments.gpu_price import COLUMN, GRAPHS_COLUMN, add_gpu_column, gpu_cost_model
+
+    path = tmp_path / "roofline_gpu.csv"
+    _gpu_table(path, models=("random:llama-2-7b",))
+    eager = pd.read_csv(path).assign(cuda_graphs=False)
+    graphed = eager.assign(cuda_graphs=True, seconds=eager.seconds * eager.w.map({0: 1.0, 10: 2.0}))
+    pd.concat([eager, graphed]).to_csv(path, index=False)
+    grid = pd.DataFrame({"k": [1, 10], "w": [10, 10], "tokens_per_call": [2.2, 4.0]})
+    priced = add_gpu_column(grid, "random:llama-2-7b", path=path)
+    assert priced[COLUMN].tolist() == pytest.approx([2.2 / 1.1, 4.0 / 2.0])
+    assert priced[GRAPHS_COLUMN].tolist() == pytest.approx([2.2 / 2.2, 4.0 / 4.0])
+    eager.to_csv(path, index=False)
+    assert gpu_cost_model("random:llama-2-7b", path, graphs=True) is None
+    assert GRAPHS_COLUMN not in add_gpu_column(grid, "random:llama-2-7b", path=path)
 
 
 def test_the_roofline_command_writes_a_table_the_gpu_column_reads_on_a_device(tmp_path):
