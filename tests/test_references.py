@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PROSE = [ROOT / "README.md", ROOT / "data" / "README.md", ROOT / "figures" / "README.md",
          *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "notebooks").glob("*.ipynb"))]
 DOTTED = re.compile(r"\bspecnb(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
-WRITTEN = {"data/roofline_gpu.csv"}  # what a command writes (`specnb roofline --device cuda`), named before it exists
 PATH = re.compile(r"`((?:specnb|docs|tests|notebooks|data|figures)/[A-Za-z0-9_./-]+"
                   r"\.(?:py|md|h|cpp|ipynb|csv|jsonl?|png))`")
 PLACEHOLDER = re.compile(r"(?<![A-Za-z0-9])(?:NN|NAME|FILE|DIR)(?![A-Za-z0-9])")  # figures/NN_results.json: a glob
@@ -75,7 +74,7 @@ def missing(text: str) -> list[str]:
     from specnb.cli import COMMANDS
 
     names = sorted(name for name in _names_in(text) if not resolves(name))
-    names += sorted(p for p in set(PATH.findall(text)) - WRITTEN if not any(ROOT.glob(PLACEHOLDER.sub("*", p))))
+    names += sorted(p for p in set(PATH.findall(text)) if not any(ROOT.glob(PLACEHOLDER.sub("*", p))))
     names += sorted(f"specnb {c}" for c in set(COMMAND.findall(text)) if c not in COMMANDS)
     return names + sorted(f"python -m {m}" for m in set(RUN.findall(text)) if not runnable(m))
 
