@@ -317,3 +317,66 @@ def test_a_cell_that_cannot_be_true_among_the_others_is_timed_again(monkeypatch)
     assert kept.set_index(["k", "w"]).slowdown[2, 0] == pytest.approx(6.0)  # what the check keeps out
     # kept as timed, and marked: the cell and the two it costs more than
     assert set(kept[~kept.settled].set_index(["k", "w"]).index) == {(2, 0), (2, 1), (3, 0)}
+
+
+def _gpu_rows(slowdown16: dict[bool, float], model: str = "random:mistral-7b") -> pd.DataFrame:
+    """A saved GPU table's one-row cells at ℓ = 256 and 1024, eager and graphed: 16 tokens cost ``slowdown16[mode]``."""
+    rows = []
+    for graphs, slow in slowdown16.items():
+        for context in (256, 1024):
+            for w, s in ((0, 1.0), (15, slow)):
+                rows.append({"model": model, "cuda_graphs": graphs, "context": context, "k": 1, "w": w,
+                             "tokens": w + 1, "seconds": 0.01 * s, "slowdown": s, "slowdown_low": s * 0.98,
+                             "slowdown_high": s * 1.02, "passes": 5, "device": "NVIDIA Fake",
+                             "bandwidth_floor_s": 0.003, "compute_floor_s": 1e-5 * (w + 1)})
+    return pd.DataFrame(rows)
+
+
+def test_the_papers_memory_bound_claim_is_judged_on_each_call_mode_of_a_gpu_table(tmp_path, monkeypatch):
+    """N-Grammys' assumption on Mistral-7B's shapes: 16 tokens at ~one token's price agrees, at 1.5x disagrees, each
+    call mode judged apart at the context nearest 100; a table without Mistral-7B's rows is not judged."""
+    from specnb.experiments import roofline_study as rs
+    from specnb.study.results import Results
+
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
+    report = Results("05", "smoke")
+    gpu = rs.gpu_calls(_gpu_rows({True: 1.5, False: 1.02}))
+    assert gpu.calls.iloc[0] == "eager calls"  # eager rows first
+    rs.judge_gpu_free_row(report, gpu)
+    eager, graphs = report.comparisons["gpu_free_row_eager"], report.comparisons["gpu_free_row_graphs"]
+    assert (eager.verdict, graphs.verdict) == ("agrees", "disagrees")
+    assert graphs.ours == pytest.approx(1.5) and "ℓ = 256" in graphs.claim and "CUDA graphs" in graphs.claim
+    assert "×{ours[gpu][graphs_slowdown]:.2f}" in rs.gpu_sentence(report)
+    assert report.ours["gpu"]["graphs_slowdown"] == pytest.approx(1.5)
+    assert "×1.50 one token (CUDA graphs)" in str(report.render(rs.gpu_sentence(report)).data)
+    other = Results("05", "smoke")
+    rs.judge_gpu_free_row(other, rs.gpu_calls(_gpu_rows({False: 1.0}, model="random:llama-2-7b")))
+    assert not other.comparisons and rs.gpu_sentence(other) == ", and no GPU was measured here."
+
+
+def test_a_gpu_tables_figures_draw_a_panel_per_model_and_call_mode():
+    import matplotlib.pyplot as plt
+
+    from specnb.experiments import roofline_study as rs
+    from specnb.study import plots
+
+    gpu = rs.gpu_calls(pd.concat([_gpu_rows({False: 1.02, True: 1.5}, model)
+                                  for model in ("random:llama-2-7b", "random:mistral-7b")]))
+    at = gpu[gpu.context == 256]
+    fig = plots.slowdown_heatmaps(at, "a title", 1.3, cols="model", rows="calls")
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles == ["eager calls: llama-2-7b, ℓ = 256", "eager calls: mistral-7b, ℓ = 256",
+                      "CUDA graphs: llama-2-7b, ℓ = 256", "CUDA graphs: mistral-7b, ℓ = 256"]
+    fig = plots.gpu_cost_curves(at, "a title")
+    assert [line.get_label() for line in fig.axes[0].lines] == ["eager calls", "CUDA graphs", "bandwidth floor",
+                                                                "compute floor"]
+    plt.close("all")
+
+
+def test_cuda_graphs_are_refused_off_a_cuda_device(capsys):
+    from specnb.cli import main
+
+    assert main(["roofline", "--model", "tiny-qwen2", "--device", "cpu", "--cuda-graphs", "--out", "x.csv"]) == 2
+    assert capsys.readouterr().err.strip() == "specnb: error: --cuda-graphs needs --device cuda, not cpu"
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        time_cells(tiny("qwen2"), Grid((1,), (0,), (8,), repeats=1), progress=False, graphs=True)

@@ -212,3 +212,65 @@ def llamacpp_takeaway(report, both: pd.DataFrame) -> None:
         context=next(iter(out.values()))["context"]) + "; ".join(
         f"{name} {{ours[llamacpp][{name}][fewest_ms]:.1f}} ms at {{ours[llamacpp][{name}][fewest]}} token(s), "
         f"{{ours[llamacpp][{name}][most_ms]:.0f}} ms at {{ours[llamacpp][{name}][most]}}" for name in out))
+
+
+# --------------------------------------------------------------------------------------- a saved GPU table
+
+GPU_CALLS = {False: "eager calls", True: "CUDA graphs"}
+"""What each call mode of a GPU table (``cuda_graphs``) is named in the figures."""
+PAPER_SHAPE = "random:mistral-7b"  # N-Grammys' Fig. 1 model, as the GPU table names its shapes
+PAPER_ROW = 16  # the paper's longest one-row block (w = 0..15)
+
+
+def gpu_calls(gpu: pd.DataFrame) -> pd.DataFrame:
+    """A saved GPU table (``data/roofline_gpu.csv``) with ``calls`` naming each row's call mode (:data:`GPU_CALLS`;
+    a table without ``cuda_graphs`` was timed eagerly), eager rows first."""
+    graphs = gpu.cuda_graphs.astype(bool) if "cuda_graphs" in gpu else pd.Series(False, index=gpu.index)
+    return gpu.assign(calls=graphs.map(GPU_CALLS)).sort_values("calls", key=lambda c: c != GPU_CALLS[False],
+                                                                 kind="stable")
+
+
+def judge_gpu_free_row(report, gpu: pd.DataFrame) -> None:
+    """N-Grammys' memory-bound assumption on its own hardware class: a row of :data:`PAPER_ROW` tokens against one
+    token for Mistral-7B's shapes, per call mode of the GPU table (``gpu``: :func:`gpu_calls` rows), at the table's
+    context nearest the paper's middle one (100), against 1 ± :data:`~specnb.study.verdicts.PREDICTION`, with the
+    spread over passes. Nothing is judged where the table has no Mistral-7B rows; ``ours[gpu]`` holds what the
+    front page's lines read."""
+    rows = gpu[(gpu.model == PAPER_SHAPE) & (gpu.k == 1)]
+    if rows.empty:
+        return
+    contexts = np.array(sorted(rows.context.unique()))
+    context = int(contexts[np.argmin(np.abs(contexts - 100))])
+    rows = rows[rows.context == context]
+    out = {"device": str(rows.device.iloc[0]), "context": context, "tokens": PAPER_ROW}
+    for calls, part in rows.groupby("calls", sort=False):
+        one, row = (part[part.tokens == n].iloc[0] for n in (1, PAPER_ROW))
+        key = "gpu_free_row_" + ("graphs" if bool(row.get("cuda_graphs", False)) else "eager")
+        evidence = {"one token ms": one.seconds * 1e3, "bandwidth floor ms": row.bandwidth_floor_s * 1e3,
+                    "compute floor ms": row.compute_floor_s * 1e3}
+        report.compare(key, f"Mistral-7B's shapes on {row.device} ({calls}): slow-down of one row of {PAPER_ROW} "
+                       f"tokens over one token at ℓ = {context} (spread over {int(row.passes)} timed passes)",
+                       row.slowdown, row.slowdown_low, row.slowdown_high, Expect.near(1.0, PREDICTION),
+                       f"the memory-bound cost model ({CLAIMS.source}; random weights of its shapes)",
+                       internal=False, direction_only=False, evidence=evidence,
+                       cause=f"one token's call takes {evidence['one token ms']:.1f} ms where the weights read in "
+                             f"{evidence['bandwidth floor ms']:.1f} ms: the rest is per-call work that a longer row "
+                             f"adds to ({PAPER_ROW} tokens' arithmetic: {evidence['compute floor ms']:.2f} ms)")
+        mode = key.removeprefix("gpu_free_row_")
+        out[mode], out[f"{mode}_slowdown"] = calls, float(row.slowdown)
+    report.add(gpu=out)
+    report.takeaway("05_roofline_gpu_curve", f"on {{ours[gpu][device]}}, one row of {PAPER_ROW} tokens of "
+                    "Mistral-7B's shapes costs " + " and ".join(
+                        f"×{{ours[gpu][{mode}_slowdown]:.2f}} one token ({{ours[gpu][{mode}]}})"
+                        for mode in ("eager", "graphs") if mode in out))
+
+
+def gpu_sentence(report) -> str:
+    """The end of notebook 05's closing sentence: what :func:`judge_gpu_free_row` found on a GPU, as a template, or
+    that no GPU was measured."""
+    modes = [mode for mode in ("eager", "graphs") if f"gpu_free_row_{mode}" in report.comparisons]
+    if not modes:
+        return ", and no GPU was measured here."
+    return ("; on a GPU ({ours[gpu][device]}, a saved table), one row of {ours[gpu][tokens]} tokens of the paper's "
+            "model shapes costs " + " and ".join(f"×{{ours[gpu][{m}_slowdown]:.2f}} one token "
+                                                  f"({{ours[gpu][{m}]}})" for m in modes) + ".")

@@ -26,6 +26,7 @@ intervals, one colour scale per metric across panels, legends off the data, and 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import re
@@ -1039,38 +1040,76 @@ class LogTicks(Locator):
         return log_ticks(lo, hi) if lo > 0 else []
 
 
-def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float) -> plt.Figure:
-    """One :func:`heatmap` per context length of a roofline table (:func:`specnb.eval.timing.measure` rows: context,
-    k, w, slowdown): the slow-down of each (k, w) call over (1, 0) on one log colour scale from 1 for every
-    panel, each value to three digits (1.04 stays apart from 1.00), cells above ``threshold`` outlined (past the
-    memory-bound regime; with ``slowdown_low`` / ``slowdown_high`` columns, only those whose interval lies above it,
-    and those whose interval holds it framed dashed), unmeasured cells grey, and with a ``settled`` column the cells
-    their re-timing did not settle (:func:`specnb.eval.timing.time_cells`) printed with a ``?``."""
+def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float, cols: str = "context",
+                      rows: str | None = None) -> plt.Figure:
+    """One :func:`heatmap` per value of column ``cols`` (and of ``rows``, a grid of panels; every panel one context
+    length) of a roofline table (:func:`specnb.eval.timing.measure` rows: context, k, w, slowdown): the slow-down of
+    each (k, w) call over (1, 0) on one log colour scale from 1 for every panel, each value to three digits (1.04
+    stays apart from 1.00), cells above ``threshold`` outlined (past the memory-bound regime; with ``slowdown_low`` /
+    ``slowdown_high`` columns, only those whose interval lies above it, and those whose interval holds it framed
+    dashed), unmeasured cells grey, and with a ``settled`` column the cells their re-timing did not settle
+    (:func:`specnb.eval.timing.time_cells`) printed with a ``?``."""
     from ..eval.timing import EXTRA_PASSES, heatmap_table
 
-    contexts = sorted(frame.context.unique())
+    across = list(dict.fromkeys(frame[cols]))
+    down = list(dict.fromkeys(frame[rows])) if rows else [None]
     ks, ws = sorted(frame.k.unique()), sorted(frame.w.unique())
-    fig, axes = plt.subplots(1, len(contexts), figsize=(4.2 * len(contexts) + 0.8, 3.8), squeeze=False)
+    fig, axes = plt.subplots(len(down), len(across), figsize=(4.2 * len(across) + 0.8, 3.8 * len(down)),
+                             squeeze=False)
     norm = LogNorm(1.0, max(float(np.nanmax(frame.slowdown)), 1.01))
-    for ax, context in zip(axes[0], contexts, strict=True):
-        table = heatmap_table(frame, context).reindex(index=ks, columns=ws)
-        low, high, past = table, table, f"slow-down > {threshold:g}"
-        if {"slowdown_low", "slowdown_high"} <= set(frame.columns):
-            low, high = (heatmap_table(frame, context, f"slowdown_{end}").reindex(index=ks, columns=ws)
-                         for end in ("low", "high"))
-            past += ", its interval too"
+    for (row, col), ax in zip(itertools.product(down, across), axes.flat, strict=True):
+        part = frame[(frame[cols] == col) & ((frame[rows] == row) if rows else True)]
+        context = part.context.iloc[0]
+        ends = {"slowdown_low", "slowdown_high"} <= set(frame.columns)
+        table, low, high = (heatmap_table(part, context, value).reindex(index=ks, columns=ws) for value in
+                            ("slowdown", *(("slowdown_low", "slowdown_high") if ends else ("slowdown",) * 2)))
+        past = f"slow-down > {threshold:g}" + (", its interval too" if ends else "")
         doubtful = None
         if "settled" in frame.columns:
-            doubtful = ~heatmap_table(frame.assign(settled=frame.settled.astype(float)), context, "settled") \
+            doubtful = ~heatmap_table(part.assign(settled=part.settled.astype(float)), context, "settled") \
                 .reindex(index=ks, columns=ws).fillna(1).astype(bool).to_numpy()
         heatmap(table, ax, fmt="#.3g", cmap="magma_r", norm=norm, colorbar=False, outline=(low > threshold).to_numpy(),
                 outline_label=past, unsure=((low <= threshold) & (high > threshold)).to_numpy(),
                 unsure_label=f"interval holds {threshold:g}", doubtful=doubtful,
                 doubtful_label=f"timing unsettled: its passes disagree, or more work costs less, after "
                                f"{EXTRA_PASSES} re-timings")
-        ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"context ℓ = {context}")
+        name = f"context ℓ = {col}" if cols == "context" else f"{str(col).removeprefix('random:')}, ℓ = {context}"
+        ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"{row}: {name}" if rows else name)
     shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
+    bar = fig.axes[-1]  # plain major ticks, 1.5 and 3 too: most slow-downs lie within one decade
+    log_axis(bar, "y", ticks=[t for t in (1, 1.5, 2, 3, 5, 10, 20, 50) if norm.vmin <= t <= norm.vmax])
     legend_outside(fig, "below")
+    fig.suptitle(title)
+    return fig
+
+
+def gpu_cost_curves(frame: pd.DataFrame, title: str) -> plt.Figure:
+    """A saved GPU table's one-row calls (``k == 1`` rows of one context, with ``calls`` naming each call mode:
+    :func:`specnb.experiments.roofline_study.gpu_calls`): one panel per model, ms per call against the tokens it
+    verifies, one line per call mode with each point's value printed, and the weights' bandwidth floor and the
+    tokens' compute floor (``bandwidth_floor_s``, ``compute_floor_s``) where the table holds them."""
+    models = list(dict.fromkeys(frame.model))
+    fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
+    modes = list(dict.fromkeys(frame.calls))
+    for ax, model in zip(axes[0], models, strict=True):
+        part = frame[frame.model == model].sort_values("tokens")
+        for i, (calls, line) in enumerate(part.groupby("calls", sort=False)):
+            ms = line.seconds * 1e3
+            hues = series_colors(max(3, len(modes)))  # hues, not greys: the floors are grey
+            ax.plot(line.tokens, ms, marker=MARKERS[i], color=hues[modes.index(calls)], lw=1, ms=3.5, label=calls)
+            for x, y in zip(line.tokens, ms, strict=True):
+                ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=6)
+        if "bandwidth_floor_s" in part:
+            floors = part.groupby("tokens")[["bandwidth_floor_s", "compute_floor_s"]].first() * 1e3
+            ax.plot(floors.index, floors.bandwidth_floor_s, color="0.6", ls="--", lw=1, label="bandwidth floor")
+            ax.plot(floors.index, floors.compute_floor_s, color="0.6", ls=":", lw=1.2, label="compute floor")
+            ax.set_ylim(0.5 * min(floors.bandwidth_floor_s.min(), part.seconds.min() * 1e3),  # the compute floor
+                        1.6 * part.seconds.max() * 1e3)  # of a few tokens lies decades below every call
+        log_axis(ax, "x", base=2, ticks=sorted(part.tokens.unique()))
+        log_axis(ax, "y")
+        ax.set(xlabel="tokens verified per call", title=f"{model.removeprefix('random:')}, ℓ = {part.context.iloc[0]}")
+    axes[0][0].set_ylabel("ms per call")
+    legend_outside(fig)
     fig.suptitle(title)
     return fig
 
