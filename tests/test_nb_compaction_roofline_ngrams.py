@@ -378,3 +378,26 @@ def test_the_query_sweep_figure_cuts_only_an_exact_tail():
     assert view.notes.startswith("not drawn: exactly 100% (no interval) from max_query = 4 on code to 16")
     assert not view.band and "every share above" in view.notes and view.top == 1.3
     assert cx.query_sweep_view(table.assign(share_low=table.share_low - 0.5)).band
+
+
+def test_table1s_10_10_is_judged_on_the_gpu_table_where_there_is_one(tmp_path):
+    """The (10, 10) speedup priced on the paper's GPU class: tokens per call over a (10, 10) call's slow-down on the
+    GPU table's Mistral-7B rows, its interval from the tokens per call's; nothing judged without a table."""
+    from specnb.experiments import gpu_price, ngrams
+
+    table = tmp_path / "roofline_gpu.csv"
+    pd.DataFrame([{"context": 256, "k": k, "w": w, "seconds": s, "model": "random:mistral-7b",
+                   "device": "NVIDIA Fake", "cuda_graphs": False}
+                  for k, w, s in ((1, 0, 1.0), (10, 10, 1.25), (1, 10, 1.1))]).to_csv(table, index=False)
+    rows = pd.DataFrame({"set": ["HumanEval", "MT-Bench"], "k": 10, "w": 10, "tokens_per_call": [3.0, 2.5],
+                         "tokens_per_call_low": [2.8, 2.4], "tokens_per_call_high": [3.2, 2.6]})
+    grids = gpu_price.add_gpu_column(rows, gpu_price.PAPER_SHAPES["ngrammys"], path=table)
+    report = Results("99", "smoke")
+    ngrams.judge_gpu_10_10(report, grids, table)
+    human = report.comparisons["gpu_speedup_10_10_HumanEval"]
+    assert (human.ours, human.low, human.high) == pytest.approx((3.0 / 1.25, 2.8 / 1.25, 3.2 / 1.25))
+    assert human.verdict == "agrees" and "NVIDIA Fake" in human.claim  # 2.4 in the paper's 2.04-2.50
+    assert report.comparisons["gpu_speedup_10_10_MT-Bench"].ours == pytest.approx(2.0)
+    empty = Results("99", "smoke")
+    ngrams.judge_gpu_10_10(empty, rows, table)
+    assert not empty.comparisons

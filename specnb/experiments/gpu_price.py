@@ -58,7 +58,8 @@ def add_gpu_column(frame: pd.DataFrame, model: str, nodes: str | None = None, pa
     """``frame`` with a column of :data:`COLUMNS` per call mode the GPU table holds: each row's ``tokens_per_call``
     over what one of its calls costs in one-token calls on that mode's table (:func:`gpu_cost_model` of ``model``)
     at ``context`` — a (``k``, ``w``) call, or, with ``nodes`` (a column of draft tokens per call), one row of that
-    many nodes. Without a GPU table, ``frame`` unchanged and one printed line saying why the columns are absent."""
+    many nodes; with ``tokens_per_call_low`` / ``_high``, the column's ``_low`` / ``_high`` from them. Without a GPU
+    table, ``frame`` unchanged and one printed line saying why the columns are absent."""
     found = {graphs: gpu_cost_model(model, path, graphs) for graphs in COLUMNS}
     if not any(found.values()):
         where = f"{Path(path).parent.name}/{Path(path).name}"
@@ -77,5 +78,7 @@ def add_gpu_column(frame: pd.DataFrame, model: str, nodes: str | None = None, pa
         else:
             calls = np.array([cost.seconds_at(int(k), int(w), context) / one
                               for k, w in zip(frame.k, frame.w, strict=True)])
-        columns[COLUMNS[graphs]] = frame.tokens_per_call.to_numpy(float) / calls
+        for end in ("", "_low", "_high"):  # the interval: tokens per call's alone (a GPU cell has no prompts)
+            if f"tokens_per_call{end}" in frame:
+                columns[COLUMNS[graphs] + end] = frame[f"tokens_per_call{end}"].to_numpy(float) / calls
     return frame.assign(**columns)

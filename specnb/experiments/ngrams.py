@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import pandas as pd
 from ..core.datasets import humaneval, mtbench
 from ..core.metrics import bootstrap_interval
 from ..core.prompts import Prompt
-from ..core.roofline import CostModel, device_name
+from ..core.roofline import GPU_CSV, CostModel, device_name
 from ..datastores.ngram_tables import BigramTable, bigram_table, default_restriction, unigram_ranking
 from ..drafters.context import ContextNgramDrafter
 from ..drafters.mixed import MixedDrafter, accepted_rank, accepted_strategy
@@ -32,7 +33,8 @@ from ..eval.timing import Grid, cost_table, time_cells
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
 from ..study.verdicts import TIE, TOKENS_PER_CALL, Expect
-from .gpu_price import PAPER_SHAPES, add_gpu_column
+from .gpu_price import COLUMN as GPU_COLUMN
+from .gpu_price import PAPER_SHAPES, add_gpu_column, gpu_cost_model
 from .grids import mixed_grid, replay_rows, replay_summary
 from .references import greedy_references
 
@@ -493,6 +495,30 @@ def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], ta
     report.takeaway("06_mixed_ablation", "context rows give " + ", ".join(
         f"{{verdicts[tpc_10_10_{name}][evidence][context rows' share of accepted tokens]:.0%}} of the accepted draft "
         f"tokens at (10, 10) on {name}" for name in grids.set.unique()))
+
+
+def judge_gpu_10_10(report, grids: pd.DataFrame, path: str | Path = GPU_CSV) -> None:
+    """N-Grammys Table 1's (10, 10) speedup with the hardware's price matched: replayed tokens per call over the
+    slow-down of one (10, 10) call on the GPU table (Mistral-7B's shapes, eager calls, as the paper's code makes
+    them: ``est_speedup_gpu`` of :func:`grid`), per set, its interval from the tokens per call's. The gap left is
+    the target and its acceptance. Nothing is judged without the table (``path``: the one ``grids`` was priced on)."""
+    if GPU_COLUMN not in grids:
+        return
+    device = gpu_cost_model(PAPER_SHAPES["ngrammys"], path)[1]
+    for name, sub in grids.groupby("set", sort=False):
+        g = sub[(sub.k == TABLE1_BLOCK[0]) & (sub.w == TABLE1_BLOCK[1])].iloc[0]
+        slow = g.tokens_per_call / g[GPU_COLUMN]
+        paper = CLAIMS.table1[name]["tpc_10_10"]
+        report.compare(f"gpu_speedup_10_10_{name}", f"{name}: mixed (10, 10), speedup estimated as replayed tokens "
+                       f"per call ÷ one (10, 10) call's slow-down on the GPU table ({device}, eager calls)",
+                       g[GPU_COLUMN], g[f"{GPU_COLUMN}_low"], g[f"{GPU_COLUMN}_high"],
+                       Expect.published(CLAIMS.table1[name]["speedup_10_10"]), "N-Grammys Table 1 (10, 10)",
+                       internal=False, direction_only=False,
+                       evidence={"call cost over a one-token call": slow, "tokens per call": g.tokens_per_call,
+                                 "paper's tokens per call at (10, 10)": paper},
+                       cause=f"the call is priced as on the paper's GPU class (×{slow:.2f} a one-token call); this "
+                             f"target accepts {g.tokens_per_call:.2f} tokens per call at (10, 10), the paper's "
+                             f"{paper[0]}–{paper[1]}")
 
 
 def block_cost(target: LoadedModel, contexts: tuple[int, ...] = (100, 500), repeats: int = 3) -> pd.DataFrame:
