@@ -13,6 +13,7 @@ from conftest import WholeRows, tiny
 
 from specnb.core.accept import mcss
 from specnb.core.generate import generate
+from specnb.core.roofline import CostModel
 from specnb.drafters.draft_model import DraftModelDrafter, self_draft
 from specnb.eval.replay import replay_greedy
 from specnb.experiments import mcsd, shapes
@@ -432,3 +433,33 @@ def test_pair_costs_count_what_each_call_streams_without_loading_dense_weights()
     assert mcsd.parameters(target) == mcsd.parameters(dense) > mcsd.parameters(draft) > 0
     layer = sum(p.numel() for p in dense.model.model.layers[0].parameters())
     assert mcsd.parameters(target) - mcsd.parameters(draft) == 2 * layer
+
+
+def test_dresds_paper_shape_is_judged_on_the_gpu_tables_price_too(tmp_path):
+    """With grids priced on a GPU table, 4x16 is set against the best shape by that price: the paired tokens-per-call
+    ratio times the ratio of the two calls' prices there; without ``est_speedup_gpu``, no such verdict."""
+    from specnb.experiments import gpu_price
+    from specnb.study.results import Results
+
+    table = tmp_path / "roofline_gpu.csv"
+    pd.DataFrame([{"context": 256, "k": k, "w": w, "seconds": s, "model": "random:llama-2-7b", "device": "NVIDIA Fake",
+                   "cuda_graphs": False} for k, w, s in ((1, 0, 1.0), (4, 16, 1.7), (16, 4, 1.6), (2, 8, 1.2))]
+                 ).to_csv(table, index=False)
+    calls = {(4, 16): 20, (16, 4): 25, (2, 8): 25}
+    rows = pd.DataFrame([{"family": shapes.DRESD, "set": "HumanEval", "k": k, "w": w, "prompt_id": f"p{i}",
+                          "new_tokens": 101, "calls": c + i % 2, "est_seconds": 1.0}
+                         for (k, w), c in calls.items() for i in range(6)])
+    grids = pd.DataFrame([{"family": shapes.DRESD, "set": "HumanEval", "k": k, "w": w, "tokens_per_call": 100 / c,
+                           "est_speedup": 1.0, "est_speedup_low": 0.9, "est_speedup_high": 1.1}
+                          for (k, w), c in calls.items()])
+    cost = CostModel(pd.read_csv(table))
+    report = Results("99", "smoke")
+    shapes.compare_dresd(report, rows, grids, cost, gpu_table=table)
+    assert "gpu_dresd_paper_shape" not in report.comparisons
+    report = Results("99", "smoke")
+    shapes.compare_dresd(report, rows, gpu_price.add_gpu_column(grids, "random:llama-2-7b", path=table), cost,
+                         gpu_table=table)
+    judged = report.comparisons["gpu_dresd_paper_shape"]
+    tokens = shapes.paired_ratio(rows, {"k": 4, "w": 16}, {"k": 2, "w": 8})
+    assert "(2x8)" in judged.claim and judged.ours == pytest.approx(tokens[0] * 1.2 / 1.7)
+    assert judged.verdict == "disagrees"  # 4x16 accepts ~1.25x the tokens at ~1.42x the price

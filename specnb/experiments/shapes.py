@@ -30,6 +30,7 @@ from ..core.drafter import Drafter
 from ..core.metrics import CallStats, RunStats, bootstrap_interval, ratio_interval
 from ..core.prompts import Prompt
 from ..core.report import Report
+from ..core.roofline import GPU_CSV
 from ..datastores.crest import CrestStore
 from ..datastores.dense import load_datastore
 from ..datastores.ngram_tables import BigramTable
@@ -52,7 +53,8 @@ from ..model.models import LoadedModel
 from ..study.profiles import ParameterError, Profile
 from ..study.verdicts import PREDICTION, TIE, Expect
 from .endtoend import store_corpus_tokens
-from .gpu_price import PAPER_SHAPES, add_gpu_column
+from .gpu_price import COLUMN as GPU_COLUMN
+from .gpu_price import PAPER_SHAPES, add_gpu_column, gpu_cost_model
 from .grids import replay_rows
 from .setups import DOCUMENTS, weights_label
 
@@ -477,7 +479,8 @@ def grid_takeaways(report, grids: pd.DataFrame) -> None:
     report.takeaway("08_grid_tokens_per_call", "the most tokens per call: " + ", ".join(most))
 
 
-def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context: int = 256) -> None:
+def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context: int = 256,
+                  gpu_table: str | Path = GPU_CSV) -> None:
     """DReSD §5.4 / Fig. 7 (greedy decoding: the best shape is :data:`CLAIMS`' 3 x 20, narrow and deep) on
     :func:`grid_rows` rows of HumanEval (the code task, as the paper's CodeAlpaca):
 
@@ -485,7 +488,11 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
       Fig. 7's gap);
     * ``dresd_paper_shape``: estimated speed of 4 x 16 (the grid's shape nearest 3 x 20) over the best estimated
       DReSD shape here, a tie with 1 (the paper's shape is as good as the best here). Its likely cause names
-      what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table."""
+      what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table;
+    * ``gpu_dresd_paper_shape``, where ``grids`` were priced on the GPU table (``est_speedup_gpu``, at ``gpu_table``):
+      the same ratio with both calls priced there (Llama-2-7B's shapes, eager calls: the paper's hardware class),
+      against the best shape by that price: tokens per call of 4 x 16 over that shape's, paired by prompt, times
+      the ratio of their calls' prices (target calls only, as ``est_speedup_gpu``)."""
     grid_takeaways(report, grids)
     code = rows[(rows.family == DRESD) & (rows.set == "HumanEval")]
     greedy = "{} x {}".format(*CLAIMS.dresd_greedy)
@@ -505,6 +512,22 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
                    Expect.near(1.0, TIE), f"DReSD §5.4 ({greedy} best for greedy, V100 GPU)",
                    cause=f"a 4x16 call costs {price:.1f} one-token calls on this CPU's cost table", fmt=".3f",
                    internal=False, direction_only=False, evidence={"4x16 call cost over a one-token call": price})
+    if GPU_COLUMN not in sub:
+        return
+    gpu, device = gpu_cost_model(PAPER_SHAPES["dresd"], gpu_table)
+    top = sub.loc[sub[GPU_COLUMN].idxmax()]
+    prices = {shape: gpu.seconds_at(*shape, context) / gpu.seconds_at(1, 0, context)
+              for shape in ((4, 16), (int(top.k), int(top.w)))}
+    scale = prices[int(top.k), int(top.w)] / prices[4, 16]
+    ratio = [x * scale for x in paired_ratio(code, {"k": 4, "w": 16}, {"k": top.k, "w": top.w})]
+    report.compare("gpu_dresd_paper_shape", f"DReSD estimated speed of 4x16 / the best shape by the same price "
+                   f"({top.k}x{top.w}), calls priced on the GPU table ({device}, eager calls), HumanEval", *ratio,
+                   Expect.near(1.0, TIE), f"DReSD §5.4 ({greedy} best for greedy, V100 GPU)",
+                   cause=f"on the GPU table a 4x16 call costs {prices[4, 16]:.2f} one-token calls and a "
+                         f"{top.k}x{top.w} call {prices[int(top.k), int(top.w)]:.2f}: the shapes part on this "
+                         "store's acceptance, not on their price", fmt=".3f", internal=False, direction_only=False,
+                   evidence={"4x16 call cost over a one-token call (GPU)": prices[4, 16],
+                             "best shape's call cost over a one-token call (GPU)": prices[int(top.k), int(top.w)]})
 
 
 def compare_mcsd_order(report, rows: pd.DataFrame) -> None:
