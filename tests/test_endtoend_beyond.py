@@ -159,3 +159,20 @@ def test_beyond_comparisons_cover_every_set_and_the_published_numbers(tmp_path, 
     assert set(report.setups) == {"SuffixDecoding (ArcticInference docs)", "Token Recycling (arXiv 2408.08696)"}
     assert report.comparisons["auto_vs_pld_code"].internal and not report.comparisons["recycle_published"].internal
     assert uncited(json.loads(report.write().read_text())) == []
+
+
+def test_table3_is_judged_on_the_gpu_tables_price_where_the_summary_has_it():
+    """Each Table 3 method's tokens per call over its calls' GPU price, a point against the paper's range; a summary
+    without ``est_speedup_gpu`` judges nothing."""
+    summary = pd.DataFrame({"method": ["ar", "pld", "rest"], "tokens_per_call": [1.0, 2.4, 3.0],
+                            "draft_nodes_per_call": [0.0, 10.0, 40.0], "est_speedup_gpu": [1.0, 2.0, 0.5]}
+                           ).set_index("method")
+    names = {"pld": "prompt lookup", "rest": "REST"}
+    report = Results("99", "smoke")
+    e2e.judge_table3_gpu(report, summary, names)
+    pld, rest = report.comparisons["gpu_table3_pld"], report.comparisons["gpu_table3_rest"]
+    assert (pld.ours, pld.verdict, rest.verdict) == (2.0, "agrees", "disagrees")
+    assert "×1.20 a one-token call" in pld.cause and "×6.00" in rest.cause
+    empty = Results("99", "smoke")
+    e2e.judge_table3_gpu(empty, summary.drop(columns="est_speedup_gpu"), names)
+    assert not empty.comparisons

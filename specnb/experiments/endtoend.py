@@ -22,6 +22,7 @@ from ..eval.methods import METHODS as REGISTRY
 from ..eval.runner import speedup_intervals, summarize
 from ..model.models import LoadedModel
 from ..study.verdicts import TIE, Expect
+from .gpu_price import COLUMN as GPU_COLUMN
 from .gpu_price import PAPER_SHAPES, add_gpu_column
 from .setups import DOCUMENTS, weights_label
 
@@ -195,7 +196,8 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
     :meth:`Results.setup`'s table for DReSD: each Table 3 method's speedup against the paper's range (with the
     likely cause of a gap: tokens per call, what a call of that many draft tokens costs on this CPU, store size,
     the draft's share of wall time), DReSD (ID store) against REST (Table 3's ranking), DReSD's ID store against
-    its OOD store (§5.3), our AR and prompt lookup against Hugging Face's, and the fastest of ours against AR.
+    its OOD store (§5.3), our AR and prompt lookup against Hugging Face's, the fastest of ours against AR, and,
+    where a GPU table priced the summary, each Table 3 method's estimate on that price (:func:`judge_table3_gpu`).
 
     rows / summary: :func:`specnb.eval.bench.run_bench` rows at temperature 0 and their :func:`table`; cost:
     notebook 05's cost model; tokens: :func:`store_corpus_tokens`; target: the model the rows ran (its name, dtype
@@ -225,6 +227,7 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
         judge_table3(report, f"table3_{method}", f"{names[method]}: speedup over AR, greedy, code", method,
                      r[["speedup_vs_ar", "speedup_vs_ar_low", "speedup_vs_ar_high"]],
                      cause + "; the paper ran 7B–13B models on a V100 GPU", evidence)
+    judge_table3_gpu(report, s, names)
     judged = [m for m in CLAIMS.speedups if f"table3_{m}" in report.comparisons]
     priced = [m for m in s.index if m.endswith("-priced")]
     report.add(priced_speedups={m: float(s.loc[m, "speedup_vs_ar"]) for m in priced})
@@ -260,6 +263,27 @@ def compare_with_papers(report: Any, rows: pd.DataFrame, summary: pd.DataFrame, 
                            s.loc[best, "speedup_vs_ar"], s.loc[best, "speedup_vs_ar_low"],
                            s.loc[best, "speedup_vs_ar_high"], Expect.above(1.0, TIE), "our AR (same run)",
                            cause=cause, internal=True, direction_only=False, evidence=evidence)
+
+
+def judge_table3_gpu(report: Any, summary: pd.DataFrame, names: dict[str, str]) -> None:
+    """DReSD Table 3 with the hardware's price matched: each of its methods' tokens per call over what a call of its
+    draft tokens costs on the GPU table (``est_speedup_gpu`` of ``summary``, :func:`table` rows indexed by method;
+    Llama-2-7B's shapes, eager calls, as the paper's code makes them), a point, against the paper's range. Target
+    calls only: drafting and lookups are not priced. Nothing is judged without the table."""
+    if GPU_COLUMN not in summary:
+        return
+    for method in [m for m in CLAIMS.speedups if m in summary.index]:
+        r = summary.loc[method]
+        price = r.tokens_per_call / r[GPU_COLUMN]
+        report.compare(f"gpu_table3_{method}", f"{names[method]}: speedup over AR estimated as tokens per call ÷ a "
+                       "call's price on the GPU table (Llama-2-7B's shapes, eager calls; target calls only, a point)",
+                       r[GPU_COLUMN], math.nan, math.nan, Expect.published(CLAIMS.speedups[method]), "DReSD Table 3",
+                       internal=False, direction_only=False,
+                       evidence={"tokens per call": r.tokens_per_call, "draft tokens per call": r.draft_nodes_per_call,
+                                 "call cost over a one-token call (GPU)": price},
+                       cause=f"{r.tokens_per_call:.2f} tokens per call, its calls priced at ×{price:.2f} a one-token "
+                             f"call ({r.draft_nodes_per_call:.0f} draft tokens a call): with the price matched, the "
+                             "gap is this target's acceptance on its stores")
 
 
 def judge_table3(report: Any, key: str, claim: str, method: str, speedup: pd.Series | tuple, cause: str,
