@@ -436,8 +436,9 @@ def test_pair_costs_count_what_each_call_streams_without_loading_dense_weights()
 
 
 def test_dresds_paper_shape_is_judged_on_the_gpu_tables_price_too(tmp_path):
-    """With grids priced on a GPU table, 4x16 is set against the best shape by that price: the paired tokens-per-call
-    ratio times the ratio of the two calls' prices there; without ``est_speedup_gpu``, no such verdict."""
+    """With replay rows priced on a GPU table, 4x16 is set against the best shape by that price: the paired
+    tokens-per-call ratio times the ratio of the two calls' prices there; rows without ``est_speedup_gpu`` (no
+    table), no such verdict."""
     from specnb.experiments import gpu_price
     from specnb.study.results import Results
 
@@ -447,8 +448,8 @@ def test_dresds_paper_shape_is_judged_on_the_gpu_tables_price_too(tmp_path):
                  ).to_csv(table, index=False)
     calls = {(4, 16): 20, (16, 4): 25, (2, 8): 25}
     rows = pd.DataFrame([{"family": shapes.DRESD, "set": "HumanEval", "k": k, "w": w, "prompt_id": f"p{i}",
-                          "new_tokens": 101, "calls": c + i % 2, "est_seconds": 1.0}
-                         for (k, w), c in calls.items() for i in range(6)])
+                          "new_tokens": 101, "calls": c + i % 2, "tokens_per_call": 100 / (c + i % 2),
+                          "est_seconds": 1.0} for (k, w), c in calls.items() for i in range(6)])
     grids = pd.DataFrame([{"family": shapes.DRESD, "set": "HumanEval", "k": k, "w": w, "tokens_per_call": 100 / c,
                            "est_speedup": 1.0, "est_speedup_low": 0.9, "est_speedup_high": 1.1}
                           for (k, w), c in calls.items()])
@@ -457,7 +458,7 @@ def test_dresds_paper_shape_is_judged_on_the_gpu_tables_price_too(tmp_path):
     shapes.compare_dresd(report, rows, grids, cost, gpu_table=table)
     assert "gpu_dresd_paper_shape" not in report.comparisons
     report = Results("99", "smoke")
-    shapes.compare_dresd(report, rows, gpu_price.add_gpu_column(grids, "random:llama-2-7b", path=table), cost,
+    shapes.compare_dresd(report, gpu_price.add_gpu_column(rows, "random:llama-2-7b", path=table), grids, cost,
                          gpu_table=table)
     judged = report.comparisons["gpu_dresd_paper_shape"]
     tokens = shapes.paired_ratio(rows, {"k": 4, "w": 16}, {"k": 2, "w": 8})

@@ -354,12 +354,15 @@ def test_the_papers_memory_bound_claim_is_judged_on_each_call_mode_of_a_gpu_tabl
     assert not other.comparisons and rs.gpu_sentence(other) == ", and no GPU was measured here."
 
 
-def test_a_gpu_tables_figures_draw_a_panel_per_model_and_call_mode():
+def test_a_gpu_tables_figures_draw_a_panel_per_model_and_call_mode(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
+
+    from specnb.study.results import Results
 
     from specnb.experiments import roofline_study as rs
     from specnb.study import plots
 
+    monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     gpu = rs.gpu_calls(pd.concat([_gpu_rows({False: 1.02, True: 1.5}, model)
                                   for model in ("random:llama-2-7b", "random:mistral-7b")]))
     at = gpu[gpu.context == 256]
@@ -367,6 +370,12 @@ def test_a_gpu_tables_figures_draw_a_panel_per_model_and_call_mode():
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert titles == ["eager calls: llama-2-7b, ℓ = 256", "eager calls: mistral-7b, ℓ = 256",
                       "CUDA graphs: llama-2-7b, ℓ = 256", "CUDA graphs: mistral-7b, ℓ = 256"]
+    report = Results("05", "smoke")
+    rs.gpu_grid_takeaway(report, at)
+    assert report.ours["gpu_block"]["mistral-7b"] == {"k": 1, "w": 15, "context": 256, "eager calls": 1.02,
+                                                      "CUDA graphs": 1.5}
+    assert "mistral-7b's 1 × 16 block costs ×{ours[gpu_block][mistral-7b][eager calls]:.2f} one token (eager " \
+        "calls) and ×{ours[gpu_block][mistral-7b][CUDA graphs]:.2f}" in report.takeaways["05_roofline_gpu"]
     fig = plots.gpu_cost_curves(at, "a title")
     assert [line.get_label() for line in fig.axes[0].lines] == ["eager calls", "CUDA graphs", "bandwidth floor",
                                                                 "compute floor"]

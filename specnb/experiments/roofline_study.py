@@ -251,7 +251,7 @@ def judge_gpu_free_row(report, gpu: pd.DataFrame) -> None:
         report.compare(key, f"Mistral-7B's shapes on {row.device} ({calls}): slow-down of one row of {PAPER_ROW} "
                        f"tokens over one token at ℓ = {context} (spread over {int(row.passes)} timed passes)",
                        row.slowdown, row.slowdown_low, row.slowdown_high, Expect.near(1.0, PREDICTION),
-                       f"the memory-bound cost model ({CLAIMS.source}; random weights of its shapes)",
+                       f"{CLAIMS.source}: the memory-bound cost model (random weights of its shapes)",
                        internal=False, direction_only=False, evidence=evidence,
                        cause=f"one token's call takes {evidence['one token ms']:.1f} ms where the weights read in "
                              f"{evidence['bandwidth floor ms']:.1f} ms: the rest is per-call work that a longer row "
@@ -263,6 +263,23 @@ def judge_gpu_free_row(report, gpu: pd.DataFrame) -> None:
                     "Mistral-7B's shapes costs " + " and ".join(
                         f"×{{ours[gpu][{mode}_slowdown]:.2f}} one token ({{ours[gpu][{mode}]}})"
                         for mode in ("eager", "graphs") if mode in out))
+
+
+def gpu_grid_takeaway(report, grid: pd.DataFrame) -> None:
+    """The front page's line for the GPU grid figure (``grid``: the :func:`gpu_calls` rows it draws): per model, the
+    slow-down of its largest block (most tokens, then most drafts) in each call mode, held as ``ours[gpu_block]``."""
+    out = {}
+    for model, part in grid.groupby("model", sort=False):
+        cell = part.sort_values(["tokens", "k"]).iloc[-1]
+        out[model.removeprefix("random:")] = {
+            "k": int(cell.k), "w": int(cell.w), "context": int(cell.context),
+            **{calls: float(sub.slowdown.iloc[0]) for calls, sub in
+               part[(part.k == cell.k) & (part.w == cell.w)].groupby("calls", sort=False)}}
+    report.add(gpu_block=out)
+    report.takeaway("05_roofline_gpu", "; ".join(
+        f"{name}'s {v['k']} × {v['w'] + 1} block costs " + " and ".join(
+            f"×{{ours[gpu_block][{name}][{calls}]:.2f}} one token ({calls})" for calls in v
+            if calls not in ("k", "w", "context")) + f" at ℓ = {v['context']}" for name, v in out.items()))
 
 
 def gpu_sentence(report) -> str:

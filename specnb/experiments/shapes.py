@@ -489,10 +489,11 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
     * ``dresd_paper_shape``: estimated speed of 4 x 16 (the grid's shape nearest 3 x 20) over the best estimated
       DReSD shape here, a tie with 1 (the paper's shape is as good as the best here). Its likely cause names
       what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table;
-    * ``gpu_dresd_paper_shape``, where ``grids`` were priced on the GPU table (``est_speedup_gpu``, at ``gpu_table``):
-      the same ratio with both calls priced there (Llama-2-7B's shapes, eager calls: the paper's hardware class),
-      against the best shape by that price: tokens per call of 4 x 16 over that shape's, paired by prompt, times
-      the ratio of their calls' prices (target calls only, as ``est_speedup_gpu``)."""
+    * ``gpu_dresd_paper_shape``, where ``rows`` were priced on the GPU table (``est_speedup_gpu``, at
+      ``gpu_table``): the same ratio with both calls priced there (Llama-2-7B's shapes, eager calls: the paper's
+      hardware class), against the best shape by that price (its tokens per call over its call's price): tokens
+      per call of 4 x 16 over that shape's, paired by prompt, times the ratio of their calls' prices (target calls
+      only, as ``est_speedup_gpu``)."""
     grid_takeaways(report, grids)
     code = rows[(rows.family == DRESD) & (rows.set == "HumanEval")]
     greedy = "{} x {}".format(*CLAIMS.dresd_greedy)
@@ -512,22 +513,24 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
                    Expect.near(1.0, TIE), f"DReSD §5.4 ({greedy} best for greedy, V100 GPU)",
                    cause=f"a 4x16 call costs {price:.1f} one-token calls on this CPU's cost table", fmt=".3f",
                    internal=False, direction_only=False, evidence={"4x16 call cost over a one-token call": price})
-    if GPU_COLUMN not in sub:
+    if GPU_COLUMN not in code:
         return
     gpu, device = gpu_cost_model(PAPER_SHAPES["dresd"], gpu_table)
-    top = sub.loc[sub[GPU_COLUMN].idxmax()]
-    prices = {shape: gpu.seconds_at(*shape, context) / gpu.seconds_at(1, 0, context)
-              for shape in ((4, 16), (int(top.k), int(top.w)))}
-    scale = prices[int(top.k), int(top.w)] / prices[4, 16]
-    ratio = [x * scale for x in paired_ratio(code, {"k": 4, "w": 16}, {"k": top.k, "w": top.w})]
+    shapes = code.assign(accepted=code.new_tokens - 1).groupby(["k", "w"])[["accepted", "calls"]].sum()
+    prices = {(int(k), int(w)): gpu.seconds_at(int(k), int(w), context) / gpu.seconds_at(1, 0, context)
+              for k, w in shapes.index}
+    speeds = {shape: r.accepted / r.calls / prices[shape] for shape, r in zip(prices, shapes.itertuples(), strict=True)}
+    top = max(speeds, key=speeds.get)
+    ratio = [x * prices[top] / prices[4, 16]
+             for x in paired_ratio(code, {"k": 4, "w": 16}, {"k": top[0], "w": top[1]})]
     report.compare("gpu_dresd_paper_shape", f"DReSD estimated speed of 4x16 / the best shape by the same price "
-                   f"({top.k}x{top.w}), calls priced on the GPU table ({device}, eager calls), HumanEval", *ratio,
+                   f"({top[0]}x{top[1]}), calls priced on the GPU table ({device}, eager calls), HumanEval", *ratio,
                    Expect.near(1.0, TIE), f"DReSD §5.4 ({greedy} best for greedy, V100 GPU)",
                    cause=f"on the GPU table a 4x16 call costs {prices[4, 16]:.2f} one-token calls and a "
-                         f"{top.k}x{top.w} call {prices[int(top.k), int(top.w)]:.2f}: the shapes part on this "
-                         "store's acceptance, not on their price", fmt=".3f", internal=False, direction_only=False,
+                         f"{top[0]}x{top[1]} call {prices[top]:.2f}: the shapes part on this store's acceptance, not "
+                         "on their price", fmt=".3f", internal=False, direction_only=False,
                    evidence={"4x16 call cost over a one-token call (GPU)": prices[4, 16],
-                             "best shape's call cost over a one-token call (GPU)": prices[int(top.k), int(top.w)]})
+                             "best shape's call cost over a one-token call (GPU)": prices[top]})
 
 
 def compare_mcsd_order(report, rows: pd.DataFrame) -> None:

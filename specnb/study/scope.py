@@ -22,10 +22,11 @@ BOUND: dict[str, dict[str, str]] = {
     "00": {"pld_paper": HARDWARE},  # DReSD Table 3's prompt-lookup speedup (V100)
     "02": {"variance_64": MODEL},  # 64 of 4096-5120 dimensions; the same share of ours is judged beside it
     "03": {"speed_*": HARDWARE},  # Fig. 9's speed over REST, priced with this machine's costs
-    "06": {"fig2_*": MODEL, "tpc_10_10_*": MODEL, "speedup_*": HARDWARE},  # Mistral-7B's tokens per call; A100
+    "06": {"fig2_*": MODEL, "tpc_10_10_*": MODEL, "speedup_*": HARDWARE,  # Mistral-7B's tokens per call; A100
+           "gpu_*": MODEL},  # priced on the GPU table: the price matched, the model's acceptance not
     "07": {"k1_t*": MODEL, "mcsd_vs_*": HARDWARE},  # LLaMA-68M -> 13B's acceptance; A6000 speeds
-    "08": {"dresd_paper_shape": HARDWARE, "tree mixed *": HARDWARE, "budget * speed *": HARDWARE},
-    "09": {"table3_*": HARDWARE, "dense_id_vs_rest": HARDWARE},  # DReSD Table 3 (V100)
+    "08": {"dresd_paper_shape": HARDWARE, "tree mixed *": HARDWARE, "budget * speed *": HARDWARE, "gpu_*": MODEL},
+    "09": {"table3_*": HARDWARE, "dense_id_vs_rest": HARDWARE, "gpu_*": MODEL},  # DReSD Table 3 (V100)
     "10": {"suffix_*": HARDWARE, "recycle_published": HARDWARE, "recycle_storage": MODEL},  # vLLM's GPUs; V x k
 }
 """{notebook: {comparison key pattern (fnmatch): what the claim is bound to}}."""
