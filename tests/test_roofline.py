@@ -357,10 +357,9 @@ def test_the_papers_memory_bound_claim_is_judged_on_each_call_mode_of_a_gpu_tabl
 def test_a_gpu_tables_figures_draw_a_panel_per_model_and_call_mode(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from specnb.study.results import Results
-
     from specnb.experiments import roofline_study as rs
     from specnb.study import plots
+    from specnb.study.results import Results
 
     monkeypatch.setenv("SPECNB_FIGURES", str(tmp_path))
     gpu = rs.gpu_calls(pd.concat([_gpu_rows({False: 1.02, True: 1.5}, model)
@@ -389,3 +388,17 @@ def test_cuda_graphs_are_refused_off_a_cuda_device(capsys):
     assert capsys.readouterr().err.strip() == "specnb: error: --cuda-graphs needs --device cuda, not cpu"
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         time_cells(tiny("qwen2"), Grid((1,), (0,), (8,), repeats=1), progress=False, graphs=True)
+
+
+def test_the_shipped_gpu_table_loads_with_its_provenance_and_grid_models(capsys):
+    """data/roofline_gpu.csv as notebook 05 reads it: both call modes named, its provenance printed one row per model
+    and mode, the two 7B shapes drawn as the grid (every model where neither is in a table)."""
+    from specnb.experiments import roofline_study as rs
+
+    gpu = rs.gpu_table()
+    assert set(gpu.calls) == set(rs.GPU_CALLS.values()) and gpu.calls.iloc[0] == "eager calls"
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 + gpu.model.nunique() * 2
+    assert set(rs.grid_models(gpu).model) == set(rs.SEVEN_B)
+    small = gpu[~gpu.model.isin(rs.SEVEN_B)]
+    assert rs.grid_models(small) is small

@@ -481,7 +481,8 @@ def judge_query_length(report, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], target: LoadedModel) -> None:
-    """Tokens per call of the mixed strategy at (10, 10), replayed, against N-Grammys Table 1, per set."""
+    """Tokens per call of the mixed strategy at (10, 10), replayed, against N-Grammys Table 1, per set; and its
+    speedup priced on the GPU table where ``grids`` were (:func:`judge_gpu_10_10`)."""
     for name, sub in grids.groupby("set", sort=False):
         row = sub[(sub.k == TABLE1_BLOCK[0]) & (sub.w == TABLE1_BLOCK[1])].iloc[0]
         report.compare(f"tpc_10_10_{name}", f"{name}: mixed (10, 10), tokens per call (replayed)", row.tokens_per_call,
@@ -492,6 +493,7 @@ def judge_tokens_10_10(report, grids: pd.DataFrame, shares: dict[str, float], ta
                        cause=f"another target ({target.name}, {kind_of(target)}; the paper: "
                              f"instruction-tuned 3B–13B models); context rows give {shares[name]:.0%} of the accepted "
                              "tokens here")
+    judge_gpu_10_10(report, grids)
     report.takeaway("06_mixed_ablation", "context rows give " + ", ".join(
         f"{{verdicts[tpc_10_10_{name}][evidence][context rows' share of accepted tokens]:.0%}} of the accepted draft "
         f"tokens at (10, 10) on {name}" for name in grids.set.unique()))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from ..core.roofline import device_name
+from ..core.roofline import GPU_CSV, device_name, load_gpu_table
 from ..eval.timing import Grid, get_grid, measure, timing_label
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
@@ -220,6 +220,35 @@ GPU_CALLS = {False: "eager calls", True: "CUDA graphs"}
 """What each call mode of a GPU table (``cuda_graphs``) is named in the figures."""
 PAPER_SHAPE = "random:mistral-7b"  # N-Grammys' Fig. 1 model, as the GPU table names its shapes
 PAPER_ROW = 16  # the paper's longest one-row block (w = 0..15)
+
+
+SEVEN_B = ("random:llama-2-7b", "random:mistral-7b")  # the papers' targets' shapes: the GPU grid figure's panels
+
+
+def gpu_table() -> pd.DataFrame | None:
+    """The saved GPU table (:func:`specnb.core.roofline.load_gpu_table`) as :func:`gpu_calls` rows, its provenance
+    printed (one row per model and call mode); None, and one line saying so, where none is saved."""
+    gpu = load_gpu_table()
+    if gpu is None:
+        print(f"No GPU table at {GPU_CSV}: this run shows the CPU only (no GPU was available).")
+        return None
+    gpu = gpu_calls(gpu)
+    provenance = ["model", "calls", "dtype", "device", "torch", "date", "repeats"]
+    print(gpu[provenance].drop_duplicates().to_string(index=False))
+    return gpu
+
+
+def grid_models(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a GPU table the grid figure draws: the :data:`SEVEN_B` shapes', or every model's without them."""
+    big = rows[rows.model.isin(SEVEN_B)]
+    return big if len(big) else rows
+
+
+def judge_gpu(report, gpu: pd.DataFrame) -> None:
+    """Notebook 05's GPU verdicts and lines: :func:`judge_gpu_free_row` on ``gpu`` (:func:`gpu_table`'s rows) and
+    :func:`gpu_grid_takeaway` on the rows its grid figure draws (:func:`grid_models` at the shortest context)."""
+    gpu_grid_takeaway(report, grid_models(gpu[gpu.context == gpu.context.min()]))
+    judge_gpu_free_row(report, gpu)
 
 
 def gpu_calls(gpu: pd.DataFrame) -> pd.DataFrame:
