@@ -1075,7 +1075,7 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float, cols: s
                                f"{EXTRA_PASSES} re-timings")
         name = f"context ℓ = {col}" if cols == "context" else f"{str(col).removeprefix('random:')}, ℓ = {context}"
         ax.set(xlabel="w (speculated tokens)", ylabel="k (drafts)", title=f"{row}: {name}" if rows else name)
-    shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token (k = 1, w = 0)")
+    shared_colorbar(fig, axes, norm, "magma_r", "slow-down vs one token, k = 1, w = 0")
     bar = fig.axes[-1]  # plain major ticks, 1.5 and 3 too: most slow-downs lie within one decade
     log_axis(bar, "y", ticks=[t for t in (1, 1.5, 2, 3, 5, 10, 20, 50) if norm.vmin <= t <= norm.vmax])
     legend_outside(fig, "below")
@@ -1086,8 +1086,9 @@ def slowdown_heatmaps(frame: pd.DataFrame, title: str, threshold: float, cols: s
 def gpu_cost_curves(frame: pd.DataFrame, title: str) -> plt.Figure:
     """A saved GPU table's one-row calls (``k == 1`` rows of one context, with ``calls`` naming each call mode:
     :func:`specnb.experiments.roofline_study.gpu_calls`): one panel per model, ms per call against the tokens it
-    verifies, one line per call mode with each point's value printed, and the weights' bandwidth floor and the
-    tokens' compute floor (``bandwidth_floor_s``, ``compute_floor_s``) where the table holds them."""
+    verifies, one line per call mode with the spread over its timed passes (``slowdown_low`` / ``_high``) and its
+    value printed at the fewest, 16 and the most tokens, and the weights' bandwidth floor and the tokens' compute
+    floor (``bandwidth_floor_s``, ``compute_floor_s``) where the table holds them."""
     models = list(dict.fromkeys(frame.model))
     fig, axes = plt.subplots(1, len(models), figsize=(3.6 * len(models), 3.4), squeeze=False)
     modes = list(dict.fromkeys(frame.calls))
@@ -1095,10 +1096,16 @@ def gpu_cost_curves(frame: pd.DataFrame, title: str) -> plt.Figure:
         part = frame[frame.model == model].sort_values("tokens")
         for i, (calls, line) in enumerate(part.groupby("calls", sort=False)):
             ms = line.seconds * 1e3
+            spread = [ms - ms * line.slowdown_low / line.slowdown, ms * line.slowdown_high / line.slowdown - ms] \
+                if "slowdown_low" in line else None
             hues = series_colors(max(3, len(modes)))  # hues, not greys: the floors are grey
-            ax.plot(line.tokens, ms, marker=MARKERS[i], color=hues[modes.index(calls)], lw=1, ms=3.5, label=calls)
+            ax.errorbar(line.tokens, ms, yerr=spread, marker=MARKERS[i], color=hues[modes.index(calls)], lw=1, ms=3.5,
+                        capsize=2, label=calls)
+            shown = {line.tokens.min(), 16, line.tokens.max()}
             for x, y in zip(line.tokens, ms, strict=True):
-                ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=6)
+                if x in shown:
+                    ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 5), ha="center",
+                                fontsize=7)
         if "bandwidth_floor_s" in part:
             floors = part.groupby("tokens")[["bandwidth_floor_s", "compute_floor_s"]].first() * 1e3
             ax.plot(floors.index, floors.bandwidth_floor_s, color="0.6", ls="--", lw=1, label="bandwidth floor")
