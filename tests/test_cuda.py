@@ -90,3 +90,16 @@ def test_specnb_decoder_on_cuda_is_as_close_to_fp32_as_hugging_faces(shape):
 
     print(f"{shape}: from fp32, specnb {distance(ours):.2e}, Hugging Face {distance(theirs):.2e}")
     assert distance(ours) < 1.5 * distance(theirs)
+
+
+def test_a_roofline_table_replays_its_calls_from_cuda_graphs():
+    """``specnb roofline --cuda-graphs``: every cell captured and replayed, the table whole, and a tiny model's
+    replayed calls cheaper than its eager ones (those are bound by launching kernels from Python)."""
+    from specnb.eval.timing import Grid, time_cells
+
+    target = load_model("tiny-llama", dtype="float32", device="cuda")
+    grid = Grid((1, 2), (0, 3), (16,), repeats=3)
+    graphed = time_cells(target, grid, progress=False, graphs=True)
+    eager = time_cells(target, grid, progress=False)
+    assert len(graphed) == len(eager) == 4 and (graphed.seconds > 0).all() and graphed.slowdown.notna().all()
+    assert graphed.seconds.median() < eager.seconds.median()
