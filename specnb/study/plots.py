@@ -418,8 +418,8 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     where a bar from zero spends the axis on the part every bar shares. The x axis spans the values, ranges and
     printed values only; on panels sharing it, it only grows (:func:`_set_shared_xlim`).
 
-    ranges: label -> (low, high) of a published value (low == high: a single number), drawn in black on a row of
-    its own right under the label's row, that row named ``range_label``.
+    ranges: label -> (low, high) of a published value (low == high: a single number, printed beside its diamond
+    too), drawn in black on a row of its own right under the label's row, that row named ``range_label``.
 
     spans: label -> (low, high) of a published range drawn instead as a light grey bar (:data:`SPAN_COLOR`) behind
     the label's own dot, named ``span_label`` in the legend (:func:`legend_outside`): a reader compares the dot
@@ -431,11 +431,13 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     ranges, spans = dict(ranges or {}), dict(spans or {})
     ticks: list[tuple[float, str, bool]] = []  # (y, tick label, a published range's row)
     y = 0.0
+    points: list[tuple[float, float]] = []  # (y, value) of the ranges that are single numbers: printed beside too
     for row in frame.itertuples():
         if row.label in ranges:
             lo, hi = ranges[row.label]
             if lo == hi:
                 ax.plot([lo], [y], "D", color="black", ms=4)
+                points.append((y, lo))
             else:
                 ax.plot([lo, hi], [y, y], color="black", lw=3, solid_capstyle="butt")
             ticks.append((y, range_label, True))
@@ -465,6 +467,10 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
         if np.isfinite(row.value):  # a value not measured (NaN): its row stays empty
             lo = min(lo, _print_beside(ax, yi, row.value, row.low, row.high, fmt.format(row.value), span=span,
                                        per_inch=per_inch, reference=reference))
+    for yi, value in points:
+        if np.isfinite(value):
+            lo = min(lo, _print_beside(ax, yi, value, value, value, fmt.format(value), span=span, per_inch=per_inch,
+                                       reference=reference))
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0, label=reference_label or "_nolegend_")
     ax.set_yticks([t[0] for t in ticks], [t[1] for t in ticks])
