@@ -33,15 +33,19 @@ PAPER_SHAPES = {"dresd": "random:llama-2-7b", "crest": "random:llama-2-7b", "ngr
 N-Grammys: Mistral-7B)."""
 
 
+def graphed(table: pd.DataFrame) -> pd.Series:
+    """bool per row of a GPU table: timed from CUDA graphs (``cuda_graphs``; a table without it was timed eagerly)."""
+    return table.cuda_graphs.astype(bool) if "cuda_graphs" in table else pd.Series(False, index=table.index)
+
+
 def gpu_cost_model(model: str, path: str | Path = GPU_CSV, graphs: bool = False) -> tuple[CostModel, str] | None:
     """(cost model, its model and device in words) of ``model``'s rows in the GPU table at ``path`` (any one model
-    of the table where ``model`` was not measured) timed in one call mode (``graphs``: replayed from CUDA graphs; a
-    table without the ``cuda_graphs`` column was timed eagerly), or None when there is no such table or mode."""
+    of the table where ``model`` was not measured) timed in one call mode (``graphs``: replayed from CUDA graphs,
+    :func:`graphed`), or None when there is no such table or mode."""
     table = load_gpu_table(path)
     if table is None:
         return None
-    table = table[table.cuda_graphs.astype(bool) == graphs] if "cuda_graphs" in table else \
-        (table if not graphs else table.iloc[:0])
+    table = table[graphed(table) == graphs]
     if table.empty:
         return None
     if "model" in table:

@@ -19,6 +19,7 @@ from ..eval.timing import Grid, get_grid, measure, timing_label
 from ..model.models import LoadedModel
 from ..study.profiles import get_profile
 from ..study.verdicts import PREDICTION, Expect
+from .gpu_price import graphed
 
 PAPER = "N-Grammys"
 
@@ -253,9 +254,8 @@ def judge_gpu(report, gpu: pd.DataFrame) -> None:
 
 def gpu_calls(gpu: pd.DataFrame) -> pd.DataFrame:
     """A saved GPU table (``data/roofline_gpu.csv``) with ``calls`` naming each row's call mode (:data:`GPU_CALLS`;
-    a table without ``cuda_graphs`` was timed eagerly), eager rows first."""
-    graphs = gpu.cuda_graphs.astype(bool) if "cuda_graphs" in gpu else pd.Series(False, index=gpu.index)
-    return gpu.assign(calls=graphs.map(GPU_CALLS)).sort_values("calls", key=lambda c: c != GPU_CALLS[False],
+    :func:`specnb.experiments.gpu_price.graphed`), eager rows first."""
+    return gpu.assign(calls=graphed(gpu).map(GPU_CALLS)).sort_values("calls", key=lambda c: c != GPU_CALLS[False],
                                                                  kind="stable")
 
 

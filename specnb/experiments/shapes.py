@@ -490,10 +490,10 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
       DReSD shape here, a tie with 1 (the paper's shape is as good as the best here). Its likely cause names
       what a 4 x 16 call costs in one-token calls on ``cost`` at ``context``, this machine's table;
     * ``gpu_dresd_paper_shape``, where ``rows`` were priced on the GPU table (``est_speedup_gpu``, at
-      ``gpu_table``): the same ratio with both calls priced there (Llama-2-7B's shapes, eager calls: the paper's
-      hardware class), against the best shape by that price (its tokens per call over its call's price): tokens
-      per call of 4 x 16 over that shape's, paired by prompt, times the ratio of their calls' prices (target calls
-      only, as ``est_speedup_gpu``)."""
+      ``gpu_table``, read for its device): the same ratio with both calls priced there (Llama-2-7B's shapes, eager
+      calls: the paper's hardware class), against the best shape by that price (its tokens per call over its
+      call's price): tokens per call of 4 x 16 over that shape's, paired by prompt, times the ratio of their calls'
+      prices (target calls only, as ``est_speedup_gpu``)."""
     grid_takeaways(report, grids)
     code = rows[(rows.family == DRESD) & (rows.set == "HumanEval")]
     greedy = "{} x {}".format(*CLAIMS.dresd_greedy)
@@ -515,12 +515,11 @@ def compare_dresd(report, rows: pd.DataFrame, grids: pd.DataFrame, cost, context
                    internal=False, direction_only=False, evidence={"4x16 call cost over a one-token call": price})
     if GPU_COLUMN not in code:
         return
-    gpu, device = gpu_cost_model(PAPER_SHAPES["dresd"], gpu_table)
-    shapes = code.assign(accepted=code.new_tokens - 1).groupby(["k", "w"])[["accepted", "calls"]].sum()
-    prices = {(int(k), int(w)): gpu.seconds_at(int(k), int(w), context) / gpu.seconds_at(1, 0, context)
-              for k, w in shapes.index}
-    speeds = {shape: r.accepted / r.calls / prices[shape] for shape, r in zip(prices, shapes.itertuples(), strict=True)}
-    top = max(speeds, key=speeds.get)
+    device = gpu_cost_model(PAPER_SHAPES["dresd"], gpu_table)[1]
+    totals = code.assign(accepted=code.new_tokens - 1, price=code.tokens_per_call / code[GPU_COLUMN]) \
+        .groupby(["k", "w"]).agg(accepted=("accepted", "sum"), calls=("calls", "sum"), price=("price", "first"))
+    prices = {(int(k), int(w)): r.price for (k, w), r in totals.iterrows()}  # a call's, in one-token calls
+    top = max(prices, key=lambda shape: totals.accepted[shape] / totals.calls[shape] / prices[shape])
     ratio = [x * prices[top] / prices[4, 16]
              for x in paired_ratio(code, {"k": 4, "w": 16}, {"k": top[0], "w": top[1]})]
     report.compare("gpu_dresd_paper_shape", f"DReSD estimated speed of 4x16 / the best shape by the same price "
