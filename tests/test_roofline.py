@@ -176,13 +176,17 @@ def test_a_slow_spell_in_the_table_does_not_make_more_tokens_cheaper():
     assert (np.diff(cost.chain_seconds(np.arange(20), 100)) >= 0).all()
 
 
-def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_path):
+def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_path, capsys):
     from specnb.cli import main
 
     out = tmp_path / "roofline.csv"
     assert main(["roofline", "--model", "tiny-qwen2", "--grid", "smoke", "--max-tokens", "4", "--device", "cpu",
-                 "--out", str(out)]) == 0
+                 "--llamacpp", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "the floor this machine allows" in printed and "floor_x_one" in printed
+    assert printed.count("llama.cpp's curve skipped") == 1  # a tiny model has no GGUF file: ours alone
     frame = pd.read_csv(out)
+    assert "llama.cpp" not in set(frame.dtype)
     assert {"model", "dtype", "device", "torch", "date", "repeats"} <= set(frame.columns)
     assert frame.tokens.max() <= 4 and frame.model.iloc[0] == "tiny-qwen2"
     assert roofline.load_gpu_table(tmp_path / "missing.csv") is None
@@ -191,6 +195,21 @@ def test_cli_writes_a_table_with_provenance_and_each_paths_compute_floor(tmp_pat
     # parameters x tokens multiply-adds at that peak: the floor per token is the same in every cell
     per_token = frame.compute_floor_s / frame.tokens
     assert np.allclose(per_token, per_token.iloc[0]) and per_token.iloc[0] > 0
+
+
+def test_the_floor_table_sets_each_call_against_the_larger_floor_and_the_measured_one_token_call():
+    cells = [(256, 1, 0.010, 0.004, 0.001), (256, 4, 0.012, 0.004, 0.004), (256, 16, 0.025, 0.004, 0.016),
+             (1024, 1, 0.011, 0.004, 0.001)]
+    frame = pd.DataFrame([{"context": c, "k": 1, "w": t - 1, "tokens": t, "seconds": s, "slowdown": s / 0.010,
+                           "slowdown_low": 0.9, "slowdown_high": 1.1, "bandwidth_floor_s": b, "compute_floor_s": f}
+                          for c, t, s, b, f in cells])
+    table = timing.floor_table(frame)
+    assert table.tokens.tolist() == [1, 4, 16]  # the shortest context only
+    # 16 tokens: the compute floor (16 ms) over the measured one-token call (10 ms); 4 tokens: the bandwidth floor
+    assert np.allclose(table.floor_ms, [4.0, 4.0, 16.0]) and np.allclose(table.floor_x_one, [0.4, 0.4, 1.6])
+    assert np.allclose(table.of_floor, [0.4, 4 / 12, 16 / 25]) and np.allclose(table.x_one, [1.0, 1.2, 2.5])
+    assert timing.floor_table(frame.drop(columns="compute_floor_s")) is None  # a table timed before floors
+    assert timing.floor_table(frame[frame.tokens > 1]) is None  # no one-token call to set them against
 
 
 def test_llamacpps_curve_is_skipped_with_one_line_where_it_cannot_run(capsys):
@@ -387,6 +406,8 @@ def test_cuda_graphs_are_refused_off_a_cuda_device(capsys):
 
     assert main(["roofline", "--model", "tiny-qwen2", "--device", "cpu", "--cuda-graphs", "--out", "x.csv"]) == 2
     assert capsys.readouterr().err.strip() == "specnb: error: --cuda-graphs needs --device cuda, not cpu"
+    assert main(["roofline", "--model", "random:gemma-3-270m", "--device", "cpu", "--llamacpp", "--out", "x.csv"]) == 2
+    assert "--llamacpp times an embedded model's GGUF file" in capsys.readouterr().err
     with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
         time_cells(tiny("qwen2"), Grid((1,), (0,), (8,), repeats=1), progress=False, graphs=True)
 

@@ -353,6 +353,27 @@ def measure(target: LoadedModel | PreTrainedModel, grid: Grid, label: str | None
     return frame
 
 
+def floor_table(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """One row of k tokens (k = 1, w = 0..) at the frame's shortest context against what this machine allows:
+    per ``tokens``, the measured ``ms`` and slow-down over one token (``x_one``, its spread ``x_low`` / ``x_high``),
+    ``floor_ms`` (the larger of the bandwidth and compute floors of :func:`measure`) and ``floor_x_one`` (that floor
+    over the measured one-token call: the lowest slow-down a kernel could reach here, attention and every operation
+    but the multiply-adds left out), and ``of_floor`` (floor / measured, 1 at the floor). None where the frame has
+    no floors (a table timed before they were recorded). Why: a target such as "16 tokens for 1.5x one" is only worth
+    chasing where the floor lies below it."""
+    if "compute_floor_s" not in frame or "bandwidth_floor_s" not in frame:
+        return None
+    row = frame[(frame.context == frame.context.min()) & (frame.k == 1)].sort_values("tokens")
+    if row.empty or row.tokens.iloc[0] != 1:
+        return None
+    one = row.seconds.iloc[0]
+    floor = row[["bandwidth_floor_s", "compute_floor_s"]].max(axis=1)
+    return pd.DataFrame({"tokens": row.tokens.to_numpy(), "ms": row.seconds.to_numpy() * 1e3,
+                         "x_one": row.slowdown.to_numpy(), "x_low": row.slowdown_low.to_numpy(),
+                         "x_high": row.slowdown_high.to_numpy(), "floor_ms": floor.to_numpy() * 1e3,
+                         "floor_x_one": (floor / one).to_numpy(), "of_floor": (floor / row.seconds).to_numpy()})
+
+
 def heatmap_table(frame: pd.DataFrame, context: int, value: str = "slowdown") -> pd.DataFrame:
     """[k x w] table of ``value`` at one context length (NaN where a cell was not measured)."""
     sub = frame[frame.context == context]
