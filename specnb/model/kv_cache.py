@@ -92,7 +92,7 @@ class GrowingLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         if self.key_buffer is not None and key_states.shape[0] != self.key_buffer.shape[0]:
-            rows = key_states.shape[0]  # broadcast call: the cache read as rows, the new entries held aside
+            # broadcast call: the cache read as rows, the new entries held aside
             self.pending = (key_states, value_states)
             return broadcast_rows(self.keys, key_states), broadcast_rows(self.values, value_states)
         self._write(self.get_seq_length(), key_states, value_states)
