@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specnb.model.kv_cache import GrowingCache
+from specnb.model.kv_cache import GrowingCache, broadcast_rows
 
 
 def test_appends_crops_and_compactions_match_concatenation():
@@ -46,6 +46,7 @@ def test_broadcast_rows_for_batch_verification():
     new = torch.randn(3, 1, 2, 3)
     keys, _ = cache.update(new, new, 0)
     assert torch.equal(keys, torch.cat([base.expand(3, -1, -1, -1), new], dim=2))
+    assert torch.equal(broadcast_rows(base, new, copies=True), keys)  # the two copies a GPU takes: the same tensor
     assert cache.get_seq_length() == 6  # the call's entries are held aside
     cache.keep_row(1, 2)
     layer = cache.layers[0]
