@@ -401,3 +401,31 @@ def test_table1s_10_10_is_judged_on_the_gpu_table_where_there_is_one(tmp_path):
     empty = Results("99", "smoke")
     ngrams.judge_gpu_10_10(empty, rows, table)
     assert not empty.comparisons
+
+
+def test_table1s_estimates_are_judged_with_their_interval_over_prompts():
+    """An estimate whose interval over prompts lies inside the timed interval agrees; one that straddles its edge is
+    inconclusive, where the estimate as a single number would have flipped between agrees and disagrees."""
+    from specnb.experiments import ngrams
+
+    summary = pd.DataFrame([
+        {"set": "HumanEval", "method": m, "speedup_vs_ar": 1.5, "speedup_vs_ar_low": 1.3, "speedup_vs_ar_high": 1.7,
+         "outside_forward_fraction": 0.1, "k": k, "w": w, "tokens_per_call": 2.5}
+        for m, k, w in (("ar", 1, 0), ("pld", 1, 10), ("mixed (1, 6)", 1, 6))])
+    estimated = {"HumanEval": {"pld": {"speedup": 1.5, "low": 1.4, "high": 1.6},
+                               "mixed (1, 6)": {"speedup": 1.72, "low": 1.5, "high": 1.9}}}
+    grids = pd.DataFrame([{"set": "HumanEval", "k": 10, "w": 10, "tokens_per_call": 3.0, "tokens_per_call_low": 2.8,
+                           "tokens_per_call_high": 3.2}])
+    blocks = pd.DataFrame([{"context": 256, "k": 10, "w": 10, "slowdown": 10.0, "slowdown_low": 9.0,
+                            "slowdown_high": 11.0}])
+
+    class Cost:
+        def seconds_at(self, k: int, w: int, context: int) -> float:
+            return 0.01 * k * (w + 1) ** 0.5
+
+    report = Results("99", "smoke")
+    out = ngrams.judge_timed(report, summary, estimated, grids, blocks, Cost())
+    pld, mixed = report.comparisons["estimate_HumanEval_pld"], report.comparisons["estimate_HumanEval_mixed (1, 6)"]
+    assert (pld.low, pld.high) == (1.4, 1.6) and pld.verdict == "agrees"
+    assert mixed.verdict == "inconclusive" and "drafting and the decode loop" in mixed.cause  # 1.72 > 1.7
+    assert out["timed_best"]["HumanEval"]["estimated"] == 1.72

@@ -196,6 +196,10 @@ def test_dots_near_a_ceiling_with_published_ranges_on_rows_of_their_own():
     assert ax.get_xlim()[0] > 0.8  # not from zero: the differences near 1 are what is shown
     assert sorted(t.get_text() for t in ax.texts) == ["0.944", "0.975", "0.992", "1.000"]  # a published number too
     assert plots.layout_problems(fig) == []
+    fig, ax = plt.subplots(figsize=(6.4, 2.0))  # an estimate's interval with its value: a diamond, printed
+    plots.dots(ax, ["pld", "mixed"], [1.5, 1.4], [1.3, 1.2], [1.7, 1.6], fmt="×{:.2f}",
+               ranges={"pld": (1.46, 2.06, 1.72)}, range_label="estimated")
+    assert sorted(t.get_text() for t in ax.texts) == ["×1.40", "×1.50", "×1.72"] and ax.get_xlim()[1] > 2.06
     plt.close("all")
 
 

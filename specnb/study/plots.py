@@ -419,7 +419,8 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     printed values only; on panels sharing it, it only grows (:func:`_set_shared_xlim`).
 
     ranges: label -> (low, high) of a published value (low == high: a single number, printed beside its diamond
-    too), drawn in black on a row of its own right under the label's row, that row named ``range_label``.
+    too), drawn in black on a row of its own right under the label's row, that row named ``range_label``; or
+    (low, high, value): an estimate's interval, its value a diamond on the bar, printed beside it.
 
     spans: label -> (low, high) of a published range drawn instead as a light grey bar (:data:`SPAN_COLOR`) behind
     the label's own dot, named ``span_label`` in the legend (:func:`legend_outside`): a reader compares the dot
@@ -431,15 +432,18 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     ranges, spans = dict(ranges or {}), dict(spans or {})
     ticks: list[tuple[float, str, bool]] = []  # (y, tick label, a published range's row)
     y = 0.0
-    points: list[tuple[float, float]] = []  # (y, value) of the ranges that are single numbers: printed beside too
+    points: list[tuple[float, float, float, float]] = []  # (y, value, low, high) of the ranges with a value: printed
     for row in frame.itertuples():
         if row.label in ranges:
-            lo, hi = ranges[row.label]
+            lo, hi, *value = ranges[row.label]
             if lo == hi:
                 ax.plot([lo], [y], "D", color="black", ms=4)
-                points.append((y, lo))
+                points.append((y, lo, lo, lo))
             else:
                 ax.plot([lo, hi], [y, y], color="black", lw=3, solid_capstyle="butt")
+                if value:
+                    ax.plot(value, [y], "D", color="white", mec="black", mew=1, ms=4, zorder=4)
+                    points.append((y, value[0], lo, hi))
             ticks.append((y, range_label, True))
             y += 0.8
         if row.label in spans:
@@ -455,7 +459,7 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
     rows = [t for t in ticks if not t[2]]
     ax.scatter(frame.value, [t[0] for t in rows], color=list(frame.color), s=30, zorder=3, edgecolors="0.1",
                linewidths=0.4)
-    marks = np.asarray([*frame.value, *frame.low, *frame.high, *np.ravel(list(ranges.values())),
+    marks = np.asarray([*frame.value, *frame.low, *frame.high, *(v for r in ranges.values() for v in r),
                         *np.ravel(list(spans.values())), *([reference] if reference is not None else [])], dtype=float)
     marks = marks[np.isfinite(marks)]
     lo, hi = float(marks.min()), float(marks.max())
@@ -467,9 +471,9 @@ def dots(ax: plt.Axes, labels: Sequence[str], values: Sequence[float], low: Sequ
         if np.isfinite(row.value):  # a value not measured (NaN): its row stays empty
             lo = min(lo, _print_beside(ax, yi, row.value, row.low, row.high, fmt.format(row.value), span=span,
                                        per_inch=per_inch, reference=reference))
-    for yi, value in points:
+    for yi, value, low, high in points:
         if np.isfinite(value):
-            lo = min(lo, _print_beside(ax, yi, value, value, value, fmt.format(value), span=span, per_inch=per_inch,
+            lo = min(lo, _print_beside(ax, yi, value, low, high, fmt.format(value), span=span, per_inch=per_inch,
                                        reference=reference))
     if reference is not None:
         ax.axvline(reference, color="0.2", lw=0.8, zorder=0, label=reference_label or "_nolegend_")
