@@ -576,8 +576,7 @@ def judge_timed(report, summary: pd.DataFrame, estimated: dict[str, dict[str, di
     """The comparisons of N-Grammys Table 1 per set: every timed method's estimate (:func:`estimates`, with its
     interval over prompts) against its timed interval; the best shape's timed speedup and (10, 10)'s estimated one
     (replayed tokens per call over the timed slow-down of one (10, 10) call, interval from both) against the
-    paper's. Returns the (10, 10) estimate per
-    set ({speedup, low, high, slowdown, tokens_per_call})."""
+    paper's. Returns the (10, 10) estimate per set ({speedup, low, high, slowdown, tokens_per_call})."""
     cell = blocks[(blocks.k == TABLE1_BLOCK[0]) & (blocks.w == TABLE1_BLOCK[1])]
     slow, slow_low, slow_high = cell.slowdown.mean(), cell.slowdown_low.min(), cell.slowdown_high.max()
     block, timed_best = {}, {}
